@@ -1,0 +1,384 @@
+//! The cluster index: node state, node classes and free-capacity buckets.
+//!
+//! Nodes with the same static attributes (shape, devices, taints, cordon, labels other
+//! than per-node ones) form a *class*; a pod's static predicates are evaluated once per
+//! class. Inside a class, nodes sit in buckets by free whole GPUs, each bucket ordered by
+//! the policy's node key, so a placement visits the few nodes that can win instead of the
+//! whole cluster.
+
+use crate::model::{GpuRequest, Labels, NodeSpec, Taint, BLOCK_LABEL, HOSTNAME_LABEL, RACK_LABEL};
+use crate::resources::Resources;
+use crate::PodId;
+use serde::Serialize;
+use std::collections::{BTreeSet, HashMap};
+
+/// Labels that differ from node to node (identity and topology position). They are kept
+/// out of class keys so that a class groups many nodes; pods that select on them are
+/// checked node by node.
+pub const PER_NODE_LABELS: [&str; 4] = [
+    HOSTNAME_LABEL,
+    RACK_LABEL,
+    BLOCK_LABEL,
+    "nvidia.com/gpu.clique",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct NodeId(pub u32);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClassId(pub u32);
+
+/// Free capacity of one GPU device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GpuUse {
+    /// Thousandths of the device still free.
+    pub free_milli: u32,
+    /// Held whole by one pod (no shares may join).
+    pub held_whole: bool,
+}
+
+/// Which GPUs a binding gives a pod.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub enum GpuAssignment {
+    None,
+    /// Device indices (`GpuDevice::index`), ascending.
+    Whole(Vec<u32>),
+    Shared { index: u32, milli: u32 },
+}
+
+impl GpuAssignment {
+    pub fn indices(&self) -> Vec<u32> {
+        match self {
+            GpuAssignment::None => vec![],
+            GpuAssignment::Whole(v) => v.clone(),
+            GpuAssignment::Shared { index, .. } => vec![*index],
+        }
+    }
+}
+
+/// A node and what is in use on it.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeState {
+    pub spec: NodeSpec,
+    /// Allocatable minus the requests of bound pods.
+    pub free: Resources,
+    pub free_pods: u32,
+    /// Per device, in the order of `spec.gpus`.
+    pub gpus: Vec<GpuUse>,
+    pub pods: BTreeSet<PodId>,
+    #[serde(skip)]
+    pub(crate) class: ClassId,
+    #[serde(skip)]
+    pub(crate) slot: (usize, u64),
+}
+
+impl NodeState {
+    fn new(spec: NodeSpec, class: ClassId) -> Self {
+        NodeState {
+            free: spec.allocatable.clone(),
+            free_pods: spec.max_pods,
+            gpus: vec![
+                GpuUse {
+                    free_milli: 1000,
+                    held_whole: false
+                };
+                spec.gpus.len()
+            ],
+            pods: BTreeSet::new(),
+            spec,
+            class,
+            slot: (0, 0),
+        }
+    }
+
+    pub fn free_whole_gpus(&self) -> u32 {
+        self.gpus.iter().filter(|g| g.free_milli == 1000).count() as u32
+    }
+
+    pub fn free_gpu_milli(&self) -> u64 {
+        self.gpus.iter().map(|g| g.free_milli as u64).sum()
+    }
+
+    pub fn gpu_count(&self) -> u32 {
+        self.gpus.len() as u32
+    }
+
+    /// Whether the pod's amounts fit now (static predicates aside).
+    pub fn fits(&self, resources: &Resources, gpu: GpuRequest) -> bool {
+        self.free_pods >= 1 && self.free.fits(resources) && self.gpu_fits(gpu)
+    }
+
+    pub fn gpu_fits(&self, gpu: GpuRequest) -> bool {
+        match gpu {
+            GpuRequest::None => true,
+            GpuRequest::Whole(n) => self.free_whole_gpus() >= n,
+            GpuRequest::Shared { milli } => self
+                .gpus
+                .iter()
+                .any(|g| !g.held_whole && g.free_milli >= milli),
+        }
+    }
+
+    /// Picks devices for a GPU request that fits: whole GPUs from one NUMA node when one
+    /// can hold them all (the fullest such node, keeping emptier ones whole for bigger
+    /// pods), shares on the fitting device with the least room left.
+    pub fn choose_gpus(&self, gpu: GpuRequest) -> GpuAssignment {
+        match gpu {
+            GpuRequest::None => GpuAssignment::None,
+            GpuRequest::Shared { milli } => {
+                let (i, _) = self
+                    .gpus
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, g)| !g.held_whole && g.free_milli >= milli)
+                    .min_by_key(|(i, g)| (g.free_milli, *i))
+                    .expect("choose_gpus called on a node that does not fit");
+                GpuAssignment::Shared {
+                    index: self.spec.gpus[i].index,
+                    milli,
+                }
+            }
+            GpuRequest::Whole(n) => {
+                let free: Vec<usize> = (0..self.gpus.len())
+                    .filter(|&i| self.gpus[i].free_milli == 1000)
+                    .collect();
+                let mut by_numa: HashMap<u32, Vec<usize>> = HashMap::new();
+                for &i in &free {
+                    by_numa
+                        .entry(self.spec.gpus[i].numa_node)
+                        .or_default()
+                        .push(i);
+                }
+                let one_numa = by_numa
+                    .iter()
+                    .filter(|(_, v)| v.len() >= n as usize)
+                    .min_by_key(|(numa, v)| (v.len(), **numa))
+                    .map(|(_, v)| v.clone());
+                let mut chosen = one_numa.unwrap_or(free);
+                chosen.truncate(n as usize);
+                let mut indices: Vec<u32> = chosen.iter().map(|&i| self.spec.gpus[i].index).collect();
+                indices.sort_unstable();
+                GpuAssignment::Whole(indices)
+            }
+        }
+    }
+
+    fn device_position(&self, index: u32) -> usize {
+        self.spec
+            .gpus
+            .iter()
+            .position(|g| g.index == index)
+            .expect("GPU index assigned by this node")
+    }
+
+    pub(crate) fn allocate(&mut self, pod: PodId, resources: &Resources, gpus: &GpuAssignment) {
+        self.free.sub(resources);
+        self.free_pods -= 1;
+        self.pods.insert(pod);
+        self.apply_gpus(gpus, true);
+    }
+
+    pub(crate) fn release(&mut self, pod: PodId, resources: &Resources, gpus: &GpuAssignment) {
+        self.free.add(resources);
+        self.free_pods += 1;
+        self.pods.remove(&pod);
+        self.apply_gpus(gpus, false);
+    }
+
+    fn apply_gpus(&mut self, gpus: &GpuAssignment, take: bool) {
+        match gpus {
+            GpuAssignment::None => {}
+            GpuAssignment::Whole(indices) => {
+                for &index in indices {
+                    let p = self.device_position(index);
+                    let g = &mut self.gpus[p];
+                    g.free_milli = if take { 0 } else { 1000 };
+                    g.held_whole = take;
+                }
+            }
+            GpuAssignment::Shared { index, milli } => {
+                let p = self.device_position(*index);
+                let g = &mut self.gpus[p];
+                if take {
+                    g.free_milli -= milli;
+                } else {
+                    g.free_milli += milli;
+                }
+            }
+        }
+    }
+}
+
+/// What nodes of one class share. Two nodes with equal keys are interchangeable for
+/// every static predicate that does not name a per-node label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct ClassKey {
+    allocatable: Resources,
+    max_pods: u32,
+    gpu_models: Vec<(String, u64)>,
+    taints: Vec<Taint>,
+    unschedulable: bool,
+    labels: Labels,
+}
+
+impl ClassKey {
+    fn of(spec: &NodeSpec) -> Self {
+        let mut taints = spec.taints.clone();
+        taints.sort();
+        ClassKey {
+            allocatable: spec.allocatable.clone(),
+            max_pods: spec.max_pods,
+            gpu_models: spec
+                .gpus
+                .iter()
+                .map(|g| (g.model.clone(), g.memory_mib))
+                .collect(),
+            taints,
+            unschedulable: spec.unschedulable,
+            labels: spec
+                .labels
+                .iter()
+                .filter(|(k, _)| !PER_NODE_LABELS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        }
+    }
+}
+
+/// Nodes of one class, in buckets by free whole GPUs, each ordered by (key, node).
+#[derive(Debug)]
+pub(crate) struct NodeClass {
+    /// A member's spec, for class-level predicates (per-node labels are not to be trusted).
+    pub representative: NodeSpec,
+    pub buckets: Vec<BTreeSet<(u64, NodeId)>>,
+    pub len: usize,
+}
+
+/// All nodes, their classes and the buckets.
+#[derive(Debug, Default)]
+pub struct ClusterIndex {
+    nodes: Vec<Option<NodeState>>,
+    by_name: HashMap<String, NodeId>,
+    pub(crate) classes: Vec<NodeClass>,
+    class_of_key: HashMap<ClassKey, ClassId>,
+    /// Largest allocatable cpu of any node (normalises BestFit keys).
+    pub(crate) max_node_cpu: i64,
+    live: usize,
+}
+
+impl ClusterIndex {
+    pub fn node(&self, id: NodeId) -> &NodeState {
+        self.nodes[id.0 as usize]
+            .as_ref()
+            .expect("node id refers to a removed node")
+    }
+
+    pub fn get(&self, id: NodeId) -> Option<&NodeState> {
+        self.nodes.get(id.0 as usize).and_then(Option::as_ref)
+    }
+
+    pub fn id_of(&self, name: &str) -> Option<NodeId> {
+        self.by_name.get(name).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Live nodes in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (NodeId, &NodeState)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.as_ref().map(|n| (NodeId(i as u32), n)))
+    }
+
+    pub(crate) fn node_mut_unindexed(&mut self, id: NodeId) -> &mut NodeState {
+        self.nodes[id.0 as usize].as_mut().expect("live node")
+    }
+
+    pub(crate) fn class_of(&self, id: NodeId) -> ClassId {
+        self.node(id).class
+    }
+
+    fn class_for(&mut self, spec: &NodeSpec) -> ClassId {
+        let key = ClassKey::of(spec);
+        if let Some(&c) = self.class_of_key.get(&key) {
+            return c;
+        }
+        let c = ClassId(self.classes.len() as u32);
+        self.classes.push(NodeClass {
+            representative: spec.clone(),
+            buckets: vec![BTreeSet::new(); spec.gpus.len() + 1],
+            len: 0,
+        });
+        self.class_of_key.insert(key, c);
+        c
+    }
+
+    /// Adds a node; `key` gives its ordering key once it is in place.
+    pub(crate) fn insert(&mut self, spec: NodeSpec, key: impl Fn(&ClusterIndex, &NodeState) -> u64) -> NodeId {
+        let class = self.class_for(&spec);
+        let id = NodeId(self.nodes.len() as u32);
+        self.by_name.insert(spec.name.clone(), id);
+        self.max_node_cpu = self.max_node_cpu.max(spec.allocatable.cpu_milli);
+        self.nodes.push(Some(NodeState::new(spec, class)));
+        self.live += 1;
+        self.classes[class.0 as usize].len += 1;
+        self.reindex(id, &key);
+        id
+    }
+
+    /// Takes a node out; returns its state (with the pods still on it).
+    pub(crate) fn remove(&mut self, id: NodeId) -> NodeState {
+        self.unindex(id);
+        let state = self.nodes[id.0 as usize].take().expect("live node");
+        self.by_name.remove(&state.spec.name);
+        self.classes[state.class.0 as usize].len -= 1;
+        self.live -= 1;
+        state
+    }
+
+    /// Replaces a node's spec (labels, taints, cordon) keeping what runs on it.
+    pub(crate) fn respec(&mut self, id: NodeId, spec: NodeSpec, key: impl Fn(&ClusterIndex, &NodeState) -> u64) {
+        self.unindex(id);
+        let class = self.class_for(&spec);
+        let old_class = self.node(id).class;
+        self.classes[old_class.0 as usize].len -= 1;
+        self.classes[class.0 as usize].len += 1;
+        self.max_node_cpu = self.max_node_cpu.max(spec.allocatable.cpu_milli);
+        let node = self.node_mut_unindexed(id);
+        node.spec = spec;
+        node.class = class;
+        self.reindex(id, &key);
+    }
+
+    pub(crate) fn unindex(&mut self, id: NodeId) {
+        let node = self.node(id);
+        let (bucket, key) = node.slot;
+        let class = node.class;
+        self.classes[class.0 as usize].buckets[bucket].remove(&(key, id));
+    }
+
+    /// Puts a node (whose slot is not in any bucket) into its bucket with a fresh key.
+    pub(crate) fn reindex(&mut self, id: NodeId, key: &impl Fn(&ClusterIndex, &NodeState) -> u64) {
+        let node = self.node(id);
+        let slot = (node.free_whole_gpus() as usize, key(self, node));
+        let class = node.class;
+        self.node_mut_unindexed(id).slot = slot;
+        self.classes[class.0 as usize].buckets[slot.0].insert((slot.1, id));
+    }
+
+    /// Re-keys every node (after a change of the policy's normalisation).
+    pub(crate) fn rekey_all(&mut self, key: &impl Fn(&ClusterIndex, &NodeState) -> u64) {
+        let ids: Vec<NodeId> = self.iter().map(|(id, _)| id).collect();
+        for id in ids {
+            self.unindex(id);
+            self.reindex(id, key);
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Kestrel's scheduling engine.
+//!
+//! Pure and synchronous: no I/O, no clock, no async runtime. Drivers (the simulator, the
+//! Kubernetes scheduler) feed nodes and pods in, call [`Scheduler::schedule`] with the
+//! current time, and carry out the [`Decisions`].
+
+pub mod cluster;
+pub mod explain;
+pub mod model;
+pub mod policy;
+pub mod resources;
+pub mod rng;
+pub mod scheduler;
+
+pub use cluster::{ClusterIndex, GpuAssignment, GpuUse, NodeId, NodeState};
+pub use explain::{NodeReason, Unschedulable};
+pub use model::*;
+pub use policy::Policy;
+pub use resources::{parse_quantity, Bytes, QuantityError, Resources, GPU_RESOURCE};
+pub use rng::Rng;
+pub use scheduler::{
+    Binding, ClusterError, Decisions, Millis, PodId, PodPhase, PodRecord, Scheduler,
+    SchedulerConfig,
+};

@@ -1,0 +1,677 @@
+//! The scheduling engine: the pending queue and `schedule(now) -> Decisions`.
+//!
+//! A cycle takes pods in queue order (priority, then arrival) and places each on the best
+//! node that fits, committing it to the index before the next pod is looked at. A pod that
+//! fits nowhere is parked with its explanation; parked pods are retried only after capacity
+//! was freed or nodes changed, so an idle cycle costs nothing and a busy one costs what
+//! changed. Pods with the same constraints and demand share one failure per generation.
+
+use crate::cluster::{ClassId, ClusterIndex, GpuAssignment, NodeId, NodeState, PER_NODE_LABELS};
+use crate::explain::{NodeReason, Unschedulable};
+use crate::model::{
+    Demand, GpuRequest, NodeSelectorTerm, NodeSpec, PlacementConstraints, PodSpec, TaintEffect,
+};
+use crate::policy::Policy;
+use crate::resources::GPU_RESOURCE;
+use crate::rng::Rng;
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// Time in milliseconds, supplied by the driver (virtual or wall clock).
+pub type Millis = u64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct PodId(pub u32);
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum PodPhase {
+    Pending,
+    Bound {
+        node: NodeId,
+        gpus: GpuAssignment,
+        at: Millis,
+    },
+    /// Finished or deleted; kept so ids stay valid.
+    Gone,
+}
+
+#[derive(Debug, Clone)]
+pub struct PodRecord {
+    pub spec: PodSpec,
+    pub phase: PodPhase,
+    pub submitted_at: Millis,
+    /// Why the pod is pending, from the last cycle that tried it.
+    pub pending_reason: Option<Arc<Unschedulable>>,
+    seq: u64,
+    constraint: u32,
+    signature: u32,
+}
+
+impl PodRecord {
+    fn queue_key(&self, id: PodId) -> QueueKey {
+        (Reverse(self.spec.priority), self.seq, id)
+    }
+}
+
+type QueueKey = (Reverse<i32>, u64, PodId);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SchedulerConfig {
+    pub policy: Policy,
+    /// Seeds the Random policy; every other decision is seed-independent.
+    pub seed: u64,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            policy: Policy::Kestrel,
+            seed: 42,
+        }
+    }
+}
+
+/// A pod placed on a node with its devices.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Binding {
+    pub pod: PodId,
+    pub node: NodeId,
+    pub gpus: GpuAssignment,
+}
+
+/// What a cycle decided. `unschedulable` lists pods whose reason is new or changed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decisions {
+    pub bindings: Vec<Binding>,
+    pub unschedulable: Vec<(PodId, Arc<Unschedulable>)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    #[error("node {0:?} already exists; node names must be unique")]
+    DuplicateNode(String),
+    #[error("node {0:?} does not exist")]
+    UnknownNode(String),
+    #[error("node {node:?}: {field}: {why}")]
+    InvalidNode {
+        node: String,
+        field: &'static str,
+        why: String,
+    },
+    #[error("pod {0:?} is not known to the scheduler")]
+    UnknownPod(PodId),
+}
+
+/// A class-level verdict for one set of constraints.
+#[derive(Debug, Clone)]
+enum ClassVerdict {
+    Feasible { score: i64 },
+    Infeasible(NodeReason),
+}
+
+#[derive(Debug)]
+struct ConstraintEntry {
+    constraints: PlacementConstraints,
+    /// The constraints name per-node labels or fields: check node by node.
+    per_node: bool,
+    verdicts: Vec<ClassVerdict>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Candidate {
+    neg_score: i64,
+    key: u64,
+    node: NodeId,
+}
+
+/// The engine. Drivers feed it nodes and pods, call [`Scheduler::schedule`], and carry out
+/// the decisions.
+#[derive(Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    cluster: ClusterIndex,
+    pods: Vec<PodRecord>,
+    active: BTreeSet<QueueKey>,
+    parked: Vec<QueueKey>,
+    constraints: Vec<ConstraintEntry>,
+    constraint_ids: HashMap<PlacementConstraints, u32>,
+    signature_ids: HashMap<(u32, Demand), u32>,
+    /// Per signature: the generation it last failed in, with the reason.
+    failed: Vec<Option<(u64, Arc<Unschedulable>)>>,
+    /// Bumped whenever capacity may have grown (release, node added or changed).
+    generation: u64,
+    parked_generation: u64,
+    rng: Rng,
+    next_seq: u64,
+    pending: usize,
+}
+
+impl Scheduler {
+    pub fn new(config: SchedulerConfig) -> Self {
+        Scheduler {
+            config,
+            cluster: ClusterIndex::default(),
+            pods: Vec::new(),
+            active: BTreeSet::new(),
+            parked: Vec::new(),
+            constraints: Vec::new(),
+            constraint_ids: HashMap::new(),
+            signature_ids: HashMap::new(),
+            failed: Vec::new(),
+            generation: 0,
+            parked_generation: 0,
+            rng: Rng::new(config.seed),
+            next_seq: 0,
+            pending: 0,
+        }
+    }
+
+    pub fn config(&self) -> SchedulerConfig {
+        self.config
+    }
+
+    pub fn cluster(&self) -> &ClusterIndex {
+        &self.cluster
+    }
+
+    pub fn pod(&self, id: PodId) -> &PodRecord {
+        &self.pods[id.0 as usize]
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = (PodId, &PodRecord)> {
+        self.pods
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (PodId(i as u32), p))
+    }
+
+    /// Pods waiting for a node.
+    pub fn pending_count(&self) -> usize {
+        self.pending
+    }
+
+    /// Pending pods in queue order (priority, then arrival).
+    pub fn pending(&self) -> Vec<PodId> {
+        let mut keys: Vec<QueueKey> = self.active.iter().copied().collect();
+        keys.extend(self.parked.iter().copied());
+        keys.sort_unstable();
+        keys.into_iter().map(|(_, _, id)| id).collect()
+    }
+
+    fn node_key(&self) -> impl Fn(&ClusterIndex, &NodeState) -> u64 {
+        let policy = self.config.policy;
+        move |cluster, node| policy.node_key(cluster, node)
+    }
+
+    fn capacity_may_have_grown(&mut self) {
+        self.generation += 1;
+    }
+
+    pub fn add_node(&mut self, spec: NodeSpec) -> Result<NodeId, ClusterError> {
+        if self.cluster.id_of(&spec.name).is_some() {
+            return Err(ClusterError::DuplicateNode(spec.name));
+        }
+        validate_node(&spec)?;
+        let max_cpu_before = self.cluster.max_node_cpu;
+        let key = self.node_key();
+        let id = self.cluster.insert(spec, &key);
+        if self.config.policy.uses_max_node_cpu() && self.cluster.max_node_cpu != max_cpu_before {
+            self.cluster.rekey_all(&key);
+        }
+        self.capacity_may_have_grown();
+        Ok(id)
+    }
+
+    /// Cordons (`true`) or uncordons a node. Pods on it keep running.
+    pub fn set_unschedulable(&mut self, name: &str, unschedulable: bool) -> Result<(), ClusterError> {
+        let id = self
+            .cluster
+            .id_of(name)
+            .ok_or_else(|| ClusterError::UnknownNode(name.to_string()))?;
+        let mut spec = self.cluster.node(id).spec.clone();
+        if spec.unschedulable == unschedulable {
+            return Ok(());
+        }
+        spec.unschedulable = unschedulable;
+        let key = self.node_key();
+        self.cluster.respec(id, spec, key);
+        if !unschedulable {
+            self.capacity_may_have_grown();
+        }
+        Ok(())
+    }
+
+    /// Removes a node. The pods that ran on it return to the queue (in their original
+    /// order), as controllers recreate the pods of a lost node; their ids are returned.
+    pub fn remove_node(&mut self, name: &str) -> Result<Vec<PodId>, ClusterError> {
+        let id = self
+            .cluster
+            .id_of(name)
+            .ok_or_else(|| ClusterError::UnknownNode(name.to_string()))?;
+        let state = self.cluster.remove(id);
+        let evicted: Vec<PodId> = state.pods.iter().copied().collect();
+        for &pod in &evicted {
+            let record = &mut self.pods[pod.0 as usize];
+            record.phase = PodPhase::Pending;
+            self.active.insert(record.queue_key(pod));
+            self.pending += 1;
+        }
+        Ok(evicted)
+    }
+
+    /// Adds a pod to the queue.
+    pub fn submit(&mut self, spec: PodSpec, now: Millis) -> PodId {
+        let constraint = self.intern_constraints(&spec.constraints);
+        let next_sig = self.signature_ids.len() as u32;
+        let signature = *self
+            .signature_ids
+            .entry((constraint, spec.demand.clone()))
+            .or_insert(next_sig);
+        if signature == next_sig {
+            self.failed.push(None);
+        }
+        let id = PodId(self.pods.len() as u32);
+        let record = PodRecord {
+            spec,
+            phase: PodPhase::Pending,
+            submitted_at: now,
+            pending_reason: None,
+            seq: self.next_seq,
+            constraint,
+            signature,
+        };
+        self.next_seq += 1;
+        self.active.insert(record.queue_key(id));
+        self.pods.push(record);
+        self.pending += 1;
+        id
+    }
+
+    /// A pod ended (completed, failed or deleted): releases what it held, or takes it out
+    /// of the queue if it never ran.
+    pub fn finish(&mut self, id: PodId) -> Result<(), ClusterError> {
+        let record = self
+            .pods
+            .get_mut(id.0 as usize)
+            .ok_or(ClusterError::UnknownPod(id))?;
+        match std::mem::replace(&mut record.phase, PodPhase::Gone) {
+            PodPhase::Gone => return Err(ClusterError::UnknownPod(id)),
+            PodPhase::Pending => {
+                let key = record.queue_key(id);
+                if !self.active.remove(&key) {
+                    self.parked.retain(|k| *k != key);
+                }
+                self.pending -= 1;
+            }
+            PodPhase::Bound { node, gpus, .. } => {
+                let resources = record.spec.demand.resources.clone();
+                self.cluster.unindex(node);
+                self.cluster
+                    .node_mut_unindexed(node)
+                    .release(id, &resources, &gpus);
+                let key = self.node_key();
+                self.cluster.reindex(node, &key);
+                self.capacity_may_have_grown();
+            }
+        }
+        Ok(())
+    }
+
+    /// One scheduling cycle at time `now`.
+    pub fn schedule(&mut self, now: Millis) -> Decisions {
+        if self.parked_generation != self.generation {
+            self.active.extend(self.parked.drain(..));
+            self.parked_generation = self.generation;
+        }
+        let mut decisions = Decisions::default();
+        while let Some(key) = self.active.pop_first() {
+            let id = key.2;
+            match self.place(id) {
+                Ok((node, gpus)) => {
+                    self.bind(id, node, gpus.clone(), now);
+                    decisions.bindings.push(Binding { pod: id, node, gpus });
+                }
+                Err(reason) => {
+                    let record = &mut self.pods[id.0 as usize];
+                    let changed = !record
+                        .pending_reason
+                        .as_ref()
+                        .is_some_and(|r| Arc::ptr_eq(r, &reason) || **r == *reason);
+                    if changed {
+                        record.pending_reason = Some(reason.clone());
+                        decisions.unschedulable.push((id, reason));
+                    }
+                    self.parked.push(key);
+                }
+            }
+        }
+        decisions
+    }
+
+    fn bind(&mut self, id: PodId, node: NodeId, gpus: GpuAssignment, now: Millis) {
+        let key = self.node_key();
+        let record = &mut self.pods[id.0 as usize];
+        self.cluster.unindex(node);
+        self.cluster
+            .node_mut_unindexed(node)
+            .allocate(id, &record.spec.demand.resources, &gpus);
+        self.cluster.reindex(node, &key);
+        record.phase = PodPhase::Bound { node, gpus, at: now };
+        record.pending_reason = None;
+        self.pending -= 1;
+    }
+
+    fn intern_constraints(&mut self, constraints: &PlacementConstraints) -> u32 {
+        if let Some(&id) = self.constraint_ids.get(constraints) {
+            return id;
+        }
+        let id = self.constraints.len() as u32;
+        self.constraints.push(ConstraintEntry {
+            constraints: constraints.clone(),
+            per_node: names_per_node_labels(constraints),
+            verdicts: Vec::new(),
+        });
+        self.constraint_ids.insert(constraints.clone(), id);
+        id
+    }
+
+    /// Class verdicts for a constraint set, computed for classes created since last asked.
+    fn verdicts(&mut self, constraint: u32) -> &[ClassVerdict] {
+        let entry = &mut self.constraints[constraint as usize];
+        for class in &self.cluster.classes[entry.verdicts.len()..] {
+            entry
+                .verdicts
+                .push(match static_check(&entry.constraints, &class.representative) {
+                    Ok(score) => ClassVerdict::Feasible { score },
+                    Err(reason) => ClassVerdict::Infeasible(reason),
+                });
+        }
+        &entry.verdicts
+    }
+
+    /// Finds the best node for a pod, or says why there is none.
+    fn place(&mut self, id: PodId) -> Result<(NodeId, GpuAssignment), Arc<Unschedulable>> {
+        let record = &self.pods[id.0 as usize];
+        let (constraint, signature) = (record.constraint, record.signature);
+        if let Some((generation, reason)) = &self.failed[signature as usize] {
+            if *generation == self.generation {
+                return Err(reason.clone());
+            }
+        }
+        self.verdicts(constraint);
+        let record = &self.pods[id.0 as usize];
+        let demand = &record.spec.demand;
+        let entry = &self.constraints[constraint as usize];
+        let random = self.config.policy == Policy::Random;
+        let mut best: Option<Candidate> = None;
+        let mut fitting: Vec<NodeId> = Vec::new();
+        for (ci, class) in self.cluster.classes.iter().enumerate() {
+            if class.len == 0 {
+                continue;
+            }
+            let class_score = match &entry.verdicts[ci] {
+                ClassVerdict::Feasible { score } => *score,
+                ClassVerdict::Infeasible(_) if !entry.per_node => continue,
+                ClassVerdict::Infeasible(_) => 0,
+            };
+            let first_bucket = match demand.gpu {
+                GpuRequest::Whole(n) => n as usize,
+                _ => 0,
+            };
+            for bucket in class.buckets.iter().skip(first_bucket) {
+                for &(key, node_id) in bucket {
+                    let mut score = class_score;
+                    let node = self.cluster.node(node_id);
+                    if entry.per_node {
+                        match static_check(&entry.constraints, &node.spec) {
+                            Ok(s) => score = s,
+                            Err(_) => continue,
+                        }
+                    }
+                    let candidate = Candidate {
+                        neg_score: -score,
+                        key,
+                        node: node_id,
+                    };
+                    // Later entries in this bucket only have larger keys: stop when they
+                    // cannot beat the best (unless scores vary node by node).
+                    if !random && !entry.per_node && best.is_some_and(|b| b <= candidate) {
+                        break;
+                    }
+                    if !node.fits(&demand.resources, demand.gpu) {
+                        continue;
+                    }
+                    if random {
+                        fitting.push(node_id);
+                        continue;
+                    }
+                    if best.is_none_or(|b| candidate < b) {
+                        best = Some(candidate);
+                    }
+                    if !entry.per_node {
+                        break;
+                    }
+                }
+            }
+        }
+        let chosen = if random {
+            if fitting.is_empty() {
+                None
+            } else {
+                fitting.sort_unstable();
+                Some(fitting[self.rng.below(fitting.len() as u64) as usize])
+            }
+        } else {
+            best.map(|b| b.node)
+        };
+        match chosen {
+            Some(node) => {
+                let gpus = self.cluster.node(node).choose_gpus(demand.gpu);
+                Ok((node, gpus))
+            }
+            None => {
+                let reason = Arc::new(self.explain(constraint, &demand.clone()));
+                self.failed[signature as usize] = Some((self.generation, reason.clone()));
+                Err(reason)
+            }
+        }
+    }
+
+    /// Counts, over all nodes, why a pod with these constraints and demand fits none.
+    fn explain(&self, constraint: u32, demand: &Demand) -> Unschedulable {
+        let entry = &self.constraints[constraint as usize];
+        let mut reasons: BTreeMap<NodeReason, u32> = BTreeMap::new();
+        let (mut eligible_free_whole, mut best_free_whole) = (0u32, 0u32);
+        for (ci, class) in self.cluster.classes.iter().enumerate() {
+            if class.len == 0 {
+                continue;
+            }
+            if !entry.per_node {
+                if let ClassVerdict::Infeasible(reason) = &entry.verdicts[ci] {
+                    *reasons.entry(reason.clone()).or_default() += class.len as u32;
+                    continue;
+                }
+            }
+            for bucket in &class.buckets {
+                for &(_, node_id) in bucket {
+                    let node = self.cluster.node(node_id);
+                    if entry.per_node {
+                        if let Err(reason) = static_check(&entry.constraints, &node.spec) {
+                            *reasons.entry(reason).or_default() += 1;
+                            continue;
+                        }
+                    }
+                    let free_whole = node.free_whole_gpus();
+                    eligible_free_whole += free_whole;
+                    best_free_whole = best_free_whole.max(free_whole);
+                    for reason in node_shortfalls(node, demand) {
+                        *reasons.entry(reason).or_default() += 1;
+                    }
+                }
+            }
+        }
+        let mut reasons: Vec<(NodeReason, u32)> = reasons.into_iter().collect();
+        reasons.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let need = demand.gpu.whole();
+        Unschedulable {
+            total_nodes: self.cluster.len() as u32,
+            reasons,
+            gpu_fragmentation: (need > 0
+                && eligible_free_whole >= need
+                && best_free_whole < need)
+                .then_some((eligible_free_whole, best_free_whole)),
+        }
+    }
+
+    /// Whether a pod with this spec could go on this node now (static and amounts).
+    pub fn could_place_on(&self, spec: &PodSpec, node: NodeId) -> bool {
+        let node = self.cluster.node(node);
+        static_check(&spec.constraints, &node.spec).is_ok()
+            && node.fits(&spec.demand.resources, spec.demand.gpu)
+    }
+
+    /// The node's rank key under the configured policy (lower is better).
+    pub fn node_rank(&self, node: NodeId) -> u64 {
+        self.config.policy.node_key(&self.cluster, self.cluster.node(node))
+    }
+
+    /// The class a node belongs to (nodes of one class are interchangeable for static
+    /// predicates); exposed for metrics that group nodes.
+    pub fn node_class(&self, node: NodeId) -> u32 {
+        let ClassId(c) = self.cluster.class_of(node);
+        c
+    }
+}
+
+fn validate_node(spec: &NodeSpec) -> Result<(), ClusterError> {
+    let invalid = |field, why: String| ClusterError::InvalidNode {
+        node: spec.name.clone(),
+        field,
+        why,
+    };
+    if spec.name.is_empty() {
+        return Err(invalid("metadata.name", "must not be empty".into()));
+    }
+    let mut seen = BTreeSet::new();
+    for gpu in &spec.gpus {
+        if !seen.insert(gpu.index) {
+            return Err(invalid(
+                "gpus[].index",
+                format!("GPU index {} appears twice; give each device its own index", gpu.index),
+            ));
+        }
+    }
+    if spec.allocatable.cpu_milli < 0 || spec.allocatable.memory_bytes < 0 {
+        return Err(invalid(
+            "allocatable",
+            "cpu and memory must not be negative".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The resource reasons a node that passes static predicates cannot take the demand now.
+fn node_shortfalls(node: &NodeState, demand: &Demand) -> Vec<NodeReason> {
+    let mut out: Vec<NodeReason> = node
+        .free
+        .shortfalls(&demand.resources)
+        .map(|r| NodeReason::Insufficient(r.to_string()))
+        .collect();
+    if node.free_pods == 0 {
+        out.push(NodeReason::TooManyPods);
+    }
+    if !node.gpu_fits(demand.gpu) {
+        let enough_in_total = node.free_gpu_milli() >= demand.gpu.milli();
+        out.push(if enough_in_total {
+            NodeReason::GpuFragmented
+        } else {
+            NodeReason::Insufficient(GPU_RESOURCE.to_string())
+        });
+    }
+    out
+}
+
+/// Cordoned nodes are skipped unless the pod tolerates the taint that stands for the cordon.
+static CORDON_TAINT_VIEW: std::sync::LazyLock<crate::model::Taint> =
+    std::sync::LazyLock::new(|| crate::model::Taint {
+        key: "node.kubernetes.io/unschedulable".to_string(),
+        value: String::new(),
+        effect: TaintEffect::NoSchedule,
+    });
+
+/// Static predicates in kube-scheduler's order (NodeUnschedulable, NodeAffinity,
+/// TaintToleration), plus the RuntimeClass's own selector. On success, the node's
+/// preference score: matched preferred-affinity weights, minus 100 per untolerated
+/// PreferNoSchedule taint.
+fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, NodeReason> {
+    if node.unschedulable && !c.tolerations.iter().any(|t| t.tolerates(&CORDON_TAINT_VIEW)) {
+        return Err(NodeReason::Cordoned);
+    }
+    let selector_ok = c
+        .node_selector
+        .iter()
+        .all(|(k, v)| node.labels.get(k) == Some(v));
+    let affinity_ok = c
+        .affinity
+        .required
+        .as_ref()
+        .is_none_or(|terms| terms.iter().any(|t| t.matches(node)));
+    if !selector_ok || !affinity_ok {
+        return Err(NodeReason::AffinityMismatch);
+    }
+    let runtime_tolerations = c.runtime_class.iter().flat_map(|rc| rc.tolerations.iter());
+    let tolerations: Vec<_> = c.tolerations.iter().chain(runtime_tolerations).collect();
+    if let Some(rc) = &c.runtime_class {
+        if !rc
+            .node_selector
+            .iter()
+            .all(|(k, v)| node.labels.get(k) == Some(v))
+        {
+            return Err(NodeReason::RuntimeClassMismatch(rc.name.clone()));
+        }
+    }
+    let mut score = 0i64;
+    for taint in &node.taints {
+        let tolerated = tolerations.iter().any(|t| t.tolerates(taint));
+        match taint.effect {
+            TaintEffect::NoSchedule | TaintEffect::NoExecute if !tolerated => {
+                return Err(NodeReason::UntoleratedTaint(taint.clone()));
+            }
+            TaintEffect::PreferNoSchedule if !tolerated => score -= 100,
+            _ => {}
+        }
+    }
+    score += c
+        .affinity
+        .preferred
+        .iter()
+        .filter(|(_, term)| term.matches(node))
+        .map(|(w, _)| *w as i64)
+        .sum::<i64>();
+    Ok(score)
+}
+
+fn names_per_node_labels(c: &PlacementConstraints) -> bool {
+    let term_names = |t: &NodeSelectorTerm| {
+        !t.match_fields.is_empty()
+            || t
+                .match_expressions
+                .iter()
+                .any(|r| PER_NODE_LABELS.contains(&r.key.as_str()))
+    };
+    let per_node_key = |k: &String| PER_NODE_LABELS.contains(&k.as_str());
+    c.node_selector.keys().any(per_node_key)
+        || c
+            .runtime_class
+            .as_ref()
+            .is_some_and(|rc| rc.node_selector.keys().any(per_node_key))
+        || c
+            .affinity
+            .required
+            .iter()
+            .flatten()
+            .any(term_names)
+        || c.affinity.preferred.iter().any(|(_, t)| term_names(t))
+}
