@@ -1,0 +1,140 @@
+//! What a simulation run measured. The report and the summary table render this; `--json`
+//! prints it.
+
+use kestrel_core::Millis;
+use serde::Serialize;
+
+/// Distribution of a duration, in seconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub count: u64,
+    pub mean: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// Nearest-rank percentiles of `values` (seconds).
+    pub fn of(values: &mut [f64]) -> Percentiles {
+        if values.is_empty() {
+            return Percentiles::default();
+        }
+        values.sort_by(f64::total_cmp);
+        let rank = |p: f64| {
+            let i = ((p / 100.0) * values.len() as f64).ceil() as usize;
+            values[i.clamp(1, values.len()) - 1]
+        };
+        Percentiles {
+            count: values.len() as u64,
+            mean: values.iter().sum::<f64>() / values.len() as f64,
+            p50: rank(50.0),
+            p95: rank(95.0),
+            p99: rank(99.0),
+            max: values[values.len() - 1],
+        }
+    }
+}
+
+/// One point of the time series.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Sample {
+    /// Simulated time since the start.
+    pub at: Millis,
+    /// GPUs allocated to pods (shares count as fractions).
+    pub gpus_allocated: f64,
+    /// GPUs kept busy: allocated GPUs times each pod's utilization.
+    pub gpus_utilized: f64,
+    /// cpu allocated / allocatable over all nodes, 0..=1.
+    pub cpu_allocated: f64,
+    pub pods_pending: u32,
+    pub pods_running: u32,
+    /// Free whole GPUs that no pending pod can use now (on nodes none of them fits).
+    pub gpus_fragmented: f64,
+    /// Free GPUs (shares count as fractions).
+    pub gpus_free: f64,
+    /// The most common pending reasons now: (reason, pods), at most five.
+    pub top_pending_reasons: Vec<(String, u32)>,
+}
+
+/// Percentiles for one group (a priority value or a namespace).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GroupStats {
+    pub group: String,
+    pub queue_wait: Percentiles,
+    pub completion_time: Percentiles,
+}
+
+/// A pod still pending at the end, with its reason.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PendingPod {
+    pub pod: String,
+    pub priority: i32,
+    pub waiting_seconds: f64,
+    pub reason: String,
+}
+
+/// Final GPU use of one node, for the heat map.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeUsage {
+    pub node: String,
+    pub gpus: u32,
+    /// Allocated thousandths per device, in device order.
+    pub gpu_used_milli: Vec<u32>,
+    pub cpu_allocated: f64,
+    pub cordoned: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PodCounts {
+    /// Pods created (Job pods, replicas, bare pods).
+    pub created: u64,
+    /// Pods that were bound at least once.
+    pub scheduled: u64,
+    pub completed: u64,
+    /// Pods evicted by node removal and requeued.
+    pub evicted: u64,
+    pub running_at_end: u64,
+    pub pending_at_end: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct JobCounts {
+    pub submitted: u64,
+    pub completed: u64,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SimReport {
+    pub scenario: String,
+    pub policy: String,
+    pub seed: u64,
+    pub nodes: u32,
+    pub gpus: u32,
+    /// Simulated time covered.
+    pub span: Millis,
+    pub pods: PodCounts,
+    pub jobs: JobCounts,
+    /// Time-weighted mean of allocated / total GPUs, 0..=1.
+    pub gpu_allocation_mean: f64,
+    /// Time-weighted mean of utilized / total GPUs, 0..=1.
+    pub gpu_utilization_mean: f64,
+    /// Time-weighted mean of fragmented / free GPUs, 0..=1.
+    pub gpu_fragmentation_mean: f64,
+    /// Pod arrival to bind.
+    pub queue_wait: Percentiles,
+    /// Job arrival to its last pod's completion.
+    pub completion_time: Percentiles,
+    pub by_priority: Vec<GroupStats>,
+    pub by_namespace: Vec<GroupStats>,
+    pub samples: Vec<Sample>,
+    /// Pending reasons counted over all samples: (reason, pod-samples), most first.
+    pub pending_reasons: Vec<(String, u64)>,
+    pub pending_at_end: Vec<PendingPod>,
+    pub node_usage: Vec<NodeUsage>,
+    /// Scheduling cycles run and bindings made.
+    pub cycles: u64,
+    pub bindings: u64,
+}

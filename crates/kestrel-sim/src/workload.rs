@@ -1,0 +1,66 @@
+//! What the simulator runs: jobs (one per workload object) and timed cluster events.
+
+use kestrel_core::{Millis, NodeSpec, PodSpec};
+use serde::Serialize;
+
+/// The controller kind a job came from; decides how its pods are created and replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum JobKind {
+    /// A bare Pod (or an openb row): one pod, never replaced.
+    Pod,
+    /// A batch Job: `parallelism` pods at a time until `completions` pods have succeeded.
+    Job,
+    /// Deployment or StatefulSet: `replicas` pods that run for the duration (or to the end).
+    Service,
+}
+
+/// One workload object to simulate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SimJob {
+    pub kind: JobKind,
+    /// The object's kind as written (`Pod`, `Job`, `Deployment`, `StatefulSet`, `openb`,
+    /// `synthetic/training` ...), for reports.
+    pub source_kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// When the object is created, from the simulation's start.
+    pub arrival: Millis,
+    /// How long each pod runs once bound; `None`: until the simulation ends.
+    pub duration: Option<Millis>,
+    /// Pods running at once (Job parallelism, replicas).
+    pub parallelism: u32,
+    /// Pods that must finish for the job to complete (Job completions; else = parallelism).
+    pub completions: u32,
+    /// The pod template; its name is the job's name (pods get a suffix).
+    pub template: PodSpec,
+    /// Share of its allocated GPUs a pod keeps busy (0..=1), for the utilization chart.
+    pub gpu_utilization: f64,
+}
+
+/// A change to the cluster at a given time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum ClusterChange {
+    AddNode(NodeSpec),
+    RemoveNode(String),
+    Cordon(String),
+    Uncordon(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClusterEvent {
+    pub at: Millis,
+    pub change: ClusterChange,
+}
+
+/// A cluster to simulate: the nodes at the start, and what happens to them later.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SimCluster {
+    pub nodes: Vec<NodeSpec>,
+    pub events: Vec<ClusterEvent>,
+}
+
+/// Everything to run: jobs in input order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Workload {
+    pub jobs: Vec<SimJob>,
+}
