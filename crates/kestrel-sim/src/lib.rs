@@ -4,6 +4,7 @@
 //! generator into a [`SimCluster`] and a [`Workload`]; the simulator drives
 //! `kestrel_core::Scheduler` on a virtual clock and measures a [`SimReport`].
 
+pub mod duration;
 pub mod error;
 pub mod metrics;
 pub mod workload;
