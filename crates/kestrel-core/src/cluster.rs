@@ -8,6 +8,7 @@
 
 use crate::model::{GpuRequest, Labels, NodeSpec, Taint, BLOCK_LABEL, HOSTNAME_LABEL, RACK_LABEL};
 use crate::resources::Resources;
+use crate::rng::Rng;
 use crate::PodId;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
@@ -121,18 +122,30 @@ impl NodeState {
 
     /// Picks devices for a GPU request that fits: whole GPUs from one NUMA node when one
     /// can hold them all (the fullest such node, keeping emptier ones whole for bigger
-    /// pods), shares on the fitting device with the least room left.
-    pub fn choose_gpus(&self, gpu: GpuRequest) -> GpuAssignment {
+    /// pods), shares on the fitting device with the least room left, or on a random
+    /// fitting device when `random` is given (the Random baseline).
+    pub fn choose_gpus(&self, gpu: GpuRequest, random: Option<&mut Rng>) -> GpuAssignment {
         match gpu {
             GpuRequest::None => GpuAssignment::None,
             GpuRequest::Shared { milli } => {
-                let (i, _) = self
+                let fitting = self
                     .gpus
                     .iter()
                     .enumerate()
-                    .filter(|(_, g)| !g.held_whole && g.free_milli >= milli)
-                    .min_by_key(|(i, g)| (g.free_milli, *i))
-                    .expect("choose_gpus called on a node that does not fit");
+                    .filter(|(_, g)| !g.held_whole && g.free_milli >= milli);
+                let i = match random {
+                    Some(rng) => {
+                        let all: Vec<usize> = fitting.map(|(i, _)| i).collect();
+                        assert!(!all.is_empty(), "choose_gpus called on a node that does not fit");
+                        all[rng.below(all.len() as u64) as usize]
+                    }
+                    None => {
+                        fitting
+                            .min_by_key(|(i, g)| (g.free_milli, *i))
+                            .expect("choose_gpus called on a node that does not fit")
+                            .0
+                    }
+                };
                 GpuAssignment::Shared {
                     index: self.spec.gpus[i].index,
                     milli,

@@ -468,7 +468,8 @@ impl Scheduler {
         };
         match chosen {
             Some(node) => {
-                let gpus = self.cluster.node(node).choose_gpus(demand.gpu);
+                let rng = random.then_some(&mut self.rng);
+                let gpus = self.cluster.node(node).choose_gpus(demand.gpu, rng);
                 Ok((node, gpus))
             }
             None => {

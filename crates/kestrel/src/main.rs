@@ -1,1 +1,150 @@
-fn main() {}
+//! `kestrel`: the one binary. `sim` runs the embedded simulator; `bench` measures.
+
+mod bench;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use kestrel_core::Policy;
+use kestrel_sim::duration::parse_duration;
+use kestrel_sim::generator::{generate, GeneratorConfig};
+use kestrel_sim::inputs::{load_cluster_file, load_workload_files, resolve_paths};
+use kestrel_sim::{report, simulate, summary, SimConfig};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(name = "kestrel", version, about = "Kestrel: a GPU scheduler for Kubernetes, with an embedded simulator")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Simulate a cluster and a workload with Kestrel's scheduling engine.
+    Sim(SimArgs),
+    /// Benchmarks: the openb packing experiment, placement throughput.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+#[derive(Args)]
+struct SimArgs {
+    /// Scenario directories (cluster.yaml + workload files) and/or workload files
+    /// (Kubernetes manifests .yaml, openb pod lists .csv).
+    paths: Vec<PathBuf>,
+    /// Cluster file: a SimCluster spec, `kubectl get nodes -o yaml` output, or an openb
+    /// node CSV. Overrides a directory's cluster.yaml.
+    #[arg(long)]
+    cluster: Option<PathBuf>,
+    /// Add this many generated jobs (training gangs, batch, notebooks, inference, services).
+    #[arg(long, value_name = "JOBS")]
+    synthetic: Option<usize>,
+    /// Span over which generated jobs arrive.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    span: u64,
+    /// Scoring policy: kestrel, binpack, spread, bestfit, random.
+    #[arg(long, default_value = "kestrel")]
+    policy: Policy,
+    /// Seed for the generator and the random policy; the same seed gives the same run.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Stop at this simulated time (e.g. 12h); default: when nothing is left to happen.
+    #[arg(long, value_parser = parse_duration)]
+    until: Option<u64>,
+    /// Time between samples of the time series (default: about 500 samples per run).
+    #[arg(long, value_parser = parse_duration)]
+    sample_every: Option<u64>,
+    /// Print the full report as JSON on stdout instead of the summary table.
+    #[arg(long)]
+    json: bool,
+    /// Write a self-contained HTML report (charts, tables) to this file.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Sim(args) => run_sim(args),
+        Command::Bench(command) => bench::run(command),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run_sim(args: SimArgs) -> Result<()> {
+    let files = resolve_paths(&args.paths, args.cluster.clone())?;
+    let Some(cluster_path) = files.cluster.clone() else {
+        bail!(
+            "no cluster given: pass a directory holding cluster.yaml, or --cluster FILE \
+             (a SimCluster spec, `kubectl get nodes -o yaml` output, or an openb node CSV)"
+        );
+    };
+    let cluster = load_cluster_file(&cluster_path)?;
+    let mut workload = load_workload_files(&files.workload)?;
+    if let Some(jobs) = args.synthetic {
+        workload.jobs.extend(
+            generate(&GeneratorConfig {
+                jobs,
+                span: args.span,
+                seed: args.seed,
+            })
+            .jobs,
+        );
+    }
+    if workload.jobs.is_empty() {
+        bail!(
+            "no workload: add workload files (Kubernetes manifests or an openb pod CSV) \
+             or --synthetic JOBS"
+        );
+    }
+    let scenario = args
+        .paths
+        .first()
+        .unwrap_or(&cluster_path)
+        .display()
+        .to_string();
+    let config = SimConfig {
+        policy: args.policy,
+        seed: args.seed,
+        until: args.until,
+        sample_every: args.sample_every,
+        scenario,
+    };
+    let started = Instant::now();
+    let show_progress = std::io::stderr().is_terminal();
+    let mut progress = |done: usize, total: usize| {
+        if show_progress && started.elapsed().as_millis() > 500 {
+            let pct = done * 100 / total.max(1);
+            let bar = "#".repeat(pct / 4) + &".".repeat(25 - pct / 4);
+            eprint!("\r[{bar}] {pct:3}%  {done}/{total} events");
+            let _ = std::io::stderr().flush();
+        }
+    };
+    let report = simulate(&cluster, &workload, config, &mut progress)?;
+    let elapsed = started.elapsed();
+    if show_progress && elapsed.as_millis() > 500 {
+        eprintln!();
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", summary::render_summary(&report));
+        println!(
+            "simulated in {:.3} s ({} cycles, {} bindings)",
+            elapsed.as_secs_f64(),
+            report.cycles,
+            report.bindings
+        );
+    }
+    if let Some(path) = &args.report {
+        std::fs::write(path, report::render_html(&report))
+            .with_context(|| format!("writing the report to {}", path.display()))?;
+        eprintln!("report written to {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,556 @@
+//! The discrete-event simulator: a virtual clock drives the same `Scheduler` the live
+//! driver uses. Events at one instant are applied first (cluster changes, completions,
+//! arrivals, in the order they were queued), then one scheduling cycle runs.
+
+use crate::metrics::{
+    GroupStats, NodeUsage, PendingPod, Percentiles, Sample, SimReport,
+};
+use crate::workload::{ClusterChange, JobKind, SimCluster, Workload};
+use kestrel_core::{
+    ClusterError, Decisions, GpuAssignment, Millis, PodId, PodPhase, PodSpec, Policy, Scheduler,
+    SchedulerConfig,
+};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+
+/// How to run a simulation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    pub policy: Policy,
+    pub seed: u64,
+    /// Stop at this simulated time; `None`: when no events are left.
+    pub until: Option<Millis>,
+    /// Time between samples of the time series; `None`: about 500 samples over the run.
+    pub sample_every: Option<Millis>,
+    pub scenario: String,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            policy: Policy::Kestrel,
+            seed: 42,
+            until: None,
+            sample_every: None,
+            scenario: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cluster: {0}")]
+    Cluster(#[from] ClusterError),
+    #[error("the cluster has no nodes at the start; give at least one node or pool")]
+    NoNodes,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Cluster(usize),
+    /// (pod, epoch): an eviction bumps the epoch and voids the pending completion.
+    PodDone(PodId, u32),
+    Arrival(usize),
+    Sample,
+}
+
+#[derive(Debug, Clone)]
+struct JobState {
+    created: u32,
+    succeeded: u32,
+    finished_at: Option<Millis>,
+}
+
+#[derive(Debug, Clone)]
+struct PodState {
+    job: usize,
+    created_at: Millis,
+    first_bound_at: Option<Millis>,
+    epoch: u32,
+    running: bool,
+}
+
+/// A run in progress. Use [`simulate`] unless you need to step it.
+pub struct Simulation<'a> {
+    cluster: &'a SimCluster,
+    workload: &'a Workload,
+    config: SimConfig,
+    scheduler: Scheduler,
+    queue: BinaryHeap<Reverse<(Millis, u64, Event)>>,
+    next_seq: u64,
+    now: Millis,
+    jobs: Vec<JobState>,
+    pods: HashMap<PodId, PodState>,
+    sample_every: Millis,
+    report: SimReport,
+    reason_totals: BTreeMap<String, u64>,
+    integrals: Integrals,
+    events_total: usize,
+    events_done: usize,
+}
+
+/// Time integrals for the time-weighted means.
+#[derive(Debug, Default)]
+struct Integrals {
+    last_at: Millis,
+    allocated: f64,
+    utilized: f64,
+    gpu_milli_allocated: f64,
+    gpu_milli_utilized: f64,
+}
+
+/// Runs a whole simulation. `progress(done, total)` is called now and then with the
+/// number of events processed and the number known so far.
+pub fn simulate(
+    cluster: &SimCluster,
+    workload: &Workload,
+    config: SimConfig,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<SimReport, SimError> {
+    let mut sim = Simulation::new(cluster, workload, config)?;
+    while sim.step()? {
+        if sim.events_done % 4096 == 0 {
+            progress(sim.events_done, sim.events_total);
+        }
+    }
+    progress(sim.events_done, sim.events_total);
+    Ok(sim.finish())
+}
+
+impl<'a> Simulation<'a> {
+    pub fn new(
+        cluster: &'a SimCluster,
+        workload: &'a Workload,
+        config: SimConfig,
+    ) -> Result<Self, SimError> {
+        if cluster.nodes.is_empty() {
+            return Err(SimError::NoNodes);
+        }
+        let mut scheduler = Scheduler::new(SchedulerConfig {
+            policy: config.policy,
+            seed: config.seed,
+        });
+        for node in &cluster.nodes {
+            scheduler.add_node(node.clone())?;
+        }
+        let horizon = workload
+            .jobs
+            .iter()
+            .map(|j| j.arrival + j.duration.unwrap_or(0))
+            .chain(cluster.events.iter().map(|e| e.at))
+            .max()
+            .unwrap_or(0);
+        let horizon = config.until.unwrap_or(horizon).max(1);
+        let sample_every = config.sample_every.unwrap_or((horizon / 500).max(1000));
+        let mut sim = Simulation {
+            cluster,
+            workload,
+            report: SimReport {
+                scenario: config.scenario.clone(),
+                policy: config.policy.name().to_string(),
+                seed: config.seed,
+                ..Default::default()
+            },
+            config,
+            scheduler,
+            queue: BinaryHeap::new(),
+            next_seq: 0,
+            now: 0,
+            jobs: vec![
+                JobState {
+                    created: 0,
+                    succeeded: 0,
+                    finished_at: None,
+                };
+                workload.jobs.len()
+            ],
+            pods: HashMap::new(),
+            sample_every,
+            reason_totals: BTreeMap::new(),
+            integrals: Integrals::default(),
+            events_total: 0,
+            events_done: 0,
+        };
+        for (i, event) in cluster.events.iter().enumerate() {
+            sim.push(event.at, Event::Cluster(i));
+        }
+        for (i, job) in workload.jobs.iter().enumerate() {
+            sim.push(job.arrival, Event::Arrival(i));
+        }
+        sim.push(0, Event::Sample);
+        Ok(sim)
+    }
+
+    fn push(&mut self, at: Millis, event: Event) {
+        self.queue.push(Reverse((at, self.next_seq, event)));
+        self.next_seq += 1;
+        self.events_total += 1;
+    }
+
+    /// The scheduler, to inspect state mid-run.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    pub fn now(&self) -> Millis {
+        self.now
+    }
+
+    /// Applies all events of the next instant and runs one cycle. `false` when done.
+    pub fn step(&mut self) -> Result<bool, SimError> {
+        let Some(Reverse((at, _, _))) = self.queue.peek().copied() else {
+            return Ok(false);
+        };
+        if self.config.until.is_some_and(|until| at > until) {
+            return Ok(false);
+        }
+        self.advance_to(at);
+        let mut sample = false;
+        while let Some(Reverse((t, _, event))) = self.queue.peek().copied() {
+            if t != at {
+                break;
+            }
+            self.queue.pop();
+            self.events_done += 1;
+            match event {
+                Event::Cluster(i) => self.apply_cluster_change(i)?,
+                Event::PodDone(pod, epoch) => self.pod_done(pod, epoch),
+                Event::Arrival(job) => self.arrive(job),
+                Event::Sample => sample = true,
+            }
+        }
+        let decisions = self.scheduler.schedule(at);
+        self.report.cycles += 1;
+        self.apply(decisions);
+        if sample {
+            self.take_sample();
+            // Keep sampling while anything can still happen.
+            if !self.queue.is_empty() {
+                self.push(at + self.sample_every, Event::Sample);
+            }
+        }
+        Ok(true)
+    }
+
+    fn advance_to(&mut self, at: Millis) {
+        let dt = (at - self.integrals.last_at) as f64;
+        self.integrals.allocated += dt * self.integrals.gpu_milli_allocated;
+        self.integrals.utilized += dt * self.integrals.gpu_milli_utilized;
+        self.integrals.last_at = at;
+        self.now = at;
+    }
+
+    fn apply_cluster_change(&mut self, index: usize) -> Result<(), SimError> {
+        match &self.cluster.events[index].change {
+            ClusterChange::AddNode(spec) => {
+                self.scheduler.add_node(spec.clone())?;
+            }
+            ClusterChange::RemoveNode(name) => {
+                for pod in self.scheduler.remove_node(name)? {
+                    self.report.pods.evicted += 1;
+                    let state = self.pods.get_mut(&pod).expect("evicted pod is tracked");
+                    state.epoch += 1;
+                    state.running = false;
+                    let (milli, util) = self.gpu_load(pod);
+                    self.integrals.gpu_milli_allocated -= milli;
+                    self.integrals.gpu_milli_utilized -= milli * util;
+                }
+            }
+            ClusterChange::Cordon(name) => self.scheduler.set_unschedulable(name, true)?,
+            ClusterChange::Uncordon(name) => self.scheduler.set_unschedulable(name, false)?,
+        }
+        Ok(())
+    }
+
+    fn create_pod(&mut self, job_index: usize) {
+        let job = &self.workload.jobs[job_index];
+        let state = &mut self.jobs[job_index];
+        let mut spec: PodSpec = job.template.clone();
+        spec.namespace = job.namespace.clone();
+        spec.name = match job.kind {
+            JobKind::Pod => job.name.clone(),
+            JobKind::Job | JobKind::Service => format!("{}-{}", job.name, state.created),
+        };
+        state.created += 1;
+        let id = self.scheduler.submit(spec, self.now);
+        self.pods.insert(
+            id,
+            PodState {
+                job: job_index,
+                created_at: self.now,
+                first_bound_at: None,
+                epoch: 0,
+                running: false,
+            },
+        );
+        self.report.pods.created += 1;
+    }
+
+    fn arrive(&mut self, job_index: usize) {
+        self.report.jobs.submitted += 1;
+        let job = &self.workload.jobs[job_index];
+        let initial = job.parallelism.min(job.completions);
+        for _ in 0..initial {
+            self.create_pod(job_index);
+        }
+    }
+
+    fn pod_done(&mut self, pod: PodId, epoch: u32) {
+        let Some(state) = self.pods.get_mut(&pod) else {
+            return;
+        };
+        if state.epoch != epoch || !state.running {
+            return;
+        }
+        state.running = false;
+        let job_index = state.job;
+        let (milli, util) = self.gpu_load(pod);
+        self.integrals.gpu_milli_allocated -= milli;
+        self.integrals.gpu_milli_utilized -= milli * util;
+        self.scheduler.finish(pod).expect("running pod is known");
+        self.report.pods.completed += 1;
+        let job = &self.workload.jobs[job_index];
+        let state = &mut self.jobs[job_index];
+        state.succeeded += 1;
+        if state.succeeded >= job.completions {
+            state.finished_at = Some(self.now);
+            self.report.jobs.completed += 1;
+        } else if job.kind == JobKind::Job && state.created < job.completions {
+            self.create_pod(job_index);
+        }
+    }
+
+    /// GPU thousandths a bound pod holds, and its utilization.
+    fn gpu_load(&self, pod: PodId) -> (f64, f64) {
+        let job = &self.workload.jobs[self.pods[&pod].job];
+        let milli = job.template.demand.gpu.milli() as f64;
+        (milli, job.gpu_utilization)
+    }
+
+    fn apply(&mut self, decisions: Decisions) {
+        for binding in decisions.bindings {
+            self.report.bindings += 1;
+            let state = self.pods.get_mut(&binding.pod).expect("bound pod is tracked");
+            if state.first_bound_at.is_none() {
+                state.first_bound_at = Some(self.now);
+                self.report.pods.scheduled += 1;
+            }
+            state.running = true;
+            let epoch = state.epoch;
+            let job = &self.workload.jobs[state.job];
+            if let Some(duration) = job.duration {
+                self.push(self.now + duration, Event::PodDone(binding.pod, epoch));
+            }
+            let (milli, util) = self.gpu_load(binding.pod);
+            self.integrals.gpu_milli_allocated += milli;
+            self.integrals.gpu_milli_utilized += milli * util;
+        }
+    }
+
+    fn take_sample(&mut self) {
+        let cluster = self.scheduler.cluster();
+        let (mut free_milli, mut cpu_alloc, mut cpu_total) = (0u64, 0i64, 0i64);
+        for (_, node) in cluster.iter() {
+            free_milli += node.free_gpu_milli();
+            cpu_total += node.spec.allocatable.cpu_milli;
+            cpu_alloc += node.spec.allocatable.cpu_milli - node.free.cpu_milli;
+        }
+        let pending = self.scheduler.pending();
+        let mut reasons: BTreeMap<String, u32> = BTreeMap::new();
+        // Distinct pending GPU demands (capped): free GPUs none of them can use are stranded.
+        let mut shapes: Vec<&PodSpec> = Vec::new();
+        for &id in &pending {
+            let record = self.scheduler.pod(id);
+            if let Some(reason) = &record.pending_reason {
+                *reasons.entry(reason.headline()).or_default() += 1;
+            }
+            let spec = &record.spec;
+            if spec.demand.gpu.milli() > 0
+                && shapes.len() < 16
+                && !shapes
+                    .iter()
+                    .any(|s| s.demand == spec.demand && s.constraints == spec.constraints)
+            {
+                shapes.push(spec);
+            }
+        }
+        let fragmented_milli: u64 = if shapes.is_empty() {
+            0
+        } else {
+            cluster
+                .iter()
+                .filter(|(_, n)| n.free_gpu_milli() > 0)
+                .filter(|(id, _)| !shapes.iter().any(|s| self.scheduler.could_place_on(s, *id)))
+                .map(|(_, n)| n.free_gpu_milli())
+                .sum()
+        };
+        for (reason, n) in &reasons {
+            *self.reason_totals.entry(reason.clone()).or_default() += *n as u64;
+        }
+        let mut top: Vec<(String, u32)> = reasons.into_iter().collect();
+        top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        top.truncate(5);
+        let running = self.pods.values().filter(|p| p.running).count() as u32;
+        self.report.samples.push(Sample {
+            at: self.now,
+            gpus_allocated: self.integrals.gpu_milli_allocated / 1000.0,
+            gpus_utilized: self.integrals.gpu_milli_utilized / 1000.0,
+            cpu_allocated: if cpu_total > 0 {
+                cpu_alloc as f64 / cpu_total as f64
+            } else {
+                0.0
+            },
+            pods_pending: pending.len() as u32,
+            pods_running: running,
+            gpus_fragmented: fragmented_milli as f64 / 1000.0,
+            gpus_free: free_milli as f64 / 1000.0,
+            top_pending_reasons: top,
+        });
+    }
+
+    /// Ends the run and computes the report.
+    pub fn finish(mut self) -> SimReport {
+        let end = self.config.until.unwrap_or(self.now).max(self.now);
+        self.advance_to(end);
+        if self.report.samples.last().is_none_or(|s| s.at != end) {
+            self.take_sample();
+        }
+        let cluster = self.scheduler.cluster();
+        let total_gpus: u32 = cluster.iter().map(|(_, n)| n.gpu_count()).sum();
+        let report = &mut self.report;
+        report.span = end;
+        report.nodes = cluster.len() as u32;
+        report.gpus = total_gpus;
+        let capacity = total_gpus as f64 * 1000.0 * end as f64;
+        if capacity > 0.0 {
+            report.gpu_allocation_mean = self.integrals.allocated / capacity;
+            report.gpu_utilization_mean = self.integrals.utilized / capacity;
+        }
+        let (frag, free): (f64, f64) = pairwise_time_weighted(&report.samples);
+        report.gpu_fragmentation_mean = if free > 0.0 { frag / free } else { 0.0 };
+
+        // Waits and completion times, overall and per group.
+        let mut waits: Vec<(i32, String, f64)> = Vec::new();
+        for (&id, pod) in &self.pods {
+            if let Some(bound) = pod.first_bound_at {
+                let spec = &self.scheduler.pod(id).spec;
+                waits.push((
+                    spec.priority,
+                    spec.namespace.clone(),
+                    (bound - pod.created_at) as f64 / 1000.0,
+                ));
+            }
+        }
+        let mut jcts: Vec<(i32, String, f64)> = Vec::new();
+        for (job, state) in self.workload.jobs.iter().zip(&self.jobs) {
+            if let Some(done) = state.finished_at {
+                jcts.push((
+                    job.template.priority,
+                    job.namespace.clone(),
+                    (done - job.arrival) as f64 / 1000.0,
+                ));
+            }
+        }
+        report.queue_wait = Percentiles::of(&mut waits.iter().map(|w| w.2).collect::<Vec<_>>());
+        report.completion_time =
+            Percentiles::of(&mut jcts.iter().map(|w| w.2).collect::<Vec<_>>());
+        report.by_priority = group_stats(&waits, &jcts, |(p, _, _)| *p, |p| p.to_string(), true);
+        report.by_namespace = group_stats(&waits, &jcts, |(_, ns, _)| ns.clone(), |ns| ns, false);
+
+        let mut pending_at_end: Vec<PendingPod> = self
+            .scheduler
+            .pending()
+            .into_iter()
+            .map(|id| {
+                let record = self.scheduler.pod(id);
+                PendingPod {
+                    pod: record.spec.key(),
+                    priority: record.spec.priority,
+                    waiting_seconds: (end - self.pods[&id].created_at) as f64 / 1000.0,
+                    reason: record
+                        .pending_reason
+                        .as_ref()
+                        .map(|r| r.to_string())
+                        .unwrap_or_else(|| "not tried yet".to_string()),
+                }
+            })
+            .collect();
+        pending_at_end.truncate(1000);
+        report.pods.pending_at_end = self.scheduler.pending_count() as u64;
+        report.pods.running_at_end = self
+            .scheduler
+            .pods()
+            .filter(|(_, p)| matches!(p.phase, PodPhase::Bound { .. }))
+            .count() as u64;
+        report.pending_at_end = pending_at_end;
+        report.node_usage = cluster
+            .iter()
+            .map(|(_, n)| NodeUsage {
+                node: n.spec.name.clone(),
+                gpus: n.gpu_count(),
+                gpu_used_milli: n.gpus.iter().map(|g| 1000 - g.free_milli).collect(),
+                cpu_allocated: if n.spec.allocatable.cpu_milli > 0 {
+                    1.0 - n.free.cpu_milli as f64 / n.spec.allocatable.cpu_milli as f64
+                } else {
+                    0.0
+                },
+                cordoned: n.spec.unschedulable,
+            })
+            .collect();
+        let mut totals: Vec<(String, u64)> = std::mem::take(&mut self.reason_totals).into_iter().collect();
+        totals.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        report.pending_reasons = totals;
+        self.report
+    }
+
+    /// Where each bound pod runs now: (pod, node name, GPUs), for inspection and tests.
+    pub fn placements(&self) -> Vec<(String, String, GpuAssignment)> {
+        self.scheduler
+            .pods()
+            .filter_map(|(_, p)| match &p.phase {
+                PodPhase::Bound { node, gpus, .. } => Some((
+                    p.spec.key(),
+                    self.scheduler.cluster().node(*node).spec.name.clone(),
+                    gpus.clone(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Integrates fragmented and free GPUs over the sample series (step function).
+fn pairwise_time_weighted(samples: &[Sample]) -> (f64, f64) {
+    samples.windows(2).fold((0.0, 0.0), |(frag, free), w| {
+        let dt = (w[1].at - w[0].at) as f64;
+        (frag + dt * w[0].gpus_fragmented, free + dt * w[0].gpus_free)
+    })
+}
+
+fn group_stats<K: Ord + Clone>(
+    waits: &[(i32, String, f64)],
+    jcts: &[(i32, String, f64)],
+    key: impl Fn(&(i32, String, f64)) -> K,
+    name: impl Fn(K) -> String,
+    descending: bool,
+) -> Vec<GroupStats> {
+    let mut groups: BTreeMap<K, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for w in waits {
+        groups.entry(key(w)).or_default().0.push(w.2);
+    }
+    for j in jcts {
+        groups.entry(key(j)).or_default().1.push(j.2);
+    }
+    let mut out: Vec<GroupStats> = groups
+        .into_iter()
+        .map(|(k, (mut w, mut j))| GroupStats {
+            group: name(k),
+            queue_wait: Percentiles::of(&mut w),
+            completion_time: Percentiles::of(&mut j),
+        })
+        .collect();
+    if descending {
+        out.reverse();
+    }
+    out
+}

@@ -1,0 +1,263 @@
+//! `kestrel bench`: the openb packing experiment and placement throughput.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use kestrel_core::{
+    Demand, GpuDevice, GpuRequest, NodeSpec, PodSpec, Policy, Resources, Rng, Scheduler,
+    SchedulerConfig, RACK_LABEL,
+};
+use kestrel_sim::openb::{self, packing_summary};
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// The FGD packing experiment on an openb trace: mean GPU allocation rate at 100% and
+    /// 130% arrivals, per policy, over seeds.
+    Openb(OpenbArgs),
+    /// Placement throughput on a synthetic cluster (default 5,000 nodes x 8 GPUs).
+    Placement(PlacementArgs),
+}
+
+#[derive(Args)]
+pub struct OpenbArgs {
+    /// Node list, e.g. ../shared/traces/openb/openb_node_list_gpu_node.csv
+    #[arg(long)]
+    nodes: PathBuf,
+    /// Pod list, e.g. ../shared/traces/openb/openb_pod_list_default.csv
+    #[arg(long)]
+    pods: PathBuf,
+    /// Policies to run (repeatable); default: random, bestfit, kestrel.
+    #[arg(long = "policy")]
+    policies: Vec<Policy>,
+    /// Seeds: a range `42-51`, a list `42,43` or one seed.
+    #[arg(long, default_value = "42-51", value_parser = parse_seeds)]
+    seeds: Seeds,
+    /// Print means and per-seed figures as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct PlacementArgs {
+    #[arg(long, default_value_t = 5000)]
+    nodes: u32,
+    #[arg(long, default_value_t = 50_000)]
+    pods: u32,
+    #[arg(long, default_value = "kestrel")]
+    policy: Policy,
+    /// Repeat the measurement this many times and report the best.
+    #[arg(long, default_value_t = 3)]
+    repeat: u32,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Seeds(Vec<u64>);
+
+fn parse_seeds(s: &str) -> Result<Seeds, String> {
+    let bad = || format!("seeds {s:?}: write a range like 42-51, a list like 42,43, or one seed");
+    let seeds: Vec<u64> = if let Some((a, b)) = s.split_once('-') {
+        let (a, b): (u64, u64) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
+        if a > b {
+            return Err(bad());
+        }
+        (a..=b).collect()
+    } else {
+        s.split(',')
+            .map(|x| x.trim().parse().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?
+    };
+    if seeds.is_empty() {
+        return Err(bad());
+    }
+    Ok(Seeds(seeds))
+}
+
+pub fn run(command: BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::Openb(args) => run_openb(args),
+        BenchCommand::Placement(args) => run_placement(args),
+    }
+}
+
+fn run_openb(args: OpenbArgs) -> Result<()> {
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+    };
+    let nodes = openb::load_nodes(&args.nodes, &read(&args.nodes)?)?;
+    let pods = openb::load_pods(&args.pods, &read(&args.pods)?)?;
+    if nodes.iter().all(|n| n.gpus == 0) {
+        bail!("{}: no node has GPUs; use openb_node_list_gpu_node.csv", args.nodes.display());
+    }
+    let policies = if args.policies.is_empty() {
+        vec![Policy::Random, Policy::BestFit, Policy::Kestrel]
+    } else {
+        args.policies
+    };
+    let mut results = Vec::new();
+    if !args.json {
+        println!(
+            "openb packing: {} nodes, {} GPUs, {} pods in the mix, seeds {}..{}",
+            nodes.len(),
+            nodes.iter().map(|n| n.gpus).sum::<u32>(),
+            pods.len(),
+            args.seeds.0[0],
+            args.seeds.0[args.seeds.0.len() - 1]
+        );
+        println!("{:<10} {:>12} {:>12} {:>12}", "policy", "alloc@100%", "alloc@130%", "s/run");
+    }
+    for policy in policies {
+        let started = Instant::now();
+        let summary = packing_summary(&nodes, &pods, policy, &args.seeds.0);
+        let per_run = started.elapsed().as_secs_f64() / args.seeds.0.len() as f64;
+        if !args.json {
+            println!(
+                "{:<10} {:>11.2}% {:>11.2}% {:>12.3}",
+                summary.policy,
+                100.0 * summary.mean_allocation_at_100,
+                100.0 * summary.mean_allocation_at_130,
+                per_run
+            );
+        }
+        results.push(json!({"summary": summary, "seconds_per_run": per_run}));
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    }
+    Ok(())
+}
+
+/// A DGX-like node: 224 cpu, 2 TiB, 8 GPUs on two NUMA nodes, racks of 32.
+fn bench_node(i: u32) -> NodeSpec {
+    let mut node = NodeSpec::new(format!("node-{i:05}"), Resources::new(224_000, 2 << 40));
+    node.labels.insert(RACK_LABEL.to_string(), format!("rack-{}", i / 32));
+    node.gpus = (0..8)
+        .map(|index| GpuDevice {
+            index,
+            model: "H100".to_string(),
+            memory_mib: 81_559,
+            numa_node: index / 4,
+            nvlink_island: Some(0),
+            pcie_switch: Some(index / 2),
+        })
+        .collect();
+    node
+}
+
+/// The placement mix: 70% one-GPU pods, 10% shares of half a GPU, 20% CPU pods; sized to
+/// fit, so every placement is a success.
+fn bench_pods(count: u32, seed: u64) -> Vec<PodSpec> {
+    let mut rng = Rng::new(seed);
+    (0..count)
+        .map(|i| {
+            let (cpu, gpu) = match rng.below(10) {
+                0..7 => (4_000, GpuRequest::Whole(1)),
+                7 => (2_000, GpuRequest::Shared { milli: 500 }),
+                _ => (2_000, GpuRequest::None),
+            };
+            PodSpec::new(
+                "bench",
+                format!("pod-{i}"),
+                Demand {
+                    resources: Resources::new(cpu, 8 << 30),
+                    gpu,
+                },
+            )
+        })
+        .collect()
+}
+
+fn run_placement(args: PlacementArgs) -> Result<()> {
+    let pods = bench_pods(args.pods, 42);
+    let (mut best_batch, mut best_single) = (f64::MAX, f64::MAX);
+    let (mut placed, mut setup) = (0, 0.0f64);
+    for _ in 0..args.repeat.max(1) {
+        // Batch: all pods queued, one cycle places them.
+        let t = Instant::now();
+        let mut scheduler = Scheduler::new(SchedulerConfig {
+            policy: args.policy,
+            seed: 42,
+        });
+        for i in 0..args.nodes {
+            scheduler.add_node(bench_node(i))?;
+        }
+        setup = t.elapsed().as_secs_f64();
+        for pod in &pods {
+            scheduler.submit(pod.clone(), 0);
+        }
+        let t = Instant::now();
+        placed = scheduler.schedule(0).bindings.len();
+        best_batch = best_batch.min(t.elapsed().as_secs_f64());
+
+        // One pod per cycle, as pods trickle in.
+        let mut scheduler = Scheduler::new(SchedulerConfig {
+            policy: args.policy,
+            seed: 42,
+        });
+        for i in 0..args.nodes {
+            scheduler.add_node(bench_node(i))?;
+        }
+        let t = Instant::now();
+        for (i, pod) in pods.iter().enumerate() {
+            scheduler.submit(pod.clone(), i as u64);
+            scheduler.schedule(i as u64);
+        }
+        best_single = best_single.min(t.elapsed().as_secs_f64());
+    }
+    let rate = |secs: f64| pods.len() as f64 / secs;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "nodes": args.nodes, "pods": pods.len(), "placed": placed,
+                "policy": args.policy.name(),
+                "index_build_seconds": setup,
+                "batch_cycle_pods_per_second": rate(best_batch),
+                "one_pod_per_cycle_pods_per_second": rate(best_single),
+            }))?
+        );
+    } else {
+        println!(
+            "placement: {} nodes x 8 GPUs, {} pods ({} placed), policy {}",
+            args.nodes,
+            pods.len(),
+            placed,
+            args.policy
+        );
+        println!("  index build:          {:.3} s", setup);
+        println!("  one batch cycle:      {:>10.0} pods/s", rate(best_batch));
+        println!("  one pod per cycle:    {:>10.0} pods/s", rate(best_single));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_parse_as_range_list_or_one() {
+        assert_eq!(parse_seeds("42-51").unwrap().0.len(), 10);
+        assert_eq!(parse_seeds("1,3").unwrap().0, vec![1, 3]);
+        assert_eq!(parse_seeds("7").unwrap().0, vec![7]);
+        for bad in ["", "a-b", "5-1", "1,,2"] {
+            assert!(parse_seeds(bad).unwrap_err().contains("42-51"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn placement_mix_fits_a_small_cluster_whole() {
+        let mut scheduler = Scheduler::new(SchedulerConfig::default());
+        for i in 0..50 {
+            scheduler.add_node(bench_node(i)).unwrap();
+        }
+        for pod in bench_pods(500, 1) {
+            scheduler.submit(pod, 0);
+        }
+        assert_eq!(scheduler.schedule(0).bindings.len(), 500);
+        assert_eq!(scheduler.pending_count(), 0);
+    }
+}
