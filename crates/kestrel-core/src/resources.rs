@@ -119,10 +119,10 @@ pub fn parse_quantity(input: &str, scale: i64) -> Result<i64, QuantityError> {
     if s.is_empty() {
         return Err(err("empty"));
     }
-    let (sign, s) = match s.as_bytes()[0] {
-        b'-' => (-1.0, &s[1..]),
-        b'+' => (1.0, &s[1..]),
-        _ => (1.0, s),
+    let (negative, s) = match s.as_bytes()[0] {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
     };
     let num_end = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -131,37 +131,56 @@ pub fn parse_quantity(input: &str, scale: i64) -> Result<i64, QuantityError> {
     if num.is_empty() || num == "." || num.matches('.').count() > 1 {
         return Err(err("no number"));
     }
-    let value: f64 = num.parse().map_err(|_| err("bad number"))?;
-    let multiplier: f64 = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024.0 * 1024.0,
-        "Gi" => 1024.0 * 1024.0 * 1024.0,
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
+    let frac_digits = num.find('.').map_or(0, |dot| num.len() - dot - 1) as i32;
+    let digits: String = num.chars().filter(|c| *c != '.').collect();
+    if digits.len() > 30 {
+        return Err(err("out of range"));
+    }
+    let mantissa: i128 = digits.parse().map_err(|_| err("bad number"))?;
+    // Decimal exponent and binary factor of the suffix.
+    let (exp10, binary): (i32, i128) = match suffix {
+        "" => (0, 1),
+        "n" => (-9, 1),
+        "u" => (-6, 1),
+        "m" => (-3, 1),
+        "k" => (3, 1),
+        "M" => (6, 1),
+        "G" => (9, 1),
+        "T" => (12, 1),
+        "P" => (15, 1),
+        "E" => (18, 1),
+        "Ki" => (0, 1 << 10),
+        "Mi" => (0, 1 << 20),
+        "Gi" => (0, 1 << 30),
+        "Ti" => (0, 1 << 40),
+        "Pi" => (0, 1 << 50),
+        "Ei" => (0, 1 << 60),
         s if s.starts_with(['e', 'E']) => {
             let exp: i32 = s[1..].parse().map_err(|_| err("bad exponent"))?;
-            10f64.powi(exp)
+            if exp.abs() > 30 {
+                return Err(err("out of range"));
+            }
+            (exp, 1)
         }
         _ => return Err(err("unknown suffix")),
     };
-    let scaled = sign * value * multiplier * scale as f64;
-    if !scaled.is_finite() || scaled.abs() > 9.0e18 {
-        return Err(err("out of range"));
-    }
-    // Round up like Kubernetes, but forgive float noise (0.1*1000 = 100.00000000000001).
-    let rounded = (scaled - 1e-9 * scaled.abs().max(1.0)).ceil();
-    Ok(rounded as i64)
+    // Exact decimal arithmetic, rounded up like Kubernetes.
+    let exponent = exp10 - frac_digits;
+    let base = mantissa
+        .checked_mul(binary)
+        .and_then(|v| v.checked_mul(scale as i128))
+        .ok_or_else(|| err("out of range"))?;
+    let magnitude = if exponent >= 0 {
+        base.checked_mul(10i128.checked_pow(exponent as u32).ok_or_else(|| err("out of range"))?)
+            .ok_or_else(|| err("out of range"))?
+    } else {
+        let divisor = 10i128
+            .checked_pow((-exponent) as u32)
+            .ok_or_else(|| err("out of range"))?;
+        (base + divisor - 1) / divisor
+    };
+    let value = i64::try_from(magnitude).map_err(|_| err("out of range"))?;
+    Ok(if negative { -value } else { value })
 }
 
 /// Formats bytes the way a platform engineer reads them (`80Gi`, `512Mi`).
@@ -204,6 +223,10 @@ mod tests {
         assert_eq!(parse_quantity("1e3", 1), Ok(1000));
         assert_eq!(parse_quantity("128974848", 1), Ok(128974848));
         assert_eq!(parse_quantity("1m", 1), Ok(1), "rounds up like Kubernetes");
+        assert_eq!(parse_quantity("2.5Gi", 1), Ok(5 << 29));
+        assert_eq!(parse_quantity("100Ki", 1), Ok(102_400));
+        assert_eq!(parse_quantity("-1", 1000), Ok(-1000));
+        assert!(parse_quantity("99999999999999999999Ei", 1).is_err());
     }
 
     #[test]

@@ -1,0 +1,310 @@
+//! Property tests of the invariants the scheduler must never break: no resource or GPU is
+//! over-committed, no pending pod is dropped, nothing placeable is left pending, placements
+//! honour taints and selectors, the indexed search picks the policy's best node, and the
+//! same inputs and seed give the same decisions.
+
+use kestrel_core::*;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Submit(PodSpec),
+    Schedule,
+    /// Finish the n-th live pod (bound or pending).
+    Finish(usize),
+    Cordon(usize, bool),
+    RemoveNode(usize),
+    AddNode(NodeSpec),
+}
+
+fn node_strategy(i: usize) -> impl Strategy<Value = NodeSpec> {
+    (
+        prop_oneof![Just(0u32), Just(2), Just(4), Just(8)],
+        1i64..=16,
+        any::<bool>(),
+        prop_oneof![Just("a"), Just("b")],
+        1u32..=20,
+    )
+        .prop_map(move |(gpus, cpu, tainted, zone, max_pods)| {
+            let mut node = NodeSpec::new(format!("n{i}"), Resources::new(cpu * 1000, cpu << 30));
+            node.max_pods = max_pods;
+            node.labels.insert("zone".into(), zone.into());
+            node.labels
+                .insert(RACK_LABEL.into(), format!("r{}", i % 3));
+            node.gpus = (0..gpus)
+                .map(|index| GpuDevice {
+                    index,
+                    model: "H100".into(),
+                    memory_mib: 80_000,
+                    numa_node: index / 4,
+                    nvlink_island: Some(0),
+                    pcie_switch: Some(index / 2),
+                })
+                .collect();
+            if tainted && gpus > 0 {
+                node.taints.push(Taint {
+                    key: GPU_RESOURCE.into(),
+                    value: "true".into(),
+                    effect: TaintEffect::NoSchedule,
+                });
+            }
+            node
+        })
+}
+
+fn pod_strategy() -> impl Strategy<Value = PodSpec> {
+    (
+        prop_oneof![
+            Just(GpuRequest::None),
+            (1u32..=8).prop_map(GpuRequest::Whole),
+            (1u32..1000).prop_map(|milli| GpuRequest::Shared { milli }),
+        ],
+        1i64..=8000,
+        any::<bool>(),
+        prop_oneof![Just(None), Just(Some("a")), Just(Some("b"))],
+        -5i32..5,
+        proptest::option::of(0u32..3),
+    )
+        .prop_map(|(gpu, cpu, tolerate, zone, priority, rack)| {
+            let mut pod = PodSpec::new(
+                "ns",
+                "p",
+                Demand {
+                    resources: Resources::new(cpu, cpu << 19),
+                    gpu,
+                },
+            );
+            pod.priority = priority;
+            if tolerate {
+                pod.constraints.tolerations.push(Toleration {
+                    key: GPU_RESOURCE.into(),
+                    operator: TolerationOperator::Exists,
+                    value: String::new(),
+                    effect: None,
+                });
+            }
+            if let Some(zone) = zone {
+                pod.constraints
+                    .node_selector
+                    .insert("zone".into(), zone.into());
+            }
+            if let Some(rack) = rack {
+                // A per-node label: exercises the node-by-node path.
+                pod.constraints
+                    .node_selector
+                    .insert(RACK_LABEL.into(), format!("r{rack}"));
+            }
+            pod
+        })
+}
+
+fn ops_strategy() -> impl Strategy<Value = (Vec<NodeSpec>, Vec<Op>)> {
+    let nodes = (1usize..=6).prop_flat_map(|n| (0..n).map(node_strategy).collect::<Vec<_>>());
+    let op = prop_oneof![
+        5 => pod_strategy().prop_map(Op::Submit),
+        3 => Just(Op::Schedule),
+        2 => (0usize..50).prop_map(Op::Finish),
+        1 => (0usize..8, any::<bool>()).prop_map(|(n, c)| Op::Cordon(n, c)),
+        1 => (0usize..8).prop_map(Op::RemoveNode),
+        1 => (100usize..200).prop_flat_map(node_strategy).prop_map(Op::AddNode),
+    ];
+    (nodes, proptest::collection::vec(op, 1..60))
+}
+
+/// Runs the ops, checking invariants after each; returns every decision for comparison.
+fn run(policy: Policy, nodes: &[NodeSpec], ops: &[Op]) -> Vec<String> {
+    let mut s = Scheduler::new(SchedulerConfig { policy, seed: 7 });
+    for n in nodes {
+        s.add_node(n.clone()).unwrap();
+    }
+    let mut live: Vec<PodId> = Vec::new();
+    let mut log = Vec::new();
+    for (t, op) in ops.iter().enumerate() {
+        match op {
+            Op::Submit(pod) => {
+                let mut pod = pod.clone();
+                pod.name = format!("p{t}");
+                live.push(s.submit(pod, t as u64));
+            }
+            Op::Schedule => {
+                let d = s.schedule(t as u64);
+                for b in &d.bindings {
+                    log.push(format!("{:?}", b));
+                }
+                check_nothing_placeable_left(&s);
+            }
+            Op::Finish(i) if !live.is_empty() => {
+                let id = live.remove(i % live.len());
+                s.finish(id).unwrap();
+            }
+            Op::Finish(_) => {}
+            Op::Cordon(i, c) => {
+                let names: Vec<String> = s.cluster().iter().map(|(_, n)| n.spec.name.clone()).collect();
+                if !names.is_empty() {
+                    s.set_unschedulable(&names[i % names.len()], *c).unwrap();
+                }
+            }
+            Op::RemoveNode(i) => {
+                let names: Vec<String> = s.cluster().iter().map(|(_, n)| n.spec.name.clone()).collect();
+                if names.len() > 1 {
+                    s.remove_node(&names[i % names.len()]).unwrap();
+                }
+            }
+            Op::AddNode(node) => {
+                if s.cluster().id_of(&node.name).is_none() {
+                    s.add_node(node.clone()).unwrap();
+                } else {
+                    assert!(matches!(
+                        s.add_node(node.clone()),
+                        Err(ClusterError::DuplicateNode(_))
+                    ));
+                }
+            }
+        }
+        check_accounting(&s, &live);
+    }
+    log
+}
+
+/// Nothing over-committed; the index's free amounts equal allocatable minus bound pods.
+fn check_accounting(s: &Scheduler, live: &[PodId]) {
+    let mut per_node: BTreeMap<NodeId, (Resources, u32, Vec<(u32, bool)>)> = BTreeMap::new();
+    for (id, node) in s.cluster().iter() {
+        per_node.insert(
+            id,
+            (Resources::default(), 0, vec![(0, false); node.spec.gpus.len()]),
+        );
+        assert_eq!(node.gpus.len(), node.spec.gpus.len());
+    }
+    let mut pending = 0;
+    for &pod in live {
+        let record = s.pod(pod);
+        match &record.phase {
+            PodPhase::Pending => pending += 1,
+            PodPhase::Bound { node, gpus, .. } => {
+                let n = s.cluster().node(*node);
+                let entry = per_node.get_mut(node).expect("pod bound to a live node");
+                entry.0.add(&record.spec.demand.resources);
+                entry.1 += 1;
+                let pos = |i: u32| n.spec.gpus.iter().position(|g| g.index == i).unwrap();
+                match (gpus, record.spec.demand.gpu) {
+                    (GpuAssignment::None, GpuRequest::None) => {}
+                    (GpuAssignment::Whole(v), GpuRequest::Whole(k)) => {
+                        assert_eq!(v.len(), k as usize);
+                        for &i in v {
+                            let d = &mut entry.2[pos(i)];
+                            assert!(d.0 == 0 && !d.1, "device {i} on {} given twice", n.spec.name);
+                            *d = (1000, true);
+                        }
+                    }
+                    (GpuAssignment::Shared { index, milli }, GpuRequest::Shared { milli: m }) => {
+                        assert_eq!(*milli, m);
+                        let d = &mut entry.2[pos(*index)];
+                        assert!(!d.1, "share on a whole-held device");
+                        d.0 += milli;
+                    }
+                    other => panic!("assignment does not match request: {other:?}"),
+                }
+                // Placement honoured the pod's constraints.
+                for taint in &n.spec.taints {
+                    assert!(
+                        record.spec.constraints.tolerations.iter().any(|t| t.tolerates(taint)),
+                        "{} on {} despite taint {taint}",
+                        record.spec.name,
+                        n.spec.name
+                    );
+                }
+                for (k, v) in &record.spec.constraints.node_selector {
+                    assert_eq!(n.spec.labels.get(k), Some(v));
+                }
+            }
+            PodPhase::Gone => panic!("live pod {pod:?} is gone: dropped"),
+        }
+    }
+    assert_eq!(pending, s.pending_count(), "pending count");
+    assert_eq!(pending, s.pending().len(), "pending list");
+    for (id, (used, pods, devices)) in per_node {
+        let node = s.cluster().node(id);
+        let a = &node.spec.allocatable;
+        assert!(used.cpu_milli <= a.cpu_milli && used.memory_bytes <= a.memory_bytes, "{} over-committed", node.spec.name);
+        assert!(pods <= node.spec.max_pods);
+        let mut expect_free = a.clone();
+        expect_free.sub(&used);
+        assert_eq!(node.free, expect_free, "{} free amounts", node.spec.name);
+        assert_eq!(node.free_pods, node.spec.max_pods - pods);
+        for (d, (used_milli, whole)) in devices.iter().enumerate() {
+            assert!(*used_milli <= 1000, "device over-committed");
+            assert_eq!(node.gpus[d].free_milli, 1000 - used_milli);
+            assert_eq!(node.gpus[d].held_whole, *whole);
+        }
+    }
+}
+
+/// Right after a cycle, no pending pod fits any node.
+fn check_nothing_placeable_left(s: &Scheduler) {
+    for id in s.pending() {
+        let spec = &s.pod(id).spec;
+        for (node, n) in s.cluster().iter() {
+            assert!(
+                !s.could_place_on(spec, node),
+                "{} left pending though it fits {}",
+                spec.name,
+                n.spec.name
+            );
+        }
+        assert!(s.pod(id).pending_reason.is_some(), "pending without a reason");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn invariants_hold_under_every_policy((nodes, ops) in ops_strategy()) {
+        for policy in Policy::ALL {
+            run(policy, &nodes, &ops);
+        }
+    }
+
+    #[test]
+    fn same_inputs_and_seed_give_the_same_decisions((nodes, ops) in ops_strategy()) {
+        for policy in [Policy::Kestrel, Policy::Random] {
+            prop_assert_eq!(run(policy, &nodes, &ops), run(policy, &nodes, &ops));
+        }
+    }
+
+    /// The indexed search returns the node a full scan would: the best key among the nodes
+    /// that fit (these pods have no preferences, so the key alone ranks).
+    #[test]
+    fn indexed_choice_matches_a_full_scan((nodes, ops) in ops_strategy()) {
+        for policy in [Policy::Kestrel, Policy::BinPack, Policy::Spread, Policy::BestFit] {
+            let mut s = Scheduler::new(SchedulerConfig { policy, seed: 1 });
+            for n in &nodes {
+                s.add_node(n.clone()).unwrap();
+            }
+            for (t, op) in ops.iter().enumerate() {
+                let Op::Submit(pod) = op else { continue };
+                let best = s
+                    .cluster()
+                    .iter()
+                    .filter(|(id, _)| s.could_place_on(pod, *id))
+                    .map(|(id, _)| (s.node_rank(id), id))
+                    .min();
+                let id = s.submit(pod.clone(), t as u64);
+                let d = s.schedule(t as u64);
+                match best {
+                    None => prop_assert!(d.bindings.is_empty()),
+                    Some((_, node)) => {
+                        prop_assert_eq!(d.bindings.len(), 1);
+                        prop_assert_eq!(d.bindings[0].pod, id);
+                        prop_assert_eq!(d.bindings[0].node, node, "{}", policy);
+                    }
+                }
+                if d.bindings.is_empty() {
+                    s.finish(id).unwrap();
+                }
+            }
+        }
+    }
+}
