@@ -1,0 +1,331 @@
+//! Placement behaviour, feature by feature, as kube-scheduler users expect it.
+
+use kestrel_core::*;
+
+fn gpu_node(name: &str, gpus: u32) -> NodeSpec {
+    let mut node = NodeSpec::new(name, Resources::new(64_000, 512 << 30));
+    node.gpus = (0..gpus)
+        .map(|index| GpuDevice {
+            index,
+            model: "H100".into(),
+            memory_mib: 81_559,
+            numa_node: index / 4,
+            nvlink_island: Some(0),
+            pcie_switch: Some(index / 2),
+        })
+        .collect();
+    node.labels.insert(GPU_PRODUCT_LABEL.into(), "H100".into());
+    node.taints.push(Taint {
+        key: GPU_RESOURCE.into(),
+        value: "true".into(),
+        effect: TaintEffect::NoSchedule,
+    });
+    node
+}
+
+fn cpu_node(name: &str) -> NodeSpec {
+    NodeSpec::new(name, Resources::new(16_000, 64 << 30))
+}
+
+fn gpu_toleration() -> Toleration {
+    Toleration {
+        key: GPU_RESOURCE.into(),
+        operator: TolerationOperator::Exists,
+        value: String::new(),
+        effect: None,
+    }
+}
+
+fn pod(name: &str, cpu: i64, gpu: GpuRequest) -> PodSpec {
+    let mut p = PodSpec::new(
+        "team",
+        name,
+        Demand {
+            resources: Resources::new(cpu, 1 << 30),
+            gpu,
+        },
+    );
+    if gpu != GpuRequest::None {
+        p.constraints.tolerations.push(gpu_toleration());
+    }
+    p
+}
+
+fn scheduler(policy: Policy, nodes: Vec<NodeSpec>) -> Scheduler {
+    let mut s = Scheduler::new(SchedulerConfig { policy, seed: 1 });
+    for n in nodes {
+        s.add_node(n).unwrap();
+    }
+    s
+}
+
+fn node_of(s: &Scheduler, id: PodId) -> String {
+    match &s.pod(id).phase {
+        PodPhase::Bound { node, .. } => s.cluster().node(*node).spec.name.clone(),
+        other => panic!("not bound: {other:?}"),
+    }
+}
+
+#[test]
+fn gpu_taint_keeps_cpu_pods_off_gpu_nodes() {
+    let mut s = scheduler(Policy::Kestrel, vec![gpu_node("gpu-0", 8), cpu_node("cpu-0")]);
+    let web = s.submit(pod("web", 1000, GpuRequest::None), 0);
+    let train = s.submit(pod("train", 1000, GpuRequest::Whole(8)), 0);
+    s.schedule(0);
+    assert_eq!(node_of(&s, web), "cpu-0");
+    assert_eq!(node_of(&s, train), "gpu-0");
+    // A second CPU pod that does not fit the CPU node stays pending, with the taint named.
+    let big = s.submit(pod("big", 20_000, GpuRequest::None), 1);
+    let d = s.schedule(1);
+    assert_eq!(d.unschedulable.len(), 1);
+    let reason = s.pod(big).pending_reason.clone().unwrap();
+    let text = reason.to_string();
+    assert!(text.starts_with("0/2 nodes are available"), "{text}");
+    assert!(text.contains("1 Insufficient cpu"), "{text}");
+    assert!(text.contains("1 node(s) had untolerated taint {nvidia.com/gpu: true}"), "{text}");
+    assert!(reason.is_capacity());
+}
+
+#[test]
+fn whole_gpus_get_concrete_devices_on_one_numa_node() {
+    let mut s = scheduler(Policy::Kestrel, vec![gpu_node("gpu-0", 8)]);
+    let a = s.submit(pod("a", 100, GpuRequest::Whole(2)), 0);
+    let b = s.submit(pod("b", 100, GpuRequest::Whole(4)), 0);
+    let d = s.schedule(0);
+    let gpus = |id: PodId| d.bindings.iter().find(|b| b.pod == id).unwrap().gpus.indices();
+    let (ga, gb) = (gpus(a), gpus(b));
+    assert_eq!(ga.len(), 2);
+    assert_eq!(gb.len(), 4);
+    // a sits on one NUMA node; b takes the other, whole.
+    assert!(ga.iter().all(|&g| g / 4 == ga[0] / 4), "{ga:?}");
+    assert!(gb.iter().all(|&g| g / 4 == gb[0] / 4), "{gb:?}");
+    assert_ne!(ga[0] / 4, gb[0] / 4);
+}
+
+#[test]
+fn shares_never_sit_on_a_whole_gpu_and_pack_together() {
+    let mut s = scheduler(Policy::Kestrel, vec![gpu_node("gpu-0", 4)]);
+    let whole = s.submit(pod("whole", 100, GpuRequest::Whole(1)), 0);
+    let s1 = s.submit(pod("s1", 100, GpuRequest::Shared { milli: 300 }), 0);
+    let s2 = s.submit(pod("s2", 100, GpuRequest::Shared { milli: 600 }), 0);
+    let d = s.schedule(0);
+    assert_eq!(d.bindings.len(), 3);
+    let gpu = |id: PodId| d.bindings.iter().find(|b| b.pod == id).unwrap().gpus.indices()[0];
+    assert_ne!(gpu(whole), gpu(s1));
+    assert_eq!(gpu(s1), gpu(s2), "shares pack onto one device");
+    // Two more shares of 600 cannot join it and take one device each.
+    let s3 = s.submit(pod("s3", 100, GpuRequest::Shared { milli: 600 }), 1);
+    let s4 = s.submit(pod("s4", 100, GpuRequest::Shared { milli: 600 }), 1);
+    s.schedule(1);
+    assert_ne!(node_of(&s, s3), "");
+    // 0.1 + 0.4 + 0.4 GPU are free, but no whole device: fragmented, and said so.
+    let more = s.submit(pod("more", 100, GpuRequest::Whole(1)), 2);
+    s.schedule(2);
+    let reason = s.pod(more).pending_reason.clone().unwrap().to_string();
+    assert!(reason.contains("Insufficient nvidia.com/gpu"), "{reason}");
+    s.finish(s1).unwrap();
+    let other = s.submit(pod("other", 100, GpuRequest::Whole(1)), 3);
+    s.schedule(3);
+    let reason = s.pod(other).pending_reason.clone().unwrap().to_string();
+    assert!(reason.contains("split across shared devices"), "{reason}");
+    // When the shares on a device finish, it is whole again.
+    s.finish(s2).unwrap();
+    s.finish(s4).unwrap();
+    s.schedule(4);
+    assert_eq!(node_of(&s, more), "gpu-0");
+}
+
+#[test]
+fn binpack_fills_one_node_and_spread_uses_both() {
+    for (policy, same) in [(Policy::BinPack, true), (Policy::Spread, false), (Policy::Kestrel, true)] {
+        let mut s = scheduler(policy, vec![gpu_node("a", 8), gpu_node("b", 8)]);
+        let p1 = s.submit(pod("p1", 1000, GpuRequest::Whole(1)), 0);
+        s.schedule(0);
+        let p2 = s.submit(pod("p2", 1000, GpuRequest::Whole(1)), 1);
+        s.schedule(1);
+        assert_eq!(node_of(&s, p1) == node_of(&s, p2), same, "{policy}");
+    }
+}
+
+#[test]
+fn fragmentation_is_named_when_free_gpus_are_spread_thin() {
+    let mut s = scheduler(Policy::Spread, vec![gpu_node("a", 8), gpu_node("b", 8)]);
+    for i in 0..2 {
+        s.submit(pod(&format!("fill-{i}"), 100, GpuRequest::Whole(5)), 0);
+    }
+    s.schedule(0);
+    let big = s.submit(pod("big", 100, GpuRequest::Whole(4)), 1);
+    s.schedule(1);
+    let reason = s.pod(big).pending_reason.clone().unwrap();
+    assert_eq!(reason.gpu_fragmentation, Some((6, 3)));
+    assert!(reason.to_string().contains("6 whole GPUs are free"), "{reason}");
+}
+
+#[test]
+fn node_affinity_required_and_preferred() {
+    let mut a = cpu_node("a");
+    a.labels.insert("tier".into(), "gold".into());
+    a.labels.insert("gen".into(), "5".into());
+    let mut b = cpu_node("b");
+    b.labels.insert("tier".into(), "silver".into());
+    b.labels.insert("gen".into(), "3".into());
+    let term = |key: &str, op, values: &[&str]| NodeSelectorTerm {
+        match_expressions: vec![Requirement {
+            key: key.into(),
+            operator: op,
+            values: values.iter().map(|v| v.to_string()).collect(),
+        }],
+        match_fields: vec![],
+    };
+    // Spread would pick either; preferred affinity for silver wins.
+    let mut s = scheduler(Policy::Spread, vec![a.clone(), b.clone()]);
+    let mut p = pod("p", 100, GpuRequest::None);
+    p.constraints.affinity.preferred = vec![(50, term("tier", SelectorOperator::In, &["silver"]))];
+    let id = s.submit(p, 0);
+    s.schedule(0);
+    assert_eq!(node_of(&s, id), "b");
+    // Required Gt.
+    let mut p = pod("q", 100, GpuRequest::None);
+    p.constraints.affinity.required = Some(vec![term("gen", SelectorOperator::Gt, &["4"])]);
+    let id = s.submit(p, 1);
+    s.schedule(1);
+    assert_eq!(node_of(&s, id), "a");
+    // Nothing matches: affinity mismatch on both nodes.
+    let mut p = pod("r", 100, GpuRequest::None);
+    p.constraints.affinity.required = Some(vec![term("tier", SelectorOperator::In, &["bronze"])]);
+    let id = s.submit(p, 2);
+    s.schedule(2);
+    let reason = s.pod(id).pending_reason.clone().unwrap();
+    assert_eq!(reason.reasons, vec![(NodeReason::AffinityMismatch, 2)]);
+    assert!(!reason.is_capacity(), "configuration, not capacity");
+}
+
+#[test]
+fn hostname_selector_is_checked_node_by_node() {
+    let mut s = scheduler(Policy::Kestrel, vec![cpu_node("a"), cpu_node("b"), cpu_node("c")]);
+    let mut p = pod("pinned", 100, GpuRequest::None);
+    p.constraints
+        .node_selector
+        .insert(HOSTNAME_LABEL.into(), "b".into());
+    let id = s.submit(p, 0);
+    s.schedule(0);
+    assert_eq!(node_of(&s, id), "b");
+}
+
+#[test]
+fn runtime_class_selector_tolerations_and_mismatch() {
+    let mut kata = cpu_node("kata-0");
+    kata.labels.insert("runtime".into(), "kata".into());
+    kata.taints.push(Taint {
+        key: "sandbox".into(),
+        value: String::new(),
+        effect: TaintEffect::NoSchedule,
+    });
+    let mut s = scheduler(Policy::Kestrel, vec![cpu_node("plain"), kata]);
+    let rc = RuntimeClassScheduling {
+        name: "kata".into(),
+        node_selector: [("runtime".to_string(), "kata".to_string())].into(),
+        tolerations: vec![Toleration {
+            key: "sandbox".into(),
+            operator: TolerationOperator::Exists,
+            value: String::new(),
+            effect: None,
+        }],
+    };
+    let mut p = pod("sandboxed", 100, GpuRequest::None);
+    p.constraints.runtime_class = Some(rc.clone());
+    let id = s.submit(p, 0);
+    s.schedule(0);
+    assert_eq!(node_of(&s, id), "kata-0");
+    let mut wrong = rc;
+    wrong.node_selector = [("runtime".to_string(), "gvisor".to_string())].into();
+    let mut p = pod("nowhere", 100, GpuRequest::None);
+    p.constraints.runtime_class = Some(wrong);
+    let id = s.submit(p, 1);
+    s.schedule(1);
+    let text = s.pod(id).pending_reason.clone().unwrap().to_string();
+    assert!(text.contains("didn't match RuntimeClass \"kata\""), "{text}");
+}
+
+#[test]
+fn cordon_pod_count_and_prefer_no_schedule() {
+    let mut a = cpu_node("a");
+    a.max_pods = 1;
+    let mut b = cpu_node("b");
+    b.taints.push(Taint {
+        key: "spot".into(),
+        value: String::new(),
+        effect: TaintEffect::PreferNoSchedule,
+    });
+    let mut s = scheduler(Policy::Spread, vec![a, b]);
+    let first = s.submit(pod("first", 100, GpuRequest::None), 0);
+    s.schedule(0);
+    assert_eq!(node_of(&s, first), "a", "PreferNoSchedule steers away from b");
+    let second = s.submit(pod("second", 100, GpuRequest::None), 1);
+    s.schedule(1);
+    assert_eq!(node_of(&s, second), "b", "a is full by pod count");
+    s.set_unschedulable("b", true).unwrap();
+    let third = s.submit(pod("third", 100, GpuRequest::None), 2);
+    s.schedule(2);
+    let text = s.pod(third).pending_reason.clone().unwrap().to_string();
+    assert!(text.contains("1 Too many pods") && text.contains("1 node(s) were unschedulable"), "{text}");
+    s.set_unschedulable("b", false).unwrap();
+    s.schedule(3);
+    assert_eq!(node_of(&s, third), "b");
+}
+
+#[test]
+fn priority_orders_the_queue_and_removed_nodes_requeue_their_pods() {
+    let mut s = scheduler(Policy::Kestrel, vec![gpu_node("a", 8)]);
+    let mut low = pod("low", 100, GpuRequest::Whole(8));
+    low.priority = 1;
+    let mut high = pod("high", 100, GpuRequest::Whole(8));
+    high.priority = 100;
+    let low = s.submit(low, 0);
+    let high = s.submit(high, 1);
+    s.schedule(1);
+    assert_eq!(node_of(&s, high), "a");
+    assert_eq!(s.pod(low).phase, PodPhase::Pending);
+    assert_eq!(s.pending(), vec![low]);
+    let evicted = s.remove_node("a").unwrap();
+    assert_eq!(evicted, vec![high]);
+    assert_eq!(s.pending(), vec![high, low], "priority order, nothing dropped");
+    s.add_node(gpu_node("b", 8)).unwrap();
+    s.schedule(2);
+    assert_eq!(node_of(&s, high), "b");
+    assert!(matches!(s.remove_node("a"), Err(ClusterError::UnknownNode(_))));
+    assert!(matches!(s.add_node(gpu_node("b", 8)), Err(ClusterError::DuplicateNode(_))));
+}
+
+#[test]
+fn invalid_nodes_are_refused_with_the_field_named() {
+    let mut node = gpu_node("bad", 2);
+    node.gpus[1].index = 0;
+    let err = Scheduler::new(SchedulerConfig::default()).add_node(node).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("\"bad\"") && text.contains("gpus[].index"), "{text}");
+}
+
+#[test]
+fn an_empty_cluster_explains_itself() {
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    let id = s.submit(pod("p", 100, GpuRequest::None), 0);
+    s.schedule(0);
+    let text = s.pod(id).pending_reason.clone().unwrap().to_string();
+    assert_eq!(text, "0/0 nodes are available: the cluster has no nodes");
+}
+
+#[test]
+fn extended_resources_are_counted() {
+    let mut a = cpu_node("a");
+    a.allocatable.set_extended("rdma/ib", 1);
+    let mut s = scheduler(Policy::Kestrel, vec![a]);
+    let mut p = pod("p", 100, GpuRequest::None);
+    p.demand.resources.set_extended("rdma/ib", 1);
+    let first = s.submit(p.clone(), 0);
+    let second = s.submit(p, 0);
+    s.schedule(0);
+    assert_eq!(node_of(&s, first), "a");
+    let text = s.pod(second).pending_reason.clone().unwrap().to_string();
+    assert!(text.contains("1 Insufficient rdma/ib"), "{text}");
+}
