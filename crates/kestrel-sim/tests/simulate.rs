@@ -1,0 +1,170 @@
+//! The simulator end to end on small in-code scenarios.
+
+use kestrel_core::*;
+use kestrel_sim::generator::{generate, GeneratorConfig};
+use kestrel_sim::workload::ClusterEvent;
+use kestrel_sim::*;
+
+fn gpu_node(name: &str, gpus: u32) -> NodeSpec {
+    let mut node = NodeSpec::new(name, Resources::new(64_000, 512 << 30));
+    node.gpus = (0..gpus)
+        .map(|index| GpuDevice {
+            index,
+            model: "H100".into(),
+            memory_mib: 81_559,
+            numa_node: index / 4,
+            nvlink_island: Some(0),
+            pcie_switch: Some(index / 2),
+        })
+        .collect();
+    node
+}
+
+fn job(name: &str, kind: JobKind, gpus: u32, arrival: Millis, duration: Option<Millis>, parallelism: u32, completions: u32) -> SimJob {
+    SimJob {
+        kind,
+        source_kind: format!("{kind:?}"),
+        namespace: "team".into(),
+        name: name.into(),
+        arrival,
+        duration,
+        parallelism,
+        completions,
+        template: PodSpec::new(
+            "",
+            "",
+            Demand {
+                resources: Resources::new(1000, 1 << 30),
+                gpu: GpuRequest::Whole(gpus),
+            },
+        ),
+        gpu_utilization: 0.5,
+    }
+}
+
+fn run(cluster: &SimCluster, workload: &Workload) -> SimReport {
+    simulate(cluster, workload, SimConfig::default(), &mut |_, _| {}).unwrap()
+}
+
+#[test]
+fn a_job_runs_parallelism_pods_at_a_time_until_completions() {
+    let cluster = SimCluster {
+        nodes: vec![gpu_node("a", 8)],
+        events: vec![],
+    };
+    // 5 completions, 2 at a time, 10 s each: 3 waves -> done at 30 s.
+    let workload = Workload {
+        jobs: vec![job("batch", JobKind::Job, 1, 0, Some(10_000), 2, 5)],
+    };
+    let r = run(&cluster, &workload);
+    assert_eq!(r.pods.created, 5);
+    assert_eq!(r.pods.completed, 5);
+    assert_eq!(r.jobs.completed, 1);
+    assert_eq!(r.completion_time.max, 30.0);
+    assert_eq!(r.span, 30_000);
+    // Time-weighted: 2 of 8 GPUs for 20 s, 1 for 10 s, over 30 s.
+    let expect = (2.0 * 20.0 + 10.0) / (8.0 * 30.0);
+    assert!((r.gpu_allocation_mean - expect).abs() < 1e-9, "{}", r.gpu_allocation_mean);
+    assert!((r.gpu_utilization_mean - expect / 2.0).abs() < 1e-9);
+}
+
+#[test]
+fn waiting_work_is_measured_and_unplaceable_pods_stay_pending_with_reasons() {
+    let cluster = SimCluster {
+        nodes: vec![gpu_node("a", 8)],
+        events: vec![],
+    };
+    let workload = Workload {
+        jobs: vec![
+            job("first", JobKind::Pod, 8, 0, Some(60_000), 1, 1),
+            job("second", JobKind::Pod, 8, 1_000, Some(60_000), 1, 1),
+            job("huge", JobKind::Pod, 16, 0, Some(1_000), 1, 1),
+        ],
+    };
+    let r = run(&cluster, &workload);
+    assert_eq!(r.jobs.completed, 2);
+    assert_eq!(r.queue_wait.max, 59.0, "second waits for first");
+    assert_eq!(r.pods.pending_at_end, 1);
+    assert_eq!(r.pending_at_end.len(), 1);
+    assert_eq!(r.pending_at_end[0].pod, "team/huge");
+    assert!(r.pending_at_end[0].reason.contains("Insufficient nvidia.com/gpu"), "{:?}", r.pending_at_end);
+    assert!(r.pending_reasons.iter().any(|(reason, _)| reason.contains("Insufficient")));
+}
+
+#[test]
+fn node_events_cordon_remove_and_add() {
+    let mut added = gpu_node("c", 8);
+    added.labels.insert("late".into(), "yes".into());
+    let cluster = SimCluster {
+        nodes: vec![gpu_node("a", 8), gpu_node("b", 8)],
+        events: vec![
+            ClusterEvent { at: 5_000, change: ClusterChange::Cordon("b".into()) },
+            ClusterEvent { at: 10_000, change: ClusterChange::RemoveNode("a".into()) },
+            ClusterEvent { at: 20_000, change: ClusterChange::AddNode(added) },
+        ],
+    };
+    let workload = Workload {
+        jobs: vec![
+            // Lands on a, is evicted at 10 s, has nowhere to go (b cordoned) until c joins.
+            job("victim", JobKind::Pod, 8, 0, Some(100_000), 1, 1),
+            job("later", JobKind::Pod, 1, 6_000, Some(1_000), 1, 1),
+        ],
+    };
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    while sim.now() < 10_000 {
+        assert!(sim.step().unwrap());
+    }
+    assert!(sim.placements().iter().all(|(pod, _, _)| pod != "team/victim"), "evicted pod is not bound");
+    assert_eq!(sim.scheduler().pending_count(), 2, "victim and later both wait");
+    while sim.step().unwrap() {}
+    let placements = sim.placements();
+    assert!(placements.is_empty(), "{placements:?}");
+    let r = sim.finish();
+    assert_eq!(r.pods.evicted, 1);
+    assert_eq!(r.jobs.completed, 2);
+    assert_eq!(r.nodes, 2);
+    // victim reran from 20 s for 100 s; later (one GPU) waited for it to end.
+    assert_eq!(r.span, 121_000, "later ran after victim on c");
+}
+
+#[test]
+fn same_seed_same_report_and_until_stops_early() {
+    let cluster = SimCluster {
+        nodes: (0..4).map(|i| gpu_node(&format!("n{i}"), 8)).collect(),
+        events: vec![],
+    };
+    let workload = generate(&GeneratorConfig {
+        jobs: 300,
+        span: 3_600_000,
+        seed: 3,
+    });
+    let config = SimConfig {
+        policy: Policy::Random,
+        seed: 9,
+        ..Default::default()
+    };
+    let a = simulate(&cluster, &workload, config.clone(), &mut |_, _| {}).unwrap();
+    let b = simulate(&cluster, &workload, config.clone(), &mut |_, _| {}).unwrap();
+    assert_eq!(a, b);
+    assert!(a.pods.scheduled > 0 && a.samples.len() > 10);
+    let short = simulate(
+        &cluster,
+        &workload,
+        SimConfig {
+            until: Some(600_000),
+            ..config
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(short.span, 600_000);
+    assert!(short.pods.created < a.pods.created);
+}
+
+#[test]
+fn an_empty_cluster_is_refused() {
+    let e = Simulation::new(&SimCluster::default(), &Workload::default(), SimConfig::default())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("no nodes"), "{e}");
+}
