@@ -169,7 +169,9 @@ fn run(policy: Policy, nodes: &[NodeSpec], ops: &[Op]) -> Vec<String> {
 
 /// Nothing over-committed; the index's free amounts equal allocatable minus bound pods.
 fn check_accounting(s: &Scheduler, live: &[PodId]) {
-    let mut per_node: BTreeMap<NodeId, (Resources, u32, Vec<(u32, bool)>)> = BTreeMap::new();
+    // Per node, recomputed from the pods: (requests, pod count, per device (used, whole)).
+    type Usage = (Resources, u32, Vec<(u32, bool)>);
+    let mut per_node: BTreeMap<NodeId, Usage> = BTreeMap::new();
     for (id, node) in s.cluster().iter() {
         per_node.insert(
             id,

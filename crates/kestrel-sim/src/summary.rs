@@ -1,0 +1,288 @@
+//! The plain-text summary a simulation run prints to the terminal: key figures, latency
+//! percentiles overall and per group, the commonest pending reasons and the pods still
+//! pending at the end. No colours; every line fits in 100 columns.
+
+use std::fmt::Write;
+
+use crate::duration::format_duration;
+use crate::metrics::{GroupStats, Percentiles, SimReport};
+
+/// Widest line the summary writes.
+const WIDTH: usize = 100;
+/// Pending reasons listed.
+const TOP_REASONS: usize = 5;
+/// Pending-at-end pods listed before "... and N more".
+const PENDING_LISTED: usize = 10;
+
+/// Renders `r` as a compact table for the terminal.
+pub fn render_summary(r: &SimReport) -> String {
+    let mut s = String::new();
+    // `write!` into a String cannot fail; the results are ignored throughout.
+    let _ = writeln!(s, "Kestrel simulation: {}", clip(&r.scenario, WIDTH - 20));
+    let _ = writeln!(
+        s,
+        "{:<18}policy {}, seed {}",
+        "Run",
+        clip(&r.policy, 40),
+        r.seed
+    );
+    let _ = writeln!(
+        s,
+        "{:<18}{} nodes, {} GPUs, simulated {}",
+        "Cluster",
+        r.nodes,
+        r.gpus,
+        format_duration(r.span)
+    );
+    let _ = writeln!(
+        s,
+        "{:<18}{} cycles, {} bindings",
+        "Scheduler", r.cycles, r.bindings
+    );
+    let p = &r.pods;
+    let _ = writeln!(
+        s,
+        "{:<18}created {}, scheduled {}, completed {}, evicted {}",
+        "Pods", p.created, p.scheduled, p.completed, p.evicted
+    );
+    let _ = writeln!(
+        s,
+        "{:<18}running {}, pending {}",
+        "Pods at end", p.running_at_end, p.pending_at_end
+    );
+    let _ = writeln!(
+        s,
+        "{:<18}submitted {}, completed {}",
+        "Jobs", r.jobs.submitted, r.jobs.completed
+    );
+    let _ = writeln!(
+        s,
+        "{:<18}allocated {}, utilized {}, fragmented {} of free",
+        "GPUs (time mean)",
+        fmt_pct(r.gpu_allocation_mean),
+        fmt_pct(r.gpu_utilization_mean),
+        fmt_pct(r.gpu_fragmentation_mean)
+    );
+
+    let _ = writeln!(
+        s,
+        "\n{:<22}{:>8}{:>11}{:>11}{:>11}{:>11}{:>11}",
+        "", "count", "p50", "p95", "p99", "max", "mean"
+    );
+    for (label, pc) in [
+        ("Queue wait", &r.queue_wait),
+        ("Job completion time", &r.completion_time),
+    ] {
+        let _ = writeln!(
+            s,
+            "{:<22}{:>8}{:>11}{:>11}{:>11}{:>11}{:>11}",
+            label,
+            pc.count,
+            fmt_pct_secs(pc, pc.p50),
+            fmt_pct_secs(pc, pc.p95),
+            fmt_pct_secs(pc, pc.p99),
+            fmt_pct_secs(pc, pc.max),
+            fmt_pct_secs(pc, pc.mean)
+        );
+    }
+
+    group_table(&mut s, "By priority", &r.by_priority);
+    group_table(&mut s, "By namespace", &r.by_namespace);
+
+    if !r.pending_reasons.is_empty() {
+        let total: u64 = r.pending_reasons.iter().map(|(_, n)| n).sum();
+        let _ = writeln!(s, "\nTop pending reasons (pod-samples)");
+        for (reason, n) in r.pending_reasons.iter().take(TOP_REASONS) {
+            let share = if total > 0 {
+                *n as f64 / total as f64
+            } else {
+                0.0
+            };
+            let _ = writeln!(
+                s,
+                "  {:>9} {:>6}  {}",
+                n,
+                fmt_pct(share),
+                clip(reason, WIDTH - 20)
+            );
+        }
+        if r.pending_reasons.len() > TOP_REASONS {
+            let more = r.pending_reasons.len() - TOP_REASONS;
+            let _ = writeln!(
+                s,
+                "  ... and {more} more {}",
+                if more == 1 { "reason" } else { "reasons" }
+            );
+        }
+    }
+
+    if !r.pending_at_end.is_empty() {
+        let _ = writeln!(s, "\nPending at end ({} pods)", r.pending_at_end.len());
+        let _ = writeln!(s, "  {:<32} {:>6} {:>10}  reason", "pod", "prio", "waiting");
+        for pod in r.pending_at_end.iter().take(PENDING_LISTED) {
+            let _ = writeln!(
+                s,
+                "  {:<32} {:>6} {:>10}  {}",
+                clip(&pod.pod, 32),
+                pod.priority,
+                fmt_seconds(pod.waiting_seconds),
+                clip(&pod.reason, WIDTH - 55)
+            );
+        }
+        if r.pending_at_end.len() > PENDING_LISTED {
+            let _ = writeln!(
+                s,
+                "  ... and {} more",
+                r.pending_at_end.len() - PENDING_LISTED
+            );
+        }
+    }
+    // Numbers wider than their columns could push a line past the width: cut it.
+    s.lines().map(|line| clip(line, WIDTH) + "\n").collect()
+}
+
+/// One table of per-group percentiles: pods and their queue wait, jobs and their completion.
+fn group_table(s: &mut String, title: &str, groups: &[GroupStats]) {
+    if groups.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n{:<18}{:>7}{:>10}{:>10}{:>10}{:>7}{:>10}{:>10}{:>10}",
+        title, "pods", "wait p50", "wait p95", "wait p99", "jobs", "JCT p50", "JCT p95", "JCT p99"
+    );
+    for g in groups {
+        let (w, c) = (&g.queue_wait, &g.completion_time);
+        let _ = writeln!(
+            s,
+            "{:<18}{:>7}{:>10}{:>10}{:>10}{:>7}{:>10}{:>10}{:>10}",
+            clip(&g.group, 17),
+            w.count,
+            fmt_pct_secs(w, w.p50),
+            fmt_pct_secs(w, w.p95),
+            fmt_pct_secs(w, w.p99),
+            c.count,
+            fmt_pct_secs(c, c.p50),
+            fmt_pct_secs(c, c.p95),
+            fmt_pct_secs(c, c.p99)
+        );
+    }
+}
+
+/// A percentile value of `pc`, or "-" when it measured nothing.
+fn fmt_pct_secs(pc: &Percentiles, seconds: f64) -> String {
+    if pc.count == 0 {
+        "-".to_string()
+    } else {
+        fmt_seconds(seconds)
+    }
+}
+
+/// Seconds as a human duration (`4m05s`); "-" for negative or non-finite input.
+pub(crate) fn fmt_seconds(seconds: f64) -> String {
+    if seconds.is_finite() && seconds >= 0.0 {
+        format_duration((seconds * 1000.0).round() as u64)
+    } else {
+        "-".to_string()
+    }
+}
+
+/// A 0..=1 fraction as a percentage with one decimal; "-" when not finite.
+pub(crate) fn fmt_pct(fraction: f64) -> String {
+    if fraction.is_finite() {
+        format!("{:.1}%", fraction * 100.0)
+    } else {
+        "-".to_string()
+    }
+}
+
+/// `s` cut to at most `max` characters, the cut marked with "...".
+pub(crate) fn clip(s: &str, max: usize) -> String {
+    // Control characters would break the table's lines.
+    let clean: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if clean.chars().count() <= max {
+        clean
+    } else {
+        let keep = max.saturating_sub(3);
+        clean.chars().take(keep).chain("...".chars()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::PendingPod;
+    use crate::report::tests::sample_report;
+
+    #[test]
+    fn summary_has_the_key_figures_and_reasons() {
+        let r = sample_report();
+        let s = render_summary(&r);
+        for needle in [
+            "Kestrel simulation: bursty-mix",
+            "policy binpack, seed 42",
+            "25 nodes, 192 GPUs, simulated 4h00m00s",
+            "1440 cycles, 400 bindings",
+            "created 420, scheduled 400, completed 350, evicted 3",
+            "running 38, pending 12",
+            "submitted 120, completed 101",
+            "allocated 71.3%, utilized 55.0%, fragmented 4.2% of free",
+            // queue wait p50/p95/p99 = 12.5s / 5m30s / 15m00s
+            "12.5s",
+            "5m30s",
+            "15m00s",
+            "Insufficient nvidia.com/gpu",
+            "By priority",
+            "By namespace",
+            "team-research",
+            "Pending at end (12 pods)",
+            "... and 2 more",
+        ] {
+            assert!(s.contains(needle), "summary lacks {needle:?}:\n{s}");
+        }
+        // Only the first five reasons are listed.
+        assert!(s.contains("... and 1 more reason\n"), "{s}");
+        assert!(!s.contains("reason-six"), "{s}");
+    }
+
+    #[test]
+    fn summary_lines_fit_in_100_columns() {
+        let mut r = sample_report();
+        r.scenario = "s".repeat(300);
+        r.pending_at_end.push(PendingPod {
+            pod: "p".repeat(200),
+            priority: i32::MIN,
+            waiting_seconds: 1e9,
+            reason: "r\n".repeat(200),
+        });
+        r.by_namespace[0].group = "n".repeat(80);
+        let s = render_summary(&r);
+        for line in s.lines() {
+            assert!(line.chars().count() <= WIDTH, "too long: {line:?}");
+        }
+    }
+
+    #[test]
+    fn empty_report_summarises_without_nan() {
+        let r = SimReport {
+            gpu_allocation_mean: f64::NAN,
+            ..SimReport::default()
+        };
+        let s = render_summary(&r);
+        assert!(s.contains("0 nodes, 0 GPUs"), "{s}");
+        assert!(!s.contains("NaN") && !s.contains("inf"), "{s}");
+        assert!(!s.contains("Pending at end"), "{s}");
+    }
+
+    #[test]
+    fn clip_marks_cuts_and_counts_characters() {
+        assert_eq!(clip("short", 10), "short");
+        assert_eq!(clip("abcdefghij", 6), "abc...");
+        assert_eq!(clip("ééééééé", 5), "éé...");
+        assert_eq!(fmt_seconds(f64::INFINITY), "-");
+        assert_eq!(fmt_seconds(330.0), "5m30s");
+    }
+}
