@@ -44,7 +44,10 @@ pub enum GpuAssignment {
     None,
     /// Device indices (`GpuDevice::index`), ascending.
     Whole(Vec<u32>),
-    Shared { index: u32, milli: u32 },
+    Shared {
+        index: u32,
+        milli: u32,
+    },
 }
 
 impl GpuAssignment {
@@ -136,7 +139,10 @@ impl NodeState {
                 let i = match random {
                     Some(rng) => {
                         let all: Vec<usize> = fitting.map(|(i, _)| i).collect();
-                        assert!(!all.is_empty(), "choose_gpus called on a node that does not fit");
+                        assert!(
+                            !all.is_empty(),
+                            "choose_gpus called on a node that does not fit"
+                        );
                         all[rng.below(all.len() as u64) as usize]
                     }
                     None => {
@@ -169,7 +175,8 @@ impl NodeState {
                     .map(|(_, v)| v.clone());
                 let mut chosen = one_numa.unwrap_or(free);
                 chosen.truncate(n as usize);
-                let mut indices: Vec<u32> = chosen.iter().map(|&i| self.spec.gpus[i].index).collect();
+                let mut indices: Vec<u32> =
+                    chosen.iter().map(|&i| self.spec.gpus[i].index).collect();
                 indices.sort_unstable();
                 GpuAssignment::Whole(indices)
             }
@@ -334,7 +341,11 @@ impl ClusterIndex {
     }
 
     /// Adds a node; `key` gives its ordering key once it is in place.
-    pub(crate) fn insert(&mut self, spec: NodeSpec, key: impl Fn(&ClusterIndex, &NodeState) -> u64) -> NodeId {
+    pub(crate) fn insert(
+        &mut self,
+        spec: NodeSpec,
+        key: impl Fn(&ClusterIndex, &NodeState) -> u64,
+    ) -> NodeId {
         let class = self.class_for(&spec);
         let id = NodeId(self.nodes.len() as u32);
         self.by_name.insert(spec.name.clone(), id);
@@ -357,7 +368,12 @@ impl ClusterIndex {
     }
 
     /// Replaces a node's spec (labels, taints, cordon) keeping what runs on it.
-    pub(crate) fn respec(&mut self, id: NodeId, spec: NodeSpec, key: impl Fn(&ClusterIndex, &NodeState) -> u64) {
+    pub(crate) fn respec(
+        &mut self,
+        id: NodeId,
+        spec: NodeSpec,
+        key: impl Fn(&ClusterIndex, &NodeState) -> u64,
+    ) {
         self.unindex(id);
         let class = self.class_for(&spec);
         let old_class = self.node(id).class;

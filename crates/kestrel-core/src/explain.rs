@@ -25,12 +25,26 @@ pub enum NodeReason {
     GpuFragmented,
 }
 
+impl NodeReason {
+    /// A shortfall of free capacity (as opposed to a node the pod may not use at all).
+    pub fn is_capacity(&self) -> bool {
+        matches!(
+            self,
+            NodeReason::Insufficient(_) | NodeReason::TooManyPods | NodeReason::GpuFragmented
+        )
+    }
+}
+
 impl fmt::Display for NodeReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NodeReason::Cordoned => write!(f, "node(s) were unschedulable (cordoned)"),
             NodeReason::UntoleratedTaint(t) => {
-                write!(f, "node(s) had untolerated taint {{{}: {}}}", t.key, t.value)
+                write!(
+                    f,
+                    "node(s) had untolerated taint {{{}: {}}}",
+                    t.key, t.value
+                )
             }
             NodeReason::AffinityMismatch => {
                 write!(f, "node(s) didn't match Pod's node affinity/selector")
@@ -41,7 +55,10 @@ impl fmt::Display for NodeReason {
             NodeReason::Insufficient(r) => write!(f, "Insufficient {r}"),
             NodeReason::TooManyPods => write!(f, "Too many pods"),
             NodeReason::GpuFragmented => {
-                write!(f, "node(s) had free GPU capacity split across shared devices")
+                write!(
+                    f,
+                    "node(s) had free GPU capacity split across shared devices"
+                )
             }
         }
     }
@@ -60,9 +77,11 @@ pub struct Unschedulable {
 }
 
 impl Unschedulable {
-    /// The dominant reason, for one-word summaries.
+    /// The reason that matters most, for one-line summaries: what stops the pod on the
+    /// nodes it is otherwise allowed on (a shortfall), else the most common exclusion.
     pub fn headline(&self) -> String {
-        match self.reasons.first() {
+        let shortfall = self.reasons.iter().find(|(r, _)| r.is_capacity());
+        match shortfall.or(self.reasons.first()) {
             Some((reason, _)) => reason.to_string(),
             None => "no nodes in the cluster".to_string(),
         }
@@ -70,12 +89,7 @@ impl Unschedulable {
 
     /// Whether a capacity problem (not configuration) blocks the pod: adding nodes could help.
     pub fn is_capacity(&self) -> bool {
-        self.reasons.iter().any(|(r, _)| {
-            matches!(
-                r,
-                NodeReason::Insufficient(_) | NodeReason::TooManyPods | NodeReason::GpuFragmented
-            )
-        })
+        self.reasons.iter().any(|(r, _)| r.is_capacity())
     }
 }
 

@@ -265,7 +265,9 @@ impl NodeSelectorTerm {
         if self.match_expressions.is_empty() && self.match_fields.is_empty() {
             return false;
         }
-        self.match_expressions.iter().all(|r| r.matches(&node.labels))
+        self.match_expressions
+            .iter()
+            .all(|r| r.matches(&node.labels))
             && self.match_fields.iter().all(|r| {
                 let mut fields = Labels::new();
                 fields.insert("metadata.name".to_string(), node.name.clone());
@@ -363,12 +365,18 @@ mod tests {
         let l = labels(&[("gpu", "H100"), ("count", "8")]);
         assert!(req("gpu", In, &["A100", "H100"]).matches(&l));
         assert!(!req("gpu", NotIn, &["H100"]).matches(&l));
-        assert!(req("zone", NotIn, &["a"]).matches(&l), "NotIn on absent key");
+        assert!(
+            req("zone", NotIn, &["a"]).matches(&l),
+            "NotIn on absent key"
+        );
         assert!(req("gpu", Exists, &[]).matches(&l));
         assert!(req("zone", DoesNotExist, &[]).matches(&l));
         assert!(req("count", Gt, &["7"]).matches(&l));
         assert!(!req("count", Lt, &["8"]).matches(&l));
-        assert!(!req("gpu", Gt, &["1"]).matches(&l), "non-integer never matches Gt");
+        assert!(
+            !req("gpu", Gt, &["1"]).matches(&l),
+            "non-integer never matches Gt"
+        );
     }
 
     #[test]
@@ -386,7 +394,13 @@ mod tests {
         };
         use TolerationOperator::*;
         assert!(tol("nvidia.com/gpu", Exists, "", None).tolerates(&t));
-        assert!(tol("nvidia.com/gpu", Equal, "true", Some(TaintEffect::NoSchedule)).tolerates(&t));
+        assert!(tol(
+            "nvidia.com/gpu",
+            Equal,
+            "true",
+            Some(TaintEffect::NoSchedule)
+        )
+        .tolerates(&t));
         assert!(!tol("nvidia.com/gpu", Equal, "false", None).tolerates(&t));
         assert!(!tol("nvidia.com/gpu", Exists, "", Some(TaintEffect::NoExecute)).tolerates(&t));
         assert!(tol("", Exists, "", None).tolerates(&t));

@@ -57,10 +57,7 @@ impl Policy {
         let alloc = &node.spec.allocatable;
         let cpu_free = frac(node.free.cpu_milli, alloc.cpu_milli);
         let mem_free = frac(node.free.memory_bytes, alloc.memory_bytes);
-        let gpu_free = frac(
-            node.free_gpu_milli() as i64,
-            1000 * node.gpu_count() as i64,
-        );
+        let gpu_free = frac(node.free_gpu_milli() as i64, 1000 * node.gpu_count() as i64);
         let has_gpu = node.gpu_count() > 0;
         let most_allocated = if has_gpu {
             (cpu_free + mem_free + gpu_free) / 3.0

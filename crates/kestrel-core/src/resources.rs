@@ -38,7 +38,10 @@ impl Resources {
 
     /// Sets an extended resource, keeping the list sorted; a zero amount removes it.
     pub fn set_extended(&mut self, name: &str, amount: i64) {
-        match self.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+        match self
+            .extended
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+        {
             Ok(i) if amount == 0 => {
                 self.extended.remove(i);
             }
@@ -93,10 +96,7 @@ impl Resources {
         request.cpu_milli <= self.cpu_milli
             && request.memory_bytes <= self.memory_bytes
             && request.ephemeral_storage_bytes <= self.ephemeral_storage_bytes
-            && request
-                .extended
-                .iter()
-                .all(|(n, a)| *a <= self.extended(n))
+            && request.extended.iter().all(|(n, a)| *a <= self.extended(n))
     }
 }
 
@@ -171,8 +171,12 @@ pub fn parse_quantity(input: &str, scale: i64) -> Result<i64, QuantityError> {
         .and_then(|v| v.checked_mul(scale as i128))
         .ok_or_else(|| err("out of range"))?;
     let magnitude = if exponent >= 0 {
-        base.checked_mul(10i128.checked_pow(exponent as u32).ok_or_else(|| err("out of range"))?)
-            .ok_or_else(|| err("out of range"))?
+        base.checked_mul(
+            10i128
+                .checked_pow(exponent as u32)
+                .ok_or_else(|| err("out of range"))?,
+        )
+        .ok_or_else(|| err("out of range"))?
     } else {
         let divisor = 10i128
             .checked_pow((-exponent) as u32)

@@ -225,7 +225,11 @@ impl Scheduler {
     }
 
     /// Cordons (`true`) or uncordons a node. Pods on it keep running.
-    pub fn set_unschedulable(&mut self, name: &str, unschedulable: bool) -> Result<(), ClusterError> {
+    pub fn set_unschedulable(
+        &mut self,
+        name: &str,
+        unschedulable: bool,
+    ) -> Result<(), ClusterError> {
         let id = self
             .cluster
             .id_of(name)
@@ -331,7 +335,11 @@ impl Scheduler {
             match self.place(id) {
                 Ok((node, gpus)) => {
                     self.bind(id, node, gpus.clone(), now);
-                    decisions.bindings.push(Binding { pod: id, node, gpus });
+                    decisions.bindings.push(Binding {
+                        pod: id,
+                        node,
+                        gpus,
+                    });
                 }
                 Err(reason) => {
                     let record = &mut self.pods[id.0 as usize];
@@ -358,7 +366,11 @@ impl Scheduler {
             .node_mut_unindexed(node)
             .allocate(id, &record.spec.demand.resources, &gpus);
         self.cluster.reindex(node, &key);
-        record.phase = PodPhase::Bound { node, gpus, at: now };
+        record.phase = PodPhase::Bound {
+            node,
+            gpus,
+            at: now,
+        };
         record.pending_reason = None;
         self.pending -= 1;
     }
@@ -381,12 +393,12 @@ impl Scheduler {
     fn verdicts(&mut self, constraint: u32) -> &[ClassVerdict] {
         let entry = &mut self.constraints[constraint as usize];
         for class in &self.cluster.classes[entry.verdicts.len()..] {
-            entry
-                .verdicts
-                .push(match static_check(&entry.constraints, &class.representative) {
+            entry.verdicts.push(
+                match static_check(&entry.constraints, &class.representative) {
                     Ok(score) => ClassVerdict::Feasible { score },
                     Err(reason) => ClassVerdict::Infeasible(reason),
-                });
+                },
+            );
         }
         &entry.verdicts
     }
@@ -519,9 +531,7 @@ impl Scheduler {
         Unschedulable {
             total_nodes: self.cluster.len() as u32,
             reasons,
-            gpu_fragmentation: (need > 0
-                && eligible_free_whole >= need
-                && best_free_whole < need)
+            gpu_fragmentation: (need > 0 && eligible_free_whole >= need && best_free_whole < need)
                 .then_some((eligible_free_whole, best_free_whole)),
         }
     }
@@ -535,7 +545,9 @@ impl Scheduler {
 
     /// The node's rank key under the configured policy (lower is better).
     pub fn node_rank(&self, node: NodeId) -> u64 {
-        self.config.policy.node_key(&self.cluster, self.cluster.node(node))
+        self.config
+            .policy
+            .node_key(&self.cluster, self.cluster.node(node))
     }
 
     /// The class a node belongs to (nodes of one class are interchangeable for static
@@ -560,7 +572,10 @@ fn validate_node(spec: &NodeSpec) -> Result<(), ClusterError> {
         if !seen.insert(gpu.index) {
             return Err(invalid(
                 "gpus[].index",
-                format!("GPU index {} appears twice; give each device its own index", gpu.index),
+                format!(
+                    "GPU index {} appears twice; give each device its own index",
+                    gpu.index
+                ),
             ));
         }
     }
@@ -607,7 +622,12 @@ static CORDON_TAINT_VIEW: std::sync::LazyLock<crate::model::Taint> =
 /// preference score: matched preferred-affinity weights, minus 100 per untolerated
 /// PreferNoSchedule taint.
 fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, NodeReason> {
-    if node.unschedulable && !c.tolerations.iter().any(|t| t.tolerates(&CORDON_TAINT_VIEW)) {
+    if node.unschedulable
+        && !c
+            .tolerations
+            .iter()
+            .any(|t| t.tolerates(&CORDON_TAINT_VIEW))
+    {
         return Err(NodeReason::Cordoned);
     }
     let selector_ok = c
@@ -657,22 +677,15 @@ fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, NodeRe
 fn names_per_node_labels(c: &PlacementConstraints) -> bool {
     let term_names = |t: &NodeSelectorTerm| {
         !t.match_fields.is_empty()
-            || t
-                .match_expressions
+            || t.match_expressions
                 .iter()
                 .any(|r| PER_NODE_LABELS.contains(&r.key.as_str()))
     };
     let per_node_key = |k: &String| PER_NODE_LABELS.contains(&k.as_str());
     c.node_selector.keys().any(per_node_key)
-        || c
-            .runtime_class
+        || c.runtime_class
             .as_ref()
             .is_some_and(|rc| rc.node_selector.keys().any(per_node_key))
-        || c
-            .affinity
-            .required
-            .iter()
-            .flatten()
-            .any(term_names)
+        || c.affinity.required.iter().flatten().any(term_names)
         || c.affinity.preferred.iter().any(|(_, t)| term_names(t))
 }

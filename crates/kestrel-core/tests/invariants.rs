@@ -30,8 +30,7 @@ fn node_strategy(i: usize) -> impl Strategy<Value = NodeSpec> {
             let mut node = NodeSpec::new(format!("n{i}"), Resources::new(cpu * 1000, cpu << 30));
             node.max_pods = max_pods;
             node.labels.insert("zone".into(), zone.into());
-            node.labels
-                .insert(RACK_LABEL.into(), format!("r{}", i % 3));
+            node.labels.insert(RACK_LABEL.into(), format!("r{}", i % 3));
             node.gpus = (0..gpus)
                 .map(|index| GpuDevice {
                     index,
@@ -140,13 +139,21 @@ fn run(policy: Policy, nodes: &[NodeSpec], ops: &[Op]) -> Vec<String> {
             }
             Op::Finish(_) => {}
             Op::Cordon(i, c) => {
-                let names: Vec<String> = s.cluster().iter().map(|(_, n)| n.spec.name.clone()).collect();
+                let names: Vec<String> = s
+                    .cluster()
+                    .iter()
+                    .map(|(_, n)| n.spec.name.clone())
+                    .collect();
                 if !names.is_empty() {
                     s.set_unschedulable(&names[i % names.len()], *c).unwrap();
                 }
             }
             Op::RemoveNode(i) => {
-                let names: Vec<String> = s.cluster().iter().map(|(_, n)| n.spec.name.clone()).collect();
+                let names: Vec<String> = s
+                    .cluster()
+                    .iter()
+                    .map(|(_, n)| n.spec.name.clone())
+                    .collect();
                 if names.len() > 1 {
                     s.remove_node(&names[i % names.len()]).unwrap();
                 }
@@ -175,7 +182,11 @@ fn check_accounting(s: &Scheduler, live: &[PodId]) {
     for (id, node) in s.cluster().iter() {
         per_node.insert(
             id,
-            (Resources::default(), 0, vec![(0, false); node.spec.gpus.len()]),
+            (
+                Resources::default(),
+                0,
+                vec![(0, false); node.spec.gpus.len()],
+            ),
         );
         assert_eq!(node.gpus.len(), node.spec.gpus.len());
     }
@@ -196,7 +207,11 @@ fn check_accounting(s: &Scheduler, live: &[PodId]) {
                         assert_eq!(v.len(), k as usize);
                         for &i in v {
                             let d = &mut entry.2[pos(i)];
-                            assert!(d.0 == 0 && !d.1, "device {i} on {} given twice", n.spec.name);
+                            assert!(
+                                d.0 == 0 && !d.1,
+                                "device {i} on {} given twice",
+                                n.spec.name
+                            );
                             *d = (1000, true);
                         }
                     }
@@ -211,7 +226,12 @@ fn check_accounting(s: &Scheduler, live: &[PodId]) {
                 // Placement honoured the pod's constraints.
                 for taint in &n.spec.taints {
                     assert!(
-                        record.spec.constraints.tolerations.iter().any(|t| t.tolerates(taint)),
+                        record
+                            .spec
+                            .constraints
+                            .tolerations
+                            .iter()
+                            .any(|t| t.tolerates(taint)),
                         "{} on {} despite taint {taint}",
                         record.spec.name,
                         n.spec.name
@@ -229,7 +249,11 @@ fn check_accounting(s: &Scheduler, live: &[PodId]) {
     for (id, (used, pods, devices)) in per_node {
         let node = s.cluster().node(id);
         let a = &node.spec.allocatable;
-        assert!(used.cpu_milli <= a.cpu_milli && used.memory_bytes <= a.memory_bytes, "{} over-committed", node.spec.name);
+        assert!(
+            used.cpu_milli <= a.cpu_milli && used.memory_bytes <= a.memory_bytes,
+            "{} over-committed",
+            node.spec.name
+        );
         assert!(pods <= node.spec.max_pods);
         let mut expect_free = a.clone();
         expect_free.sub(&used);
@@ -255,7 +279,10 @@ fn check_nothing_placeable_left(s: &Scheduler) {
                 n.spec.name
             );
         }
-        assert!(s.pod(id).pending_reason.is_some(), "pending without a reason");
+        assert!(
+            s.pod(id).pending_reason.is_some(),
+            "pending without a reason"
+        );
     }
 }
 

@@ -68,7 +68,10 @@ fn node_of(s: &Scheduler, id: PodId) -> String {
 
 #[test]
 fn gpu_taint_keeps_cpu_pods_off_gpu_nodes() {
-    let mut s = scheduler(Policy::Kestrel, vec![gpu_node("gpu-0", 8), cpu_node("cpu-0")]);
+    let mut s = scheduler(
+        Policy::Kestrel,
+        vec![gpu_node("gpu-0", 8), cpu_node("cpu-0")],
+    );
     let web = s.submit(pod("web", 1000, GpuRequest::None), 0);
     let train = s.submit(pod("train", 1000, GpuRequest::Whole(8)), 0);
     s.schedule(0);
@@ -82,7 +85,10 @@ fn gpu_taint_keeps_cpu_pods_off_gpu_nodes() {
     let text = reason.to_string();
     assert!(text.starts_with("0/2 nodes are available"), "{text}");
     assert!(text.contains("1 Insufficient cpu"), "{text}");
-    assert!(text.contains("1 node(s) had untolerated taint {nvidia.com/gpu: true}"), "{text}");
+    assert!(
+        text.contains("1 node(s) had untolerated taint {nvidia.com/gpu: true}"),
+        "{text}"
+    );
     assert!(reason.is_capacity());
 }
 
@@ -92,7 +98,14 @@ fn whole_gpus_get_concrete_devices_on_one_numa_node() {
     let a = s.submit(pod("a", 100, GpuRequest::Whole(2)), 0);
     let b = s.submit(pod("b", 100, GpuRequest::Whole(4)), 0);
     let d = s.schedule(0);
-    let gpus = |id: PodId| d.bindings.iter().find(|b| b.pod == id).unwrap().gpus.indices();
+    let gpus = |id: PodId| {
+        d.bindings
+            .iter()
+            .find(|b| b.pod == id)
+            .unwrap()
+            .gpus
+            .indices()
+    };
     let (ga, gb) = (gpus(a), gpus(b));
     assert_eq!(ga.len(), 2);
     assert_eq!(gb.len(), 4);
@@ -110,7 +123,14 @@ fn shares_never_sit_on_a_whole_gpu_and_pack_together() {
     let s2 = s.submit(pod("s2", 100, GpuRequest::Shared { milli: 600 }), 0);
     let d = s.schedule(0);
     assert_eq!(d.bindings.len(), 3);
-    let gpu = |id: PodId| d.bindings.iter().find(|b| b.pod == id).unwrap().gpus.indices()[0];
+    let gpu = |id: PodId| {
+        d.bindings
+            .iter()
+            .find(|b| b.pod == id)
+            .unwrap()
+            .gpus
+            .indices()[0]
+    };
     assert_ne!(gpu(whole), gpu(s1));
     assert_eq!(gpu(s1), gpu(s2), "shares pack onto one device");
     // Two more shares of 600 cannot join it and take one device each.
@@ -137,7 +157,11 @@ fn shares_never_sit_on_a_whole_gpu_and_pack_together() {
 
 #[test]
 fn binpack_fills_one_node_and_spread_uses_both() {
-    for (policy, same) in [(Policy::BinPack, true), (Policy::Spread, false), (Policy::Kestrel, true)] {
+    for (policy, same) in [
+        (Policy::BinPack, true),
+        (Policy::Spread, false),
+        (Policy::Kestrel, true),
+    ] {
         let mut s = scheduler(policy, vec![gpu_node("a", 8), gpu_node("b", 8)]);
         let p1 = s.submit(pod("p1", 1000, GpuRequest::Whole(1)), 0);
         s.schedule(0);
@@ -158,7 +182,10 @@ fn fragmentation_is_named_when_free_gpus_are_spread_thin() {
     s.schedule(1);
     let reason = s.pod(big).pending_reason.clone().unwrap();
     assert_eq!(reason.gpu_fragmentation, Some((6, 3)));
-    assert!(reason.to_string().contains("6 whole GPUs are free"), "{reason}");
+    assert!(
+        reason.to_string().contains("6 whole GPUs are free"),
+        "{reason}"
+    );
 }
 
 #[test]
@@ -202,7 +229,10 @@ fn node_affinity_required_and_preferred() {
 
 #[test]
 fn hostname_selector_is_checked_node_by_node() {
-    let mut s = scheduler(Policy::Kestrel, vec![cpu_node("a"), cpu_node("b"), cpu_node("c")]);
+    let mut s = scheduler(
+        Policy::Kestrel,
+        vec![cpu_node("a"), cpu_node("b"), cpu_node("c")],
+    );
     let mut p = pod("pinned", 100, GpuRequest::None);
     p.constraints
         .node_selector
@@ -244,7 +274,10 @@ fn runtime_class_selector_tolerations_and_mismatch() {
     let id = s.submit(p, 1);
     s.schedule(1);
     let text = s.pod(id).pending_reason.clone().unwrap().to_string();
-    assert!(text.contains("didn't match RuntimeClass \"kata\""), "{text}");
+    assert!(
+        text.contains("didn't match RuntimeClass \"kata\""),
+        "{text}"
+    );
 }
 
 #[test]
@@ -260,7 +293,11 @@ fn cordon_pod_count_and_prefer_no_schedule() {
     let mut s = scheduler(Policy::Spread, vec![a, b]);
     let first = s.submit(pod("first", 100, GpuRequest::None), 0);
     s.schedule(0);
-    assert_eq!(node_of(&s, first), "a", "PreferNoSchedule steers away from b");
+    assert_eq!(
+        node_of(&s, first),
+        "a",
+        "PreferNoSchedule steers away from b"
+    );
     let second = s.submit(pod("second", 100, GpuRequest::None), 1);
     s.schedule(1);
     assert_eq!(node_of(&s, second), "b", "a is full by pod count");
@@ -268,7 +305,10 @@ fn cordon_pod_count_and_prefer_no_schedule() {
     let third = s.submit(pod("third", 100, GpuRequest::None), 2);
     s.schedule(2);
     let text = s.pod(third).pending_reason.clone().unwrap().to_string();
-    assert!(text.contains("1 Too many pods") && text.contains("1 node(s) were unschedulable"), "{text}");
+    assert!(
+        text.contains("1 Too many pods") && text.contains("1 node(s) were unschedulable"),
+        "{text}"
+    );
     s.set_unschedulable("b", false).unwrap();
     s.schedule(3);
     assert_eq!(node_of(&s, third), "b");
@@ -289,21 +329,36 @@ fn priority_orders_the_queue_and_removed_nodes_requeue_their_pods() {
     assert_eq!(s.pending(), vec![low]);
     let evicted = s.remove_node("a").unwrap();
     assert_eq!(evicted, vec![high]);
-    assert_eq!(s.pending(), vec![high, low], "priority order, nothing dropped");
+    assert_eq!(
+        s.pending(),
+        vec![high, low],
+        "priority order, nothing dropped"
+    );
     s.add_node(gpu_node("b", 8)).unwrap();
     s.schedule(2);
     assert_eq!(node_of(&s, high), "b");
-    assert!(matches!(s.remove_node("a"), Err(ClusterError::UnknownNode(_))));
-    assert!(matches!(s.add_node(gpu_node("b", 8)), Err(ClusterError::DuplicateNode(_))));
+    assert!(matches!(
+        s.remove_node("a"),
+        Err(ClusterError::UnknownNode(_))
+    ));
+    assert!(matches!(
+        s.add_node(gpu_node("b", 8)),
+        Err(ClusterError::DuplicateNode(_))
+    ));
 }
 
 #[test]
 fn invalid_nodes_are_refused_with_the_field_named() {
     let mut node = gpu_node("bad", 2);
     node.gpus[1].index = 0;
-    let err = Scheduler::new(SchedulerConfig::default()).add_node(node).unwrap_err();
+    let err = Scheduler::new(SchedulerConfig::default())
+        .add_node(node)
+        .unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("\"bad\"") && text.contains("gpus[].index"), "{text}");
+    assert!(
+        text.contains("\"bad\"") && text.contains("gpus[].index"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -328,4 +383,31 @@ fn extended_resources_are_counted() {
     assert_eq!(node_of(&s, first), "a");
     let text = s.pod(second).pending_reason.clone().unwrap().to_string();
     assert!(text.contains("1 Insufficient rdma/ib"), "{text}");
+}
+
+#[test]
+fn the_headline_is_the_shortfall_not_the_excluded_nodes() {
+    // Two tainted CPU-only nodes outnumber the one GPU node that is merely full.
+    let tainted = |name: &str| {
+        let mut n = cpu_node(name);
+        n.taints.push(Taint {
+            key: "dedicated".into(),
+            value: "db".into(),
+            effect: TaintEffect::NoSchedule,
+        });
+        n
+    };
+    let mut s = scheduler(
+        Policy::Kestrel,
+        vec![gpu_node("gpu-0", 1), tainted("a"), tainted("b")],
+    );
+    s.submit(pod("q", 100, GpuRequest::Whole(1)), 0);
+    let id = s.submit(pod("r", 100, GpuRequest::Whole(1)), 0);
+    s.schedule(0);
+    let reason = s.pod(id).pending_reason.clone().unwrap();
+    assert_eq!(
+        reason.reasons[0].1, 2,
+        "the taint is the most common reason"
+    );
+    assert_eq!(reason.headline(), "Insufficient nvidia.com/gpu");
 }

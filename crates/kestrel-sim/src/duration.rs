@@ -14,10 +14,17 @@ pub fn parse_duration(input: &str) -> Result<Millis, String> {
     }
     if s.contains(':') {
         let parts: Vec<&str> = s.split(':').collect();
-        if parts.len() > 3 || parts.iter().any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
+        if parts.len() > 3
+            || parts
+                .iter()
+                .any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
+        {
             return Err(bad("malformed clock time"));
         }
-        let nums: Vec<u64> = parts.iter().map(|p| p.parse().unwrap_or(u64::MAX)).collect();
+        let nums: Vec<u64> = parts
+            .iter()
+            .map(|p| p.parse().unwrap_or(u64::MAX))
+            .collect();
         if nums[1..].iter().any(|&n| n >= 60) {
             return Err(bad("minutes or seconds of 60 or more"));
         }
@@ -39,7 +46,9 @@ pub fn parse_duration(input: &str) -> Result<Millis, String> {
         if num_len == 0 {
             return Err(bad("a unit without a number"));
         }
-        let value: f64 = rest[..num_len].parse().map_err(|_| bad("a malformed number"))?;
+        let value: f64 = rest[..num_len]
+            .parse()
+            .map_err(|_| bad("a malformed number"))?;
         rest = &rest[num_len..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')

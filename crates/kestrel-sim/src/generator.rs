@@ -70,7 +70,13 @@ pub fn generate(config: &GeneratorConfig) -> Workload {
                     JobKind::Job,
                     "synthetic/training",
                     format!("train-{i}"),
-                    gpu_pod(12 * gpus as i64, 120 * gpus as i64, GpuRequest::Whole(gpus), 1000, "training"),
+                    gpu_pod(
+                        12 * gpus as i64,
+                        120 * gpus as i64,
+                        GpuRequest::Whole(gpus),
+                        1000,
+                        "training",
+                    ),
                     Some(minutes(&mut rng, 60, 480)),
                     pods,
                     pods,
@@ -164,7 +170,13 @@ mod tests {
         };
         let a = generate(&config);
         assert_eq!(a, generate(&config));
-        assert_ne!(a, generate(&GeneratorConfig { seed: 8, ..config.clone() }));
+        assert_ne!(
+            a,
+            generate(&GeneratorConfig {
+                seed: 8,
+                ..config.clone()
+            })
+        );
         for kind in ["training", "batch", "notebook", "inference", "service"] {
             let n = a
                 .jobs
@@ -178,7 +190,12 @@ mod tests {
         // CPU services never tolerate the GPU taint; GPU pods always do.
         for job in &a.jobs {
             let gpu = job.template.demand.gpu != GpuRequest::None;
-            assert_eq!(gpu, !job.template.constraints.tolerations.is_empty(), "{}", job.name);
+            assert_eq!(
+                gpu,
+                !job.template.constraints.tolerations.is_empty(),
+                "{}",
+                job.name
+            );
         }
     }
 }

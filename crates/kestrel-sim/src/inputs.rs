@@ -18,7 +18,8 @@ fn read(path: &Path) -> Result<String, LoadError> {
 }
 
 fn is_csv(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
 }
 
 fn is_yaml(path: &Path) -> bool {
@@ -102,7 +103,10 @@ pub struct ScenarioFiles {
 
 /// Sorts the paths a user gave into a cluster file and workload files: a directory
 /// contributes its `cluster.yaml` (unless a cluster was named) and its other input files.
-pub fn resolve_paths(paths: &[PathBuf], cluster: Option<PathBuf>) -> Result<ScenarioFiles, LoadError> {
+pub fn resolve_paths(
+    paths: &[PathBuf],
+    cluster: Option<PathBuf>,
+) -> Result<ScenarioFiles, LoadError> {
     let mut files = ScenarioFiles {
         cluster,
         workload: Vec::new(),
@@ -146,7 +150,10 @@ mod tests {
         }
         let files = resolve_paths(&[dir.clone()], None).unwrap();
         assert_eq!(files.cluster, Some(dir.join("cluster.yaml")));
-        assert_eq!(files.workload, vec![dir.join("a.yml"), dir.join("b.yaml"), dir.join("c.csv")]);
+        assert_eq!(
+            files.workload,
+            vec![dir.join("a.yml"), dir.join("b.yaml"), dir.join("c.csv")]
+        );
         let named = resolve_paths(&[dir.clone()], Some(PathBuf::from("x.yaml"))).unwrap();
         assert_eq!(named.cluster, Some(PathBuf::from("x.yaml")));
         let missing = resolve_paths(&[dir.join("nope")], None).unwrap_err();
@@ -161,7 +168,10 @@ mod tests {
         let path = dir.join("cluster.yaml");
         std::fs::write(&path, "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n").unwrap();
         let e = load_cluster_file(&path).unwrap_err().to_string();
-        assert!(e.contains("cluster.yaml") && e.contains("\"Pod\"") && e.contains("kind"), "{e}");
+        assert!(
+            e.contains("cluster.yaml") && e.contains("\"Pod\"") && e.contains("kind"),
+            "{e}"
+        );
         std::fs::write(&path, "a: [1,\n").unwrap();
         let e = load_cluster_file(&path).unwrap_err().to_string();
         assert!(e.contains("not valid YAML"), "{e}");

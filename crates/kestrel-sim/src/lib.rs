@@ -4,11 +4,21 @@
 //! generator into a [`SimCluster`] and a [`Workload`]; the simulator drives
 //! `kestrel_core::Scheduler` on a virtual clock and measures a [`SimReport`].
 
+pub mod cluster_spec;
 pub mod duration;
 pub mod error;
+pub mod generator;
+pub mod inputs;
+pub mod kube_nodes;
+pub mod manifests;
 pub mod metrics;
+pub mod openb;
+pub mod report;
+pub mod sim;
+pub mod summary;
 pub mod workload;
 
 pub use error::LoadError;
 pub use metrics::SimReport;
+pub use sim::{simulate, SimConfig, SimError, Simulation};
 pub use workload::{ClusterChange, ClusterEvent, JobKind, SimCluster, SimJob, Workload};

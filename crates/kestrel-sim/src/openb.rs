@@ -125,7 +125,11 @@ struct CsvRow<'a> {
 
 impl<'a> CsvRow<'a> {
     fn get(&self, name: &str) -> &'a str {
-        let c = self.columns.iter().position(|c| *c == name).expect("known column");
+        let c = self
+            .columns
+            .iter()
+            .position(|c| *c == name)
+            .expect("known column");
         self.fields[self.index[c]]
     }
 }
@@ -137,7 +141,10 @@ fn read_csv<T>(
     columns: &[&str],
     mut row: impl FnMut(&CsvRow, usize) -> Result<T, LoadError>,
 ) -> Result<Vec<T>, LoadError> {
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
     let (_, header) = lines
         .next()
         .ok_or_else(|| LoadError::new(path, "the file is empty; expected a CSV header line"))?;
@@ -345,7 +352,12 @@ pub fn inflate_and_shuffle(pods: &[OpenbPod], capacity_milli: u64, seed: u64) ->
 }
 
 /// Runs the packing experiment once.
-pub fn packing_run(nodes: &[OpenbNode], pods: &[OpenbPod], policy: Policy, seed: u64) -> PackingRun {
+pub fn packing_run(
+    nodes: &[OpenbNode],
+    pods: &[OpenbPod],
+    policy: Policy,
+    seed: u64,
+) -> PackingRun {
     let mut scheduler = Scheduler::new(SchedulerConfig { policy, seed });
     for node in nodes {
         scheduler
@@ -401,7 +413,12 @@ pub struct PackingSummary {
     pub runs: Vec<PackingRun>,
 }
 
-pub fn packing_summary(nodes: &[OpenbNode], pods: &[OpenbPod], policy: Policy, seeds: &[u64]) -> PackingSummary {
+pub fn packing_summary(
+    nodes: &[OpenbNode],
+    pods: &[OpenbPod],
+    policy: Policy,
+    seeds: &[u64],
+) -> PackingSummary {
     let runs: Vec<PackingRun> = seeds
         .iter()
         .map(|&seed| packing_run(nodes, pods, policy, seed))
@@ -420,7 +437,8 @@ pub fn packing_summary(nodes: &[OpenbNode], pods: &[OpenbPod], policy: Policy, s
 mod tests {
     use super::*;
 
-    const NODES: &str = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,P100\nn1,96000,786432,8,G2\n";
+    const NODES: &str =
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,P100\nn1,96000,786432,8,G2\n";
     const PODS: &str = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n\
 p0,12000,16384,1,1000,,LS,Running,0,100,0\n\
 p1,6000,12288,1,460,G2|T4,LS,Running,10,50,12\n\
@@ -447,20 +465,36 @@ p4,8000,8192,1,1000,,BE,Pending,30,90,\n";
     #[test]
     fn bad_rows_name_file_line_and_field() {
         let bad = NODES.replace("64000", "lots");
-        let e = load_nodes(Path::new("nodes.csv"), &bad).unwrap_err().to_string();
-        assert!(e.contains("nodes.csv") && e.contains("line 2") && e.contains("cpu_milli"), "{e}");
+        let e = load_nodes(Path::new("nodes.csv"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("nodes.csv") && e.contains("line 2") && e.contains("cpu_milli"),
+            "{e}"
+        );
         let dup = format!("{NODES}n0,1,1,0,\n");
-        let e = load_nodes(Path::new("nodes.csv"), &dup).unwrap_err().to_string();
+        let e = load_nodes(Path::new("nodes.csv"), &dup)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("duplicate") && e.contains("n0"), "{e}");
-        let e = load_pods(Path::new("pods.csv"), "name,cpu_milli\np,1\n").unwrap_err().to_string();
+        let e = load_pods(Path::new("pods.csv"), "name,cpu_milli\np,1\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no column \"memory_mib\""), "{e}");
         let short = PODS.replace("p2,4000,8192,0,0,,BE,Running,20,40,20", "p2,4000");
-        let e = load_pods(Path::new("pods.csv"), &short).unwrap_err().to_string();
+        let e = load_pods(Path::new("pods.csv"), &short)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 4") && e.contains("fields"), "{e}");
         let frac = PODS.replace("460", "1500");
-        let e = load_pods(Path::new("pods.csv"), &frac).unwrap_err().to_string();
+        let e = load_pods(Path::new("pods.csv"), &frac)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("gpu_milli") && e.contains("p1"), "{e}");
-        assert!(load_nodes(Path::new("e.csv"), "").unwrap_err().to_string().contains("empty"));
+        assert!(load_nodes(Path::new("e.csv"), "")
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
     }
 
     #[test]

@@ -2,9 +2,7 @@
 //! driver uses. Events at one instant are applied first (cluster changes, completions,
 //! arrivals, in the order they were queued), then one scheduling cycle runs.
 
-use crate::metrics::{
-    GroupStats, NodeUsage, PendingPod, Percentiles, Sample, SimReport,
-};
+use crate::metrics::{GroupStats, NodeUsage, PendingPod, Percentiles, Sample, SimReport};
 use crate::workload::{ClusterChange, JobKind, SimCluster, Workload};
 use kestrel_core::{
     ClusterError, Decisions, GpuAssignment, Millis, PodId, PodPhase, PodSpec, Policy, Scheduler,
@@ -330,7 +328,10 @@ impl<'a> Simulation<'a> {
     fn apply(&mut self, decisions: Decisions) {
         for binding in decisions.bindings {
             self.report.bindings += 1;
-            let state = self.pods.get_mut(&binding.pod).expect("bound pod is tracked");
+            let state = self
+                .pods
+                .get_mut(&binding.pod)
+                .expect("bound pod is tracked");
             if state.first_bound_at.is_none() {
                 state.first_bound_at = Some(self.now);
                 self.report.pods.scheduled += 1;
@@ -452,8 +453,7 @@ impl<'a> Simulation<'a> {
             }
         }
         report.queue_wait = Percentiles::of(&mut waits.iter().map(|w| w.2).collect::<Vec<_>>());
-        report.completion_time =
-            Percentiles::of(&mut jcts.iter().map(|w| w.2).collect::<Vec<_>>());
+        report.completion_time = Percentiles::of(&mut jcts.iter().map(|w| w.2).collect::<Vec<_>>());
         report.by_priority = group_stats(&waits, &jcts, |(p, _, _)| *p, |p| p.to_string(), true);
         report.by_namespace = group_stats(&waits, &jcts, |(_, ns, _)| ns.clone(), |ns| ns, false);
 
@@ -497,7 +497,9 @@ impl<'a> Simulation<'a> {
                 cordoned: n.spec.unschedulable,
             })
             .collect();
-        let mut totals: Vec<(String, u64)> = std::mem::take(&mut self.reason_totals).into_iter().collect();
+        let mut totals: Vec<(String, u64)> = std::mem::take(&mut self.reason_totals)
+            .into_iter()
+            .collect();
         totals.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         report.pending_reasons = totals;
         self.report

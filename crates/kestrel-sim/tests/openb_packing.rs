@@ -35,7 +35,11 @@ fn random_and_bestfit_reproduce_the_published_figures() {
     for (policy, published) in [(Policy::Random, 0.875), (Policy::BestFit, 0.931)] {
         let summary = packing_summary(&nodes, &pods, policy, &SEEDS);
         let got = summary.mean_allocation_at_130;
-        eprintln!("{policy}: {:.2}% at 130% (published {:.1}%)", 100.0 * got, 100.0 * published);
+        eprintln!(
+            "{policy}: {:.2}% at 130% (published {:.1}%)",
+            100.0 * got,
+            100.0 * published
+        );
         assert!(summary.mean_allocation_at_100 <= got);
         if (got - published).abs() > 0.005 {
             failures.push(format!(

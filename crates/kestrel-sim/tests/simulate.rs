@@ -20,7 +20,15 @@ fn gpu_node(name: &str, gpus: u32) -> NodeSpec {
     node
 }
 
-fn job(name: &str, kind: JobKind, gpus: u32, arrival: Millis, duration: Option<Millis>, parallelism: u32, completions: u32) -> SimJob {
+fn job(
+    name: &str,
+    kind: JobKind,
+    gpus: u32,
+    arrival: Millis,
+    duration: Option<Millis>,
+    parallelism: u32,
+    completions: u32,
+) -> SimJob {
     SimJob {
         kind,
         source_kind: format!("{kind:?}"),
@@ -64,7 +72,11 @@ fn a_job_runs_parallelism_pods_at_a_time_until_completions() {
     assert_eq!(r.span, 30_000);
     // Time-weighted: 2 of 8 GPUs for 20 s, 1 for 10 s, over 30 s.
     let expect = (2.0 * 20.0 + 10.0) / (8.0 * 30.0);
-    assert!((r.gpu_allocation_mean - expect).abs() < 1e-9, "{}", r.gpu_allocation_mean);
+    assert!(
+        (r.gpu_allocation_mean - expect).abs() < 1e-9,
+        "{}",
+        r.gpu_allocation_mean
+    );
     assert!((r.gpu_utilization_mean - expect / 2.0).abs() < 1e-9);
 }
 
@@ -87,8 +99,17 @@ fn waiting_work_is_measured_and_unplaceable_pods_stay_pending_with_reasons() {
     assert_eq!(r.pods.pending_at_end, 1);
     assert_eq!(r.pending_at_end.len(), 1);
     assert_eq!(r.pending_at_end[0].pod, "team/huge");
-    assert!(r.pending_at_end[0].reason.contains("Insufficient nvidia.com/gpu"), "{:?}", r.pending_at_end);
-    assert!(r.pending_reasons.iter().any(|(reason, _)| reason.contains("Insufficient")));
+    assert!(
+        r.pending_at_end[0]
+            .reason
+            .contains("Insufficient nvidia.com/gpu"),
+        "{:?}",
+        r.pending_at_end
+    );
+    assert!(r
+        .pending_reasons
+        .iter()
+        .any(|(reason, _)| reason.contains("Insufficient")));
 }
 
 #[test]
@@ -98,9 +119,18 @@ fn node_events_cordon_remove_and_add() {
     let cluster = SimCluster {
         nodes: vec![gpu_node("a", 8), gpu_node("b", 8)],
         events: vec![
-            ClusterEvent { at: 5_000, change: ClusterChange::Cordon("b".into()) },
-            ClusterEvent { at: 10_000, change: ClusterChange::RemoveNode("a".into()) },
-            ClusterEvent { at: 20_000, change: ClusterChange::AddNode(added) },
+            ClusterEvent {
+                at: 5_000,
+                change: ClusterChange::Cordon("b".into()),
+            },
+            ClusterEvent {
+                at: 10_000,
+                change: ClusterChange::RemoveNode("a".into()),
+            },
+            ClusterEvent {
+                at: 20_000,
+                change: ClusterChange::AddNode(added),
+            },
         ],
     };
     let workload = Workload {
@@ -114,8 +144,17 @@ fn node_events_cordon_remove_and_add() {
     while sim.now() < 10_000 {
         assert!(sim.step().unwrap());
     }
-    assert!(sim.placements().iter().all(|(pod, _, _)| pod != "team/victim"), "evicted pod is not bound");
-    assert_eq!(sim.scheduler().pending_count(), 2, "victim and later both wait");
+    assert!(
+        sim.placements()
+            .iter()
+            .all(|(pod, _, _)| pod != "team/victim"),
+        "evicted pod is not bound"
+    );
+    assert_eq!(
+        sim.scheduler().pending_count(),
+        2,
+        "victim and later both wait"
+    );
     while sim.step().unwrap() {}
     let placements = sim.placements();
     assert!(placements.is_empty(), "{placements:?}");
@@ -163,8 +202,12 @@ fn same_seed_same_report_and_until_stops_early() {
 
 #[test]
 fn an_empty_cluster_is_refused() {
-    let e = Simulation::new(&SimCluster::default(), &Workload::default(), SimConfig::default())
-        .err()
-        .unwrap();
+    let e = Simulation::new(
+        &SimCluster::default(),
+        &Workload::default(),
+        SimConfig::default(),
+    )
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("no nodes"), "{e}");
 }

@@ -60,7 +60,10 @@ pub struct Seeds(Vec<u64>);
 fn parse_seeds(s: &str) -> Result<Seeds, String> {
     let bad = || format!("seeds {s:?}: write a range like 42-51, a list like 42,43, or one seed");
     let seeds: Vec<u64> = if let Some((a, b)) = s.split_once('-') {
-        let (a, b): (u64, u64) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
+        let (a, b): (u64, u64) = (
+            a.trim().parse().map_err(|_| bad())?,
+            b.trim().parse().map_err(|_| bad())?,
+        );
         if a > b {
             return Err(bad());
         }
@@ -90,7 +93,10 @@ fn run_openb(args: OpenbArgs) -> Result<()> {
     let nodes = openb::load_nodes(&args.nodes, &read(&args.nodes)?)?;
     let pods = openb::load_pods(&args.pods, &read(&args.pods)?)?;
     if nodes.iter().all(|n| n.gpus == 0) {
-        bail!("{}: no node has GPUs; use openb_node_list_gpu_node.csv", args.nodes.display());
+        bail!(
+            "{}: no node has GPUs; use openb_node_list_gpu_node.csv",
+            args.nodes.display()
+        );
     }
     let policies = if args.policies.is_empty() {
         vec![Policy::Random, Policy::BestFit, Policy::Kestrel]
@@ -107,7 +113,10 @@ fn run_openb(args: OpenbArgs) -> Result<()> {
             args.seeds.0[0],
             args.seeds.0[args.seeds.0.len() - 1]
         );
-        println!("{:<10} {:>12} {:>12} {:>12}", "policy", "alloc@100%", "alloc@130%", "s/run");
+        println!(
+            "{:<10} {:>12} {:>12} {:>12}",
+            "policy", "alloc@100%", "alloc@130%", "s/run"
+        );
     }
     for policy in policies {
         let started = Instant::now();
@@ -133,7 +142,8 @@ fn run_openb(args: OpenbArgs) -> Result<()> {
 /// A DGX-like node: 224 cpu, 2 TiB, 8 GPUs on two NUMA nodes, racks of 32.
 fn bench_node(i: u32) -> NodeSpec {
     let mut node = NodeSpec::new(format!("node-{i:05}"), Resources::new(224_000, 2 << 40));
-    node.labels.insert(RACK_LABEL.to_string(), format!("rack-{}", i / 32));
+    node.labels
+        .insert(RACK_LABEL.to_string(), format!("rack-{}", i / 32));
     node.gpus = (0..8)
         .map(|index| GpuDevice {
             index,

@@ -14,7 +14,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(name = "kestrel", version, about = "Kestrel: a GPU scheduler for Kubernetes, with an embedded simulator")]
+#[command(
+    name = "kestrel",
+    version,
+    about = "Kestrel: a GPU scheduler for Kubernetes, with an embedded simulator"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -1,0 +1,1087 @@
+//! Kestrel's cluster spec for the simulator (`kind: SimCluster`): node pools stamped out
+//! from a shape, and timed cluster events (cordon, uncordon, remove, add).
+//!
+//! ```yaml
+//! apiVersion: sim.kestrel.dev/v1alpha1
+//! kind: SimCluster
+//! metadata: {name: falcon-ai}
+//! spec:
+//!   pools:
+//!   - name: gpu
+//!     count: 32                # node names gpu-00 .. gpu-31
+//!     cpu: "224"
+//!     memory: 2Ti
+//!     gpu: {model: H100-80GB, count: 8, memoryMiB: 81559}
+//!     topology: dgx-h100
+//!     racks: 4
+//!     taints: [{key: nvidia.com/gpu, value: "true", effect: NoSchedule}]
+//!   events:
+//!   - {at: "2h", cordon: gpu-03}
+//!   - {at: "6h", add: {pool: gpu, count: 4}}
+//! ```
+//!
+//! The GPU topology templates ([`GpuTopology`]) are shared with the Kubernetes Node loader
+//! ([`crate::kube_nodes`]).
+
+use crate::duration::parse_duration;
+use crate::error::LoadError;
+use crate::workload::{ClusterChange, ClusterEvent, SimCluster};
+use kestrel_core::{
+    parse_quantity, GpuDevice, Labels, Nic, NodeSpec, Resources, Taint, TaintEffect, BLOCK_LABEL,
+    GPU_PRODUCT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL, RACK_LABEL,
+};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::Path;
+
+/// The `apiVersion` of a cluster spec.
+pub const API_VERSION: &str = "sim.kestrel.dev/v1alpha1";
+/// The `kind` of a cluster spec.
+pub const KIND: &str = "SimCluster";
+/// GPU Feature Discovery's label with the number of GPUs on the node.
+pub const GPU_COUNT_LABEL: &str = "nvidia.com/gpu.count";
+/// GPU Feature Discovery's label with each GPU's memory in MiB.
+pub const GPU_MEMORY_LABEL: &str = "nvidia.com/gpu.memory";
+/// The GPU Operator's label on nodes that have NVIDIA GPUs.
+pub const GPU_PRESENT_LABEL: &str = "nvidia.com/gpu.present";
+/// The kubelet's default `--max-pods`.
+pub const DEFAULT_MAX_PODS: u32 = 110;
+
+/// How a node's GPUs and GPU NICs are wired: the templates a cluster spec's `topology` and a
+/// Node's `kestrel.dev/gpu-topology` annotation name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GpuTopology {
+    /// `dgx-h100`: 8 GPUs on one NVLink island (id 0); GPUs 0-3 on NUMA node 0, 4-7 on 1;
+    /// one 400 Gb NIC per GPU (`mlx5_0`..`mlx5_7`); PCIe switch `s` holds GPUs and NICs
+    /// `2s` and `2s+1`.
+    DgxH100,
+    /// `pcie-4gpu`: 4 GPUs without NVLink; GPUs 0-1 on NUMA node 0, 2-3 on 1; one PCIe switch
+    /// per pair. No GPU NICs: RDMA NIC placement on PCIe servers varies by vendor, and an
+    /// invented NIC would make NIC-aware placement favour hardware that may not exist.
+    Pcie4Gpu,
+    /// `none`: any number of GPUs, all on NUMA node 0, no NVLink, no PCIe switch known.
+    Flat,
+}
+
+impl GpuTopology {
+    /// Template names, as written in files.
+    pub const NAMES: [&'static str; 3] = ["dgx-h100", "pcie-4gpu", "none"];
+
+    pub fn parse(name: &str) -> Option<GpuTopology> {
+        match name {
+            "dgx-h100" => Some(GpuTopology::DgxH100),
+            "pcie-4gpu" => Some(GpuTopology::Pcie4Gpu),
+            "none" => Some(GpuTopology::Flat),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuTopology::DgxH100 => "dgx-h100",
+            GpuTopology::Pcie4Gpu => "pcie-4gpu",
+            GpuTopology::Flat => "none",
+        }
+    }
+
+    /// The number of GPUs the template describes; `None`: any number.
+    pub fn gpu_count(self) -> Option<u32> {
+        match self {
+            GpuTopology::DgxH100 => Some(8),
+            GpuTopology::Pcie4Gpu => Some(4),
+            GpuTopology::Flat => None,
+        }
+    }
+
+    /// Why `count` GPUs do not fit the template, if they do not.
+    pub fn check_count(self, count: u32) -> Result<(), String> {
+        match self.gpu_count() {
+            Some(n) if n != count => Err(format!(
+                "GPU topology {} describes {n} GPUs but the node has {count}; \
+                 use topology \"none\" or make the GPU count {n}",
+                self.name()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Builds the GPU devices and GPU NICs of a node. `count` must pass
+    /// [`GpuTopology::check_count`] (templates with a fixed count ignore it).
+    pub fn devices(self, model: &str, memory_mib: u64, count: u32) -> (Vec<GpuDevice>, Vec<Nic>) {
+        let count = self.gpu_count().unwrap_or(count);
+        let gpu = |index: u32, numa_node: u32, nvlink_island, pcie_switch| GpuDevice {
+            index,
+            model: model.to_string(),
+            memory_mib,
+            numa_node,
+            nvlink_island,
+            pcie_switch,
+        };
+        match self {
+            GpuTopology::DgxH100 => {
+                let gpus = (0..count)
+                    .map(|i| gpu(i, i / 4, Some(0), Some(i / 2)))
+                    .collect();
+                let nics = (0..count)
+                    .map(|i| Nic {
+                        name: format!("mlx5_{i}"),
+                        gbps: 400,
+                        numa_node: i / 4,
+                        pcie_switch: Some(i / 2),
+                    })
+                    .collect();
+                (gpus, nics)
+            }
+            GpuTopology::Pcie4Gpu => {
+                let gpus = (0..count)
+                    .map(|i| gpu(i, i / 2, None, Some(i / 2)))
+                    .collect();
+                (gpus, Vec::new())
+            }
+            GpuTopology::Flat => (
+                (0..count).map(|i| gpu(i, 0, None, None)).collect(),
+                Vec::new(),
+            ),
+        }
+    }
+}
+
+impl fmt::Display for GpuTopology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A scalar written as a string or a number (`cpu: 224`, `cpu: "224"`, `at: 7200`).
+#[derive(Debug, Clone, PartialEq)]
+struct Scalar(String);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or a number")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// The whole document; `apiVersion`, `kind` and `metadata` are checked before it is read.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct ClusterDoc {
+    api_version: String,
+    kind: String,
+    #[serde(default)]
+    metadata: Metadata,
+    spec: ClusterSpecBody,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct Metadata {
+    name: Option<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, Scalar>,
+    #[serde(default)]
+    annotations: BTreeMap<String, Scalar>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterSpecBody {
+    pools: Vec<Value>,
+    #[serde(default)]
+    events: Vec<Value>,
+}
+
+/// The whole document in typed form, read straight from the text only to locate a serde
+/// error by line and column.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct ClusterDocTyped {
+    api_version: String,
+    kind: String,
+    #[serde(default)]
+    metadata: Metadata,
+    spec: TypedBody,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct TypedBody {
+    pools: Vec<PoolSpec>,
+    #[serde(default)]
+    events: Vec<EventSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PoolSpec {
+    name: String,
+    count: u32,
+    name_prefix: Option<String>,
+    cpu: Scalar,
+    memory: Scalar,
+    ephemeral_storage: Option<Scalar>,
+    pods: Option<u32>,
+    gpu: Option<GpuShape>,
+    topology: Option<String>,
+    racks: Option<u32>,
+    nodes_per_rack: Option<u32>,
+    block: Option<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, Scalar>,
+    #[serde(default)]
+    taints: Vec<TaintSpec>,
+    #[serde(default)]
+    extended_resources: BTreeMap<String, Scalar>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuShape {
+    model: String,
+    count: u32,
+    #[serde(rename = "memoryMiB")]
+    memory_mib: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaintSpec {
+    key: String,
+    value: Option<Scalar>,
+    effect: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventSpec {
+    at: Scalar,
+    cordon: Option<String>,
+    uncordon: Option<String>,
+    remove: Option<String>,
+    add: Option<AddSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddSpec {
+    pool: String,
+    count: u32,
+}
+
+/// A pool ready to stamp out nodes.
+struct Pool {
+    name: String,
+    prefix: String,
+    width: usize,
+    /// Nodes per rack, when the pool is spread over racks.
+    per_rack: Option<u32>,
+    allocatable: Resources,
+    max_pods: u32,
+    labels: Labels,
+    taints: Vec<Taint>,
+    gpu: Option<(GpuShape, GpuTopology)>,
+    /// The index the next node gets (initial nodes, then nodes added by events).
+    next_index: u32,
+}
+
+impl Pool {
+    fn node(&mut self) -> NodeSpec {
+        let index = self.next_index;
+        self.next_index += 1;
+        let name = format!("{}{:0width$}", self.prefix, index, width = self.width);
+        let mut labels = Labels::new();
+        labels.insert(HOSTNAME_LABEL.to_string(), name.clone());
+        if let Some(per_rack) = self.per_rack {
+            labels.insert(
+                RACK_LABEL.to_string(),
+                format!("{}-rack-{}", self.name, index / per_rack),
+            );
+        }
+        let (gpus, nics) = match &self.gpu {
+            Some((shape, topology)) => {
+                topology.devices(&shape.model, shape.memory_mib, shape.count)
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        // The pool's labels (block, GPU Feature Discovery, user labels) come last: a user
+        // label may override a generated one, except the hostname (rejected on load).
+        labels.extend(self.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        NodeSpec {
+            name,
+            labels,
+            taints: self.taints.clone(),
+            unschedulable: false,
+            allocatable: self.allocatable.clone(),
+            max_pods: self.max_pods,
+            gpus,
+            nics,
+        }
+    }
+}
+
+/// Parses one part of a document into its typed form, naming the object on error, and the
+/// line and column when the typed reading of the whole text finds them.
+fn typed<T: DeserializeOwned>(
+    path: &Path,
+    text: &str,
+    object: &str,
+    value: Value,
+) -> Result<T, LoadError> {
+    serde_json::from_value(value).map_err(|e| {
+        let located = serde_saphyr::from_str::<ClusterDocTyped>(text).err();
+        let message = match located {
+            Some(located) => format!("{e}\n{located}"),
+            None => e.to_string(),
+        };
+        LoadError::new(
+            path,
+            format!("{message}\nsee the SimCluster format in the README"),
+        )
+        .object(object)
+    })
+}
+
+/// Parses the one YAML document of a file.
+fn single_document(path: &Path, text: &str) -> Result<Value, LoadError> {
+    let mut docs: Vec<Value> = serde_saphyr::from_multiple(text)
+        .map_err(|e| LoadError::new(path, format!("not valid YAML: {e}")))?;
+    match docs.len() {
+        1 => Ok(docs.remove(0)),
+        0 => Err(LoadError::new(
+            path,
+            format!(
+                "the file is empty; write a document with apiVersion: \
+                {API_VERSION} and kind: {KIND}"
+            ),
+        )),
+        n => Err(LoadError::new(
+            path,
+            format!(
+                "a cluster spec is one YAML document, this file has {n}; \
+                keep one and move the others to their own files"
+            ),
+        )),
+    }
+}
+
+fn str_at<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
+    value.get(key).and_then(Value::as_str)
+}
+
+/// Reads a Kestrel cluster spec (`apiVersion: sim.kestrel.dev/v1alpha1`, `kind: SimCluster`)
+/// into the cluster's initial nodes and its timed events, sorted by time (events at the same
+/// time keep their order in the file).
+pub fn load_cluster_spec(path: &Path, text: &str) -> Result<SimCluster, LoadError> {
+    let doc = single_document(path, text)?;
+    let object = match doc.get("metadata").and_then(|m| str_at(m, "name")) {
+        Some(name) => format!("{KIND} {name}"),
+        None => KIND.to_string(),
+    };
+    let kind = str_at(&doc, "kind").unwrap_or("");
+    if kind != KIND {
+        let hint = if kind == "Node" || kind.ends_with("List") {
+            " (Kubernetes Node manifests are read by the Node loader, not as a cluster spec)"
+        } else {
+            ""
+        };
+        return Err(LoadError::new(
+            path,
+            format!("kind is {kind:?}, expected {KIND:?}{hint}; set kind: {KIND}"),
+        )
+        .object(object)
+        .field("kind"));
+    }
+    let api_version = str_at(&doc, "apiVersion").unwrap_or("");
+    if api_version != API_VERSION {
+        return Err(LoadError::new(
+            path,
+            format!("apiVersion is {api_version:?}; set apiVersion: {API_VERSION}"),
+        )
+        .object(object)
+        .field("apiVersion"));
+    }
+    let doc: ClusterDoc = typed(path, text, &object, doc)?;
+
+    let mut pools: Vec<Pool> = Vec::new();
+    let mut names = BTreeSet::new();
+    let mut nodes = Vec::new();
+    for (i, value) in doc.spec.pools.into_iter().enumerate() {
+        let object = match str_at(&value, "name") {
+            Some(name) => format!("pool {name}"),
+            None => format!("spec.pools[{i}]"),
+        };
+        let spec: PoolSpec = typed(path, text, &object, value)?;
+        if pools.iter().any(|p| p.name == spec.name) {
+            return Err(LoadError::new(
+                path,
+                "two pools have this name; give each pool its own name",
+            )
+            .object(object)
+            .field("name"));
+        }
+        let count = spec.count;
+        let mut pool = build_pool(path, &object, spec)?;
+        for _ in 0..count {
+            let node = pool.node();
+            add_name(path, &object, "namePrefix", &mut names, &node.name)?;
+            nodes.push(node);
+        }
+        pools.push(pool);
+    }
+
+    let mut events = Vec::new();
+    for (i, value) in doc.spec.events.into_iter().enumerate() {
+        let object = format!("spec.events[{i}]");
+        let spec: EventSpec = typed(path, text, &object, value)?;
+        let at = parse_duration(&spec.at.0)
+            .map_err(|e| LoadError::new(path, e).object(&object).field("at"))?;
+        events.push((at, i, object, spec));
+    }
+    events.sort_by_key(|(at, i, _, _)| (*at, *i));
+
+    // Replay the events in time order, so that each one names a node that exists then.
+    let mut live: BTreeSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    let mut out = Vec::new();
+    for (at, _, object, spec) in events {
+        let actions = [
+            spec.cordon.is_some(),
+            spec.uncordon.is_some(),
+            spec.remove.is_some(),
+            spec.add.is_some(),
+        ];
+        if actions.iter().filter(|a| **a).count() != 1 {
+            return Err(LoadError::new(
+                path,
+                "an event needs exactly one of cordon, uncordon, remove or add",
+            )
+            .object(object));
+        }
+        let existing = |field: &str, name: &str| -> Result<String, LoadError> {
+            if live.contains(name) {
+                Ok(name.to_string())
+            } else {
+                Err(LoadError::new(
+                    path,
+                    format!(
+                        "no node {name:?} exists at {}; name a node of the pools or \
+                            one added by an earlier event",
+                        crate::duration::format_duration(at)
+                    ),
+                )
+                .object(&object)
+                .field(field))
+            }
+        };
+        let change = if let Some(name) = &spec.cordon {
+            ClusterChange::Cordon(existing("cordon", name)?)
+        } else if let Some(name) = &spec.uncordon {
+            ClusterChange::Uncordon(existing("uncordon", name)?)
+        } else if let Some(name) = &spec.remove {
+            let name = existing("remove", name)?;
+            live.remove(&name);
+            ClusterChange::RemoveNode(name)
+        } else {
+            let add = spec.add.expect("one action is set");
+            let Some(pool) = pools.iter_mut().find(|p| p.name == add.pool) else {
+                let known: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+                return Err(LoadError::new(
+                    path,
+                    format!("no pool {:?}; name one of {known:?}", add.pool),
+                )
+                .object(object)
+                .field("add.pool"));
+            };
+            if add.count == 0 {
+                return Err(LoadError::new(path, "adds no node; set count to 1 or more")
+                    .object(object)
+                    .field("add.count"));
+            }
+            for _ in 0..add.count {
+                let node = pool.node();
+                add_name(path, &object, "add.pool", &mut names, &node.name)?;
+                live.insert(node.name.clone());
+                out.push(ClusterEvent {
+                    at,
+                    change: ClusterChange::AddNode(node),
+                });
+            }
+            continue;
+        };
+        out.push(ClusterEvent { at, change });
+    }
+    Ok(SimCluster { nodes, events: out })
+}
+
+fn add_name(
+    path: &Path,
+    object: &str,
+    field: &str,
+    names: &mut BTreeSet<String>,
+    name: &str,
+) -> Result<(), LoadError> {
+    if names.insert(name.to_string()) {
+        Ok(())
+    } else {
+        Err(LoadError::new(
+            path,
+            format!(
+                "node name {name:?} is already taken by another pool's node; \
+                give the pools different namePrefix values"
+            ),
+        )
+        .object(object)
+        .field(field))
+    }
+}
+
+/// Digits needed to write `n`.
+fn digits(n: u32) -> usize {
+    n.to_string().len()
+}
+
+fn build_pool(path: &Path, object: &str, spec: PoolSpec) -> Result<Pool, LoadError> {
+    let err =
+        |field: &str, message: String| LoadError::new(path, message).object(object).field(field);
+    let quantity = |field: &str, value: &str, scale: i64| {
+        let v = parse_quantity(value, scale).map_err(|e| err(field, e.to_string()))?;
+        if v < 0 {
+            return Err(err(
+                field,
+                format!("{value:?} is negative; write an amount of 0 or more"),
+            ));
+        }
+        Ok(v)
+    };
+    let mut allocatable = Resources::new(
+        quantity("cpu", &spec.cpu.0, 1000)?,
+        quantity("memory", &spec.memory.0, 1)?,
+    );
+    if let Some(storage) = &spec.ephemeral_storage {
+        allocatable.ephemeral_storage_bytes = quantity("ephemeralStorage", &storage.0, 1)?;
+    }
+    for (name, amount) in &spec.extended_resources {
+        let field = format!("extendedResources[{name:?}]");
+        if name == GPU_RESOURCE {
+            return Err(err(
+                &field,
+                format!(
+                    "{GPU_RESOURCE} comes from the pool's gpu.count; remove it \
+                    here and set gpu: {{model, count, memoryMiB}}"
+                ),
+            ));
+        }
+        if ["cpu", "memory", "ephemeral-storage", "pods"].contains(&name.as_str()) {
+            return Err(err(
+                &field,
+                format!("{name} is not an extended resource; set it with the pool's own field"),
+            ));
+        }
+        allocatable.set_extended(name, quantity(&field, &amount.0, 1)?);
+    }
+
+    let topology = match &spec.topology {
+        Some(name) => Some(GpuTopology::parse(name).ok_or_else(|| {
+            err(
+                "topology",
+                format!(
+                    "unknown GPU topology {name:?}; use one of {:?}",
+                    GpuTopology::NAMES
+                ),
+            )
+        })?),
+        None => None,
+    };
+    let mut labels = Labels::new();
+    let gpu = match spec.gpu {
+        Some(shape) => {
+            let topology = topology.unwrap_or(GpuTopology::Flat);
+            topology
+                .check_count(shape.count)
+                .map_err(|m| err("gpu.count", m))?;
+            if shape.count == 0 {
+                return Err(err(
+                    "gpu.count",
+                    "a GPU pool needs 1 or more GPUs per node; remove gpu for a CPU pool".into(),
+                ));
+            }
+            if shape.model.trim().is_empty() {
+                return Err(err(
+                    "gpu.model",
+                    "empty GPU model; write e.g. H100-80GB".into(),
+                ));
+            }
+            // As GPU Feature Discovery labels it: spaces become dashes.
+            labels.insert(
+                GPU_PRODUCT_LABEL.into(),
+                shape.model.trim().replace(' ', "-"),
+            );
+            labels.insert(GPU_COUNT_LABEL.into(), shape.count.to_string());
+            labels.insert(GPU_MEMORY_LABEL.into(), shape.memory_mib.to_string());
+            labels.insert(GPU_PRESENT_LABEL.into(), "true".into());
+            Some((shape, topology))
+        }
+        None => {
+            if let Some(t) = topology {
+                return Err(err(
+                    "topology",
+                    format!(
+                        "topology {t} describes GPUs but the pool has no gpu; add \
+                        gpu: {{model, count, memoryMiB}} or remove topology"
+                    ),
+                ));
+            }
+            None
+        }
+    };
+
+    let per_rack = match (spec.racks, spec.nodes_per_rack) {
+        (Some(_), Some(_)) => {
+            return Err(err("racks", "set racks or nodesPerRack, not both".into()))
+        }
+        (Some(0), None) => return Err(err("racks", "0 racks; set 1 or more".into())),
+        (Some(racks), None) if racks > spec.count => {
+            return Err(err(
+                "racks",
+                format!(
+                "{racks} racks for {} nodes leaves racks empty; use fewer racks, or nodesPerRack",
+                spec.count
+            ),
+            ))
+        }
+        (Some(racks), None) => Some(spec.count.div_ceil(racks)),
+        (None, Some(0)) => {
+            return Err(err(
+                "nodesPerRack",
+                "0 nodes per rack; set 1 or more".into(),
+            ))
+        }
+        (None, Some(n)) => Some(n),
+        (None, None) => None,
+    };
+    if let Some(block) = &spec.block {
+        labels.insert(BLOCK_LABEL.into(), block.clone());
+    }
+    for (key, value) in &spec.labels {
+        if key == HOSTNAME_LABEL {
+            return Err(err(
+                &format!("labels[{key:?}]"),
+                "the hostname label is set per node to the node's name; remove it".into(),
+            ));
+        }
+        labels.insert(key.clone(), value.0.clone());
+    }
+    let mut taints = Vec::new();
+    for (i, t) in spec.taints.iter().enumerate() {
+        let effect = TaintEffect::parse(&t.effect).ok_or_else(|| {
+            err(
+                &format!("taints[{i}].effect"),
+                format!(
+                    "unknown taint effect {:?}; use NoSchedule, PreferNoSchedule or NoExecute",
+                    t.effect
+                ),
+            )
+        })?;
+        if t.key.is_empty() {
+            return Err(err(
+                &format!("taints[{i}].key"),
+                "empty taint key; set a key".into(),
+            ));
+        }
+        taints.push(Taint {
+            key: t.key.clone(),
+            value: t.value.as_ref().map(|v| v.0.clone()).unwrap_or_default(),
+            effect,
+        });
+    }
+    Ok(Pool {
+        prefix: spec
+            .name_prefix
+            .unwrap_or_else(|| format!("{}-", spec.name)),
+        width: digits(spec.count.saturating_sub(1)),
+        name: spec.name,
+        per_rack,
+        allocatable,
+        max_pods: spec.pods.unwrap_or(DEFAULT_MAX_PODS),
+        labels,
+        taints,
+        gpu,
+        next_index: 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<SimCluster, LoadError> {
+        load_cluster_spec(Path::new("cluster.yaml"), text)
+    }
+
+    fn err(text: &str) -> String {
+        load(text).unwrap_err().to_string()
+    }
+
+    const HEAD: &str =
+        "apiVersion: sim.kestrel.dev/v1alpha1\nkind: SimCluster\nmetadata: {name: t}\n";
+
+    fn spec(body: &str) -> String {
+        format!("{HEAD}spec:\n{body}")
+    }
+
+    const GPU_POOL: &str = r#"
+  pools:
+  - name: gpu
+    count: 10
+    cpu: "224"
+    memory: 2Ti
+    ephemeralStorage: 28Ti
+    pods: 250
+    gpu: {model: H100-80GB, count: 8, memoryMiB: 81559}
+    topology: dgx-h100
+    racks: 4
+    block: b1
+    labels: {team: ml, tier: 1}
+    taints: [{key: nvidia.com/gpu, value: "true", effect: NoSchedule}]
+    extendedResources: {"rdma/rdma_shared_device_a": "8"}
+  - name: cpu
+    count: 2
+    namePrefix: c
+    cpu: 64
+    memory: 256Gi
+"#;
+
+    #[test]
+    fn stamps_pools_with_names_resources_labels_and_taints() {
+        let c = load(&spec(GPU_POOL)).unwrap();
+        assert_eq!(c.nodes.len(), 12);
+        let names: Vec<&str> = c.nodes.iter().map(|n| n.name.as_str()).collect();
+        // Zero-padded to the width of count-1: 10 nodes are gpu-0 .. gpu-9.
+        assert_eq!(&names[..3], ["gpu-0", "gpu-1", "gpu-2"]);
+        assert_eq!(&names[9..], ["gpu-9", "c0", "c1"]);
+        let n = &c.nodes[0];
+        assert_eq!(n.allocatable.cpu_milli, 224_000);
+        assert_eq!(n.allocatable.memory_bytes, 2 << 40);
+        assert_eq!(n.allocatable.ephemeral_storage_bytes, 28 << 40);
+        assert_eq!(n.allocatable.extended("rdma/rdma_shared_device_a"), 8);
+        assert_eq!(n.max_pods, 250);
+        assert_eq!(n.taints.len(), 1);
+        assert_eq!(n.taints[0].to_string(), "nvidia.com/gpu=true:NoSchedule");
+        let l = |k: &str| n.labels.get(k).map(String::as_str);
+        assert_eq!(l(HOSTNAME_LABEL), Some("gpu-0"));
+        assert_eq!(l(GPU_PRODUCT_LABEL), Some("H100-80GB"));
+        assert_eq!(l(GPU_COUNT_LABEL), Some("8"));
+        assert_eq!(l(GPU_MEMORY_LABEL), Some("81559"));
+        assert_eq!(l(GPU_PRESENT_LABEL), Some("true"));
+        assert_eq!(l(BLOCK_LABEL), Some("b1"));
+        assert_eq!(l("team"), Some("ml"));
+        assert_eq!(l("tier"), Some("1"));
+        let cpu = &c.nodes[10];
+        assert_eq!(cpu.allocatable.cpu_milli, 64_000);
+        assert_eq!(cpu.max_pods, DEFAULT_MAX_PODS);
+        assert!(cpu.gpus.is_empty() && cpu.taints.is_empty());
+        assert_eq!(cpu.labels.get(GPU_PRODUCT_LABEL), None);
+        assert_eq!(cpu.labels.get(RACK_LABEL), None);
+        assert!(c.events.is_empty());
+    }
+
+    #[test]
+    fn racks_fill_in_order() {
+        let c = load(&spec(GPU_POOL)).unwrap();
+        // 10 nodes over 4 racks: 3 per rack, the last rack holds one.
+        let racks: Vec<&str> = c.nodes[..10].iter().map(|n| n.rack().unwrap()).collect();
+        assert_eq!(
+            racks,
+            [
+                "gpu-rack-0",
+                "gpu-rack-0",
+                "gpu-rack-0",
+                "gpu-rack-1",
+                "gpu-rack-1",
+                "gpu-rack-1",
+                "gpu-rack-2",
+                "gpu-rack-2",
+                "gpu-rack-2",
+                "gpu-rack-3"
+            ]
+        );
+        let c = load(&spec(
+            "  pools: [{name: g, count: 5, nodesPerRack: 2, cpu: 1, memory: 1Gi}]\n",
+        ))
+        .unwrap();
+        let racks: Vec<&str> = c.nodes.iter().map(|n| n.rack().unwrap()).collect();
+        assert_eq!(
+            racks,
+            ["g-rack-0", "g-rack-0", "g-rack-1", "g-rack-1", "g-rack-2"]
+        );
+    }
+
+    #[test]
+    fn dgx_h100_template_lays_out_gpus_nics_numa_and_switches() {
+        let c = load(&spec(GPU_POOL)).unwrap();
+        let n = &c.nodes[0];
+        assert_eq!(n.gpus.len(), 8);
+        assert_eq!(n.nics.len(), 8);
+        for (i, g) in n.gpus.iter().enumerate() {
+            let i = i as u32;
+            assert_eq!(g.index, i);
+            assert_eq!(g.model, "H100-80GB");
+            assert_eq!(g.memory_mib, 81559);
+            assert_eq!(g.numa_node, if i < 4 { 0 } else { 1 });
+            assert_eq!(g.nvlink_island, Some(0));
+            assert_eq!(g.pcie_switch, Some(i / 2));
+        }
+        for (i, nic) in n.nics.iter().enumerate() {
+            let i = i as u32;
+            assert_eq!(nic.name, format!("mlx5_{i}"));
+            assert_eq!(nic.gbps, 400);
+            assert_eq!(nic.numa_node, i / 4);
+            assert_eq!(nic.pcie_switch, Some(i / 2));
+        }
+        let near: Vec<&str> = n.nics_of_gpu(5).map(|x| x.name.as_str()).collect();
+        assert_eq!(near, ["mlx5_4", "mlx5_5"]);
+    }
+
+    #[test]
+    fn pcie_and_flat_templates() {
+        let (gpus, nics) = GpuTopology::Pcie4Gpu.devices("L40S", 46068, 4);
+        let numa: Vec<u32> = gpus.iter().map(|g| g.numa_node).collect();
+        let sw: Vec<Option<u32>> = gpus.iter().map(|g| g.pcie_switch).collect();
+        assert_eq!(numa, [0, 0, 1, 1]);
+        assert_eq!(sw, [Some(0), Some(0), Some(1), Some(1)]);
+        assert!(gpus.iter().all(|g| g.nvlink_island.is_none()));
+        assert!(nics.is_empty());
+        let (gpus, nics) = GpuTopology::Flat.devices("T4", 15360, 2);
+        assert_eq!(gpus.len(), 2);
+        assert!(gpus
+            .iter()
+            .all(|g| g.numa_node == 0 && g.nvlink_island.is_none() && g.pcie_switch.is_none()));
+        assert!(nics.is_empty());
+        for name in GpuTopology::NAMES {
+            assert_eq!(GpuTopology::parse(name).unwrap().name(), name);
+        }
+        // A pool without topology gets the flat layout.
+        let c = load(&spec(
+            "  pools: [{name: g, count: 1, cpu: 1, memory: 1Gi, gpu: {model: T4, count: 2, memoryMiB: 15360}}]\n",
+        ))
+        .unwrap();
+        assert_eq!(c.nodes[0].gpus.len(), 2);
+        assert_eq!(c.nodes[0].name, "g-0");
+    }
+
+    #[test]
+    fn events_are_sorted_and_add_continues_the_pools_naming() {
+        let text = spec(&format!(
+            "{GPU_POOL}  events:\n\
+             \x20 - {{at: 6h, add: {{pool: gpu, count: 2}}}}\n\
+             \x20 - {{at: \"2h\", cordon: gpu-3}}\n\
+             \x20 - {{at: 03:00, uncordon: gpu-3}}\n\
+             \x20 - {{at: 18000, remove: gpu-7}}\n\
+             \x20 - {{at: 7h, cordon: gpu-11}}\n"
+        ));
+        let c = load(&text).unwrap();
+        let h = 3_600_000;
+        let summary: Vec<(kestrel_core::Millis, String)> = c
+            .events
+            .iter()
+            .map(|e| {
+                let what = match &e.change {
+                    ClusterChange::AddNode(n) => format!("add {} {:?}", n.name, n.rack()),
+                    ClusterChange::RemoveNode(n) => format!("remove {n}"),
+                    ClusterChange::Cordon(n) => format!("cordon {n}"),
+                    ClusterChange::Uncordon(n) => format!("uncordon {n}"),
+                };
+                (e.at, what)
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (2 * h, "cordon gpu-3".to_string()),
+                (3 * h, "uncordon gpu-3".to_string()),
+                (5 * h, "remove gpu-7".to_string()),
+                (6 * h, "add gpu-10 Some(\"gpu-rack-3\")".to_string()),
+                (6 * h, "add gpu-11 Some(\"gpu-rack-3\")".to_string()),
+                (7 * h, "cordon gpu-11".to_string()),
+            ]
+        );
+        if let ClusterChange::AddNode(n) = &c.events[3].change {
+            assert_eq!(n.gpus.len(), 8);
+            assert_eq!(n.labels.get(HOSTNAME_LABEL).unwrap(), "gpu-10");
+        }
+    }
+
+    fn assert_names(e: &str, parts: &[&str]) {
+        assert!(e.starts_with("cluster.yaml: "), "{e}");
+        for p in parts {
+            assert!(e.contains(p), "{e:?} lacks {p:?}");
+        }
+    }
+
+    #[test]
+    fn pool_errors_name_file_pool_and_field() {
+        let pool = |extra: &str| {
+            spec(&format!(
+                "  pools:\n  - {{name: gpu, count: 2, cpu: 8, {extra}}}\n"
+            ))
+        };
+        assert_names(
+            &err(&pool("memory: 12Gx")),
+            &["pool gpu", "field memory", "\"12Gx\""],
+        );
+        let pool = |extra: &str| pool(&format!("memory: 1Gi, {extra}"));
+        assert_names(
+            &err(&pool("ephemeralStorage: -1Gi")),
+            &["pool gpu", "field ephemeralStorage", "negative"],
+        );
+        assert_names(
+            &err(&pool("extendedResources: {a/b: x}")),
+            &["pool gpu", "field extendedResources[\"a/b\"]", "\"x\""],
+        );
+        assert_names(
+            &err(&pool(
+                "gpu: {model: A, count: 4, memoryMiB: 1}, topology: dgx-h100",
+            )),
+            &["pool gpu", "field gpu.count", "dgx-h100", "8"],
+        );
+        assert_names(
+            &err(&pool(
+                "gpu: {model: A, count: 4, memoryMiB: 1}, topology: nvl72",
+            )),
+            &["pool gpu", "field topology", "nvl72", "dgx-h100"],
+        );
+        assert_names(
+            &err(&pool("topology: dgx-h100")),
+            &["pool gpu", "field topology"],
+        );
+        assert_names(
+            &err(&pool("taints: [{key: a, effect: NoSchedul}]")),
+            &[
+                "pool gpu",
+                "field taints[0].effect",
+                "NoSchedul",
+                "PreferNoSchedule",
+            ],
+        );
+        assert_names(
+            &err(&pool("racks: 3")),
+            &["pool gpu", "field racks", "nodesPerRack"],
+        );
+        assert_names(
+            &err(&pool("racks: 1, nodesPerRack: 1")),
+            &["pool gpu", "field racks", "not both"],
+        );
+        assert_names(
+            &err(&pool("extendedResources: {nvidia.com/gpu: 8}")),
+            &["pool gpu", "extendedResources", "gpu.count"],
+        );
+        assert_names(
+            &err(&pool("gpus: 8")),
+            &["pool gpu", "unknown field `gpus`"],
+        );
+        assert_names(
+            &err(&pool("labels: {kubernetes.io/hostname: x}")),
+            &["pool gpu", "kubernetes.io/hostname", "remove it"],
+        );
+    }
+
+    #[test]
+    fn duplicate_pools_and_node_names_are_errors() {
+        let e = err(&spec(
+            "  pools:\n  - {name: a, count: 1, cpu: 1, memory: 1Gi}\n  - {name: a, count: 1, cpu: 1, memory: 1Gi}\n",
+        ));
+        assert_names(&e, &["pool a", "field name", "own name"]);
+        let e = err(&spec(
+            "  pools:\n  - {name: a, count: 2, namePrefix: node-, cpu: 1, memory: 1Gi}\n  - {name: b, count: 1, namePrefix: node-, cpu: 1, memory: 1Gi}\n",
+        ));
+        assert_names(&e, &["pool b", "field namePrefix", "\"node-0\""]);
+        // An added node that collides with another pool's node.
+        let e = err(&spec(
+            "  pools:\n  - {name: a, count: 1, namePrefix: node-, cpu: 1, memory: 1Gi}\n  - {name: b, count: 2, namePrefix: node-, nodesPerRack: 1, cpu: 1, memory: 1Gi}\n",
+        ));
+        assert_names(&e, &["pool b", "\"node-0\""]);
+        let e = err(&spec(
+            "  pools:\n  - {name: a, count: 1, namePrefix: node-, cpu: 1, memory: 1Gi}\n  - {name: b, count: 0, namePrefix: node-, cpu: 1, memory: 1Gi}\n  events:\n  - {at: 1h, add: {pool: a, count: 1}}\n  - {at: 2h, add: {pool: b, count: 2}}\n",
+        ));
+        assert_names(&e, &["spec.events[1]", "field add.pool", "\"node-0\""]);
+    }
+
+    #[test]
+    fn event_errors_name_the_event_and_field() {
+        let with = |event: &str| {
+            spec(&format!(
+                "  pools: [{{name: g, count: 2, cpu: 1, memory: 1Gi}}]\n  events:\n  - {{at: 1h, cordon: g-0}}\n  - {event}\n"
+            ))
+        };
+        assert_names(
+            &err(&with("{at: 2h, cordon: g-9}")),
+            &["spec.events[1]", "field cordon", "g-9"],
+        );
+        assert_names(
+            &err(&with("{at: 2h, add: {pool: gpu, count: 1}}")),
+            &["spec.events[1]", "field add.pool", "\"gpu\"", "[\"g\"]"],
+        );
+        assert_names(
+            &err(&with("{at: 2h, cordon: g-0, remove: g-1}")),
+            &["spec.events[1]", "exactly one"],
+        );
+        assert_names(&err(&with("{at: 2h}")), &["spec.events[1]", "exactly one"]);
+        assert_names(
+            &err(&with("{at: soon, cordon: g-0}")),
+            &["spec.events[1]", "field at", "\"soon\""],
+        );
+        assert_names(
+            &err(&with("{at: 2h, drain: g-0}")),
+            &["spec.events[1]", "unknown field `drain`"],
+        );
+        // A removed node cannot be cordoned later; an event earlier in time cannot name it.
+        let e = err(&with("{at: 30m, remove: g-0}"));
+        assert_names(&e, &["spec.events[0]", "field cordon", "g-0", "1h"]);
+    }
+
+    #[test]
+    fn document_errors_name_the_file_and_field() {
+        let e = err("apiVersion: v1\nkind: NodeList\nitems: []\n");
+        assert_names(&e, &["field kind", "Node loader"]);
+        let e = err("apiVersion: sim.kestrel.dev/v1\nkind: SimCluster\nspec: {pools: []}\n");
+        assert_names(&e, &["SimCluster", "field apiVersion", "v1alpha1"]);
+        let e = err(&format!("{HEAD}spec: {{pools: [], nodes: []}}\n"));
+        assert_names(&e, &["SimCluster t", "unknown field `nodes`"]);
+        assert_names(&err(""), &["empty"]);
+        assert_names(
+            &err(&format!(
+                "{HEAD}spec: {{pools: []}}\n---\n{HEAD}spec: {{pools: []}}\n"
+            )),
+            &["2"],
+        );
+        assert_names(&err("a: [1, 2"), &["not valid YAML"]);
+    }
+}
