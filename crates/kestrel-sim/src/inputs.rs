@@ -148,13 +148,14 @@ mod tests {
         for f in ["cluster.yaml", "b.yaml", "a.yml", "c.csv", "notes.md"] {
             std::fs::write(dir.join(f), "").unwrap();
         }
-        let files = resolve_paths(&[dir.clone()], None).unwrap();
+        let files = resolve_paths(std::slice::from_ref(&dir), None).unwrap();
         assert_eq!(files.cluster, Some(dir.join("cluster.yaml")));
         assert_eq!(
             files.workload,
             vec![dir.join("a.yml"), dir.join("b.yaml"), dir.join("c.csv")]
         );
-        let named = resolve_paths(&[dir.clone()], Some(PathBuf::from("x.yaml"))).unwrap();
+        let named =
+            resolve_paths(std::slice::from_ref(&dir), Some(PathBuf::from("x.yaml"))).unwrap();
         assert_eq!(named.cluster, Some(PathBuf::from("x.yaml")));
         let missing = resolve_paths(&[dir.join("nope")], None).unwrap_err();
         assert!(missing.to_string().contains("nope"), "{missing}");

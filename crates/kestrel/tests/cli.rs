@@ -1,0 +1,149 @@
+//! The `kestrel` binary as a user runs it.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn kestrel(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("run kestrel")
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn sim_runs_the_example_and_writes_json_and_the_report() {
+    let report = std::env::temp_dir().join(format!("kestrel-cli-{}.html", std::process::id()));
+    let out = kestrel(&[
+        "sim",
+        "examples/falcon-ai",
+        "--json",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    assert_eq!(json["nodes"], 9);
+    assert_eq!(json["gpus"], 16);
+    assert!(json["pods"]["created"].as_u64().unwrap() > 100);
+    assert_eq!(json["pods"]["created"], json["pods"]["scheduled"]);
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains("<svg") && html.contains("falcon-ai"));
+    std::fs::remove_file(report).unwrap();
+}
+
+#[test]
+fn sim_prints_the_summary_and_is_deterministic() {
+    let args = [
+        "sim",
+        "examples/falcon-ai-32",
+        "--synthetic",
+        "120",
+        "--policy",
+        "random",
+        "--seed",
+        "5",
+    ];
+    let (a, _) = text(&kestrel(&args));
+    let (b, _) = text(&kestrel(&args));
+    let strip = |s: &str| {
+        s.lines()
+            .filter(|l| !l.starts_with("simulated in"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        a.contains("Queue wait") && a.contains("policy random, seed 5"),
+        "{a}"
+    );
+    assert_eq!(strip(&a), strip(&b));
+}
+
+#[test]
+fn missing_inputs_and_bad_flags_fail_with_a_clear_message() {
+    let out = kestrel(&["sim", "examples/falcon-ai/workload.yaml"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("no cluster given") && stderr.contains("--cluster"),
+        "{stderr}"
+    );
+
+    let out = kestrel(&["sim", "examples/falcon-ai-32"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("no workload") && stderr.contains("--synthetic"),
+        "{stderr}"
+    );
+
+    let out = kestrel(&["sim", "examples/falcon-ai", "--policy", "fastest"]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("unknown policy \"fastest\"") && stderr.contains("bestfit"),
+        "{stderr}"
+    );
+
+    let out = kestrel(&["sim", "examples/falcon-ai", "--until", "soon"]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("\"soon\""), "{stderr}");
+
+    let out = kestrel(&["sim", "no/such/dir"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("no/such/dir") && stderr.contains("no such file"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bench_openb_prints_each_policy() {
+    let traces = repo().join("../shared/traces/openb");
+    if !traces.is_dir() {
+        eprintln!("skipping: {} is absent", traces.display());
+        return;
+    }
+    let nodes = traces.join("openb_node_list_gpu_node.csv");
+    let pods = traces.join("openb_pod_list_default.csv");
+    let out = kestrel(&[
+        "bench",
+        "openb",
+        "--nodes",
+        nodes.to_str().unwrap(),
+        "--pods",
+        pods.to_str().unwrap(),
+        "--seeds",
+        "42",
+        "--json",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let policies: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["summary"]["policy"].as_str().unwrap())
+        .collect();
+    assert_eq!(policies, ["random", "bestfit", "kestrel"]);
+    for r in json.as_array().unwrap() {
+        let rate = r["summary"]["mean_allocation_at_130"].as_f64().unwrap();
+        assert!((0.8..0.97).contains(&rate), "{rate}");
+        assert_eq!(r["summary"]["runs"].as_array().unwrap().len(), 1);
+    }
+}
