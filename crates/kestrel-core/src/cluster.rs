@@ -6,7 +6,9 @@
 //! the policy's node key, so a placement visits the few nodes that can win instead of the
 //! whole cluster.
 
-use crate::model::{GpuRequest, Labels, NodeSpec, Taint, BLOCK_LABEL, HOSTNAME_LABEL, RACK_LABEL};
+use crate::model::{
+    GpuRequest, Labels, NodeSpec, Taint, BLOCK_LABEL, GPU_CLIQUE_LABEL, HOSTNAME_LABEL, RACK_LABEL,
+};
 use crate::resources::Resources;
 use crate::rng::Rng;
 use crate::PodId;
@@ -16,12 +18,7 @@ use std::collections::{BTreeSet, HashMap};
 /// Labels that differ from node to node (identity and topology position). They are kept
 /// out of class keys so that a class groups many nodes; pods that select on them are
 /// checked node by node.
-pub const PER_NODE_LABELS: [&str; 4] = [
-    HOSTNAME_LABEL,
-    RACK_LABEL,
-    BLOCK_LABEL,
-    "nvidia.com/gpu.clique",
-];
+pub const PER_NODE_LABELS: [&str; 4] = [HOSTNAME_LABEL, RACK_LABEL, BLOCK_LABEL, GPU_CLIQUE_LABEL];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct NodeId(pub u32);

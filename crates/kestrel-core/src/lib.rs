@@ -11,6 +11,7 @@ pub mod policy;
 pub mod resources;
 pub mod rng;
 pub mod scheduler;
+pub mod topology;
 
 pub use cluster::{ClusterIndex, GpuAssignment, GpuUse, NodeId, NodeState};
 pub use explain::{NodeReason, Unschedulable};
@@ -22,3 +23,4 @@ pub use scheduler::{
     Binding, ClusterError, Decisions, Millis, PodId, PodPhase, PodRecord, Scheduler,
     SchedulerConfig,
 };
+pub use topology::GpuTopology;

@@ -13,6 +13,8 @@ pub const BLOCK_LABEL: &str = "topology.kestrel.dev/block";
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 /// GPU Feature Discovery's label with the GPU product name.
 pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+/// GPU Feature Discovery's label on nodes in a multi-node NVLink domain.
+pub const GPU_CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
 
 pub type Labels = BTreeMap<String, String>;
 

@@ -31,16 +31,10 @@ fn node_strategy(i: usize) -> impl Strategy<Value = NodeSpec> {
             node.max_pods = max_pods;
             node.labels.insert("zone".into(), zone.into());
             node.labels.insert(RACK_LABEL.into(), format!("r{}", i % 3));
-            node.gpus = (0..gpus)
-                .map(|index| GpuDevice {
-                    index,
-                    model: "H100".into(),
-                    memory_mib: 80_000,
-                    numa_node: index / 4,
-                    nvlink_island: Some(0),
-                    pcie_switch: Some(index / 2),
-                })
-                .collect();
+            node.gpus = GpuTopology::Flat.devices("H100", 80_000, gpus).0;
+            for gpu in &mut node.gpus {
+                gpu.numa_node = gpu.index / 4;
+            }
             if tainted && gpus > 0 {
                 node.taints.push(Taint {
                     key: GPU_RESOURCE.into(),

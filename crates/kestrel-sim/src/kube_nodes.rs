@@ -15,22 +15,20 @@
 //! - Taints from `spec.taints`, cordon from `spec.unschedulable`; the hostname label is
 //!   added when missing.
 
-use crate::cluster_spec::{GpuTopology, DEFAULT_MAX_PODS, GPU_MEMORY_LABEL};
+use crate::cluster_spec::{DEFAULT_MAX_PODS, GPU_MEMORY_LABEL};
 use crate::error::LoadError;
 use crate::manifests::{read_documents, Document};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kestrel_core::{
-    parse_quantity, NodeSpec, Resources, Taint, TaintEffect, GPU_PRODUCT_LABEL, GPU_RESOURCE,
-    HOSTNAME_LABEL,
+    parse_quantity, GpuTopology, NodeSpec, Resources, Taint, TaintEffect, GPU_CLIQUE_LABEL,
+    GPU_PRODUCT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Node annotation naming the node's GPU topology template.
 pub const GPU_TOPOLOGY_ANNOTATION: &str = "kestrel.dev/gpu-topology";
-/// GPU Feature Discovery's label on nodes in a multi-node NVLink domain.
-pub const GPU_CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
 
 /// Reads Kubernetes Node objects (any number of documents, `kind: List` or `NodeList`
 /// included) into node specs, in file order. Documents of other kinds are errors.

@@ -7,16 +7,7 @@ use kestrel_sim::*;
 
 fn gpu_node(name: &str, gpus: u32) -> NodeSpec {
     let mut node = NodeSpec::new(name, Resources::new(64_000, 512 << 30));
-    node.gpus = (0..gpus)
-        .map(|index| GpuDevice {
-            index,
-            model: "H100".into(),
-            memory_mib: 81_559,
-            numa_node: index / 4,
-            nvlink_island: Some(0),
-            pcie_switch: Some(index / 2),
-        })
-        .collect();
+    node.gpus = GpuTopology::Flat.devices("H100", 81_559, gpus).0;
     node
 }
 

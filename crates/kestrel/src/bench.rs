@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use kestrel_core::{
-    Demand, GpuDevice, GpuRequest, NodeSpec, PodSpec, Policy, Resources, Rng, Scheduler,
+    Demand, GpuRequest, GpuTopology, NodeSpec, PodSpec, Policy, Resources, Rng, Scheduler,
     SchedulerConfig, RACK_LABEL,
 };
 use kestrel_sim::openb::{self, packing_summary};
@@ -144,16 +144,7 @@ fn bench_node(i: u32) -> NodeSpec {
     let mut node = NodeSpec::new(format!("node-{i:05}"), Resources::new(224_000, 2 << 40));
     node.labels
         .insert(RACK_LABEL.to_string(), format!("rack-{}", i / 32));
-    node.gpus = (0..8)
-        .map(|index| GpuDevice {
-            index,
-            model: "H100".to_string(),
-            memory_mib: 81_559,
-            numa_node: index / 4,
-            nvlink_island: Some(0),
-            pcie_switch: Some(index / 2),
-        })
-        .collect();
+    (node.gpus, node.nics) = GpuTopology::DgxH100.devices("H100", 81_559, 8);
     node
 }
 
