@@ -180,6 +180,18 @@ impl NodeState {
         }
     }
 
+    /// The part of an assignment whose devices exist on this node.
+    pub(crate) fn known_devices(&self, gpus: &GpuAssignment) -> GpuAssignment {
+        let exists = |i: &u32| self.spec.gpus.iter().any(|g| g.index == *i);
+        match gpus {
+            GpuAssignment::Whole(v) => {
+                GpuAssignment::Whole(v.iter().copied().filter(exists).collect())
+            }
+            GpuAssignment::Shared { index, .. } if !exists(index) => GpuAssignment::None,
+            other => other.clone(),
+        }
+    }
+
     fn device_position(&self, index: u32) -> usize {
         self.spec
             .gpus
@@ -190,7 +202,8 @@ impl NodeState {
 
     pub(crate) fn allocate(&mut self, pod: PodId, resources: &Resources, gpus: &GpuAssignment) {
         self.free.sub(resources);
-        self.free_pods -= 1;
+        // Pods restored from a live cluster may exceed what the node declares.
+        self.free_pods = self.free_pods.saturating_sub(1);
         self.pods.insert(pod);
         self.apply_gpus(gpus, true);
     }
@@ -217,9 +230,9 @@ impl NodeState {
                 let p = self.device_position(*index);
                 let g = &mut self.gpus[p];
                 if take {
-                    g.free_milli -= milli;
+                    g.free_milli = g.free_milli.saturating_sub(*milli);
                 } else {
-                    g.free_milli += milli;
+                    g.free_milli = (g.free_milli + milli).min(1000);
                 }
             }
         }
@@ -364,11 +377,14 @@ impl ClusterIndex {
         state
     }
 
-    /// Replaces a node's spec (labels, taints, cordon) keeping what runs on it.
+    /// Replaces a node's spec (labels, taints, cordon, capacity, devices), keeping what
+    /// runs on it: free amounts are recomputed from `bound`, the node's pods with their
+    /// requests and devices. Devices that no longer exist are dropped from the accounting.
     pub(crate) fn respec(
         &mut self,
         id: NodeId,
         spec: NodeSpec,
+        bound: &[(PodId, Resources, GpuAssignment)],
         key: impl Fn(&ClusterIndex, &NodeState) -> u64,
     ) {
         self.unindex(id);
@@ -377,9 +393,12 @@ impl ClusterIndex {
         self.classes[old_class.0 as usize].len -= 1;
         self.classes[class.0 as usize].len += 1;
         self.max_node_cpu = self.max_node_cpu.max(spec.allocatable.cpu_milli);
-        let node = self.node_mut_unindexed(id);
-        node.spec = spec;
-        node.class = class;
+        let mut fresh = NodeState::new(spec, class);
+        for (pod, resources, gpus) in bound {
+            let gpus = fresh.known_devices(gpus);
+            fresh.allocate(*pod, resources, &gpus);
+        }
+        *self.node_mut_unindexed(id) = fresh;
         self.reindex(id, &key);
     }
 

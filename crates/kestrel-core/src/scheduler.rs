@@ -12,7 +12,7 @@ use crate::model::{
     Demand, GpuRequest, NodeSelectorTerm, NodeSpec, PlacementConstraints, PodSpec, TaintEffect,
 };
 use crate::policy::Policy;
-use crate::resources::GPU_RESOURCE;
+use crate::resources::{Resources, GPU_RESOURCE};
 use crate::rng::Rng;
 use serde::Serialize;
 use std::cmp::Reverse;
@@ -235,15 +235,93 @@ impl Scheduler {
             .id_of(name)
             .ok_or_else(|| ClusterError::UnknownNode(name.to_string()))?;
         let mut spec = self.cluster.node(id).spec.clone();
-        if spec.unschedulable == unschedulable {
-            return Ok(());
+        if spec.unschedulable != unschedulable {
+            spec.unschedulable = unschedulable;
+            self.update_node(spec)?;
         }
-        spec.unschedulable = unschedulable;
+        Ok(())
+    }
+
+    /// Adds a node, or replaces the spec of a known one (labels, taints, cordon, capacity,
+    /// devices) keeping the pods on it, as a Node watch delivers changes.
+    pub fn update_node(&mut self, spec: NodeSpec) -> Result<NodeId, ClusterError> {
+        let Some(id) = self.cluster.id_of(&spec.name) else {
+            return self.add_node(spec);
+        };
+        validate_node(&spec)?;
+        let bound: Vec<(PodId, Resources, GpuAssignment)> = self
+            .cluster
+            .node(id)
+            .pods
+            .iter()
+            .map(|&pod| {
+                let record = &self.pods[pod.0 as usize];
+                let PodPhase::Bound { gpus, .. } = &record.phase else {
+                    unreachable!("pods on a node are bound")
+                };
+                (pod, record.spec.demand.resources.clone(), gpus.clone())
+            })
+            .collect();
+        let max_cpu_before = self.cluster.max_node_cpu;
         let key = self.node_key();
-        self.cluster.respec(id, spec, key);
-        if !unschedulable {
-            self.capacity_may_have_grown();
+        self.cluster.respec(id, spec, &bound, &key);
+        if self.config.policy.uses_max_node_cpu() && self.cluster.max_node_cpu != max_cpu_before {
+            self.cluster.rekey_all(&key);
         }
+        self.capacity_may_have_grown();
+        Ok(id)
+    }
+
+    /// Accounts a pod that is already bound (by an earlier leader, another scheduler, or
+    /// before a restart). Reality wins over capacity: the pod is counted even if the node
+    /// looks full. `gpus`: the devices recorded on the pod; `None` picks free ones.
+    pub fn restore_bound(
+        &mut self,
+        spec: PodSpec,
+        node_name: &str,
+        gpus: Option<GpuAssignment>,
+        now: Millis,
+    ) -> Result<PodId, ClusterError> {
+        let node = self
+            .cluster
+            .id_of(node_name)
+            .ok_or_else(|| ClusterError::UnknownNode(node_name.to_string()))?;
+        let state = self.cluster.node(node);
+        let gpus = match gpus {
+            Some(gpus) => state.known_devices(&gpus),
+            None if state.gpu_fits(spec.demand.gpu) => state.choose_gpus(spec.demand.gpu, None),
+            None => GpuAssignment::None,
+        };
+        let id = self.submit(spec, now);
+        let key = self.pods[id.0 as usize].queue_key(id);
+        self.active.remove(&key);
+        self.bind(id, node, gpus, now);
+        Ok(id)
+    }
+
+    /// Undoes a binding the driver could not carry out (the API refused it): frees what the
+    /// pod held and puts it back in the queue.
+    pub fn unbind(&mut self, id: PodId) -> Result<(), ClusterError> {
+        let record = self
+            .pods
+            .get_mut(id.0 as usize)
+            .ok_or(ClusterError::UnknownPod(id))?;
+        let PodPhase::Bound { node, gpus, .. } =
+            std::mem::replace(&mut record.phase, PodPhase::Pending)
+        else {
+            return Err(ClusterError::UnknownPod(id));
+        };
+        let resources = record.spec.demand.resources.clone();
+        let key = record.queue_key(id);
+        self.cluster.unindex(node);
+        self.cluster
+            .node_mut_unindexed(node)
+            .release(id, &resources, &gpus);
+        let node_key = self.node_key();
+        self.cluster.reindex(node, &node_key);
+        self.active.insert(key);
+        self.pending += 1;
+        self.capacity_may_have_grown();
         Ok(())
     }
 

@@ -13,6 +13,11 @@ enum Op {
     Schedule,
     /// Finish the n-th live pod (bound or pending).
     Finish(usize),
+    /// Undo the binding of the n-th live pod, if bound (the API refused it).
+    Unbind(usize),
+    /// Give the n-th node another node's labels and taints (as a Node watch would;
+    /// capacity changes are covered by a unit test, since a shrinking node over-commits).
+    Respec(usize, NodeSpec),
     Cordon(usize, bool),
     RemoveNode(usize),
     AddNode(NodeSpec),
@@ -98,6 +103,8 @@ fn ops_strategy() -> impl Strategy<Value = (Vec<NodeSpec>, Vec<Op>)> {
         5 => pod_strategy().prop_map(Op::Submit),
         3 => Just(Op::Schedule),
         2 => (0usize..50).prop_map(Op::Finish),
+        1 => (0usize..50).prop_map(Op::Unbind),
+        1 => (0usize..8, node_strategy(0)).prop_map(|(i, n)| Op::Respec(i, n)),
         1 => (0usize..8, any::<bool>()).prop_map(|(n, c)| Op::Cordon(n, c)),
         1 => (0usize..8).prop_map(Op::RemoveNode),
         1 => (100usize..200).prop_flat_map(node_strategy).prop_map(Op::AddNode),
@@ -124,6 +131,7 @@ fn run(policy: Policy, nodes: &[NodeSpec], ops: &[Op]) -> Vec<String> {
                 let d = s.schedule(t as u64);
                 for b in &d.bindings {
                     log.push(format!("{:?}", b));
+                    check_constraints_honoured(&s, b);
                 }
                 check_nothing_placeable_left(&s);
             }
@@ -132,6 +140,27 @@ fn run(policy: Policy, nodes: &[NodeSpec], ops: &[Op]) -> Vec<String> {
                 s.finish(id).unwrap();
             }
             Op::Finish(_) => {}
+            Op::Unbind(i) if !live.is_empty() => {
+                let id = live[i % live.len()];
+                let bound = matches!(s.pod(id).phase, PodPhase::Bound { .. });
+                assert_eq!(s.unbind(id).is_ok(), bound);
+            }
+            Op::Unbind(_) => {}
+            Op::Respec(i, shape) => {
+                let names: Vec<String> = s
+                    .cluster()
+                    .iter()
+                    .map(|(_, n)| n.spec.name.clone())
+                    .collect();
+                if !names.is_empty() {
+                    let id = s.cluster().id_of(&names[i % names.len()]).unwrap();
+                    let mut spec = s.cluster().node(id).spec.clone();
+                    spec.labels = shape.labels.clone();
+                    spec.labels.insert(HOSTNAME_LABEL.into(), spec.name.clone());
+                    spec.taints = shape.taints.clone();
+                    s.update_node(spec).unwrap();
+                }
+            }
             Op::Cordon(i, c) => {
                 let names: Vec<String> = s
                     .cluster()
@@ -217,23 +246,6 @@ fn check_accounting(s: &Scheduler, live: &[PodId]) {
                     }
                     other => panic!("assignment does not match request: {other:?}"),
                 }
-                // Placement honoured the pod's constraints.
-                for taint in &n.spec.taints {
-                    assert!(
-                        record
-                            .spec
-                            .constraints
-                            .tolerations
-                            .iter()
-                            .any(|t| t.tolerates(taint)),
-                        "{} on {} despite taint {taint}",
-                        record.spec.name,
-                        n.spec.name
-                    );
-                }
-                for (k, v) in &record.spec.constraints.node_selector {
-                    assert_eq!(n.spec.labels.get(k), Some(v));
-                }
             }
             PodPhase::Gone => panic!("live pod {pod:?} is gone: dropped"),
         }
@@ -258,6 +270,29 @@ fn check_accounting(s: &Scheduler, live: &[PodId]) {
             assert_eq!(node.gpus[d].free_milli, 1000 - used_milli);
             assert_eq!(node.gpus[d].held_whole, *whole);
         }
+    }
+}
+
+/// A new binding honours the pod's taints and selectors (checked at bind time: labels
+/// may change later, as in Kubernetes' IgnoredDuringExecution).
+fn check_constraints_honoured(s: &Scheduler, binding: &Binding) {
+    let record = s.pod(binding.pod);
+    let n = s.cluster().node(binding.node);
+    for taint in &n.spec.taints {
+        assert!(
+            record
+                .spec
+                .constraints
+                .tolerations
+                .iter()
+                .any(|t| t.tolerates(taint)),
+            "{} on {} despite taint {taint}",
+            record.spec.name,
+            n.spec.name
+        );
+    }
+    for (k, v) in &record.spec.constraints.node_selector {
+        assert_eq!(n.spec.labels.get(k), Some(v));
     }
 }
 

@@ -406,3 +406,62 @@ fn the_headline_is_the_shortfall_not_the_excluded_nodes() {
     );
     assert_eq!(reason.headline(), "Insufficient nvidia.com/gpu");
 }
+
+#[test]
+fn update_node_keeps_pods_and_recomputes_free_capacity() {
+    let mut s = scheduler(Policy::Kestrel, vec![gpu_node("a", 8)]);
+    let p = s.submit(pod("p", 10_000, GpuRequest::Whole(4)), 0);
+    s.schedule(0);
+    let mut grown = gpu_node("a", 8);
+    grown.allocatable.cpu_milli = 128_000;
+    grown.labels.insert("pool".into(), "big".into());
+    s.update_node(grown).unwrap();
+    let node = s.cluster().node(s.cluster().id_of("a").unwrap());
+    assert_eq!(node.free.cpu_milli, 118_000);
+    assert_eq!(node.free_whole_gpus(), 4);
+    assert_eq!(node_of(&s, p), "a");
+    // A selector on the new label now matches.
+    let mut q = pod("q", 100, GpuRequest::Whole(4));
+    q.constraints
+        .node_selector
+        .insert("pool".into(), "big".into());
+    let q = s.submit(q, 1);
+    s.schedule(1);
+    assert_eq!(node_of(&s, q), "a");
+    // update_node on an unknown name adds it.
+    s.update_node(cpu_node("new")).unwrap();
+    assert_eq!(s.cluster().len(), 2);
+}
+
+#[test]
+fn restored_pods_count_even_beyond_capacity_and_unbind_requeues() {
+    let mut s = scheduler(Policy::Kestrel, vec![gpu_node("a", 2)]);
+    let gpus = GpuAssignment::Whole(vec![1]);
+    let old = s
+        .restore_bound(
+            pod("old", 60_000, GpuRequest::Whole(1)),
+            "a",
+            Some(gpus.clone()),
+            0,
+        )
+        .unwrap();
+    assert!(matches!(&s.pod(old).phase, PodPhase::Bound { gpus: g, .. } if *g == gpus));
+    // Kubernetes placed more than the node declares: counted, and nothing more fits.
+    s.restore_bound(pod("extra", 10_000, GpuRequest::None), "a", None, 0)
+        .unwrap();
+    let node = s.cluster().node(s.cluster().id_of("a").unwrap());
+    assert_eq!(node.free.cpu_milli, -6_000);
+    assert_eq!(node.gpus[1].free_milli, 0);
+    let waiting = s.submit(pod("waiting", 1_000, GpuRequest::Whole(1)), 1);
+    s.schedule(1);
+    assert_eq!(s.pod(waiting).phase, PodPhase::Pending);
+    assert!(matches!(
+        s.restore_bound(pod("lost", 1, GpuRequest::None), "gone", None, 1),
+        Err(ClusterError::UnknownNode(_))
+    ));
+    // The API refused old's binding after all: its capacity returns, it waits again.
+    s.unbind(old).unwrap();
+    assert_eq!(s.pod(old).phase, PodPhase::Pending);
+    assert!(s.unbind(old).is_err(), "not bound any more");
+    assert_eq!(s.pending(), vec![old, waiting]);
+}
