@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod explain;
 pub mod model;
+pub mod packing;
 pub mod policy;
 pub mod resources;
 pub mod rng;

@@ -11,6 +11,7 @@ use crate::explain::{NodeReason, Unschedulable};
 use crate::model::{
     Demand, GpuRequest, NodeSelectorTerm, NodeSpec, PlacementConstraints, PodSpec, TaintEffect,
 };
+use crate::packing::PackingScorer;
 use crate::policy::Policy;
 use crate::resources::{Resources, GPU_RESOURCE};
 use crate::rng::Rng;
@@ -144,9 +145,13 @@ pub struct Scheduler {
     generation: u64,
     parked_generation: u64,
     rng: Rng,
+    packing: PackingScorer,
     next_seq: u64,
     pending: usize,
 }
+
+/// Fitting nodes per bucket the packing scorer compares (the best by the policy key).
+const PACKING_SHORTLIST: usize = 8;
 
 impl Scheduler {
     pub fn new(config: SchedulerConfig) -> Self {
@@ -163,6 +168,7 @@ impl Scheduler {
             generation: 0,
             parked_generation: 0,
             rng: Rng::new(config.seed),
+            packing: PackingScorer::default(),
             next_seq: 0,
             pending: 0,
         }
@@ -354,6 +360,7 @@ impl Scheduler {
         if signature == next_sig {
             self.failed.push(None);
         }
+        self.packing.observe(&spec.demand);
         let id = PodId(self.pods.len() as u32);
         let record = PodRecord {
             spec,
@@ -494,9 +501,16 @@ impl Scheduler {
         let record = &self.pods[id.0 as usize];
         let demand = &record.spec.demand;
         let entry = &self.constraints[constraint as usize];
-        let random = self.config.policy == Policy::Random;
+        let policy = self.config.policy;
+        // How many fitting nodes each bucket contributes: the first fit for key-ranked
+        // policies, a shortlist for the packing scorer, all of them for Random.
+        let per_bucket = match policy {
+            Policy::Random => usize::MAX,
+            Policy::Kestrel => PACKING_SHORTLIST,
+            _ => 1,
+        };
         let mut best: Option<Candidate> = None;
-        let mut fitting: Vec<NodeId> = Vec::new();
+        let mut found: Vec<Candidate> = Vec::new();
         for (ci, class) in self.cluster.classes.iter().enumerate() {
             if class.len == 0 {
                 continue;
@@ -511,6 +525,7 @@ impl Scheduler {
                 _ => 0,
             };
             for bucket in class.buckets.iter().skip(first_bucket) {
+                let mut taken = 0;
                 for &(key, node_id) in bucket {
                     let mut score = class_score;
                     let node = self.cluster.node(node_id);
@@ -527,14 +542,18 @@ impl Scheduler {
                     };
                     // Later entries in this bucket only have larger keys: stop when they
                     // cannot beat the best (unless scores vary node by node).
-                    if !random && !entry.per_node && best.is_some_and(|b| b <= candidate) {
+                    if per_bucket == 1 && !entry.per_node && best.is_some_and(|b| b <= candidate) {
                         break;
                     }
                     if !node.fits(&demand.resources, demand.gpu) {
                         continue;
                     }
-                    if random {
-                        fitting.push(node_id);
+                    if per_bucket > 1 {
+                        found.push(candidate);
+                        taken += 1;
+                        if taken >= per_bucket && !entry.per_node {
+                            break;
+                        }
                         continue;
                     }
                     if best.is_none_or(|b| candidate < b) {
@@ -546,19 +565,34 @@ impl Scheduler {
                 }
             }
         }
-        let chosen = if random {
-            if fitting.is_empty() {
-                None
-            } else {
-                fitting.sort_unstable();
-                Some(fitting[self.rng.below(fitting.len() as u64) as usize])
+        let chosen = match policy {
+            Policy::Random if found.is_empty() => None,
+            Policy::Random => {
+                found.sort_unstable_by_key(|c| c.node);
+                Some(found[self.rng.below(found.len() as u64) as usize].node)
             }
-        } else {
-            best.map(|b| b.node)
+            Policy::Kestrel => {
+                // Preferences first, then what the placement does to packing, then the key.
+                let packing = &self.packing;
+                found
+                    .iter()
+                    .map(|c| {
+                        let node = self.cluster.node(c.node);
+                        (
+                            c.neg_score,
+                            Reverse(packing.score(node, demand)),
+                            c.key,
+                            c.node,
+                        )
+                    })
+                    .min()
+                    .map(|(_, _, _, node)| node)
+            }
+            _ => best.map(|b| b.node),
         };
         match chosen {
             Some(node) => {
-                let rng = random.then_some(&mut self.rng);
+                let rng = (policy == Policy::Random).then_some(&mut self.rng);
                 let gpus = self.cluster.node(node).choose_gpus(demand.gpu, rng);
                 Ok((node, gpus))
             }
