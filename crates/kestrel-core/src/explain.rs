@@ -64,9 +64,96 @@ impl fmt::Display for NodeReason {
     }
 }
 
+/// Why a gang as a whole cannot start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum GangProblem {
+    /// The pod names a gang that was never declared.
+    NotFound { gang: String },
+    /// Fewer pods exist than the gang's minimum (or a role's minimum).
+    Incomplete {
+        gang: String,
+        exist: u32,
+        min_member: u32,
+        total: Option<u32>,
+        /// (role, pods of that role, its minimum) when a role is short.
+        role: Option<(String, u32, u32)>,
+    },
+    /// The pods exist but only `placed` of the `needed` fit together.
+    Unplaceable {
+        gang: String,
+        placed: u32,
+        needed: u32,
+    },
+    /// No domain of the required topology level holds the gang.
+    NoDomain {
+        gang: String,
+        level: String,
+        domains: u32,
+    },
+    /// The gang waited longer than its `scheduleTimeoutSeconds`.
+    TimedOut { gang: String, after_seconds: u64 },
+}
+
+impl fmt::Display for GangProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GangProblem::NotFound { gang } => write!(
+                f,
+                "gang {gang} does not exist: create its PodGroup, or fix the pod's group label"
+            ),
+            GangProblem::Incomplete {
+                gang,
+                exist,
+                min_member,
+                total,
+                role,
+            } => {
+                match role {
+                    Some((role, have, min)) => write!(
+                        f,
+                        "gang {gang} is incomplete: {have} pod(s) of role {role} exist, its minimum is {min}"
+                    )?,
+                    None => write!(
+                        f,
+                        "gang {gang} is incomplete: {exist} of {} pods exist (minMember {min_member})",
+                        total.unwrap_or(*min_member)
+                    )?,
+                }
+                write!(f, "; waiting for the rest to be created")
+            }
+            GangProblem::Unplaceable {
+                gang,
+                placed,
+                needed,
+            } => write!(
+                f,
+                "gang {gang} cannot start whole: only {placed} of the {needed} pods it needs fit together"
+            ),
+            GangProblem::NoDomain {
+                gang,
+                level,
+                domains,
+            } => write!(
+                f,
+                "gang {gang} needs all its pods in one {level} domain; none of the {domains} domains can hold it"
+            ),
+            GangProblem::TimedOut {
+                gang,
+                after_seconds,
+            } => write!(
+                f,
+                "gang {gang} timed out after {after_seconds} s waiting to start (scheduleTimeoutSeconds)"
+            ),
+        }
+    }
+}
+
 /// Why a pod fits no node, and what would have to change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Unschedulable {
+    /// Set when the pod waits because of its gang; `reasons` then describe the first of the
+    /// gang's pods that did not fit (empty when the gang did not get that far).
+    pub gang: Option<GangProblem>,
     pub total_nodes: u32,
     /// Node counts per reason, most frequent first. A node may count under several
     /// resource shortfalls, as in kube-scheduler.
@@ -80,6 +167,22 @@ impl Unschedulable {
     /// The reason that matters most, for one-line summaries: what stops the pod on the
     /// nodes it is otherwise allowed on (a shortfall), else the most common exclusion.
     pub fn headline(&self) -> String {
+        if let Some(problem) = &self.gang {
+            return match problem {
+                GangProblem::NotFound { .. } => "gang not found".to_string(),
+                GangProblem::Incomplete { .. } => "gang incomplete".to_string(),
+                GangProblem::TimedOut { .. } => "gang timed out".to_string(),
+                GangProblem::NoDomain { level, .. } => {
+                    format!("gang does not fit one {level} domain")
+                }
+                GangProblem::Unplaceable { .. } => {
+                    match self.reasons.iter().find(|(r, _)| r.is_capacity()) {
+                        Some((reason, _)) => format!("gang does not fit: {reason}"),
+                        None => "gang does not fit".to_string(),
+                    }
+                }
+            };
+        }
         let shortfall = self.reasons.iter().find(|(r, _)| r.is_capacity());
         match shortfall.or(self.reasons.first()) {
             Some((reason, _)) => reason.to_string(),
@@ -89,12 +192,39 @@ impl Unschedulable {
 
     /// Whether a capacity problem (not configuration) blocks the pod: adding nodes could help.
     pub fn is_capacity(&self) -> bool {
-        self.reasons.iter().any(|(r, _)| r.is_capacity())
+        let gang_waits_for_capacity = matches!(
+            self.gang,
+            None | Some(GangProblem::Unplaceable { .. }) | Some(GangProblem::NoDomain { .. })
+        );
+        gang_waits_for_capacity && self.reasons.iter().any(|(r, _)| r.is_capacity())
+    }
+
+    /// The same explanation, attributed to a gang.
+    pub fn for_gang(mut self, problem: GangProblem) -> Self {
+        self.gang = Some(problem);
+        self
+    }
+
+    /// An explanation that is about the gang only (no node was tried).
+    pub fn gang_only(problem: GangProblem, total_nodes: u32) -> Self {
+        Unschedulable {
+            gang: Some(problem),
+            total_nodes,
+            reasons: Vec::new(),
+            gpu_fragmentation: None,
+        }
     }
 }
 
 impl fmt::Display for Unschedulable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(problem) = &self.gang {
+            write!(f, "{problem}")?;
+            if self.reasons.is_empty() {
+                return Ok(());
+            }
+            write!(f, ". First pod that did not fit: ")?;
+        }
         write!(f, "0/{} nodes are available", self.total_nodes)?;
         if self.total_nodes == 0 {
             return write!(f, ": the cluster has no nodes");

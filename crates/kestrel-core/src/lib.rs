@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod explain;
+pub mod gang;
 pub mod model;
 pub mod packing;
 pub mod policy;
@@ -15,7 +16,8 @@ pub mod scheduler;
 pub mod topology;
 
 pub use cluster::{ClusterIndex, GpuAssignment, GpuUse, NodeId, NodeState};
-pub use explain::{NodeReason, Unschedulable};
+pub use explain::{GangProblem, NodeReason, Unschedulable};
+pub use gang::{GangError, GangId, GangPhase, GangSpec, GangState, GangTopology};
 pub use model::*;
 pub use policy::Policy;
 pub use resources::{parse_quantity, Bytes, QuantityError, Resources, GPU_RESOURCE};

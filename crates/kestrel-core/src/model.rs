@@ -313,12 +313,24 @@ pub struct Demand {
     pub gpu: GpuRequest,
 }
 
+/// A pod's place in a gang: the gang (in the pod's namespace), its role and rank.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize)]
+pub struct GangMembership {
+    pub gang: String,
+    /// Role for per-role minimums (`master`, `worker` ...).
+    pub role: Option<String>,
+    /// Rank (Job completion index, `RANK`): neighbouring ranks are placed close together.
+    pub rank: Option<u32>,
+}
+
 /// A pod as the scheduler sees it.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct PodSpec {
     pub namespace: String,
     pub name: String,
     pub labels: Labels,
+    /// Set for pods that must start together with others.
+    pub gang: Option<GangMembership>,
     /// Resolved PriorityClass value.
     pub priority: i32,
     pub priority_class: Option<String>,

@@ -8,6 +8,7 @@
 
 use crate::cluster::{ClassId, ClusterIndex, GpuAssignment, NodeId, NodeState, PER_NODE_LABELS};
 use crate::explain::{NodeReason, Unschedulable};
+use crate::gang::GangIndex;
 use crate::model::{
     Demand, GpuRequest, NodeSelectorTerm, NodeSpec, PlacementConstraints, PodSpec, TaintEffect,
 };
@@ -51,12 +52,12 @@ pub struct PodRecord {
 }
 
 impl PodRecord {
-    fn queue_key(&self, id: PodId) -> QueueKey {
+    pub(crate) fn queue_key(&self, id: PodId) -> QueueKey {
         (Reverse(self.spec.priority), self.seq, id)
     }
 }
 
-type QueueKey = (Reverse<i32>, u64, PodId);
+pub(crate) type QueueKey = (Reverse<i32>, u64, PodId);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct SchedulerConfig {
@@ -87,6 +88,8 @@ pub struct Binding {
 pub struct Decisions {
     pub bindings: Vec<Binding>,
     pub unschedulable: Vec<(PodId, Arc<Unschedulable>)>,
+    /// Pods dropped from the queue because their gang timed out (reason on the pod).
+    pub expired: Vec<PodId>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -132,10 +135,14 @@ struct Candidate {
 #[derive(Debug)]
 pub struct Scheduler {
     config: SchedulerConfig,
-    cluster: ClusterIndex,
-    pods: Vec<PodRecord>,
-    active: BTreeSet<QueueKey>,
-    parked: Vec<QueueKey>,
+    pub(crate) cluster: ClusterIndex,
+    pub(crate) pods: Vec<PodRecord>,
+    pub(crate) active: BTreeSet<QueueKey>,
+    pub(crate) parked: Vec<QueueKey>,
+    pub(crate) gangs: GangIndex,
+    /// Off during gang attempts: a pod that fails while its peers hold capacity
+    /// tentatively must not mark its signature as failed.
+    pub(crate) record_failures: bool,
     constraints: Vec<ConstraintEntry>,
     constraint_ids: HashMap<PlacementConstraints, u32>,
     signature_ids: HashMap<(u32, Demand), u32>,
@@ -147,7 +154,7 @@ pub struct Scheduler {
     rng: Rng,
     packing: PackingScorer,
     next_seq: u64,
-    pending: usize,
+    pub(crate) pending: usize,
 }
 
 /// Fitting nodes per bucket the packing scorer compares (the best by the policy key).
@@ -161,6 +168,8 @@ impl Scheduler {
             pods: Vec::new(),
             active: BTreeSet::new(),
             parked: Vec::new(),
+            gangs: GangIndex::default(),
+            record_failures: true,
             constraints: Vec::new(),
             constraint_ids: HashMap::new(),
             signature_ids: HashMap::new(),
@@ -211,7 +220,7 @@ impl Scheduler {
         move |cluster, node| policy.node_key(cluster, node)
     }
 
-    fn capacity_may_have_grown(&mut self) {
+    pub(crate) fn capacity_may_have_grown(&mut self) {
         self.generation += 1;
     }
 
@@ -308,27 +317,72 @@ impl Scheduler {
     /// Undoes a binding the driver could not carry out (the API refused it): frees what the
     /// pod held and puts it back in the queue.
     pub fn unbind(&mut self, id: PodId) -> Result<(), ClusterError> {
-        let record = self
+        let bound = self
             .pods
-            .get_mut(id.0 as usize)
+            .get(id.0 as usize)
             .ok_or(ClusterError::UnknownPod(id))?;
+        if !matches!(bound.phase, PodPhase::Bound { .. }) {
+            return Err(ClusterError::UnknownPod(id));
+        }
+        self.release_to_pending(id);
+        let key = self.pods[id.0 as usize].queue_key(id);
+        self.active.insert(key);
+        self.capacity_may_have_grown();
+        Ok(())
+    }
+
+    /// Frees what a bound pod holds and makes it pending again (not queued).
+    pub(crate) fn release_to_pending(&mut self, id: PodId) {
+        let record = &mut self.pods[id.0 as usize];
         let PodPhase::Bound { node, gpus, .. } =
             std::mem::replace(&mut record.phase, PodPhase::Pending)
         else {
-            return Err(ClusterError::UnknownPod(id));
+            unreachable!("release_to_pending on a pod that is not bound")
         };
         let resources = record.spec.demand.resources.clone();
-        let key = record.queue_key(id);
         self.cluster.unindex(node);
         self.cluster
             .node_mut_unindexed(node)
             .release(id, &resources, &gpus);
         let node_key = self.node_key();
         self.cluster.reindex(node, &node_key);
-        self.active.insert(key);
         self.pending += 1;
-        self.capacity_may_have_grown();
-        Ok(())
+    }
+
+    /// The best node for a pod among `nodes` (a topology domain), by preference score and
+    /// policy key.
+    pub(crate) fn place_among(
+        &mut self,
+        id: PodId,
+        nodes: &[NodeId],
+    ) -> Result<(NodeId, GpuAssignment), Arc<Unschedulable>> {
+        let constraint = self.pods[id.0 as usize].constraint;
+        self.verdicts(constraint);
+        let demand = &self.pods[id.0 as usize].spec.demand;
+        let entry = &self.constraints[constraint as usize];
+        let best = nodes
+            .iter()
+            .filter_map(|&n| {
+                let node = self.cluster.node(n);
+                let score = if entry.per_node {
+                    static_check(&entry.constraints, &node.spec).ok()?
+                } else {
+                    match &entry.verdicts[node.class.0 as usize] {
+                        ClassVerdict::Feasible { score } => *score,
+                        ClassVerdict::Infeasible(_) => return None,
+                    }
+                };
+                node.fits(&demand.resources, demand.gpu)
+                    .then_some((-score, node.slot.1, n))
+            })
+            .min();
+        match best {
+            Some((_, _, node)) => Ok((node, self.cluster.node(node).choose_gpus(demand.gpu, None))),
+            None => {
+                let demand = demand.clone();
+                Err(Arc::new(self.explain(constraint, &demand)))
+            }
+        }
     }
 
     /// Removes a node. The pods that ran on it return to the queue (in their original
@@ -373,6 +427,23 @@ impl Scheduler {
         };
         self.next_seq += 1;
         self.active.insert(record.queue_key(id));
+        if let Some(membership) = &record.spec.gang {
+            let gang = self.gangs.id(&record.spec.namespace, &membership.gang, now);
+            let members = &mut self.gangs.gangs[gang.0 as usize].members;
+            // A new member may complete the gang: its waiting peers get another look.
+            let peers: BTreeSet<PodId> = members.iter().copied().collect();
+            members.insert(id);
+            if !peers.is_empty() {
+                let parked_peers: Vec<QueueKey> = self
+                    .parked
+                    .iter()
+                    .copied()
+                    .filter(|k| peers.contains(&k.2))
+                    .collect();
+                self.parked.retain(|k| !peers.contains(&k.2));
+                self.active.extend(parked_peers);
+            }
+        }
         self.pods.push(record);
         self.pending += 1;
         id
@@ -385,6 +456,15 @@ impl Scheduler {
             .pods
             .get_mut(id.0 as usize)
             .ok_or(ClusterError::UnknownPod(id))?;
+        if let Some(membership) = &record.spec.gang {
+            if let Some(gang) = self
+                .gangs
+                .ids
+                .get(&(record.spec.namespace.clone(), membership.gang.clone()))
+            {
+                self.gangs.gangs[gang.0 as usize].members.remove(&id);
+            }
+        }
         match std::mem::replace(&mut record.phase, PodPhase::Gone) {
             PodPhase::Gone => return Err(ClusterError::UnknownPod(id)),
             PodPhase::Pending => {
@@ -417,6 +497,12 @@ impl Scheduler {
         let mut decisions = Decisions::default();
         while let Some(key) = self.active.pop_first() {
             let id = key.2;
+            if let Some(membership) = &self.pods[id.0 as usize].spec.gang {
+                let namespace = self.pods[id.0 as usize].spec.namespace.clone();
+                let gang = self.gangs.id(&namespace, &membership.gang.clone(), now);
+                self.schedule_gang(gang, now, &mut decisions);
+                continue;
+            }
             match self.place(id) {
                 Ok((node, gpus)) => {
                     self.bind(id, node, gpus.clone(), now);
@@ -443,7 +529,7 @@ impl Scheduler {
         decisions
     }
 
-    fn bind(&mut self, id: PodId, node: NodeId, gpus: GpuAssignment, now: Millis) {
+    pub(crate) fn bind(&mut self, id: PodId, node: NodeId, gpus: GpuAssignment, now: Millis) {
         let key = self.node_key();
         let record = &mut self.pods[id.0 as usize];
         self.cluster.unindex(node);
@@ -489,7 +575,10 @@ impl Scheduler {
     }
 
     /// Finds the best node for a pod, or says why there is none.
-    fn place(&mut self, id: PodId) -> Result<(NodeId, GpuAssignment), Arc<Unschedulable>> {
+    pub(crate) fn place(
+        &mut self,
+        id: PodId,
+    ) -> Result<(NodeId, GpuAssignment), Arc<Unschedulable>> {
         let record = &self.pods[id.0 as usize];
         let (constraint, signature) = (record.constraint, record.signature);
         if let Some((generation, reason)) = &self.failed[signature as usize] {
@@ -598,7 +687,9 @@ impl Scheduler {
             }
             None => {
                 let reason = Arc::new(self.explain(constraint, &demand.clone()));
-                self.failed[signature as usize] = Some((self.generation, reason.clone()));
+                if self.record_failures {
+                    self.failed[signature as usize] = Some((self.generation, reason.clone()));
+                }
                 Err(reason)
             }
         }
@@ -641,6 +732,7 @@ impl Scheduler {
         reasons.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         let need = demand.gpu.whole();
         Unschedulable {
+            gang: None,
             total_nodes: self.cluster.len() as u32,
             reasons,
             gpu_fragmentation: (need > 0 && eligible_free_whole >= need && best_free_whole < need)

@@ -1,0 +1,573 @@
+//! Gang scheduling: pods that start together or not at all, on well-connected nodes.
+//!
+//! A gang is planned whole against the current index and committed whole, or rolled back:
+//! no capacity is held for a partial gang between cycles. A gang whose pods do not all
+//! exist yet waits without blocking anything else. With a topology request the gang is
+//! placed inside one domain of a level (all pods in one rack), packed as tightly as a
+//! preferred level allows, or in slices (every N pods in one NVLink domain), pods in rank
+//! order so that neighbouring ranks share the fastest links.
+
+use crate::cluster::{GpuAssignment, NodeId};
+use crate::explain::{GangProblem, Unschedulable};
+use crate::scheduler::{Binding, Decisions, Millis, PodId, PodPhase, Scheduler};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Where a gang's pods must or should land, by node label (topology level).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct GangTopology {
+    /// All pods in one domain of this level (e.g. `topology.kestrel.dev/rack`).
+    pub required: Option<String>,
+    /// Pack into one domain of this level if possible, else the next level up.
+    pub preferred: Option<String>,
+    /// Every `size` consecutive pods (by rank) in one domain of the level.
+    pub slice: Option<(String, u32)>,
+}
+
+/// A gang as declared by a PodGroup (Kestrel's, scheduler-plugins', Volcano's) or by
+/// Kueue's plain-pod group labels.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct GangSpec {
+    pub namespace: String,
+    pub name: String,
+    /// Pods that must be running together for the gang to start.
+    pub min_member: u32,
+    /// Pods expected in all, when known (for "k of n exist").
+    pub total: Option<u32>,
+    /// Give up when the gang has not started this long after its first pod arrived.
+    pub schedule_timeout: Option<Millis>,
+    /// Per-role minimums (role, pods), e.g. one master and four workers.
+    pub role_minimums: Vec<(String, u32)>,
+    pub topology: GangTopology,
+}
+
+impl GangSpec {
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("gang {gang}: field {field}: {why}")]
+pub struct GangError {
+    pub gang: String,
+    pub field: &'static str,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct GangId(pub u32);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum GangPhase {
+    /// Declared or implied by a pod; not started.
+    Waiting,
+    /// Started: at least `min_member` pods were bound together.
+    Running,
+    /// Gave up after `schedule_timeout`; its pending pods were dropped with that reason.
+    TimedOut,
+}
+
+#[derive(Debug, Clone)]
+pub struct GangState {
+    /// `None` while only pods name the gang and nothing declared it.
+    pub spec: Option<GangSpec>,
+    pub members: BTreeSet<PodId>,
+    pub first_seen: Millis,
+    pub phase: GangPhase,
+}
+
+/// Gangs by namespace/name.
+#[derive(Debug, Default)]
+pub(crate) struct GangIndex {
+    pub(crate) gangs: Vec<GangState>,
+    pub(crate) ids: BTreeMap<(String, String), GangId>,
+    /// Topology levels from the top (block) down (host), for preferred fallback.
+    pub(crate) levels: Vec<String>,
+}
+
+impl GangIndex {
+    pub(crate) fn id(&mut self, namespace: &str, name: &str, now: Millis) -> GangId {
+        let key = (namespace.to_string(), name.to_string());
+        if let Some(&id) = self.ids.get(&key) {
+            return id;
+        }
+        let id = GangId(self.gangs.len() as u32);
+        self.gangs.push(GangState {
+            spec: None,
+            members: BTreeSet::new(),
+            first_seen: now,
+            phase: GangPhase::Waiting,
+        });
+        self.ids.insert(key, id);
+        id
+    }
+}
+
+/// A pod placed tentatively during a gang attempt.
+type Placed = (PodId, NodeId, GpuAssignment);
+
+impl Scheduler {
+    /// Sets the topology levels (node labels, from the widest domain to the narrowest),
+    /// as a `Topology` object's `levels[].nodeLabel` lists them.
+    pub fn set_topology_levels(&mut self, levels: Vec<String>) {
+        self.gangs.levels = levels;
+    }
+
+    /// Declares or updates a gang. Its pods may come before or after.
+    pub fn add_gang(&mut self, spec: GangSpec, now: Millis) -> Result<GangId, GangError> {
+        let invalid = |field, why: String| GangError {
+            gang: spec.key(),
+            field,
+            why,
+        };
+        if spec.min_member == 0 {
+            return Err(invalid("minMember", "must be at least 1".into()));
+        }
+        if let Some(total) = spec.total {
+            if total < spec.min_member {
+                return Err(invalid(
+                    "minMember",
+                    format!(
+                        "{} exceeds the gang's {total} pods; lower minMember or add pods",
+                        spec.min_member
+                    ),
+                ));
+            }
+        }
+        let role_sum: u32 = spec.role_minimums.iter().map(|(_, n)| n).sum();
+        if role_sum > spec.min_member {
+            return Err(invalid(
+                "minTaskMember",
+                format!(
+                    "role minimums add up to {role_sum}, more than minMember {}",
+                    spec.min_member
+                ),
+            ));
+        }
+        if let Some((_, size)) = &spec.topology.slice {
+            if *size == 0 || !spec.min_member.is_multiple_of(*size) {
+                return Err(invalid(
+                    "slice size",
+                    format!(
+                        "{size} does not divide the gang's {} pods; use a divisor of minMember",
+                        spec.min_member
+                    ),
+                ));
+            }
+        }
+        let t = &spec.topology;
+        for level in t
+            .required
+            .iter()
+            .chain(&t.preferred)
+            .chain(t.slice.as_ref().map(|(l, _)| l))
+        {
+            if !self.gangs.levels.is_empty() && !self.gangs.levels.contains(level) {
+                return Err(invalid(
+                    "topology",
+                    format!(
+                        "{level:?} is not a level of the cluster's Topology ({}); use one of them",
+                        self.gangs.levels.join(", ")
+                    ),
+                ));
+            }
+        }
+        let id = self.gangs.id(&spec.namespace, &spec.name, now);
+        self.gangs.gangs[id.0 as usize].spec = Some(spec);
+        // Its waiting pods may now be able to start.
+        self.capacity_may_have_grown();
+        Ok(id)
+    }
+
+    pub fn gang(&self, id: GangId) -> &GangState {
+        &self.gangs.gangs[id.0 as usize]
+    }
+
+    pub fn gang_id(&self, namespace: &str, name: &str) -> Option<GangId> {
+        self.gangs
+            .ids
+            .get(&(namespace.to_string(), name.to_string()))
+            .copied()
+    }
+
+    /// One attempt to start a gang, whose pod `first` came up in the queue.
+    pub(crate) fn schedule_gang(&mut self, gang: GangId, now: Millis, decisions: &mut Decisions) {
+        let state = &self.gangs.gangs[gang.0 as usize];
+        let mut pending: Vec<PodId> = state
+            .members
+            .iter()
+            .copied()
+            .filter(|&p| self.pods[p.0 as usize].phase == PodPhase::Pending)
+            .collect();
+        for &p in &pending {
+            let key = self.pods[p.0 as usize].queue_key(p);
+            self.active.remove(&key);
+        }
+        let key_name = |s: &Scheduler| {
+            let p = &s.pods[pending[0].0 as usize].spec;
+            format!(
+                "{}/{}",
+                p.namespace,
+                p.gang.as_ref().map(|g| g.gang.as_str()).unwrap_or("")
+            )
+        };
+        let total_nodes = self.cluster.len() as u32;
+        let Some(spec) = state.spec.clone() else {
+            let problem = GangProblem::NotFound {
+                gang: key_name(self),
+            };
+            self.park_gang(
+                &pending,
+                Unschedulable::gang_only(problem, total_nodes),
+                decisions,
+            );
+            return;
+        };
+        let gang_name = spec.key();
+        if let Some(timeout) = spec.schedule_timeout {
+            if state.phase == GangPhase::Waiting && now.saturating_sub(state.first_seen) > timeout {
+                let problem = GangProblem::TimedOut {
+                    gang: gang_name,
+                    after_seconds: timeout / 1000,
+                };
+                self.expire_gang(
+                    gang,
+                    &pending,
+                    Unschedulable::gang_only(problem, total_nodes),
+                    decisions,
+                );
+                return;
+            }
+        }
+        let running: Vec<PodId> = state
+            .members
+            .iter()
+            .copied()
+            .filter(|&p| matches!(self.pods[p.0 as usize].phase, PodPhase::Bound { .. }))
+            .collect();
+        let exist = (pending.len() + running.len()) as u32;
+        let role_of = |s: &Scheduler, p: PodId| {
+            s.pods[p.0 as usize]
+                .spec
+                .gang
+                .as_ref()
+                .and_then(|g| g.role.clone())
+                .unwrap_or_default()
+        };
+        let role_short = |s: &Scheduler, pods: &[PodId]| {
+            spec.role_minimums.iter().find_map(|(role, min)| {
+                let have = pods.iter().filter(|&&p| role_of(s, p) == *role).count() as u32;
+                (have < *min).then(|| (role.clone(), have, *min))
+            })
+        };
+        let all: Vec<PodId> = pending.iter().chain(&running).copied().collect();
+        let short_role = role_short(self, &all);
+        if exist < spec.min_member || short_role.is_some() {
+            let problem = GangProblem::Incomplete {
+                gang: gang_name,
+                exist,
+                min_member: spec.min_member,
+                total: spec.total,
+                role: short_role,
+            };
+            self.park_gang(
+                &pending,
+                Unschedulable::gang_only(problem, total_nodes),
+                decisions,
+            );
+            return;
+        }
+        // Neighbouring ranks next to each other.
+        pending.sort_by_key(|&p| {
+            (
+                self.pods[p.0 as usize]
+                    .spec
+                    .gang
+                    .as_ref()
+                    .and_then(|g| g.rank),
+                self.pods[p.0 as usize].queue_key(p),
+            )
+        });
+        let needed = spec.min_member.saturating_sub(running.len() as u32) as usize;
+        self.record_failures = false;
+        let outcome = self.place_gang_pods(&spec, &pending, &running, needed, now);
+        self.record_failures = true;
+        match outcome {
+            Ok(placed) => {
+                let complete_roles = {
+                    let mut members: Vec<PodId> = running.clone();
+                    members.extend(placed.iter().map(|(p, _, _)| *p));
+                    role_short(self, &members).is_none()
+                };
+                if complete_roles {
+                    for (pod, node, gpus) in placed {
+                        self.pods[pod.0 as usize].pending_reason = None;
+                        decisions.bindings.push(Binding { pod, node, gpus });
+                    }
+                    self.gangs.gangs[gang.0 as usize].phase = GangPhase::Running;
+                    // Members that did not fit (beyond the minimum) wait as ordinary pods.
+                    let left: Vec<PodId> = pending
+                        .iter()
+                        .copied()
+                        .filter(|&p| self.pods[p.0 as usize].phase == PodPhase::Pending)
+                        .collect();
+                    if !left.is_empty() {
+                        let problem = GangProblem::Unplaceable {
+                            gang: spec.key(),
+                            placed: (running.len() + pending.len() - left.len()) as u32,
+                            needed: spec.total.unwrap_or(exist),
+                        };
+                        self.park_gang(
+                            &left,
+                            Unschedulable::gang_only(problem, total_nodes),
+                            decisions,
+                        );
+                    }
+                    return;
+                }
+                let placed_count = placed.len() as u32;
+                self.rollback(&placed);
+                let problem = GangProblem::Unplaceable {
+                    gang: spec.key(),
+                    placed: placed_count + running.len() as u32,
+                    needed: spec.min_member,
+                };
+                self.park_gang(
+                    &pending,
+                    Unschedulable::gang_only(problem, total_nodes),
+                    decisions,
+                );
+            }
+            Err(reason) => self.park_gang(&pending, reason, decisions),
+        }
+    }
+
+    /// Places at least `needed` of `pods` (in order) with the gang's topology, tentatively
+    /// bound in the index; on failure everything tried is rolled back.
+    fn place_gang_pods(
+        &mut self,
+        spec: &GangSpec,
+        pods: &[PodId],
+        running: &[PodId],
+        needed: usize,
+        now: Millis,
+    ) -> Result<Vec<Placed>, Unschedulable> {
+        let topology = &spec.topology;
+        let mut best: (usize, Option<Arc<Unschedulable>>) = (0, None);
+        let mut attempt = |s: &mut Scheduler, nodes: Option<&[NodeId]>| -> Option<Vec<Placed>> {
+            let (placed, failure) = match &topology.slice {
+                Some((level, size)) => s.place_in_slices(pods, nodes, level, *size as usize, now),
+                None => s.place_all(pods, nodes, now),
+            };
+            if placed.len() >= needed {
+                return Some(placed);
+            }
+            if placed.len() >= best.0 {
+                best = (placed.len(), failure.or(best.1.take()));
+            }
+            s.rollback(&placed);
+            None
+        };
+        if let Some(level) = &topology.required {
+            let domains = self.domains(level, None);
+            let count = domains.len() as u32;
+            for (_, nodes) in self.by_tightness(domains) {
+                if let Some(placed) = attempt(self, Some(&nodes)) {
+                    return Ok(placed);
+                }
+            }
+            let problem = GangProblem::NoDomain {
+                gang: spec.key(),
+                level: level.clone(),
+                domains: count,
+            };
+            return Err(self.gang_failure(problem, best.1));
+        }
+        // Preferred level, then wider levels; peers of a running gang pull towards their rack.
+        let mut levels: Vec<String> = Vec::new();
+        if let Some(level) = &topology.preferred {
+            levels.push(level.clone());
+            if let Some(i) = self.gangs.levels.iter().position(|l| l == level) {
+                levels.extend(self.gangs.levels[..i].iter().rev().cloned());
+            }
+        }
+        if !running.is_empty() && levels.is_empty() {
+            levels.push(crate::model::RACK_LABEL.to_string());
+        }
+        let peer_nodes: BTreeSet<NodeId> = running
+            .iter()
+            .filter_map(|&p| match &self.pods[p.0 as usize].phase {
+                PodPhase::Bound { node, .. } => Some(*node),
+                _ => None,
+            })
+            .collect();
+        for level in levels {
+            let mut domains = self.domains(&level, None);
+            if !peer_nodes.is_empty() {
+                domains.retain(|(_, nodes)| nodes.iter().any(|n| peer_nodes.contains(n)));
+            }
+            for (_, nodes) in self.by_tightness(domains) {
+                if let Some(placed) = attempt(self, Some(&nodes)) {
+                    return Ok(placed);
+                }
+            }
+        }
+        if let Some(placed) = attempt(self, None) {
+            return Ok(placed);
+        }
+        let problem = GangProblem::Unplaceable {
+            gang: spec.key(),
+            placed: (best.0 + running.len()) as u32,
+            needed: spec.min_member as usize as u32,
+        };
+        Err(self.gang_failure(problem, best.1))
+    }
+
+    fn gang_failure(
+        &self,
+        problem: GangProblem,
+        first: Option<Arc<Unschedulable>>,
+    ) -> Unschedulable {
+        match first {
+            Some(reason) => {
+                let mut r = (*reason).clone();
+                r.gang = Some(problem);
+                r
+            }
+            None => Unschedulable::gang_only(problem, self.cluster.len() as u32),
+        }
+    }
+
+    /// Places as many of `pods` as fit (within `nodes` if given), in order. A pod goes on
+    /// the node of the pod before it when that node still has room, so consecutive ranks
+    /// share a node (and its NVLink) before the policy picks the next one.
+    fn place_all(
+        &mut self,
+        pods: &[PodId],
+        nodes: Option<&[NodeId]>,
+        now: Millis,
+    ) -> (Vec<Placed>, Option<Arc<Unschedulable>>) {
+        let mut placed: Vec<Placed> = Vec::new();
+        let mut failure = None;
+        for &pod in pods {
+            let previous = placed.last().map(|(_, node, _)| *node);
+            let result = match (previous, nodes) {
+                (Some(prev), _) if self.place_among(pod, &[prev]).is_ok() => {
+                    self.place_among(pod, &[prev])
+                }
+                (_, Some(nodes)) => self.place_among(pod, nodes),
+                (_, None) => self.place(pod),
+            };
+            match result {
+                Ok((node, gpus)) => {
+                    self.bind(pod, node, gpus.clone(), now);
+                    placed.push((pod, node, gpus));
+                }
+                Err(reason) => {
+                    failure.get_or_insert(reason);
+                }
+            }
+        }
+        (placed, failure)
+    }
+
+    /// Places pods `size` at a time, each slice whole inside one domain of `level`.
+    fn place_in_slices(
+        &mut self,
+        pods: &[PodId],
+        nodes: Option<&[NodeId]>,
+        level: &str,
+        size: usize,
+        now: Millis,
+    ) -> (Vec<Placed>, Option<Arc<Unschedulable>>) {
+        let mut placed = Vec::new();
+        let mut failure = None;
+        for chunk in pods.chunks(size) {
+            let domains = self.domains(level, nodes);
+            let mut done = false;
+            for (_, domain) in self.by_tightness(domains) {
+                let (slice, why) = self.place_all(chunk, Some(&domain), now);
+                if slice.len() == chunk.len() {
+                    placed.extend(slice);
+                    done = true;
+                    break;
+                }
+                failure = failure.or(why);
+                self.rollback(&slice);
+            }
+            if !done {
+                break;
+            }
+        }
+        (placed, failure)
+    }
+
+    /// Nodes grouped by their value of `level` (nodes without the label are in no domain),
+    /// optionally only among `within`.
+    fn domains(&self, level: &str, within: Option<&[NodeId]>) -> Vec<(String, Vec<NodeId>)> {
+        let mut out: BTreeMap<String, Vec<NodeId>> = BTreeMap::new();
+        let mut add = |id: NodeId| {
+            if let Some(value) = self.cluster.node(id).spec.labels.get(level) {
+                out.entry(value.clone()).or_default().push(id);
+            }
+        };
+        match within {
+            Some(nodes) => nodes.iter().copied().for_each(&mut add),
+            None => self.cluster.iter().for_each(|(id, _)| add(id)),
+        }
+        out.into_iter().collect()
+    }
+
+    /// Domains with the least free GPU capacity first (tightest fit keeps big domains
+    /// whole), ties by name.
+    fn by_tightness(&self, mut domains: Vec<(String, Vec<NodeId>)>) -> Vec<(String, Vec<NodeId>)> {
+        let free = |nodes: &[NodeId]| -> (u64, i64) {
+            nodes.iter().fold((0, 0), |(g, c), &n| {
+                let node = self.cluster.node(n);
+                (g + node.free_gpu_milli(), c + node.free.cpu_milli)
+            })
+        };
+        domains.sort_by_cached_key(|(name, nodes)| (free(nodes), name.clone()));
+        domains
+    }
+
+    /// Undoes tentative bindings of a failed attempt.
+    fn rollback(&mut self, placed: &[Placed]) {
+        for (pod, _, _) in placed.iter().rev() {
+            self.release_to_pending(*pod);
+        }
+    }
+
+    fn park_gang(&mut self, pending: &[PodId], reason: Unschedulable, decisions: &mut Decisions) {
+        let reason = Arc::new(reason);
+        for &p in pending {
+            let record = &mut self.pods[p.0 as usize];
+            if record.pending_reason.as_deref() != Some(&*reason) {
+                record.pending_reason = Some(reason.clone());
+                decisions.unschedulable.push((p, reason.clone()));
+            }
+            let key = record.queue_key(p);
+            self.parked.push(key);
+        }
+    }
+
+    fn expire_gang(
+        &mut self,
+        gang: GangId,
+        pending: &[PodId],
+        reason: Unschedulable,
+        decisions: &mut Decisions,
+    ) {
+        let reason = Arc::new(reason);
+        for &p in pending {
+            let record = &mut self.pods[p.0 as usize];
+            record.phase = PodPhase::Gone;
+            record.pending_reason = Some(reason.clone());
+            self.pending -= 1;
+            decisions.expired.push(p);
+        }
+        self.gangs.gangs[gang.0 as usize].phase = GangPhase::TimedOut;
+    }
+}

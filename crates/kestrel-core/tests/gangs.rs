@@ -1,0 +1,410 @@
+//! Gang scheduling: all or nothing, waiting for missing pods, topology, ranks, timeouts.
+
+use kestrel_core::*;
+
+fn node(name: &str, rack: &str, block: &str) -> NodeSpec {
+    let mut n = NodeSpec::new(name, Resources::new(224_000, 2 << 40));
+    (n.gpus, n.nics) = GpuTopology::DgxH100.devices("H100", 81_559, 8);
+    n.labels.insert(RACK_LABEL.into(), rack.into());
+    n.labels.insert(BLOCK_LABEL.into(), block.into());
+    n
+}
+
+fn member(gang: &str, name: &str, gpus: u32, rank: Option<u32>) -> PodSpec {
+    let mut p = PodSpec::new(
+        "ml",
+        name,
+        Demand {
+            resources: Resources::new(8_000, 64 << 30),
+            gpu: GpuRequest::Whole(gpus),
+        },
+    );
+    p.gang = Some(GangMembership {
+        gang: gang.into(),
+        role: None,
+        rank,
+    });
+    p
+}
+
+fn gang(name: &str, min: u32) -> GangSpec {
+    GangSpec {
+        namespace: "ml".into(),
+        name: name.into(),
+        min_member: min,
+        ..Default::default()
+    }
+}
+
+fn scheduler(policy: Policy, nodes: Vec<NodeSpec>) -> Scheduler {
+    let mut s = Scheduler::new(SchedulerConfig { policy, seed: 1 });
+    for n in nodes {
+        s.add_node(n).unwrap();
+    }
+    s
+}
+
+fn node_of(s: &Scheduler, id: PodId) -> Option<String> {
+    match &s.pod(id).phase {
+        PodPhase::Bound { node, .. } => Some(s.cluster().node(*node).spec.name.clone()),
+        _ => None,
+    }
+}
+
+fn reason(s: &Scheduler, id: PodId) -> String {
+    s.pod(id)
+        .pending_reason
+        .as_ref()
+        .map(|r| r.to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_gang_starts_whole_or_not_at_all() {
+    let mut s = scheduler(
+        Policy::Kestrel,
+        vec![
+            node("a", "r0", "b0"),
+            node("b", "r0", "b0"),
+            node("c", "r0", "b0"),
+        ],
+    );
+    s.add_gang(gang("train", 4), 0).unwrap();
+    let pods: Vec<PodId> = (0..4)
+        .map(|i| s.submit(member("train", &format!("w{i}"), 8, Some(i)), 0))
+        .collect();
+    let d = s.schedule(0);
+    assert!(
+        d.bindings.is_empty(),
+        "three nodes cannot hold four 8-GPU pods"
+    );
+    assert!(pods.iter().all(|&p| node_of(&s, p).is_none()));
+    assert_eq!(
+        s.cluster()
+            .iter()
+            .map(|(_, n)| n.free_whole_gpus())
+            .sum::<u32>(),
+        24,
+        "nothing held"
+    );
+    let text = reason(&s, pods[0]);
+    assert!(
+        text.contains("gang ml/train cannot start whole: only 3 of the 4"),
+        "{text}"
+    );
+    assert!(text.contains("Insufficient nvidia.com/gpu"), "{text}");
+    // Small pods are not blocked meanwhile.
+    let small = s.submit(
+        PodSpec::new(
+            "ml",
+            "small",
+            Demand {
+                resources: Resources::new(100, 1),
+                gpu: GpuRequest::Whole(1),
+            },
+        ),
+        1,
+    );
+    s.schedule(1);
+    assert!(node_of(&s, small).is_some());
+    s.finish(small).unwrap();
+    s.add_node(node("d", "r0", "b0")).unwrap();
+    let d = s.schedule(2);
+    assert_eq!(d.bindings.len(), 4);
+    assert_eq!(
+        s.gang(s.gang_id("ml", "train").unwrap()).phase,
+        GangPhase::Running
+    );
+}
+
+#[test]
+fn an_incomplete_gang_waits_and_starts_when_its_last_pod_arrives() {
+    let mut s = scheduler(
+        Policy::Kestrel,
+        vec![node("a", "r0", "b0"), node("b", "r0", "b0")],
+    );
+    s.add_gang(
+        GangSpec {
+            total: Some(3),
+            ..gang("job", 3)
+        },
+        0,
+    )
+    .unwrap();
+    let a = s.submit(member("job", "p0", 2, Some(0)), 0);
+    s.submit(member("job", "p1", 2, Some(1)), 0);
+    s.schedule(0);
+    assert!(node_of(&s, a).is_none());
+    assert!(
+        reason(&s, a).contains("2 of 3 pods exist (minMember 3)"),
+        "{}",
+        reason(&s, a)
+    );
+    assert!(
+        !s.pod(a).pending_reason.as_ref().unwrap().is_capacity(),
+        "not a capacity problem"
+    );
+    s.submit(member("job", "p2", 2, Some(2)), 1);
+    let d = s.schedule(1);
+    assert_eq!(d.bindings.len(), 3);
+}
+
+#[test]
+fn competing_gangs_do_not_deadlock_or_split() {
+    let mut s = scheduler(
+        Policy::Kestrel,
+        (0..3).map(|i| node(&format!("n{i}"), "r0", "b0")).collect(),
+    );
+    s.add_gang(gang("x", 2), 0).unwrap();
+    s.add_gang(gang("y", 2), 0).unwrap();
+    // Interleaved arrivals: a naive scheduler binds x0 and y0 and both gangs wait forever.
+    let x0 = s.submit(member("x", "x0", 8, None), 0);
+    let y0 = s.submit(member("y", "y0", 8, None), 0);
+    let x1 = s.submit(member("x", "x1", 8, None), 0);
+    let y1 = s.submit(member("y", "y1", 8, None), 0);
+    s.schedule(0);
+    let bound = |p| node_of(&s, p).is_some();
+    assert!(bound(x0) && bound(x1), "the first gang starts whole");
+    assert!(!bound(y0) && !bound(y1), "the second waits whole");
+    s.finish(x0).unwrap();
+    s.finish(x1).unwrap();
+    s.schedule(1);
+    assert!(node_of(&s, y0).is_some() && node_of(&s, y1).is_some());
+}
+
+#[test]
+fn required_rack_keeps_the_gang_in_one_rack() {
+    let nodes = vec![
+        node("r0-a", "r0", "b0"),
+        node("r0-b", "r0", "b0"),
+        node("r1-a", "r1", "b0"),
+        node("r1-b", "r1", "b0"),
+        node("r1-c", "r1", "b0"),
+    ];
+    let mut s = scheduler(Policy::Spread, nodes);
+    let mut spec = gang("tp", 3);
+    spec.topology.required = Some(RACK_LABEL.into());
+    s.add_gang(spec, 0).unwrap();
+    let pods: Vec<PodId> = (0..3)
+        .map(|i| s.submit(member("tp", &format!("p{i}"), 8, Some(i)), 0))
+        .collect();
+    s.schedule(0);
+    for p in &pods {
+        assert!(
+            node_of(&s, *p).unwrap().starts_with("r1-"),
+            "{:?}",
+            node_of(&s, *p)
+        );
+    }
+    // A second one fits no rack: r0 has 2 nodes, r1 is full.
+    let mut spec = gang("tp2", 3);
+    spec.topology.required = Some(RACK_LABEL.into());
+    s.add_gang(spec, 1).unwrap();
+    let more: Vec<PodId> = (0..3)
+        .map(|i| s.submit(member("tp2", &format!("q{i}"), 8, Some(i)), 1))
+        .collect();
+    s.schedule(1);
+    assert!(more.iter().all(|&p| node_of(&s, p).is_none()));
+    let text = reason(&s, more[0]);
+    assert!(
+        text.contains("needs all its pods in one topology.kestrel.dev/rack domain; none of the 2"),
+        "{text}"
+    );
+}
+
+#[test]
+fn preferred_level_packs_tightly_and_falls_back_upward() {
+    let nodes = vec![
+        node("r0-a", "r0", "b0"),
+        node("r1-a", "r1", "b0"),
+        node("r1-b", "r1", "b0"),
+        node("r2-a", "r2", "b1"),
+    ];
+    let mut s = scheduler(Policy::Spread, nodes);
+    s.set_topology_levels(vec![
+        BLOCK_LABEL.into(),
+        RACK_LABEL.into(),
+        HOSTNAME_LABEL.into(),
+    ]);
+    let mut spec = gang("pack", 2);
+    spec.topology.preferred = Some(RACK_LABEL.into());
+    s.add_gang(spec, 0).unwrap();
+    let pods: Vec<PodId> = (0..2)
+        .map(|i| s.submit(member("pack", &format!("p{i}"), 8, Some(i)), 0))
+        .collect();
+    s.schedule(0);
+    // Spread alone would scatter; the preferred rack keeps both in r1.
+    assert!(pods
+        .iter()
+        .all(|&p| node_of(&s, p).unwrap().starts_with("r1-")));
+    // Three more pods prefer one rack, none has room: one block (b0 has r0-a; b1 has r2-a)
+    // cannot hold three either, so they go anywhere rather than wait.
+    let mut spec = gang("wide", 2);
+    spec.topology.preferred = Some(RACK_LABEL.into());
+    s.add_gang(spec, 1).unwrap();
+    let wide: Vec<PodId> = (0..2)
+        .map(|i| s.submit(member("wide", &format!("w{i}"), 8, Some(i)), 1))
+        .collect();
+    s.schedule(1);
+    let mut places: Vec<String> = wide.iter().map(|&p| node_of(&s, p).unwrap()).collect();
+    places.sort();
+    assert_eq!(places, ["r0-a", "r2-a"]);
+}
+
+#[test]
+fn unknown_levels_and_bad_sizes_are_refused() {
+    let mut s = scheduler(Policy::Kestrel, vec![node("a", "r0", "b0")]);
+    s.set_topology_levels(vec![BLOCK_LABEL.into(), RACK_LABEL.into()]);
+    let mut spec = gang("g", 4);
+    spec.topology.required = Some("zone".into());
+    let e = s.add_gang(spec, 0).unwrap_err().to_string();
+    assert!(
+        e.contains("ml/g") && e.contains("\"zone\" is not a level"),
+        "{e}"
+    );
+    let mut spec = gang("g", 6);
+    spec.topology.slice = Some((RACK_LABEL.into(), 4));
+    let e = s.add_gang(spec, 0).unwrap_err().to_string();
+    assert!(e.contains("4 does not divide the gang's 6 pods"), "{e}");
+    let e = s.add_gang(gang("g", 0), 0).unwrap_err().to_string();
+    assert!(e.contains("minMember") && e.contains("at least 1"), "{e}");
+    let e = s
+        .add_gang(
+            GangSpec {
+                total: Some(2),
+                ..gang("g", 3)
+            },
+            0,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("3 exceeds the gang's 2 pods"), "{e}");
+}
+
+#[test]
+fn slices_and_ranks_keep_neighbours_together() {
+    // Four nodes in two NVLink cliques; 8 pods of 4 GPUs, slices of 4 pods per clique.
+    let mut nodes = Vec::new();
+    for (i, clique) in ["c0", "c0", "c1", "c1"].iter().enumerate() {
+        let mut n = node(&format!("n{i}"), "r0", "b0");
+        n.labels.insert(GPU_CLIQUE_LABEL.into(), clique.to_string());
+        nodes.push(n);
+    }
+    let mut s = scheduler(Policy::Spread, nodes);
+    let mut spec = gang("slices", 8);
+    spec.topology.slice = Some((GPU_CLIQUE_LABEL.into(), 4));
+    s.add_gang(spec, 0).unwrap();
+    // Submitted out of rank order.
+    let ranks = [5, 2, 7, 0, 3, 6, 1, 4];
+    let pods: Vec<(u32, PodId)> = ranks
+        .iter()
+        .map(|&r| {
+            (
+                r,
+                s.submit(member("slices", &format!("rank-{r}"), 4, Some(r)), 0),
+            )
+        })
+        .collect();
+    s.schedule(0);
+    let clique_of = |s: &Scheduler, p: PodId| {
+        let name = node_of(s, p).unwrap();
+        let id = s.cluster().id_of(&name).unwrap();
+        s.cluster().node(id).spec.labels[GPU_CLIQUE_LABEL].clone()
+    };
+    let mut by_rank = pods.clone();
+    by_rank.sort();
+    let cliques: Vec<String> = by_rank.iter().map(|&(_, p)| clique_of(&s, p)).collect();
+    assert!(cliques[..4].iter().all(|c| *c == cliques[0]), "{cliques:?}");
+    assert!(cliques[4..].iter().all(|c| *c == cliques[4]), "{cliques:?}");
+    assert_ne!(cliques[0], cliques[4]);
+    // Ranks 0-1 share a node (the first fills before the next), even under Spread.
+    assert_eq!(node_of(&s, by_rank[0].1), node_of(&s, by_rank[1].1));
+}
+
+#[test]
+fn a_gang_that_waits_too_long_times_out() {
+    let mut s = scheduler(Policy::Kestrel, vec![node("a", "r0", "b0")]);
+    s.add_gang(
+        GangSpec {
+            schedule_timeout: Some(60_000),
+            ..gang("late", 2)
+        },
+        0,
+    )
+    .unwrap();
+    let p0 = s.submit(member("late", "p0", 8, None), 0);
+    let p1 = s.submit(member("late", "p1", 8, None), 0);
+    s.schedule(0);
+    assert_eq!(s.pending_count(), 2);
+    // Capacity changes so the gang is looked at again after the deadline.
+    s.add_node(node("tiny", "r0", "b0")).unwrap();
+    let x = s.submit(PodSpec::new("ml", "x", Demand::default()), 1);
+    s.finish(x).unwrap();
+    let d = s.schedule(61_000);
+    assert_eq!(d.expired, vec![p0, p1]);
+    assert_eq!(s.pending_count(), 0);
+    assert!(
+        reason(&s, p0).contains("timed out after 60 s"),
+        "{}",
+        reason(&s, p0)
+    );
+}
+
+#[test]
+fn pods_of_an_undeclared_gang_wait_until_it_is_declared() {
+    let mut s = scheduler(Policy::Kestrel, vec![node("a", "r0", "b0")]);
+    let p = s.submit(member("ghost", "p", 1, None), 0);
+    s.schedule(0);
+    assert!(
+        reason(&s, p).contains("gang ml/ghost does not exist"),
+        "{}",
+        reason(&s, p)
+    );
+    s.add_gang(gang("ghost", 1), 1).unwrap();
+    s.schedule(1);
+    assert!(node_of(&s, p).is_some());
+}
+
+#[test]
+fn role_minimums_and_replacements_near_running_peers() {
+    let nodes = ["r0-a", "r0-b", "r0-c", "r1-a", "r1-b", "r1-c"]
+        .iter()
+        .map(|n| node(n, &n[..2], "b0"))
+        .collect();
+    let mut s = scheduler(Policy::Spread, nodes);
+    let mut spec = gang("pt", 2);
+    spec.topology.preferred = Some(RACK_LABEL.into());
+    spec.role_minimums = vec![("master".into(), 1), ("worker".into(), 1)];
+    s.add_gang(spec, 0).unwrap();
+    let with_role = |name: &str, role: &str| {
+        let mut p = member("pt", name, 8, None);
+        p.gang.as_mut().unwrap().role = Some(role.into());
+        p
+    };
+    let w0 = s.submit(with_role("w0", "worker"), 0);
+    let w1 = s.submit(with_role("w1", "worker"), 0);
+    s.schedule(0);
+    assert!(
+        reason(&s, w0).contains("0 pod(s) of role master exist, its minimum is 1"),
+        "{}",
+        reason(&s, w0)
+    );
+    let m = s.submit(with_role("m", "master"), 1);
+    s.schedule(1);
+    assert!(node_of(&s, m).is_some() && node_of(&s, w0).is_some() && node_of(&s, w1).is_some());
+    // A worker fails; its replacement goes next to the running peers' rack.
+    let peers_rack = |s: &Scheduler, p: PodId| {
+        let id = s.cluster().id_of(&node_of(s, p).unwrap()).unwrap();
+        s.cluster().node(id).spec.labels[RACK_LABEL].clone()
+    };
+    let rack_of_master = peers_rack(&s, m);
+    assert_eq!(
+        peers_rack(&s, w0),
+        rack_of_master,
+        "preferred rack packs the gang"
+    );
+    s.finish(w1).unwrap();
+    let w2 = s.submit(with_role("w2", "worker"), 2);
+    s.schedule(2);
+    assert_eq!(peers_rack(&s, w2), rack_of_master);
+}
