@@ -74,7 +74,8 @@ pub struct GangState {
     /// `None` while only pods name the gang and nothing declared it.
     pub spec: Option<GangSpec>,
     pub members: BTreeSet<PodId>,
-    pub first_seen: Millis,
+    /// When its first pod arrived (the start of `schedule_timeout`).
+    pub first_seen: Option<Millis>,
     pub phase: GangPhase,
 }
 
@@ -88,7 +89,7 @@ pub(crate) struct GangIndex {
 }
 
 impl GangIndex {
-    pub(crate) fn id(&mut self, namespace: &str, name: &str, now: Millis) -> GangId {
+    pub(crate) fn id(&mut self, namespace: &str, name: &str) -> GangId {
         let key = (namespace.to_string(), name.to_string());
         if let Some(&id) = self.ids.get(&key) {
             return id;
@@ -97,7 +98,7 @@ impl GangIndex {
         self.gangs.push(GangState {
             spec: None,
             members: BTreeSet::new(),
-            first_seen: now,
+            first_seen: None,
             phase: GangPhase::Waiting,
         });
         self.ids.insert(key, id);
@@ -116,7 +117,7 @@ impl Scheduler {
     }
 
     /// Declares or updates a gang. Its pods may come before or after.
-    pub fn add_gang(&mut self, spec: GangSpec, now: Millis) -> Result<GangId, GangError> {
+    pub fn add_gang(&mut self, spec: GangSpec) -> Result<GangId, GangError> {
         let invalid = |field, why: String| GangError {
             gang: spec.key(),
             field,
@@ -174,7 +175,7 @@ impl Scheduler {
                 ));
             }
         }
-        let id = self.gangs.id(&spec.namespace, &spec.name, now);
+        let id = self.gangs.id(&spec.namespace, &spec.name);
         self.gangs.gangs[id.0 as usize].spec = Some(spec);
         // Its waiting pods may now be able to start.
         self.capacity_may_have_grown();
@@ -227,7 +228,8 @@ impl Scheduler {
         };
         let gang_name = spec.key();
         if let Some(timeout) = spec.schedule_timeout {
-            if state.phase == GangPhase::Waiting && now.saturating_sub(state.first_seen) > timeout {
+            let waited = now.saturating_sub(state.first_seen.unwrap_or(now));
+            if state.phase == GangPhase::Waiting && waited > timeout {
                 let problem = GangProblem::TimedOut {
                     gang: gang_name,
                     after_seconds: timeout / 1000,

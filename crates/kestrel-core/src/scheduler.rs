@@ -428,8 +428,10 @@ impl Scheduler {
         self.next_seq += 1;
         self.active.insert(record.queue_key(id));
         if let Some(membership) = &record.spec.gang {
-            let gang = self.gangs.id(&record.spec.namespace, &membership.gang, now);
-            let members = &mut self.gangs.gangs[gang.0 as usize].members;
+            let gang = self.gangs.id(&record.spec.namespace, &membership.gang);
+            let state = &mut self.gangs.gangs[gang.0 as usize];
+            state.first_seen.get_or_insert(now);
+            let members = &mut state.members;
             // A new member may complete the gang: its waiting peers get another look.
             let peers: BTreeSet<PodId> = members.iter().copied().collect();
             members.insert(id);
@@ -499,7 +501,7 @@ impl Scheduler {
             let id = key.2;
             if let Some(membership) = &self.pods[id.0 as usize].spec.gang {
                 let namespace = self.pods[id.0 as usize].spec.namespace.clone();
-                let gang = self.gangs.id(&namespace, &membership.gang.clone(), now);
+                let gang = self.gangs.id(&namespace, &membership.gang.clone());
                 self.schedule_gang(gang, now, &mut decisions);
                 continue;
             }
@@ -662,6 +664,7 @@ impl Scheduler {
             }
             Policy::Kestrel => {
                 // Preferences first, then what the placement does to packing, then the key.
+                self.packing.refresh();
                 let packing = &self.packing;
                 found
                     .iter()
@@ -681,8 +684,15 @@ impl Scheduler {
         };
         match chosen {
             Some(node) => {
-                let rng = (policy == Policy::Random).then_some(&mut self.rng);
-                let gpus = self.cluster.node(node).choose_gpus(demand.gpu, rng);
+                let state = self.cluster.node(node);
+                let gpus = match policy {
+                    // The packing scorer puts a share on the device it scored.
+                    Policy::Kestrel => self.packing.choose_gpus(state, demand),
+                    _ => {
+                        let rng = (policy == Policy::Random).then_some(&mut self.rng);
+                        state.choose_gpus(demand.gpu, rng)
+                    }
+                };
                 Ok((node, gpus))
             }
             None => {

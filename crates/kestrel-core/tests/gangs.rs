@@ -69,7 +69,7 @@ fn a_gang_starts_whole_or_not_at_all() {
             node("c", "r0", "b0"),
         ],
     );
-    s.add_gang(gang("train", 4), 0).unwrap();
+    s.add_gang(gang("train", 4)).unwrap();
     let pods: Vec<PodId> = (0..4)
         .map(|i| s.submit(member("train", &format!("w{i}"), 8, Some(i)), 0))
         .collect();
@@ -123,13 +123,10 @@ fn an_incomplete_gang_waits_and_starts_when_its_last_pod_arrives() {
         Policy::Kestrel,
         vec![node("a", "r0", "b0"), node("b", "r0", "b0")],
     );
-    s.add_gang(
-        GangSpec {
-            total: Some(3),
-            ..gang("job", 3)
-        },
-        0,
-    )
+    s.add_gang(GangSpec {
+        total: Some(3),
+        ..gang("job", 3)
+    })
     .unwrap();
     let a = s.submit(member("job", "p0", 2, Some(0)), 0);
     s.submit(member("job", "p1", 2, Some(1)), 0);
@@ -155,8 +152,8 @@ fn competing_gangs_do_not_deadlock_or_split() {
         Policy::Kestrel,
         (0..3).map(|i| node(&format!("n{i}"), "r0", "b0")).collect(),
     );
-    s.add_gang(gang("x", 2), 0).unwrap();
-    s.add_gang(gang("y", 2), 0).unwrap();
+    s.add_gang(gang("x", 2)).unwrap();
+    s.add_gang(gang("y", 2)).unwrap();
     // Interleaved arrivals: a naive scheduler binds x0 and y0 and both gangs wait forever.
     let x0 = s.submit(member("x", "x0", 8, None), 0);
     let y0 = s.submit(member("y", "y0", 8, None), 0);
@@ -184,7 +181,7 @@ fn required_rack_keeps_the_gang_in_one_rack() {
     let mut s = scheduler(Policy::Spread, nodes);
     let mut spec = gang("tp", 3);
     spec.topology.required = Some(RACK_LABEL.into());
-    s.add_gang(spec, 0).unwrap();
+    s.add_gang(spec).unwrap();
     let pods: Vec<PodId> = (0..3)
         .map(|i| s.submit(member("tp", &format!("p{i}"), 8, Some(i)), 0))
         .collect();
@@ -199,7 +196,7 @@ fn required_rack_keeps_the_gang_in_one_rack() {
     // A second one fits no rack: r0 has 2 nodes, r1 is full.
     let mut spec = gang("tp2", 3);
     spec.topology.required = Some(RACK_LABEL.into());
-    s.add_gang(spec, 1).unwrap();
+    s.add_gang(spec).unwrap();
     let more: Vec<PodId> = (0..3)
         .map(|i| s.submit(member("tp2", &format!("q{i}"), 8, Some(i)), 1))
         .collect();
@@ -228,7 +225,7 @@ fn preferred_level_packs_tightly_and_falls_back_upward() {
     ]);
     let mut spec = gang("pack", 2);
     spec.topology.preferred = Some(RACK_LABEL.into());
-    s.add_gang(spec, 0).unwrap();
+    s.add_gang(spec).unwrap();
     let pods: Vec<PodId> = (0..2)
         .map(|i| s.submit(member("pack", &format!("p{i}"), 8, Some(i)), 0))
         .collect();
@@ -241,7 +238,7 @@ fn preferred_level_packs_tightly_and_falls_back_upward() {
     // cannot hold three either, so they go anywhere rather than wait.
     let mut spec = gang("wide", 2);
     spec.topology.preferred = Some(RACK_LABEL.into());
-    s.add_gang(spec, 1).unwrap();
+    s.add_gang(spec).unwrap();
     let wide: Vec<PodId> = (0..2)
         .map(|i| s.submit(member("wide", &format!("w{i}"), 8, Some(i)), 1))
         .collect();
@@ -257,25 +254,22 @@ fn unknown_levels_and_bad_sizes_are_refused() {
     s.set_topology_levels(vec![BLOCK_LABEL.into(), RACK_LABEL.into()]);
     let mut spec = gang("g", 4);
     spec.topology.required = Some("zone".into());
-    let e = s.add_gang(spec, 0).unwrap_err().to_string();
+    let e = s.add_gang(spec).unwrap_err().to_string();
     assert!(
         e.contains("ml/g") && e.contains("\"zone\" is not a level"),
         "{e}"
     );
     let mut spec = gang("g", 6);
     spec.topology.slice = Some((RACK_LABEL.into(), 4));
-    let e = s.add_gang(spec, 0).unwrap_err().to_string();
+    let e = s.add_gang(spec).unwrap_err().to_string();
     assert!(e.contains("4 does not divide the gang's 6 pods"), "{e}");
-    let e = s.add_gang(gang("g", 0), 0).unwrap_err().to_string();
+    let e = s.add_gang(gang("g", 0)).unwrap_err().to_string();
     assert!(e.contains("minMember") && e.contains("at least 1"), "{e}");
     let e = s
-        .add_gang(
-            GangSpec {
-                total: Some(2),
-                ..gang("g", 3)
-            },
-            0,
-        )
+        .add_gang(GangSpec {
+            total: Some(2),
+            ..gang("g", 3)
+        })
         .unwrap_err()
         .to_string();
     assert!(e.contains("3 exceeds the gang's 2 pods"), "{e}");
@@ -293,7 +287,7 @@ fn slices_and_ranks_keep_neighbours_together() {
     let mut s = scheduler(Policy::Spread, nodes);
     let mut spec = gang("slices", 8);
     spec.topology.slice = Some((GPU_CLIQUE_LABEL.into(), 4));
-    s.add_gang(spec, 0).unwrap();
+    s.add_gang(spec).unwrap();
     // Submitted out of rank order.
     let ranks = [5, 2, 7, 0, 3, 6, 1, 4];
     let pods: Vec<(u32, PodId)> = ranks
@@ -324,13 +318,10 @@ fn slices_and_ranks_keep_neighbours_together() {
 #[test]
 fn a_gang_that_waits_too_long_times_out() {
     let mut s = scheduler(Policy::Kestrel, vec![node("a", "r0", "b0")]);
-    s.add_gang(
-        GangSpec {
-            schedule_timeout: Some(60_000),
-            ..gang("late", 2)
-        },
-        0,
-    )
+    s.add_gang(GangSpec {
+        schedule_timeout: Some(60_000),
+        ..gang("late", 2)
+    })
     .unwrap();
     let p0 = s.submit(member("late", "p0", 8, None), 0);
     let p1 = s.submit(member("late", "p1", 8, None), 0);
@@ -360,7 +351,7 @@ fn pods_of_an_undeclared_gang_wait_until_it_is_declared() {
         "{}",
         reason(&s, p)
     );
-    s.add_gang(gang("ghost", 1), 1).unwrap();
+    s.add_gang(gang("ghost", 1)).unwrap();
     s.schedule(1);
     assert!(node_of(&s, p).is_some());
 }
@@ -375,7 +366,7 @@ fn role_minimums_and_replacements_near_running_peers() {
     let mut spec = gang("pt", 2);
     spec.topology.preferred = Some(RACK_LABEL.into());
     spec.role_minimums = vec![("master".into(), 1), ("worker".into(), 1)];
-    s.add_gang(spec, 0).unwrap();
+    s.add_gang(spec).unwrap();
     let with_role = |name: &str, role: &str| {
         let mut p = member("pt", name, 8, None);
         p.gang.as_mut().unwrap().role = Some(role.into());

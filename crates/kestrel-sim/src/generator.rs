@@ -2,7 +2,7 @@
 //!
 //! | share | kind | shape | runs | priority |
 //! |---|---|---|---|---|
-//! | 15% | distributed training (Job) | 2-8 pods x 4 or 8 GPUs | 1-8 h | 1000 |
+//! | 15% | distributed training (Job, a gang preferring one rack) | 2-8 pods x 4 or 8 GPUs | 1-8 h | 1000 |
 //! | 15% | batch GPU Job | 1-10 completions, 1-4 at a time, 1 GPU | 10-60 min | 500 |
 //! | 25% | notebook (Pod) | 1 GPU or half a GPU | 30 min-4 h | 800 |
 //! | 20% | inference (Deployment) | 1-4 replicas x 1 GPU | to the end | 100000 |
@@ -12,8 +12,8 @@
 
 use crate::workload::{JobKind, SimJob, Workload};
 use kestrel_core::{
-    Demand, GpuRequest, Millis, PodSpec, Resources, Rng, Toleration, TolerationOperator,
-    GPU_RESOURCE,
+    Demand, GangMembership, GangSpec, GangTopology, GpuRequest, Millis, PodSpec, Resources, Rng,
+    Toleration, TolerationOperator, GPU_RESOURCE, RACK_LABEL,
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +43,7 @@ pub fn generate(config: &GeneratorConfig) -> Workload {
     arrivals.sort_unstable();
     let minutes = |rng: &mut Rng, lo: u64, hi: u64| (lo + rng.below(hi - lo + 1)) * 60_000;
     let mut jobs = Vec::with_capacity(config.jobs);
+    let mut gangs = Vec::new();
     for (i, arrival) in arrivals.into_iter().enumerate() {
         let namespace = NAMESPACES[rng.below(NAMESPACES.len() as u64) as usize].to_string();
         let roll = rng.below(100);
@@ -62,85 +63,105 @@ pub fn generate(config: &GeneratorConfig) -> Workload {
             }
             spec
         };
-        let (kind, source, name, template, duration, parallelism, completions, util) = match roll {
-            0..15 => {
-                let gpus = if rng.below(3) == 0 { 4 } else { 8 };
-                let pods = 2 + rng.below(7) as u32;
-                (
-                    JobKind::Job,
-                    "synthetic/training",
-                    format!("train-{i}"),
-                    gpu_pod(
-                        12 * gpus as i64,
-                        120 * gpus as i64,
-                        GpuRequest::Whole(gpus),
-                        1000,
-                        "training",
-                    ),
-                    Some(minutes(&mut rng, 60, 480)),
-                    pods,
-                    pods,
-                    0.9,
-                )
-            }
-            15..30 => {
-                let completions = 1 + rng.below(10) as u32;
-                (
-                    JobKind::Job,
-                    "synthetic/batch",
-                    format!("batch-{i}"),
-                    gpu_pod(8, 64, GpuRequest::Whole(1), 500, "batch"),
-                    Some(minutes(&mut rng, 10, 60)),
-                    completions.min(1 + rng.below(4) as u32),
-                    completions,
-                    0.85,
-                )
-            }
-            30..55 => {
-                let gpu = if rng.below(2) == 0 {
-                    GpuRequest::Whole(1)
-                } else {
-                    GpuRequest::Shared { milli: 500 }
-                };
-                (
-                    JobKind::Pod,
-                    "synthetic/notebook",
-                    format!("notebook-{i}"),
-                    gpu_pod(4, 32, gpu, 800, "notebook"),
-                    Some(minutes(&mut rng, 30, 240)),
-                    1,
-                    1,
-                    0.2,
-                )
-            }
-            55..75 => {
-                let replicas = 1 + rng.below(4) as u32;
-                (
-                    JobKind::Service,
-                    "synthetic/inference",
-                    format!("inference-{i}"),
-                    gpu_pod(8, 48, GpuRequest::Whole(1), 100_000, "inference"),
-                    None,
-                    replicas,
-                    replicas,
-                    0.5,
-                )
-            }
-            _ => {
-                let replicas = 1 + rng.below(3) as u32;
-                let cpu = 2 + rng.below(7) as i64;
-                (
-                    JobKind::Service,
-                    "synthetic/service",
-                    format!("service-{i}"),
-                    gpu_pod(cpu, cpu * 4, GpuRequest::None, 10_000, "service"),
-                    None,
-                    replicas,
-                    replicas,
-                    0.0,
-                )
-            }
-        };
+        let (kind, source, name, mut template, duration, parallelism, completions, util) =
+            match roll {
+                0..15 => {
+                    let gpus = if rng.below(3) == 0 { 4 } else { 8 };
+                    let pods = 2 + rng.below(7) as u32;
+                    (
+                        JobKind::Job,
+                        "synthetic/training",
+                        format!("train-{i}"),
+                        gpu_pod(
+                            12 * gpus as i64,
+                            120 * gpus as i64,
+                            GpuRequest::Whole(gpus),
+                            1000,
+                            "training",
+                        ),
+                        Some(minutes(&mut rng, 60, 480)),
+                        pods,
+                        pods,
+                        0.9,
+                    )
+                }
+                15..30 => {
+                    let completions = 1 + rng.below(10) as u32;
+                    (
+                        JobKind::Job,
+                        "synthetic/batch",
+                        format!("batch-{i}"),
+                        gpu_pod(8, 64, GpuRequest::Whole(1), 500, "batch"),
+                        Some(minutes(&mut rng, 10, 60)),
+                        completions.min(1 + rng.below(4) as u32),
+                        completions,
+                        0.85,
+                    )
+                }
+                30..55 => {
+                    let gpu = if rng.below(2) == 0 {
+                        GpuRequest::Whole(1)
+                    } else {
+                        GpuRequest::Shared { milli: 500 }
+                    };
+                    (
+                        JobKind::Pod,
+                        "synthetic/notebook",
+                        format!("notebook-{i}"),
+                        gpu_pod(4, 32, gpu, 800, "notebook"),
+                        Some(minutes(&mut rng, 30, 240)),
+                        1,
+                        1,
+                        0.2,
+                    )
+                }
+                55..75 => {
+                    let replicas = 1 + rng.below(4) as u32;
+                    (
+                        JobKind::Service,
+                        "synthetic/inference",
+                        format!("inference-{i}"),
+                        gpu_pod(8, 48, GpuRequest::Whole(1), 100_000, "inference"),
+                        None,
+                        replicas,
+                        replicas,
+                        0.5,
+                    )
+                }
+                _ => {
+                    let replicas = 1 + rng.below(3) as u32;
+                    let cpu = 2 + rng.below(7) as i64;
+                    (
+                        JobKind::Service,
+                        "synthetic/service",
+                        format!("service-{i}"),
+                        gpu_pod(cpu, cpu * 4, GpuRequest::None, 10_000, "service"),
+                        None,
+                        replicas,
+                        replicas,
+                        0.0,
+                    )
+                }
+            };
+        if source == "synthetic/training" {
+            // Distributed training starts whole, packed into one rack when it can be.
+            gangs.push(GangSpec {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                min_member: parallelism,
+                total: Some(parallelism),
+                topology: GangTopology {
+                    preferred: Some(RACK_LABEL.to_string()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            });
+            template.gang = Some(GangMembership {
+                gang: name.clone(),
+                role: None,
+                rank: None,
+            });
+        }
         jobs.push(SimJob {
             kind,
             source_kind: source.to_string(),
@@ -154,7 +175,11 @@ pub fn generate(config: &GeneratorConfig) -> Workload {
             gpu_utilization: util,
         });
     }
-    Workload { jobs }
+    Workload {
+        jobs,
+        gangs,
+        topology_levels: Vec::new(),
+    }
 }
 
 #[cfg(test)]

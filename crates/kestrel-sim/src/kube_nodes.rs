@@ -69,10 +69,24 @@ pub fn load_kube_nodes(path: &Path, text: &str) -> Result<Vec<NodeSpec>, LoadErr
 }
 
 fn node_spec(path: &Path, doc: &Document) -> Result<NodeSpec, LoadError> {
-    let object = doc.object();
     let node: Node = doc.typed(path)?;
+    node_spec_of(path, &doc.object(), &node)
+}
+
+/// One Kubernetes Node as the scheduler's node (the rules in the module docs). `source`
+/// names where the object came from in errors (a file, or the API server for the live
+/// scheduler). Shared with `kestrel-kube`, which reads Nodes from a watch.
+pub fn node_from_kube(source: &Path, node: &Node) -> Result<NodeSpec, LoadError> {
+    let object = match node.metadata.name.as_deref() {
+        Some(name) if !name.is_empty() => format!("Node {name}"),
+        _ => "Node".to_string(),
+    };
+    node_spec_of(source, &object, node)
+}
+
+fn node_spec_of(path: &Path, object: &str, node: &Node) -> Result<NodeSpec, LoadError> {
     let err =
-        |field: &str, message: String| LoadError::new(path, message).object(&object).field(field);
+        |field: &str, message: String| LoadError::new(path, message).object(object).field(field);
     let name = node
         .metadata
         .name

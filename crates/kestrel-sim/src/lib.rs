@@ -7,6 +7,7 @@
 pub mod cluster_spec;
 pub mod duration;
 pub mod error;
+pub mod gang_sources;
 pub mod generator;
 pub mod inputs;
 pub mod kube_nodes;

@@ -25,6 +25,7 @@
 
 use crate::duration::parse_duration;
 use crate::error::LoadError;
+use crate::gang_sources::{is_gang_document, pod_gang, GangCollector};
 use crate::workload::{JobKind, SimJob, Workload};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -83,6 +84,16 @@ pub(crate) struct Document {
 impl Document {
     pub(crate) fn kind(&self) -> &str {
         self.value.get("kind").and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// A PodGroup or Topology of a project whose gangs Kestrel reads.
+    fn is_gang_document(&self) -> bool {
+        let api_version = self
+            .value
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        is_gang_document(self.kind(), api_version)
     }
 
     fn meta_str(&self, key: &str) -> Option<&str> {
@@ -501,9 +512,11 @@ impl Ctx<'_> {
     }
 }
 
-/// The PriorityClasses and RuntimeClasses of the whole file set.
+/// The PriorityClasses and RuntimeClasses pods resolve against: those of the whole file
+/// set for the simulator, those the API server lists for the live scheduler
+/// ([`Catalog::live`]). [`Catalog::pod_from_kube`] turns a Pod into the scheduler's pod.
 #[derive(Default)]
-struct Catalog {
+pub struct Catalog {
     /// name -> (value, where it is defined)
     priority: BTreeMap<String, (i32, String)>,
     global_default: Option<String>,
@@ -517,7 +530,8 @@ struct RuntimeInfo {
 }
 
 impl Catalog {
-    fn new() -> Catalog {
+    /// An empty catalog with the system PriorityClasses every cluster has.
+    pub fn new() -> Catalog {
         let mut c = Catalog::default();
         for (name, value) in SYSTEM_PRIORITY_CLASSES {
             c.priority.insert(
@@ -551,19 +565,7 @@ impl Catalog {
                         format!("a PriorityClass {name:?} is {why}"),
                     ));
                 }
-                if pc.global_default == Some(true) {
-                    if let Some(other) = &self.global_default {
-                        return Err(ctx.err(
-                            "globalDefault",
-                            format!(
-                                "PriorityClass {other:?} is already the global default; only \
-                                one may set globalDefault: true"
-                            ),
-                        ));
-                    }
-                    self.global_default = Some(name.clone());
-                }
-                self.priority.insert(name, (pc.value, origin));
+                self.insert_priority_class(&ctx, name, &pc, origin)?;
             }
             "RuntimeClass" => {
                 let rc: RuntimeClass = doc.typed(path)?;
@@ -577,28 +579,311 @@ impl Catalog {
                         ),
                     ));
                 }
-                let overhead = ctx.amounts(
-                    "overhead.podFixed",
-                    rc.overhead.as_ref().and_then(|o| o.pod_fixed.as_ref()),
-                )?;
-                let scheduling = rc.scheduling.unwrap_or_default();
-                let info = RuntimeInfo {
-                    scheduling: RuntimeClassScheduling {
-                        name: name.clone(),
-                        node_selector: scheduling.node_selector.unwrap_or_default(),
-                        tolerations: ctx.tolerations(
-                            "scheduling.tolerations",
-                            scheduling.tolerations.as_ref(),
-                        )?,
-                    },
-                    overhead,
-                    origin,
-                };
-                self.runtime.insert(name, info);
+                self.insert_runtime_class(&ctx, name, &rc, origin)?;
             }
             _ => {}
         }
         Ok(())
+    }
+
+    fn insert_priority_class(
+        &mut self,
+        ctx: &Ctx,
+        name: String,
+        pc: &PriorityClass,
+        origin: String,
+    ) -> Result<(), LoadError> {
+        if pc.global_default == Some(true) {
+            if let Some(other) = self.global_default.as_ref().filter(|o| **o != name) {
+                return Err(ctx.err(
+                    "globalDefault",
+                    format!(
+                        "PriorityClass {other:?} is already the global default; only \
+                        one may set globalDefault: true"
+                    ),
+                ));
+            }
+            self.global_default = Some(name.clone());
+        }
+        self.priority.insert(name, (pc.value, origin));
+        Ok(())
+    }
+
+    fn insert_runtime_class(
+        &mut self,
+        ctx: &Ctx,
+        name: String,
+        rc: &RuntimeClass,
+        origin: String,
+    ) -> Result<(), LoadError> {
+        let overhead = ctx.amounts(
+            "overhead.podFixed",
+            rc.overhead.as_ref().and_then(|o| o.pod_fixed.as_ref()),
+        )?;
+        let scheduling = rc.scheduling.clone().unwrap_or_default();
+        let info = RuntimeInfo {
+            scheduling: RuntimeClassScheduling {
+                name: name.clone(),
+                node_selector: scheduling.node_selector.unwrap_or_default(),
+                tolerations: ctx
+                    .tolerations("scheduling.tolerations", scheduling.tolerations.as_ref())?,
+            },
+            overhead,
+            origin,
+        };
+        self.runtime.insert(name, info);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pod(
+        &self,
+        ctx: &Ctx,
+        sf: &str,
+        spec: &core::PodSpec,
+        annotations: &Annotations,
+        namespace: String,
+        name: String,
+        labels: BTreeMap<String, String>,
+    ) -> Result<PodSpec, LoadError> {
+        if spec.containers.is_empty() {
+            return Err(ctx.err(
+                format!("{sf}.containers"),
+                "a pod needs one or more containers",
+            ));
+        }
+        // kube-scheduler's rule: regular containers and sidecars add up; each init
+        // container runs alone beside the sidecars started before it.
+        let mut sum = Amounts::new();
+        for (i, c) in spec.containers.iter().enumerate() {
+            let f = format!("{sf}.containers[{i}].resources");
+            add_amounts(&mut sum, &ctx.requirements(&f, c.resources.as_ref())?);
+        }
+        let mut sidecars = Amounts::new();
+        let mut init_max = Amounts::new();
+        for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+            let f = format!("{sf}.initContainers[{i}].resources");
+            let r = ctx.requirements(&f, c.resources.as_ref())?;
+            if c.restart_policy.as_deref() == Some("Always") {
+                add_amounts(&mut sum, &r);
+                add_amounts(&mut sidecars, &r);
+                max_amounts(&mut init_max, &sidecars);
+            } else {
+                let mut running = sidecars.clone();
+                add_amounts(&mut running, &r);
+                max_amounts(&mut init_max, &running);
+            }
+        }
+        let mut total = sum;
+        max_amounts(&mut total, &init_max);
+        // Pod-level resources, where set, replace the containers' sum.
+        total.extend(ctx.requirements(&format!("{sf}.resources"), spec.resources.as_ref())?);
+
+        let runtime = match spec.runtime_class_name.as_deref().filter(|s| !s.is_empty()) {
+            Some(rc) => Some(self.runtime.get(rc).ok_or_else(|| {
+                ctx.err(
+                    format!("{sf}.runtimeClassName"),
+                    format!(
+                        "no RuntimeClass {rc:?} in the workload files; add one \
+                            (kind: RuntimeClass, apiVersion: node.k8s.io/v1) or use one \
+                            of {:?}",
+                        self.runtime.keys().collect::<Vec<_>>()
+                    ),
+                )
+            })?),
+            None => None,
+        };
+        match &spec.overhead {
+            Some(o) => add_amounts(
+                &mut total,
+                &ctx.amounts(&format!("{sf}.overhead"), Some(o))?,
+            ),
+            None => {
+                if let Some(rc) = runtime {
+                    add_amounts(&mut total, &rc.overhead);
+                }
+            }
+        }
+
+        let whole_gpus = total.remove(GPU_RESOURCE).unwrap_or(0);
+        let gpu = match annotations.get(GPU_MILLI_ANNOTATION) {
+            Some((field, v)) => {
+                if whole_gpus > 0 {
+                    return Err(ctx.err(
+                        field,
+                        format!(
+                            "the pod also requests {whole_gpus} {GPU_RESOURCE}; keep the \
+                            request for whole GPUs or the annotation for a share, not \
+                            both"
+                        ),
+                    ));
+                }
+                match v.trim().parse::<u32>() {
+                    Ok(1000) => GpuRequest::Whole(1),
+                    Ok(milli @ 1..=999) => GpuRequest::Shared { milli },
+                    _ => {
+                        return Err(ctx.err(
+                            field,
+                            format!(
+                                "{v:?} is not a share of one GPU in thousandths; write 1 to \
+                                1000, e.g. \"500\" for half a GPU"
+                            ),
+                        ))
+                    }
+                }
+            }
+            None if whole_gpus > 0 => {
+                GpuRequest::Whole(u32::try_from(whole_gpus).map_err(|_| {
+                    ctx.err(
+                        format!("{sf}.containers"),
+                        format!("{whole_gpus} GPUs is too many"),
+                    )
+                })?)
+            }
+            None => GpuRequest::None,
+        };
+        let mut resources = Resources::default();
+        for (name, v) in total {
+            match name.as_str() {
+                "cpu" => resources.cpu_milli = v,
+                "memory" => resources.memory_bytes = v,
+                "ephemeral-storage" => resources.ephemeral_storage_bytes = v,
+                other => resources.set_extended(other, v),
+            }
+        }
+
+        let (priority, priority_class) = match spec
+            .priority_class_name
+            .as_deref()
+            .filter(|s| !s.is_empty())
+        {
+            Some(pc) => match self.priority.get(pc) {
+                Some((value, _)) => (*value, Some(pc.to_string())),
+                None => {
+                    return Err(ctx.err(
+                        format!("{sf}.priorityClassName"),
+                        format!(
+                            "no PriorityClass {pc:?} in the workload files (the API \
+                                server would reject the pod); add one (kind: PriorityClass, \
+                                apiVersion: scheduling.k8s.io/v1) or use one of {:?}",
+                            self.priority.keys().collect::<Vec<_>>()
+                        ),
+                    ))
+                }
+            },
+            None => match &self.global_default {
+                Some(pc) => (self.priority[pc].0, Some(pc.clone())),
+                None => (spec.priority.unwrap_or(0), None),
+            },
+        };
+
+        let affinity = match spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+        {
+            Some(a) => ctx.node_affinity(&format!("{sf}.affinity.nodeAffinity"), a)?,
+            None => NodeAffinity::default(),
+        };
+        let constraints = PlacementConstraints {
+            node_selector: spec.node_selector.clone().unwrap_or_default(),
+            affinity,
+            tolerations: ctx
+                .tolerations(&format!("{sf}.tolerations"), spec.tolerations.as_ref())?,
+            runtime_class: runtime.map(|rc| rc.scheduling.clone()),
+        };
+        Ok(PodSpec {
+            namespace,
+            name,
+            labels,
+            priority,
+            priority_class,
+            demand: Demand { resources, gpu },
+            constraints,
+            ..Default::default()
+        })
+    }
+
+    /// The catalog of a live cluster: the classes the API server lists (the system classes
+    /// among them). A class Kestrel cannot read is left out and its error returned; pods
+    /// naming it wait with that reason.
+    pub fn live<'a>(
+        source: &Path,
+        priority_classes: impl IntoIterator<Item = &'a PriorityClass>,
+        runtime_classes: impl IntoIterator<Item = &'a RuntimeClass>,
+    ) -> (Catalog, Vec<LoadError>) {
+        let mut catalog = Catalog::default();
+        let mut errors = Vec::new();
+        let origin = "the API server".to_string();
+        for pc in priority_classes {
+            let name = pc.metadata.name.clone().unwrap_or_default();
+            let ctx = Ctx {
+                path: source,
+                object: format!("PriorityClass {name}"),
+            };
+            if let Err(e) = catalog.insert_priority_class(&ctx, name, pc, origin.clone()) {
+                errors.push(e);
+            }
+        }
+        for rc in runtime_classes {
+            let name = rc.metadata.name.clone().unwrap_or_default();
+            let ctx = Ctx {
+                path: source,
+                object: format!("RuntimeClass {name}"),
+            };
+            if let Err(e) = catalog.insert_runtime_class(&ctx, name, rc, origin.clone()) {
+                errors.push(e);
+            }
+        }
+        (catalog, errors)
+    }
+
+    /// A Pod object as the scheduler's pod: requests, priority, RuntimeClass, node
+    /// selector, affinity, tolerations and the [`GPU_MILLI_ANNOTATION`], by the rules of
+    /// the module docs. A pod whose `spec.priority` is set (the API server's priority
+    /// admission resolves it) keeps that value; otherwise its class is looked up here.
+    pub fn pod_from_kube(&self, source: &Path, pod: &core::Pod) -> Result<PodSpec, LoadError> {
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".to_string());
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let ctx = Ctx {
+            path: source,
+            object: format!("Pod {namespace}/{name}"),
+        };
+        let spec = pod
+            .spec
+            .as_ref()
+            .ok_or_else(|| ctx.err("spec", "no pod spec; set spec.containers"))?;
+        let annotations = Annotations {
+            sources: [Some(("metadata", &pod.metadata)), None],
+        };
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        match spec.priority {
+            Some(priority) => {
+                let mut resolved = spec.clone();
+                let class = resolved
+                    .priority_class_name
+                    .take()
+                    .filter(|c| !c.is_empty());
+                let mut out = self.pod(
+                    &ctx,
+                    "spec",
+                    &resolved,
+                    &annotations,
+                    namespace,
+                    name,
+                    labels,
+                )?;
+                out.priority = priority;
+                out.priority_class = class;
+                Ok(out)
+            }
+            None => self.pod(&ctx, "spec", spec, &annotations, namespace, name, labels),
+        }
     }
 }
 
@@ -617,13 +902,19 @@ pub fn load_manifests(files: &[(PathBuf, String)]) -> Result<Workload, LoadError
         parsed.push((path.as_path(), read_documents(path, text, None)?));
     }
     let mut catalog = Catalog::new();
+    let mut gangs = GangCollector::default();
     for (path, docs) in &parsed {
         for doc in docs {
-            catalog.add(path, doc)?;
+            if doc.is_gang_document() {
+                gangs.add_document(path, &doc.value)?;
+            } else {
+                catalog.add(path, doc)?;
+            }
         }
     }
     let mut builder = Builder {
         catalog,
+        gangs,
         seen: BTreeMap::new(),
         generated: BTreeMap::new(),
         jobs: Vec::new(),
@@ -633,11 +924,17 @@ pub fn load_manifests(files: &[(PathBuf, String)]) -> Result<Workload, LoadError
             builder.add(path, doc)?;
         }
     }
-    Ok(Workload { jobs: builder.jobs })
+    let (gangs, topology_levels) = builder.gangs.into_parts();
+    Ok(Workload {
+        jobs: builder.jobs,
+        gangs,
+        topology_levels,
+    })
 }
 
 struct Builder {
     catalog: Catalog,
+    gangs: GangCollector,
     /// (kind, namespace, name) -> where it was first defined.
     seen: BTreeMap<(String, String, String), String>,
     /// generateName prefix -> names generated so far.
@@ -665,6 +962,9 @@ impl Builder {
             path,
             object: object.clone(),
         };
+        if doc.is_gang_document() {
+            return Ok(());
+        }
         let job = match doc.kind() {
             "PriorityClass" | "RuntimeClass" | "Namespace" => return Ok(()),
             "Pod" => {
@@ -838,7 +1138,7 @@ impl Builder {
             .labels
             .clone()
             .unwrap_or_default();
-        let template = self.pod(
+        let mut template = self.catalog.pod(
             ctx,
             shape.spec_field,
             spec,
@@ -847,6 +1147,23 @@ impl Builder {
             name.clone(),
             labels,
         )?;
+        let mut all_annotations = BTreeMap::new();
+        for meta in [Some(shape.meta), shape.template_meta]
+            .into_iter()
+            .flatten()
+        {
+            all_annotations.extend(meta.annotations.clone().unwrap_or_default());
+        }
+        if let Some(gang) = pod_gang(
+            ctx.path,
+            &ctx.object,
+            &namespace,
+            &template.labels,
+            &all_annotations,
+        )? {
+            self.gangs.add_pod(&namespace, &gang);
+            template.gang = Some(gang.membership);
+        }
 
         let arrival = match annotations.get(ARRIVAL_ANNOTATION) {
             Some((field, v)) => parse_duration(v).map_err(|e| ctx.err(field, e))?,
@@ -895,174 +1212,6 @@ impl Builder {
             template,
             gpu_utilization,
         }))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn pod(
-        &self,
-        ctx: &Ctx,
-        sf: &str,
-        spec: &core::PodSpec,
-        annotations: &Annotations,
-        namespace: String,
-        name: String,
-        labels: BTreeMap<String, String>,
-    ) -> Result<PodSpec, LoadError> {
-        if spec.containers.is_empty() {
-            return Err(ctx.err(
-                format!("{sf}.containers"),
-                "a pod needs one or more containers",
-            ));
-        }
-        // kube-scheduler's rule: regular containers and sidecars add up; each init
-        // container runs alone beside the sidecars started before it.
-        let mut sum = Amounts::new();
-        for (i, c) in spec.containers.iter().enumerate() {
-            let f = format!("{sf}.containers[{i}].resources");
-            add_amounts(&mut sum, &ctx.requirements(&f, c.resources.as_ref())?);
-        }
-        let mut sidecars = Amounts::new();
-        let mut init_max = Amounts::new();
-        for (i, c) in spec.init_containers.iter().flatten().enumerate() {
-            let f = format!("{sf}.initContainers[{i}].resources");
-            let r = ctx.requirements(&f, c.resources.as_ref())?;
-            if c.restart_policy.as_deref() == Some("Always") {
-                add_amounts(&mut sum, &r);
-                add_amounts(&mut sidecars, &r);
-                max_amounts(&mut init_max, &sidecars);
-            } else {
-                let mut running = sidecars.clone();
-                add_amounts(&mut running, &r);
-                max_amounts(&mut init_max, &running);
-            }
-        }
-        let mut total = sum;
-        max_amounts(&mut total, &init_max);
-        // Pod-level resources, where set, replace the containers' sum.
-        total.extend(ctx.requirements(&format!("{sf}.resources"), spec.resources.as_ref())?);
-
-        let runtime = match spec.runtime_class_name.as_deref().filter(|s| !s.is_empty()) {
-            Some(rc) => Some(self.catalog.runtime.get(rc).ok_or_else(|| {
-                ctx.err(
-                    format!("{sf}.runtimeClassName"),
-                    format!(
-                        "no RuntimeClass {rc:?} in the workload files; add one \
-                            (kind: RuntimeClass, apiVersion: node.k8s.io/v1) or use one \
-                            of {:?}",
-                        self.catalog.runtime.keys().collect::<Vec<_>>()
-                    ),
-                )
-            })?),
-            None => None,
-        };
-        match &spec.overhead {
-            Some(o) => add_amounts(
-                &mut total,
-                &ctx.amounts(&format!("{sf}.overhead"), Some(o))?,
-            ),
-            None => {
-                if let Some(rc) = runtime {
-                    add_amounts(&mut total, &rc.overhead);
-                }
-            }
-        }
-
-        let whole_gpus = total.remove(GPU_RESOURCE).unwrap_or(0);
-        let gpu = match annotations.get(GPU_MILLI_ANNOTATION) {
-            Some((field, v)) => {
-                if whole_gpus > 0 {
-                    return Err(ctx.err(
-                        field,
-                        format!(
-                            "the pod also requests {whole_gpus} {GPU_RESOURCE}; keep the \
-                            request for whole GPUs or the annotation for a share, not \
-                            both"
-                        ),
-                    ));
-                }
-                match v.trim().parse::<u32>() {
-                    Ok(1000) => GpuRequest::Whole(1),
-                    Ok(milli @ 1..=999) => GpuRequest::Shared { milli },
-                    _ => {
-                        return Err(ctx.err(
-                            field,
-                            format!(
-                                "{v:?} is not a share of one GPU in thousandths; write 1 to \
-                                1000, e.g. \"500\" for half a GPU"
-                            ),
-                        ))
-                    }
-                }
-            }
-            None if whole_gpus > 0 => {
-                GpuRequest::Whole(u32::try_from(whole_gpus).map_err(|_| {
-                    ctx.err(
-                        format!("{sf}.containers"),
-                        format!("{whole_gpus} GPUs is too many"),
-                    )
-                })?)
-            }
-            None => GpuRequest::None,
-        };
-        let mut resources = Resources::default();
-        for (name, v) in total {
-            match name.as_str() {
-                "cpu" => resources.cpu_milli = v,
-                "memory" => resources.memory_bytes = v,
-                "ephemeral-storage" => resources.ephemeral_storage_bytes = v,
-                other => resources.set_extended(other, v),
-            }
-        }
-
-        let (priority, priority_class) = match spec
-            .priority_class_name
-            .as_deref()
-            .filter(|s| !s.is_empty())
-        {
-            Some(pc) => match self.catalog.priority.get(pc) {
-                Some((value, _)) => (*value, Some(pc.to_string())),
-                None => {
-                    return Err(ctx.err(
-                        format!("{sf}.priorityClassName"),
-                        format!(
-                            "no PriorityClass {pc:?} in the workload files (the API \
-                                server would reject the pod); add one (kind: PriorityClass, \
-                                apiVersion: scheduling.k8s.io/v1) or use one of {:?}",
-                            self.catalog.priority.keys().collect::<Vec<_>>()
-                        ),
-                    ))
-                }
-            },
-            None => match &self.catalog.global_default {
-                Some(pc) => (self.catalog.priority[pc].0, Some(pc.clone())),
-                None => (spec.priority.unwrap_or(0), None),
-            },
-        };
-
-        let affinity = match spec
-            .affinity
-            .as_ref()
-            .and_then(|a| a.node_affinity.as_ref())
-        {
-            Some(a) => ctx.node_affinity(&format!("{sf}.affinity.nodeAffinity"), a)?,
-            None => NodeAffinity::default(),
-        };
-        let constraints = PlacementConstraints {
-            node_selector: spec.node_selector.clone().unwrap_or_default(),
-            affinity,
-            tolerations: ctx
-                .tolerations(&format!("{sf}.tolerations"), spec.tolerations.as_ref())?,
-            runtime_class: runtime.map(|rc| rc.scheduling.clone()),
-        };
-        Ok(PodSpec {
-            namespace,
-            name,
-            labels,
-            priority,
-            priority_class,
-            demand: Demand { resources, gpu },
-            constraints,
-        })
     }
 }
 

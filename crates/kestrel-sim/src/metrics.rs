@@ -97,6 +97,21 @@ pub struct PodCounts {
     pub evicted: u64,
     pub running_at_end: u64,
     pub pending_at_end: u64,
+    /// Pods dropped because their gang waited past its scheduleTimeoutSeconds.
+    pub gang_timed_out: u64,
+}
+
+/// How gangs fared, and how well connected the GPUs they started on were.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GangCounts {
+    pub declared: u64,
+    pub started: u64,
+    pub timed_out: u64,
+    /// Started gangs whose pods all sat in one rack (`topology.kestrel.dev/rack`).
+    pub started_in_one_rack: u64,
+    /// Started gangs whose pods shared one NVLink domain (one node, or one
+    /// `nvidia.com/gpu.clique`).
+    pub started_in_one_nvlink_domain: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -117,6 +132,7 @@ pub struct SimReport {
     pub span: Millis,
     pub pods: PodCounts,
     pub jobs: JobCounts,
+    pub gangs: GangCounts,
     /// Time-weighted mean of allocated / total GPUs, 0..=1.
     pub gpu_allocation_mean: f64,
     /// Time-weighted mean of utilized / total GPUs, 0..=1.

@@ -293,6 +293,8 @@ pub fn load_pods(path: &Path, text: &str) -> Result<Vec<OpenbPod>, LoadError> {
 pub fn workload_from_pods(pods: &[OpenbPod]) -> Workload {
     let start = pods.iter().map(|p| p.creation_time).min().unwrap_or(0);
     Workload {
+        gangs: Vec::new(),
+        topology_levels: Vec::new(),
         jobs: pods
             .iter()
             .map(|p| SimJob {

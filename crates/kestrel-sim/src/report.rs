@@ -1065,7 +1065,7 @@ fn pct_secs(p: &Percentiles, seconds: f64) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::metrics::{JobCounts, PendingPod, PodCounts, Sample};
+    use crate::metrics::{GangCounts, JobCounts, PendingPod, PodCounts, Sample};
 
     fn pc(count: u64, p50: f64, p95: f64, p99: f64) -> Percentiles {
         Percentiles {
@@ -1162,10 +1162,18 @@ pub(crate) mod tests {
                 evicted: 3,
                 running_at_end: 38,
                 pending_at_end: 12,
+                gang_timed_out: 2,
             },
             jobs: JobCounts {
                 submitted: 120,
                 completed: 101,
+            },
+            gangs: GangCounts {
+                declared: 10,
+                started: 8,
+                timed_out: 1,
+                started_in_one_rack: 6,
+                started_in_one_nvlink_domain: 3,
             },
             gpu_allocation_mean: 0.713,
             gpu_utilization_mean: 0.55,

@@ -5,11 +5,11 @@
 use crate::metrics::{GroupStats, NodeUsage, PendingPod, Percentiles, Sample, SimReport};
 use crate::workload::{ClusterChange, JobKind, SimCluster, Workload};
 use kestrel_core::{
-    ClusterError, Decisions, GpuAssignment, Millis, PodId, PodPhase, PodSpec, Policy, Scheduler,
-    SchedulerConfig,
+    Binding, ClusterError, Decisions, GangError, GangId, GangPhase, GpuAssignment, Millis, NodeId,
+    PodId, PodPhase, PodSpec, Policy, Scheduler, SchedulerConfig, GPU_CLIQUE_LABEL, RACK_LABEL,
 };
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 
 /// How to run a simulation.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +39,10 @@ impl Default for SimConfig {
 pub enum SimError {
     #[error("cluster: {0}")]
     Cluster(#[from] ClusterError),
+    #[error("{0}")]
+    Gang(#[from] GangError),
+    #[error("gang {gang}: topology level {level:?}: no node carries this label; label the nodes or use another level")]
+    UnknownLevel { gang: String, level: String },
     #[error("the cluster has no nodes at the start; give at least one node or pool")]
     NoNodes,
 }
@@ -82,6 +86,7 @@ pub struct Simulation<'a> {
     sample_every: Millis,
     report: SimReport,
     reason_totals: BTreeMap<String, u64>,
+    started_gangs: BTreeSet<GangId>,
     integrals: Integrals,
     events_total: usize,
     events_done: usize,
@@ -131,6 +136,23 @@ impl<'a> Simulation<'a> {
         for node in &cluster.nodes {
             scheduler.add_node(node.clone())?;
         }
+        scheduler.set_topology_levels(workload.topology_levels.clone());
+        for gang in &workload.gangs {
+            let t = &gang.topology;
+            // Required levels must exist; a preferred one falls back upward when absent.
+            let levels = t.required.iter().chain(t.slice.iter().map(|(l, _)| l));
+            for level in levels {
+                let known = cluster.nodes.iter().any(|n| n.labels.contains_key(level))
+                    || cluster.events.iter().any(|e| matches!(&e.change, ClusterChange::AddNode(n) if n.labels.contains_key(level)));
+                if !known {
+                    return Err(SimError::UnknownLevel {
+                        gang: gang.key(),
+                        level: level.clone(),
+                    });
+                }
+            }
+            scheduler.add_gang(gang.clone())?;
+        }
         let horizon = workload
             .jobs
             .iter()
@@ -165,6 +187,7 @@ impl<'a> Simulation<'a> {
             pods: HashMap::new(),
             sample_every,
             reason_totals: BTreeMap::new(),
+            started_gangs: BTreeSet::new(),
             integrals: Integrals::default(),
             events_total: 0,
             events_done: 0,
@@ -269,6 +292,10 @@ impl<'a> Simulation<'a> {
             JobKind::Pod => job.name.clone(),
             JobKind::Job | JobKind::Service => format!("{}-{}", job.name, state.created),
         };
+        if let Some(membership) = &mut spec.gang {
+            // Pods of a Job or set take their index as rank, as torchrun's RANK does.
+            membership.rank.get_or_insert(state.created);
+        }
         state.created += 1;
         let id = self.scheduler.submit(spec, self.now);
         self.pods.insert(
@@ -326,6 +353,13 @@ impl<'a> Simulation<'a> {
     }
 
     fn apply(&mut self, decisions: Decisions) {
+        for pod in decisions.expired {
+            self.report.pods.gang_timed_out += 1;
+            if let Some(state) = self.pods.get_mut(&pod) {
+                state.running = false;
+            }
+        }
+        self.count_started_gangs(&decisions.bindings);
         for binding in decisions.bindings {
             self.report.bindings += 1;
             let state = self
@@ -345,6 +379,38 @@ impl<'a> Simulation<'a> {
             let (milli, util) = self.gpu_load(binding.pod);
             self.integrals.gpu_milli_allocated += milli;
             self.integrals.gpu_milli_utilized += milli * util;
+        }
+    }
+
+    /// Counts gangs that started in this cycle and how tightly they landed.
+    fn count_started_gangs(&mut self, bindings: &[Binding]) {
+        let mut started: BTreeMap<GangId, Vec<NodeId>> = BTreeMap::new();
+        for b in bindings {
+            let spec = &self.scheduler.pod(b.pod).spec;
+            if let Some(m) = &spec.gang {
+                if let Some(gang) = self.scheduler.gang_id(&spec.namespace, &m.gang) {
+                    started.entry(gang).or_default().push(b.node);
+                }
+            }
+        }
+        for (gang, mut nodes) in started {
+            if !self.started_gangs.insert(gang) {
+                continue; // a replacement, not a start
+            }
+            self.report.gangs.started += 1;
+            let cluster = self.scheduler.cluster();
+            let label = |n: &NodeId, l: &str| cluster.node(*n).spec.labels.get(l).cloned();
+            let one = |values: Vec<Option<String>>| {
+                values[0].is_some() && values.iter().all(|v| *v == values[0])
+            };
+            if one(nodes.iter().map(|n| label(n, RACK_LABEL)).collect()) {
+                self.report.gangs.started_in_one_rack += 1;
+            }
+            nodes.dedup();
+            let one_node = nodes.iter().all(|n| *n == nodes[0]);
+            if one_node || one(nodes.iter().map(|n| label(n, GPU_CLIQUE_LABEL)).collect()) {
+                self.report.gangs.started_in_one_nvlink_domain += 1;
+            }
         }
     }
 
@@ -419,6 +485,14 @@ impl<'a> Simulation<'a> {
         let cluster = self.scheduler.cluster();
         let total_gpus: u32 = cluster.iter().map(|(_, n)| n.gpu_count()).sum();
         let report = &mut self.report;
+        report.gangs.declared = self.workload.gangs.len() as u64;
+        report.gangs.timed_out = self
+            .workload
+            .gangs
+            .iter()
+            .filter_map(|g| self.scheduler.gang_id(&g.namespace, &g.name))
+            .filter(|&id| self.scheduler.gang(id).phase == GangPhase::TimedOut)
+            .count() as u64;
         report.span = end;
         report.nodes = cluster.len() as u32;
         report.gpus = total_gpus;

@@ -55,6 +55,19 @@ pub fn render_summary(r: &SimReport) -> String {
         "{:<18}submitted {}, completed {}",
         "Jobs", r.jobs.submitted, r.jobs.completed
     );
+    let g = &r.gangs;
+    if g.declared > 0 {
+        let _ = writeln!(
+            s,
+            "{:<18}declared {}, started {} ({} in one rack, {} in one NVLink domain), timed out {}",
+            "Gangs",
+            g.declared,
+            g.started,
+            g.started_in_one_rack,
+            g.started_in_one_nvlink_domain,
+            g.timed_out
+        );
+    }
     let _ = writeln!(
         s,
         "{:<18}allocated {}, utilized {}, fragmented {} of free",

@@ -1,6 +1,6 @@
 //! What the simulator runs: jobs (one per workload object) and timed cluster events.
 
-use kestrel_core::{Millis, NodeSpec, PodSpec};
+use kestrel_core::{GangSpec, Millis, NodeSpec, PodSpec};
 use serde::Serialize;
 
 /// The controller kind a job came from; decides how its pods are created and replaced.
@@ -59,8 +59,11 @@ pub struct SimCluster {
     pub events: Vec<ClusterEvent>,
 }
 
-/// Everything to run: jobs in input order.
+/// Everything to run: jobs in input order, the gangs their pods belong to, and the
+/// cluster's topology levels (widest first) when a Topology object gave them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Workload {
     pub jobs: Vec<SimJob>,
+    pub gangs: Vec<GangSpec>,
+    pub topology_levels: Vec<String>,
 }

@@ -54,6 +54,7 @@ fn a_job_runs_parallelism_pods_at_a_time_until_completions() {
     // 5 completions, 2 at a time, 10 s each: 3 waves -> done at 30 s.
     let workload = Workload {
         jobs: vec![job("batch", JobKind::Job, 1, 0, Some(10_000), 2, 5)],
+        ..Default::default()
     };
     let r = run(&cluster, &workload);
     assert_eq!(r.pods.created, 5);
@@ -83,6 +84,7 @@ fn waiting_work_is_measured_and_unplaceable_pods_stay_pending_with_reasons() {
             job("second", JobKind::Pod, 8, 1_000, Some(60_000), 1, 1),
             job("huge", JobKind::Pod, 16, 0, Some(1_000), 1, 1),
         ],
+        ..Default::default()
     };
     let r = run(&cluster, &workload);
     assert_eq!(r.jobs.completed, 2);
@@ -130,6 +132,7 @@ fn node_events_cordon_remove_and_add() {
             job("victim", JobKind::Pod, 8, 0, Some(100_000), 1, 1),
             job("later", JobKind::Pod, 1, 6_000, Some(1_000), 1, 1),
         ],
+        ..Default::default()
     };
     let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
     while sim.now() < 10_000 {
@@ -201,4 +204,135 @@ fn an_empty_cluster_is_refused() {
     .err()
     .unwrap();
     assert!(e.to_string().contains("no nodes"), "{e}");
+}
+
+const GANG_WORKLOAD: &str = r#"
+apiVersion: kueue.x-k8s.io/v1alpha1
+kind: Topology
+metadata: {name: default}
+spec:
+  levels:
+  - nodeLabel: topology.kestrel.dev/block
+  - nodeLabel: topology.kestrel.dev/rack
+  - nodeLabel: kubernetes.io/hostname
+---
+apiVersion: scheduling.kestrel.dev/v1alpha1
+kind: PodGroup
+metadata: {name: llama, namespace: ml}
+spec:
+  minMember: 4
+  topology: {required: topology.kestrel.dev/rack}
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: llama
+  namespace: ml
+  annotations: {kestrel.dev/sim-duration: "1h"}
+spec:
+  parallelism: 4
+  completions: 4
+  completionMode: Indexed
+  template:
+    metadata:
+      labels: {scheduling.kestrel.dev/pod-group: llama}
+    spec:
+      containers:
+      - name: trainer
+        image: trainer
+        resources:
+          limits: {nvidia.com/gpu: 8}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: grp-0
+  namespace: ml
+  labels: {kueue.x-k8s.io/pod-group-name: grp}
+  annotations:
+    kueue.x-k8s.io/pod-group-total-count: "2"
+    kestrel.dev/sim-duration: "30m"
+spec:
+  containers:
+  - name: c
+    image: x
+    resources:
+      limits: {nvidia.com/gpu: 4}
+"#;
+
+fn racked_cluster() -> SimCluster {
+    SimCluster {
+        nodes: (0..6)
+            .map(|i| {
+                let mut n = gpu_node(&format!("n{i}"), 8);
+                n.labels.insert(RACK_LABEL.into(), format!("r{}", i / 3));
+                n.labels.insert(BLOCK_LABEL.into(), "b0".into());
+                n
+            })
+            .collect(),
+        events: vec![],
+    }
+}
+
+#[test]
+fn gangs_from_manifests_start_whole_in_one_rack_or_wait() {
+    let workload =
+        kestrel_sim::manifests::load_manifests(&[("w.yaml".into(), GANG_WORKLOAD.to_string())])
+            .unwrap();
+    assert_eq!(workload.gangs.len(), 2, "{:?}", workload.gangs);
+    assert_eq!(workload.topology_levels.len(), 3);
+    // Racks hold 3 nodes: the 4-pod rack-bound gang never starts; the Kueue group of two
+    // has only one pod, so it waits too.
+    let r = run(&racked_cluster(), &workload);
+    assert_eq!(r.gangs.declared, 2);
+    assert_eq!(r.gangs.started, 0);
+    assert_eq!(r.pods.scheduled, 0);
+    assert_eq!(r.pods.pending_at_end, 5);
+    let reasons: Vec<&str> = r.pending_at_end.iter().map(|p| p.reason.as_str()).collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("needs all its pods in one topology.kestrel.dev/rack domain")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("gang ml/grp is incomplete: 1 of 2 pods exist")),
+        "{reasons:?}"
+    );
+    // With four nodes per rack it starts, whole, in one rack.
+    let mut cluster = racked_cluster();
+    for n in &mut cluster.nodes[3..] {
+        n.labels.insert(RACK_LABEL.into(), "r0".into());
+    }
+    cluster.nodes.truncate(4);
+    let r = run(&cluster, &workload);
+    assert_eq!((r.gangs.started, r.gangs.started_in_one_rack), (1, 1));
+    assert_eq!(r.pods.scheduled, 4);
+}
+
+#[test]
+fn a_gang_level_no_node_carries_is_refused() {
+    let workload = kestrel_sim::manifests::load_manifests(&[(
+        "w.yaml".into(),
+        GANG_WORKLOAD
+            .replace(
+                "{required: topology.kestrel.dev/rack}",
+                "{required: example.com/pod}",
+            )
+            .replace(
+                "  - nodeLabel: kubernetes.io/hostname\n",
+                "  - nodeLabel: kubernetes.io/hostname\n  - nodeLabel: example.com/pod\n",
+            ),
+    )])
+    .unwrap();
+    let e = Simulation::new(&racked_cluster(), &workload, SimConfig::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("ml/llama") && e.contains("example.com/pod") && e.contains("no node carries"),
+        "{e}"
+    );
 }
