@@ -399,3 +399,124 @@ fn role_minimums_and_replacements_near_running_peers() {
     s.schedule(2);
     assert_eq!(peers_rack(&s, w2), rack_of_master);
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    #[derive(Debug, Clone)]
+    struct GangCase {
+        pods: u32,
+        min: u32,
+        gpus: u32,
+        rack_required: bool,
+    }
+
+    fn gang_case() -> impl Strategy<Value = GangCase> {
+        (1u32..=6, 1u32..=8, any::<bool>()).prop_flat_map(|(pods, gpus, rack)| {
+            (1..=pods).prop_map(move |min| GangCase {
+                pods,
+                min,
+                gpus,
+                rack_required: rack,
+            })
+        })
+    }
+
+    fn spec_of(i: usize, case: &GangCase) -> GangSpec {
+        let mut g = gang(&format!("g{i}"), case.min);
+        g.total = Some(case.pods);
+        if case.rack_required {
+            g.topology.required = Some(RACK_LABEL.into());
+        }
+        g
+    }
+
+    fn cluster(nodes: usize) -> Vec<NodeSpec> {
+        (0..nodes)
+            .map(|i| node(&format!("n{i}"), &format!("r{}", i % 3), "b0"))
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(150))]
+
+        /// Gangs start whole (at least minMember, inside one rack when required) or not at
+        /// all, whatever the interleaving of arrivals, cycles and completions; and a gang
+        /// left waiting on an idle cluster could not start on that cluster by itself.
+        #[test]
+        fn gangs_are_never_partial_and_never_deadlock(
+            nodes in 1usize..=6,
+            cases in proptest::collection::vec(gang_case(), 1..10),
+            steps in proptest::collection::vec(0u8..3, 1..40),
+        ) {
+            let mut s = scheduler(Policy::Kestrel, cluster(nodes));
+            for (i, c) in cases.iter().enumerate() {
+                s.add_gang(spec_of(i, c)).unwrap();
+            }
+            // Pods of all gangs, interleaved round-robin.
+            let mut arrivals: Vec<(usize, u32)> = Vec::new();
+            for k in 0..6 {
+                for (i, c) in cases.iter().enumerate() {
+                    if k < c.pods {
+                        arrivals.push((i, k));
+                    }
+                }
+            }
+            let mut members: BTreeMap<usize, Vec<PodId>> = BTreeMap::new();
+            let mut next = 0;
+            let mut t = 0;
+            for step in steps.iter().chain(std::iter::repeat_n(&1, arrivals.len() + 2)) {
+                t += 1;
+                match step {
+                    0 if next < arrivals.len() => {
+                        let (g, k) = arrivals[next];
+                        next += 1;
+                        let id = s.submit(member(&format!("g{g}"), &format!("g{g}-{k}"), cases[g].gpus, Some(k)), t);
+                        members.entry(g).or_default().push(id);
+                    }
+                    2 => {
+                        // A running gang finishes whole.
+                        if let Some((&g, pods)) = members.iter().find(|(_, p)| p.iter().any(|&x| node_of(&s, x).is_some())) {
+                            for &p in pods {
+                                s.finish(p).unwrap();
+                            }
+                            members.remove(&g);
+                        }
+                    }
+                    _ => {
+                        s.schedule(t);
+                    }
+                }
+                for (g, pods) in &members {
+                    let bound: Vec<String> = pods.iter().filter_map(|&p| node_of(&s, p)).collect();
+                    prop_assert!(bound.is_empty() || bound.len() as u32 >= cases[*g].min,
+                        "gang g{g} partially bound: {} of min {}", bound.len(), cases[*g].min);
+                    if cases[*g].rack_required && !bound.is_empty() {
+                        let racks: std::collections::BTreeSet<_> = bound
+                            .iter()
+                            .map(|n| s.cluster().node(s.cluster().id_of(n).unwrap()).spec.labels[RACK_LABEL].clone())
+                            .collect();
+                        prop_assert_eq!(racks.len(), 1, "gang g{} spans racks", g);
+                    }
+                }
+                let idle = s.pods().all(|(_, p)| !matches!(p.phase, PodPhase::Bound { .. }));
+                if idle && *step == 1 {
+                    for (g, pods) in &members {
+                        if pods.len() as u32 >= cases[*g].min {
+                            // Alone on the same empty cluster, would it start?
+                            let mut alone = scheduler(Policy::Kestrel, cluster(nodes));
+                            alone.add_gang(spec_of(*g, &cases[*g])).unwrap();
+                            for k in 0..pods.len() as u32 {
+                                alone.submit(member(&format!("g{g}"), &format!("x{k}"), cases[*g].gpus, Some(k)), 0);
+                            }
+                            prop_assert!(alone.schedule(0).bindings.is_empty(),
+                                "gang g{g} waits on an idle cluster that can hold it");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
