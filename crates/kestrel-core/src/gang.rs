@@ -357,25 +357,45 @@ impl Scheduler {
         now: Millis,
     ) -> Result<Vec<Placed>, Unschedulable> {
         let topology = &spec.topology;
-        let mut best: (usize, Option<Arc<Unschedulable>>) = (0, None);
+        // The most pods any attempt placed, and why its first pod that did not fit did not
+        // (counted while its peers held their places).
+        let mut best: (usize, Option<Unschedulable>) = (0, None);
+        let gpus_needed: u64 = pods
+            .iter()
+            .take(needed)
+            .map(|&p| self.pods[p.0 as usize].spec.demand.gpu.milli())
+            .sum();
         let mut attempt = |s: &mut Scheduler, nodes: Option<&[NodeId]>| -> Option<Vec<Placed>> {
-            let (placed, failure) = match &topology.slice {
+            let (placed, failed) = match &topology.slice {
                 Some((level, size)) => s.place_in_slices(pods, nodes, level, *size as usize, now),
-                None => s.place_all(pods, nodes, now),
+                None => s.place_all(pods, nodes, needed, now),
             };
             if placed.len() >= needed {
                 return Some(placed);
             }
-            if placed.len() >= best.0 {
-                best = (placed.len(), failure.or(best.1.take()));
+            if placed.len() >= best.0 || best.1.is_none() {
+                if let Some(pod) = failed {
+                    best = (placed.len().max(best.0), Some(s.explain_pod(pod)));
+                }
             }
             s.rollback(&placed);
             None
         };
+        let peer_nodes: BTreeSet<NodeId> = running
+            .iter()
+            .filter_map(|&p| match &self.pods[p.0 as usize].phase {
+                PodPhase::Bound { node, .. } => Some(*node),
+                _ => None,
+            })
+            .collect();
         if let Some(level) = &topology.required {
-            let domains = self.domains(level, None);
+            let mut domains = self.domains(level, None);
             let count = domains.len() as u32;
-            for (_, nodes) in self.by_tightness(domains) {
+            if !peer_nodes.is_empty() {
+                // A running gang grows only inside the domain it started in.
+                domains.retain(|(_, nodes)| nodes.iter().any(|n| peer_nodes.contains(n)));
+            }
+            for (_, nodes) in self.by_tightness(domains, gpus_needed) {
                 if let Some(placed) = attempt(self, Some(&nodes)) {
                     return Ok(placed);
                 }
@@ -398,19 +418,12 @@ impl Scheduler {
         if !running.is_empty() && levels.is_empty() {
             levels.push(crate::model::RACK_LABEL.to_string());
         }
-        let peer_nodes: BTreeSet<NodeId> = running
-            .iter()
-            .filter_map(|&p| match &self.pods[p.0 as usize].phase {
-                PodPhase::Bound { node, .. } => Some(*node),
-                _ => None,
-            })
-            .collect();
         for level in levels {
             let mut domains = self.domains(&level, None);
             if !peer_nodes.is_empty() {
                 domains.retain(|(_, nodes)| nodes.iter().any(|n| peer_nodes.contains(n)));
             }
-            for (_, nodes) in self.by_tightness(domains) {
+            for (_, nodes) in self.by_tightness(domains, gpus_needed) {
                 if let Some(placed) = attempt(self, Some(&nodes)) {
                     return Ok(placed);
                 }
@@ -422,57 +435,55 @@ impl Scheduler {
         let problem = GangProblem::Unplaceable {
             gang: spec.key(),
             placed: (best.0 + running.len()) as u32,
-            needed: spec.min_member as usize as u32,
+            needed: spec.min_member,
         };
         Err(self.gang_failure(problem, best.1))
     }
 
-    fn gang_failure(
-        &self,
-        problem: GangProblem,
-        first: Option<Arc<Unschedulable>>,
-    ) -> Unschedulable {
+    /// The gang's problem, with the node-by-node reasons of its first pod that did not fit.
+    fn gang_failure(&self, problem: GangProblem, first: Option<Unschedulable>) -> Unschedulable {
         match first {
-            Some(reason) => {
-                let mut r = (*reason).clone();
-                r.gang = Some(problem);
-                r
-            }
+            Some(reason) => reason.for_gang(problem),
             None => Unschedulable::gang_only(problem, self.cluster.len() as u32),
         }
     }
 
-    /// Places as many of `pods` as fit (within `nodes` if given), in order. A pod goes on
+    /// Places `pods` in order (within `nodes` if given) until all are placed or `needed`
+    /// is out of reach; returns those placed and the first that did not fit. A pod goes on
     /// the node of the pod before it when that node still has room, so consecutive ranks
     /// share a node (and its NVLink) before the policy picks the next one.
     fn place_all(
         &mut self,
         pods: &[PodId],
         nodes: Option<&[NodeId]>,
+        needed: usize,
         now: Millis,
-    ) -> (Vec<Placed>, Option<Arc<Unschedulable>>) {
+    ) -> (Vec<Placed>, Option<PodId>) {
         let mut placed: Vec<Placed> = Vec::new();
-        let mut failure = None;
-        for &pod in pods {
+        let mut failed = None;
+        for (i, &pod) in pods.iter().enumerate() {
+            if placed.len() + (pods.len() - i) < needed {
+                break;
+            }
             let previous = placed.last().map(|(_, node, _)| *node);
-            let result = match (previous, nodes) {
-                (Some(prev), _) if self.place_among(pod, &[prev]).is_ok() => {
-                    self.place_among(pod, &[prev])
-                }
-                (_, Some(nodes)) => self.place_among(pod, nodes),
-                (_, None) => self.place(pod),
+            let result = match previous.and_then(|prev| self.place_among(pod, &[prev])) {
+                Some(found) => Some(found),
+                None => match nodes {
+                    Some(nodes) => self.place_among(pod, nodes),
+                    None => self.place(pod).ok(),
+                },
             };
             match result {
-                Ok((node, gpus)) => {
+                Some((node, gpus)) => {
                     self.bind(pod, node, gpus.clone(), now);
                     placed.push((pod, node, gpus));
                 }
-                Err(reason) => {
-                    failure.get_or_insert(reason);
+                None => {
+                    failed.get_or_insert(pod);
                 }
             }
         }
-        (placed, failure)
+        (placed, failed)
     }
 
     /// Places pods `size` at a time, each slice whole inside one domain of `level`.
@@ -483,56 +494,70 @@ impl Scheduler {
         level: &str,
         size: usize,
         now: Millis,
-    ) -> (Vec<Placed>, Option<Arc<Unschedulable>>) {
+    ) -> (Vec<Placed>, Option<PodId>) {
         let mut placed = Vec::new();
-        let mut failure = None;
+        let mut failed = None;
         for chunk in pods.chunks(size) {
+            let gpus: u64 = chunk
+                .iter()
+                .map(|&p| self.pods[p.0 as usize].spec.demand.gpu.milli())
+                .sum();
             let domains = self.domains(level, nodes);
             let mut done = false;
-            for (_, domain) in self.by_tightness(domains) {
-                let (slice, why) = self.place_all(chunk, Some(&domain), now);
+            for (_, domain) in self.by_tightness(domains, gpus) {
+                let (slice, first) = self.place_all(chunk, Some(&domain), chunk.len(), now);
                 if slice.len() == chunk.len() {
                     placed.extend(slice);
                     done = true;
                     break;
                 }
-                failure = failure.or(why);
+                failed = failed.or(first);
                 self.rollback(&slice);
             }
             if !done {
+                failed = failed.or(chunk.first().copied());
                 break;
             }
         }
-        (placed, failure)
+        (placed, failed)
     }
 
     /// Nodes grouped by their value of `level` (nodes without the label are in no domain),
     /// optionally only among `within`.
     fn domains(&self, level: &str, within: Option<&[NodeId]>) -> Vec<(String, Vec<NodeId>)> {
-        let mut out: BTreeMap<String, Vec<NodeId>> = BTreeMap::new();
+        let mut out: BTreeMap<&str, Vec<NodeId>> = BTreeMap::new();
         let mut add = |id: NodeId| {
             if let Some(value) = self.cluster.node(id).spec.labels.get(level) {
-                out.entry(value.clone()).or_default().push(id);
+                out.entry(value.as_str()).or_default().push(id);
             }
         };
         match within {
             Some(nodes) => nodes.iter().copied().for_each(&mut add),
             None => self.cluster.iter().for_each(|(id, _)| add(id)),
         }
-        out.into_iter().collect()
+        out.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }
 
-    /// Domains with the least free GPU capacity first (tightest fit keeps big domains
-    /// whole), ties by name.
-    fn by_tightness(&self, mut domains: Vec<(String, Vec<NodeId>)>) -> Vec<(String, Vec<NodeId>)> {
+    /// Domains with enough free GPU thousandths for `gpu_milli`, the least free first
+    /// (tightest fit keeps big domains whole), ties by name.
+    fn by_tightness(
+        &self,
+        mut domains: Vec<(String, Vec<NodeId>)>,
+        gpu_milli: u64,
+    ) -> Vec<(String, Vec<NodeId>)> {
         let free = |nodes: &[NodeId]| -> (u64, i64) {
             nodes.iter().fold((0, 0), |(g, c), &n| {
                 let node = self.cluster.node(n);
                 (g + node.free_gpu_milli(), c + node.free.cpu_milli)
             })
         };
-        domains.sort_by_cached_key(|(name, nodes)| (free(nodes), name.clone()));
-        domains
+        let mut keyed: Vec<((u64, i64), (String, Vec<NodeId>))> = domains
+            .drain(..)
+            .map(|d| (free(&d.1), d))
+            .filter(|((gpu, _), _)| *gpu >= gpu_milli)
+            .collect();
+        keyed.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1 .0.cmp(&b.1 .0)));
+        keyed.into_iter().map(|(_, d)| d).collect()
     }
 
     /// Undoes tentative bindings of a failed attempt.

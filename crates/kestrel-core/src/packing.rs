@@ -21,11 +21,11 @@
 //!    A device with `f` thousandths free is worth `V(f)`, the most valuable set of expected
 //!    shares that fits in `f`. Putting a share of size `s` and price `y(s)` on it loses
 //!    `V(f) - V(f - s) - y(s) >= 0`: nothing when the placement is part of an optimal
-//!    packing (650 + 320 on one device), something when it leaves a gap the mix fills badly
-//!    (470 + 320 leaves 210, which only rare shares fit). FGD asks whether the *next* pod
-//!    could use a gap; the prices account for every pod of the mix competing for gaps and
-//!    for how common each size is. A share goes on the device of the node where it loses
-//!    least (then the fullest such device).
+//!    packing (on openb: 650 + 320 on one device), something when it leaves a gap the mix
+//!    fills badly (470 + 320 leaves 210, which only rare shares fit, and takes the place of
+//!    a second 470). FGD asks whether the *next* pod could use a gap; the prices weigh every
+//!    size of the mix by how common it is and what it could pair with. A share goes on the
+//!    device of the node where it loses least (then the fullest such device).
 //! 2. **Stranding by CPU and memory.** Free GPUs are only usable if the node's free CPU and
 //!    memory can feed them. At the mix's CPU and memory per GPU (averaged over the GPU pods
 //!    seen), a node can feed `min(free cpu / cpu per GPU, free memory / memory per GPU)`
@@ -33,7 +33,7 @@
 //!    capacity it adds: CPU-only pods go where CPU is spare (nodes whose GPUs are taken,
 //!    CPU-rich nodes), CPU-heavy GPU pods to CPU-rich nodes, CPU-light ones to CPU-poor
 //!    nodes, where they un-strand GPUs. FGD only notices CPU when a pod type stops fitting
-//!    at all; most GPUs left idle by FGD-like policies sit on nodes whose CPUs are used up.
+//!    on the node at all, which is too late to steer pods by their CPU per GPU.
 //!
 //! The score is minus the sum of both (higher is better). Whole-GPU pods lose nothing in
 //! the first term (a free device is worth one device); placements that tie are ordered by
@@ -53,8 +53,8 @@ const DEVICE: usize = 1000;
 /// The LP prices the most common share sizes (at most this many); rarer sizes are valued
 /// by the knapsack of the priced ones.
 const PRICED_SIZES: usize = 48;
-/// Shares seen before the prices are first recomputed every `RESOLVE_EVERY` shares (until
-/// then, at every power of two).
+/// The prices are recomputed when the number of shares seen reaches a power of two, and
+/// every this many shares once past it.
 const RESOLVE_EVERY: u64 = 1024;
 /// The mix forgets: every this many GPU pods seen, the counts and totals are halved, so a
 /// long-running scheduler follows a workload whose mix drifts.
@@ -68,10 +68,15 @@ pub struct PackingScorer {
     shares_seen: u64,
     next_solve: u64,
     /// Totals over the GPU pods seen (decayed): cpu millicores, memory bytes, GPU thousandths.
-    gpu_cpu: i128,
-    gpu_memory: i128,
-    gpu_milli: i128,
-    gpu_pods: u64,
+    gpu_cpu: f64,
+    gpu_memory: f64,
+    gpu_milli: f64,
+    /// GPU pods seen since the counts were last halved.
+    since_halving: u64,
+    /// GPUs the mix runs per millicore and per byte of memory (`None`: no limit), as of the
+    /// last `refresh`.
+    gpus_per_cpu: Option<f64>,
+    gpus_per_byte: Option<f64>,
     /// Price of a share, by size, in devices; negative: not priced.
     price: Vec<f64>,
     /// `value[f]`: worth of a device with `f` thousandths free, in devices; empty until the
@@ -85,10 +90,12 @@ impl Default for PackingScorer {
             shares: BTreeMap::new(),
             shares_seen: 0,
             next_solve: 1,
-            gpu_cpu: 0,
-            gpu_memory: 0,
-            gpu_milli: 0,
-            gpu_pods: 0,
+            gpu_cpu: 0.0,
+            gpu_memory: 0.0,
+            gpu_milli: 0.0,
+            since_halving: 0,
+            gpus_per_cpu: None,
+            gpus_per_byte: None,
             price: Vec::new(),
             value: Vec::new(),
         }
@@ -102,29 +109,35 @@ impl PackingScorer {
         if milli == 0 {
             return;
         }
-        self.gpu_cpu += demand.resources.cpu_milli.max(0) as i128;
-        self.gpu_memory += demand.resources.memory_bytes.max(0) as i128;
-        self.gpu_milli += milli as i128;
-        self.gpu_pods += 1;
+        self.gpu_cpu += demand.resources.cpu_milli.max(0) as f64;
+        self.gpu_memory += demand.resources.memory_bytes.max(0) as f64;
+        self.gpu_milli += milli as f64;
+        self.since_halving += 1;
         if let GpuRequest::Shared { milli } = demand.gpu {
             if (1..DEVICE as u32).contains(&milli) {
                 *self.shares.entry(milli).or_default() += 1;
                 self.shares_seen += 1;
             }
         }
-        if self.gpu_pods % HALVE_EVERY == 0 {
+        if self.since_halving == HALVE_EVERY {
+            self.since_halving = 0;
             self.shares.retain(|_, count| {
                 *count /= 2;
                 *count > 0
             });
-            self.gpu_cpu /= 2;
-            self.gpu_memory /= 2;
-            self.gpu_milli /= 2;
+            self.gpu_cpu /= 2.0;
+            self.gpu_memory /= 2.0;
+            self.gpu_milli /= 2.0;
         }
     }
 
-    /// Recomputes the share prices when enough new shares were seen. Cheap otherwise.
+    /// Brings the scorer's view of the mix up to date: the CPU and memory per GPU, and the
+    /// share prices when enough new shares were seen since they were computed.
     pub fn refresh(&mut self) {
+        let gpus = self.gpu_milli / DEVICE as f64;
+        let per = |total: f64| (total > 0.0 && gpus > 0.0).then(|| gpus / total);
+        self.gpus_per_cpu = per(self.gpu_cpu);
+        self.gpus_per_byte = per(self.gpu_memory);
         if self.shares_seen < self.next_solve || self.shares.is_empty() {
             return;
         }
@@ -159,6 +172,9 @@ impl PackingScorer {
                 milli as i64,
             ),
         };
+        if self.gpus_per_cpu.is_none() && self.gpus_per_byte.is_none() {
+            return -loss;
+        }
         let free = node.free_gpu_milli() as i64;
         let (cpu, memory) = (node.free.cpu_milli, node.free.memory_bytes);
         let before = self.stranded(free, cpu, memory);
@@ -222,21 +238,15 @@ impl PackingScorer {
     /// Free GPU capacity (in GPUs) that the node's free CPU and memory cannot feed at the
     /// mix's CPU and memory per GPU.
     fn stranded(&self, gpu_free_milli: i64, cpu_milli: i64, memory_bytes: i64) -> f64 {
-        if gpu_free_milli <= 0 || self.gpu_milli <= 0 {
+        if gpu_free_milli <= 0 {
             return 0.0;
         }
         let gpus = gpu_free_milli as f64 / DEVICE as f64;
-        let mix_gpus = self.gpu_milli as f64 / DEVICE as f64;
-        let feedable = |free: i64, total: i128| {
-            if total <= 0 {
-                gpus
-            } else {
-                free.max(0) as f64 * mix_gpus / total as f64
-            }
-        };
+        let feedable =
+            |free: i64, per: Option<f64>| per.map_or(gpus, |per| free.max(0) as f64 * per);
         let fed = gpus
-            .min(feedable(cpu_milli, self.gpu_cpu))
-            .min(feedable(memory_bytes, self.gpu_memory));
+            .min(feedable(cpu_milli, self.gpus_per_cpu))
+            .min(feedable(memory_bytes, self.gpus_per_byte));
         gpus - fed
     }
 }
@@ -553,6 +563,6 @@ mod tests {
             scorer.observe(&share(500));
         }
         assert_eq!(scorer.shares[&500], HALVE_EVERY / 2);
-        assert_eq!(scorer.gpu_milli, (HALVE_EVERY / 2 * 500) as i128);
+        assert_eq!(scorer.gpu_milli, (HALVE_EVERY / 2 * 500) as f64);
     }
 }

@@ -10,9 +10,12 @@ use std::str::FromStr;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 pub enum Policy {
-    /// Kestrel's default: GPU-first packing. Fill the nodes with the fewest free GPUs
-    /// first, so whole nodes stay free for large multi-GPU pods; then the most allocated
-    /// cpu and memory.
+    /// Kestrel's default: packing-aware placement. Each node class and free-GPU bucket
+    /// offers a shortlist of fitting nodes in GPU-first order (the fewest free GPU
+    /// thousandths, then the most allocated cpu and memory); the pod goes where it makes the
+    /// least GPU capacity unusable for the pods expected to come ([`crate::packing`]: GPU
+    /// shares priced by the LP of the learned mix, free GPUs stranded by cpu and memory).
+    /// Ties go to the GPU-first order, which keeps whole nodes free for multi-GPU pods.
     #[default]
     Kestrel,
     /// kube-scheduler's `MostAllocated` over cpu, memory and GPUs (equal weights).

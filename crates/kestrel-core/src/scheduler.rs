@@ -7,7 +7,7 @@
 //! changed. Pods with the same constraints and demand share one failure per generation.
 
 use crate::cluster::{ClassId, ClusterIndex, GpuAssignment, NodeId, NodeState, PER_NODE_LABELS};
-use crate::explain::{NodeReason, Unschedulable};
+use crate::explain::{GangProblem, NodeReason, Unschedulable};
 use crate::gang::GangIndex;
 use crate::model::{
     Demand, GpuRequest, NodeSelectorTerm, NodeSpec, PlacementConstraints, PodSpec, TaintEffect,
@@ -355,7 +355,7 @@ impl Scheduler {
         &mut self,
         id: PodId,
         nodes: &[NodeId],
-    ) -> Result<(NodeId, GpuAssignment), Arc<Unschedulable>> {
+    ) -> Option<(NodeId, GpuAssignment)> {
         let constraint = self.pods[id.0 as usize].constraint;
         self.verdicts(constraint);
         let demand = &self.pods[id.0 as usize].spec.demand;
@@ -376,13 +376,13 @@ impl Scheduler {
                     .then_some((-score, node.slot.1, n))
             })
             .min();
-        match best {
-            Some((_, _, node)) => Ok((node, self.cluster.node(node).choose_gpus(demand.gpu, None))),
-            None => {
-                let demand = demand.clone();
-                Err(Arc::new(self.explain(constraint, &demand)))
-            }
-        }
+        best.map(|(_, _, node)| (node, self.cluster.node(node).choose_gpus(demand.gpu, None)))
+    }
+
+    /// Why this pod fits no node now (the full per-node count).
+    pub(crate) fn explain_pod(&self, id: PodId) -> Unschedulable {
+        let record = &self.pods[id.0 as usize];
+        self.explain(record.constraint, &record.spec.demand)
     }
 
     /// Removes a node. The pods that ran on it return to the queue (in their original
@@ -695,11 +695,18 @@ impl Scheduler {
                 };
                 Ok((node, gpus))
             }
+            // Inside a gang attempt the gang explains itself once, after rolling back.
+            None if !self.record_failures => Err(Arc::new(Unschedulable::gang_only(
+                GangProblem::Unplaceable {
+                    gang: String::new(),
+                    placed: 0,
+                    needed: 0,
+                },
+                0,
+            ))),
             None => {
                 let reason = Arc::new(self.explain(constraint, &demand.clone()));
-                if self.record_failures {
-                    self.failed[signature as usize] = Some((self.generation, reason.clone()));
-                }
+                self.failed[signature as usize] = Some((self.generation, reason.clone()));
                 Err(reason)
             }
         }

@@ -333,10 +333,13 @@ proptest! {
     }
 
     /// The indexed search returns the node a full scan would: the best key among the nodes
-    /// that fit (these pods have no preferences, so the key alone ranks).
+    /// that fit (these pods have no preferences, so the key alone ranks) for the policies
+    /// that rank by key alone.
     #[test]
     fn indexed_choice_matches_a_full_scan((nodes, ops) in ops_strategy()) {
-        for policy in [Policy::Kestrel, Policy::BinPack, Policy::Spread, Policy::BestFit] {
+        // Kestrel re-ranks a shortlist with its packing score, so its choice is not the
+        // best key alone; the other invariants cover it.
+        for policy in [Policy::BinPack, Policy::Spread, Policy::BestFit] {
             let mut s = Scheduler::new(SchedulerConfig { policy, seed: 1 });
             for n in &nodes {
                 s.add_node(n.clone()).unwrap();
