@@ -108,6 +108,8 @@ impl GangIndex {
 
 /// A pod placed tentatively during a gang attempt.
 type Placed = (PodId, NodeId, GpuAssignment);
+/// A topology domain: the label value and its nodes.
+type Domain = (String, Vec<NodeId>);
 
 impl Scheduler {
     /// Sets the topology levels (node labels, from the widest domain to the narrowest),
@@ -524,7 +526,7 @@ impl Scheduler {
 
     /// Nodes grouped by their value of `level` (nodes without the label are in no domain),
     /// optionally only among `within`.
-    fn domains(&self, level: &str, within: Option<&[NodeId]>) -> Vec<(String, Vec<NodeId>)> {
+    fn domains(&self, level: &str, within: Option<&[NodeId]>) -> Vec<Domain> {
         let mut out: BTreeMap<&str, Vec<NodeId>> = BTreeMap::new();
         let mut add = |id: NodeId| {
             if let Some(value) = self.cluster.node(id).spec.labels.get(level) {
@@ -540,18 +542,14 @@ impl Scheduler {
 
     /// Domains with enough free GPU thousandths for `gpu_milli`, the least free first
     /// (tightest fit keeps big domains whole), ties by name.
-    fn by_tightness(
-        &self,
-        mut domains: Vec<(String, Vec<NodeId>)>,
-        gpu_milli: u64,
-    ) -> Vec<(String, Vec<NodeId>)> {
+    fn by_tightness(&self, mut domains: Vec<Domain>, gpu_milli: u64) -> Vec<Domain> {
         let free = |nodes: &[NodeId]| -> (u64, i64) {
             nodes.iter().fold((0, 0), |(g, c), &n| {
                 let node = self.cluster.node(n);
                 (g + node.free_gpu_milli(), c + node.free.cpu_milli)
             })
         };
-        let mut keyed: Vec<((u64, i64), (String, Vec<NodeId>))> = domains
+        let mut keyed: Vec<((u64, i64), Domain)> = domains
             .drain(..)
             .map(|d| (free(&d.1), d))
             .filter(|((gpu, _), _)| *gpu >= gpu_milli)

@@ -3,8 +3,8 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use kestrel_core::{
-    Demand, GpuRequest, GpuTopology, NodeSpec, PodSpec, Policy, Resources, Rng, Scheduler,
-    SchedulerConfig, RACK_LABEL,
+    Demand, GangMembership, GangSpec, GangTopology, GpuRequest, GpuTopology, NodeSpec, PodSpec,
+    Policy, Resources, Rng, Scheduler, SchedulerConfig, BLOCK_LABEL, HOSTNAME_LABEL, RACK_LABEL,
 };
 use kestrel_sim::openb::{self, packing_summary};
 use serde_json::json;
@@ -18,6 +18,19 @@ pub enum BenchCommand {
     Openb(OpenbArgs),
     /// Placement throughput on a synthetic cluster (default 5,000 nodes x 8 GPUs).
     Placement(PlacementArgs),
+    /// Gang placement on 5,000 nodes x 8 GPUs (racks of 32, blocks of 16 racks): 1,000
+    /// gangs of 4 pods preferring one rack, and one 512-pod gang required in one block.
+    Gangs(GangArgs),
+}
+
+#[derive(Args)]
+pub struct GangArgs {
+    #[arg(long, default_value_t = 5000)]
+    nodes: u32,
+    #[arg(long, default_value_t = 3)]
+    repeat: u32,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -83,6 +96,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Openb(args) => run_openb(args),
         BenchCommand::Placement(args) => run_placement(args),
+        BenchCommand::Gangs(args) => run_gangs(args),
     }
 }
 
@@ -139,11 +153,14 @@ fn run_openb(args: OpenbArgs) -> Result<()> {
     Ok(())
 }
 
-/// A DGX-like node: 224 cpu, 2 TiB, 8 GPUs on two NUMA nodes, racks of 32.
+/// A DGX-like node: 224 cpu, 2 TiB, 8 GPUs on two NUMA nodes, racks of 32, blocks of 16
+/// racks.
 fn bench_node(i: u32) -> NodeSpec {
     let mut node = NodeSpec::new(format!("node-{i:05}"), Resources::new(224_000, 2 << 40));
     node.labels
         .insert(RACK_LABEL.to_string(), format!("rack-{}", i / 32));
+    node.labels
+        .insert(BLOCK_LABEL.to_string(), format!("block-{}", i / 512));
     (node.gpus, node.nics) = GpuTopology::DgxH100.devices("H100", 81_559, 8);
     node
 }
@@ -231,6 +248,150 @@ fn run_placement(args: PlacementArgs) -> Result<()> {
         println!("  index build:          {:.3} s", setup);
         println!("  one batch cycle:      {:>10.0} pods/s", rate(best_batch));
         println!("  one pod per cycle:    {:>10.0} pods/s", rate(best_single));
+    }
+    Ok(())
+}
+
+fn gang_pods(gang: &str, pods: u32, gpus: u32) -> impl Iterator<Item = PodSpec> + '_ {
+    (0..pods).map(move |rank| {
+        let mut pod = PodSpec::new(
+            "bench",
+            format!("{gang}-{rank}"),
+            Demand {
+                resources: Resources::new(16_000, 64 << 30),
+                gpu: GpuRequest::Whole(gpus),
+            },
+        );
+        pod.gang = Some(GangMembership {
+            gang: gang.to_string(),
+            role: None,
+            rank: Some(rank),
+        });
+        pod
+    })
+}
+
+fn gang_scheduler(nodes: u32) -> Result<Scheduler> {
+    let mut scheduler = Scheduler::new(SchedulerConfig::default());
+    for i in 0..nodes {
+        scheduler.add_node(bench_node(i))?;
+    }
+    scheduler.set_topology_levels(vec![BLOCK_LABEL.into(), RACK_LABEL.into()]);
+    Ok(scheduler)
+}
+
+fn big_gang() -> GangSpec {
+    GangSpec {
+        namespace: "bench".into(),
+        name: "big".into(),
+        min_member: 512,
+        topology: GangTopology {
+            required: Some(BLOCK_LABEL.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn run_gangs(args: GangArgs) -> Result<()> {
+    let (mut best_many, mut best_big, mut best_refused) = (f64::MAX, f64::MAX, f64::MAX);
+    let (mut placed_many, mut placed_big, mut refused_reason) = (0, 0, String::new());
+    for _ in 0..args.repeat.max(1) {
+        // 1,000 gangs of 4 pods x 8 GPUs, each preferring one rack.
+        let mut s = gang_scheduler(args.nodes)?;
+        for g in 0..1000 {
+            let name = format!("g{g}");
+            s.add_gang(GangSpec {
+                namespace: "bench".into(),
+                name: name.clone(),
+                min_member: 4,
+                topology: GangTopology {
+                    preferred: Some(RACK_LABEL.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            })?;
+            for pod in gang_pods(&name, 4, 8) {
+                s.submit(pod, 0);
+            }
+        }
+        let t = Instant::now();
+        placed_many = s.schedule(0).bindings.len();
+        best_many = best_many.min(t.elapsed().as_secs_f64());
+
+        // One 512-pod gang (8 GPUs per pod) required in one block: placed.
+        let mut s = gang_scheduler(args.nodes)?;
+        s.add_gang(big_gang())?;
+        for pod in gang_pods("big", 512, 8) {
+            s.submit(pod, 0);
+        }
+        let t = Instant::now();
+        placed_big = s.schedule(0).bindings.len();
+        best_big = best_big.min(t.elapsed().as_secs_f64());
+
+        // The same gang when one GPU is taken in every block: refused, with its reason.
+        let mut s = gang_scheduler(args.nodes)?;
+        for block in 0..args.nodes.div_ceil(512) {
+            let mut pod = PodSpec::new(
+                "bench",
+                format!("squatter-{block}"),
+                Demand {
+                    resources: Resources::new(1000, 1 << 30),
+                    gpu: GpuRequest::Whole(1),
+                },
+            );
+            pod.constraints
+                .node_selector
+                .insert(HOSTNAME_LABEL.into(), format!("node-{:05}", block * 512));
+            s.submit(pod, 0);
+        }
+        s.schedule(0);
+        s.add_gang(big_gang())?;
+        let ids: Vec<_> = gang_pods("big", 512, 8).map(|p| s.submit(p, 1)).collect();
+        let t = Instant::now();
+        let d = s.schedule(1);
+        best_refused = best_refused.min(t.elapsed().as_secs_f64());
+        if !d.bindings.is_empty() {
+            bail!("the 512-pod gang should not fit with a GPU taken in every block");
+        }
+        refused_reason = s
+            .pod(ids[0])
+            .pending_reason
+            .as_ref()
+            .map(|r| r.to_string())
+            .unwrap_or_default();
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "nodes": args.nodes,
+                "gangs_of_4_pods_per_second": placed_many as f64 / best_many,
+                "gangs_of_4_pods_placed": placed_many,
+                "gang_512_block_seconds": best_big,
+                "gang_512_block_placed": placed_big,
+                "gang_512_refused_seconds": best_refused,
+                "gang_512_refused_reason": refused_reason,
+            }))?
+        );
+    } else {
+        println!(
+            "gangs: {} nodes x 8 GPUs, racks of 32, blocks of 512 nodes",
+            args.nodes
+        );
+        println!(
+            "  1,000 gangs x 4 pods (preferred rack): {placed_many} pods placed, {:.0} pods/s",
+            placed_many as f64 / best_many
+        );
+        println!(
+            "  512-pod gang, one block required:     {placed_big} pods placed in {:.1} ms",
+            best_big * 1000.0
+        );
+        println!(
+            "  ... refused when no block has room:   {:.1} ms",
+            best_refused * 1000.0
+        );
+        println!("      {refused_reason}");
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! `kestrel`: the one binary. `sim` runs the embedded simulator; `bench` measures.
 
 mod bench;
+mod serve;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -31,6 +32,10 @@ enum Command {
     /// Benchmarks: the openb packing experiment, placement throughput.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Run the live scheduler against a Kubernetes cluster (see docs/live.md).
+    Serve(serve::ServeArgs),
+    /// Print the install manifests (deploy/kestrel.yaml), or the Helm chart's template.
+    Manifests(serve::ManifestsArgs),
 }
 
 #[derive(Args)]
@@ -73,6 +78,8 @@ fn main() {
     let result = match cli.command {
         Command::Sim(args) => run_sim(args),
         Command::Bench(command) => bench::run(command),
+        Command::Serve(args) => serve::serve(args),
+        Command::Manifests(args) => serve::manifests(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

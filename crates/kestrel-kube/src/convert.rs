@@ -1,0 +1,212 @@
+//! Kubernetes objects as the engine's nodes and pods, and the GPU-indices annotation.
+//!
+//! The conversion rules live in `kestrel-sim` ([`kestrel_sim::kube_nodes::node_from_kube`],
+//! [`kestrel_sim::manifests::Catalog::pod_from_kube`]) so the simulator and the live
+//! scheduler read a Node or a Pod the same way.
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kestrel_core::{GpuAssignment, NodeSpec, PodSpec};
+use kestrel_sim::manifests::Catalog;
+use kestrel_sim::LoadError;
+use std::path::Path;
+
+/// Pod annotation with the GPUs Kestrel chose, written before the bind so the node agent
+/// can hand exactly those devices to the pod: `"0,1,2,3"` for whole GPUs, `"2:500"` for
+/// 500 thousandths of GPU 2.
+pub const GPU_INDICES_ANNOTATION: &str = "kestrel.dev/gpu-indices";
+
+/// What errors name as the source of an object read from the cluster.
+pub const API_SOURCE: &str = "cluster";
+
+/// The annotation value for an assignment; `None` for pods without GPUs.
+pub fn format_gpu_indices(gpus: &GpuAssignment) -> Option<String> {
+    match gpus {
+        GpuAssignment::None => None,
+        GpuAssignment::Whole(v) if v.is_empty() => None,
+        GpuAssignment::Whole(v) => Some(v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
+        GpuAssignment::Shared { index, milli } => Some(format!("{index}:{milli}")),
+    }
+}
+
+/// Reads the annotation back. Anything malformed (hand edits, other tools) is `None`: the
+/// engine then picks free devices itself, as for a pod another scheduler bound.
+pub fn parse_gpu_indices(value: &str) -> Option<GpuAssignment> {
+    let value = value.trim();
+    if value.is_empty() || value.len() > 4096 {
+        return None;
+    }
+    if let Some((index, milli)) = value.split_once(':') {
+        let index = index.trim().parse::<u32>().ok()?;
+        let milli = milli.trim().parse::<u32>().ok()?;
+        return (1..=999)
+            .contains(&milli)
+            .then_some(GpuAssignment::Shared { index, milli });
+    }
+    let mut indices = value
+        .split(',')
+        .map(|s| s.trim().parse::<u32>().ok())
+        .collect::<Option<Vec<u32>>>()?;
+    indices.sort_unstable();
+    indices.dedup();
+    Some(GpuAssignment::Whole(indices))
+}
+
+/// An object Kestrel could not read, without the file part of a loader error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ConvertError {
+    /// `Pod ns/name`, `Node gpu-0`.
+    pub object: Option<String>,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl From<LoadError> for ConvertError {
+    fn from(e: LoadError) -> Self {
+        let message = match &e.field {
+            Some(field) => format!("field {field}: {}", e.message),
+            None => e.message.clone(),
+        };
+        ConvertError {
+            object: e.object,
+            field: e.field,
+            message,
+        }
+    }
+}
+
+pub fn node_spec(node: &Node) -> Result<NodeSpec, ConvertError> {
+    kestrel_sim::kube_nodes::node_from_kube(Path::new(API_SOURCE), node).map_err(Into::into)
+}
+
+pub fn pod_spec(catalog: &Catalog, pod: &Pod) -> Result<PodSpec, ConvertError> {
+    catalog
+        .pod_from_kube(Path::new(API_SOURCE), pod)
+        .map_err(Into::into)
+}
+
+/// `namespace/name` of a pod.
+pub fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The node a pod is bound to (`spec.nodeName`).
+pub fn node_name(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+/// Succeeded or Failed: the pod holds nothing any more.
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    )
+}
+
+/// The scheduler a pod asks for (`default-scheduler` when unset).
+pub fn scheduler_name(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref())
+        .filter(|n| !n.is_empty())
+        .unwrap_or("default-scheduler")
+}
+
+/// `spec.schedulingGates` is not empty: no scheduler may place the pod yet.
+pub fn is_gated(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
+}
+
+pub fn is_deleting(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_indices_round_trip() {
+        for a in [
+            GpuAssignment::Whole(vec![0, 1, 2, 3]),
+            GpuAssignment::Whole(vec![7]),
+            GpuAssignment::Shared {
+                index: 2,
+                milli: 500,
+            },
+        ] {
+            let s = format_gpu_indices(&a).unwrap();
+            assert_eq!(parse_gpu_indices(&s), Some(a));
+        }
+        assert_eq!(
+            format_gpu_indices(&GpuAssignment::Whole(vec![0, 1, 2, 3])).unwrap(),
+            "0,1,2,3"
+        );
+        assert_eq!(
+            format_gpu_indices(&GpuAssignment::Shared {
+                index: 2,
+                milli: 500
+            })
+            .unwrap(),
+            "2:500"
+        );
+        assert_eq!(format_gpu_indices(&GpuAssignment::None), None);
+    }
+
+    #[test]
+    fn malformed_gpu_indices_are_none_never_a_panic() {
+        for bad in [
+            "",
+            ",",
+            "a",
+            "1,,2",
+            "-1",
+            "1:0",
+            "1:1000",
+            "1:x",
+            ":",
+            "99999999999",
+            "1:2:3",
+        ] {
+            assert_eq!(parse_gpu_indices(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            parse_gpu_indices(" 3, 1 ,1"),
+            Some(GpuAssignment::Whole(vec![1, 3]))
+        );
+    }
+
+    #[test]
+    fn gpu_indices_parser_survives_arbitrary_bytes() {
+        // A small deterministic fuzz: every string over a tricky alphabet up to length 5.
+        let alphabet = ['0', '9', ',', ':', ' ', '-', 'x', '\u{e9}'];
+        let mut stack = vec![String::new()];
+        let mut n = 0;
+        while let Some(s) = stack.pop() {
+            let parsed = parse_gpu_indices(&s);
+            if let Some(a) = parsed {
+                let again = format_gpu_indices(&a).map(|f| parse_gpu_indices(&f));
+                if let Some(again) = again {
+                    assert_eq!(again, Some(a), "{s:?}");
+                }
+            }
+            n += 1;
+            if s.chars().count() < 5 {
+                for c in alphabet {
+                    stack.push(format!("{s}{c}"));
+                }
+            }
+        }
+        assert!(n > 30_000);
+    }
+}

@@ -1,0 +1,372 @@
+//! The live scheduler's loop: watches in, cycles on change, binds and reports out.
+//!
+//! A replica schedules only while it leads. On taking the lease it starts the watches
+//! afresh (a new LIST of Pods, Nodes, PriorityClasses and RuntimeClasses), rebuilds the
+//! engine's state from that listing (pods bound by anyone count as used), and binds only
+//! after every listing is in. On losing the lease it aborts the binds in flight, posts
+//! nothing more, and drops its state; taking the lease again starts over from a listing.
+
+use crate::api::ApiWriter;
+use crate::index::{self, BindJob, BindOutcome, ClusterState, StatusJob, REASON_KINDS};
+use crate::metrics::Metrics;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kestrel_core::SchedulerConfig;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    pub scheduler: SchedulerConfig,
+    pub scheduler_name: String,
+    /// Binds and status reports in flight at once.
+    pub max_in_flight: usize,
+    /// How long a cycle waits after a change for more changes.
+    pub debounce: Duration,
+}
+
+impl DriverConfig {
+    pub fn new(scheduler_name: &str) -> Self {
+        DriverConfig {
+            scheduler: SchedulerConfig::default(),
+            scheduler_name: scheduler_name.to_string(),
+            max_in_flight: 16,
+            debounce: Duration::from_millis(20),
+        }
+    }
+}
+
+/// A watch event, by kind.
+#[derive(Debug)]
+pub enum Change {
+    Pod(Box<Event<Pod>>),
+    Node(Box<Event<Node>>),
+    /// A PriorityClass changed; `listed`: that watch finished listing.
+    PriorityClasses {
+        listed: bool,
+    },
+    /// A RuntimeClass changed; `listed`: that watch finished listing.
+    RuntimeClasses {
+        listed: bool,
+    },
+}
+
+/// The reflector stores the driver reads on relists.
+#[derive(Clone)]
+pub struct Stores {
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub priority_classes: Store<PriorityClass>,
+    pub runtime_classes: Store<RuntimeClass>,
+}
+
+/// Which listings are complete.
+#[derive(Debug, Default, Clone, Copy)]
+struct Synced {
+    pods: bool,
+    nodes: bool,
+    priority_classes: bool,
+    runtime_classes: bool,
+}
+
+impl Synced {
+    fn all(&self) -> bool {
+        self.pods && self.nodes && self.priority_classes && self.runtime_classes
+    }
+}
+
+fn spawn_watch<K, F>(
+    tasks: &mut JoinSet<()>,
+    api: Api<K>,
+    tx: mpsc::Sender<Change>,
+    wrap: F,
+) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    F: Fn(Event<K>) -> Change + Send + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
+        .default_backoff();
+    tasks.spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(event) => {
+                    if tx.send(wrap(event)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::warn!(kind = K::kind(&()).as_ref(), error = %e, "watch failed; retrying"),
+            }
+        }
+    });
+    store
+}
+
+/// Starts the four watches; their events arrive on the returned channel.
+pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc::Receiver<Change>) {
+    let (tx, rx) = mpsc::channel(4096);
+    let pods = spawn_watch(tasks, Api::all(client.clone()), tx.clone(), |e| {
+        Change::Pod(Box::new(e))
+    });
+    let nodes = spawn_watch(tasks, Api::all(client.clone()), tx.clone(), |e| {
+        Change::Node(Box::new(e))
+    });
+    let priority_classes = spawn_watch(
+        tasks,
+        Api::<PriorityClass>::all(client.clone()),
+        tx.clone(),
+        |e| Change::PriorityClasses {
+            listed: matches!(e, Event::InitDone),
+        },
+    );
+    let runtime_classes = spawn_watch(tasks, Api::<RuntimeClass>::all(client.clone()), tx, |e| {
+        Change::RuntimeClasses {
+            listed: matches!(e, Event::InitDone),
+        }
+    });
+    (
+        Stores {
+            pods,
+            nodes,
+            priority_classes,
+            runtime_classes,
+        },
+        rx,
+    )
+}
+
+/// Applies one watch event to the state. Returns whether anything may have changed.
+pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -> bool {
+    match change {
+        Change::Pod(event) => match *event {
+            Event::Apply(p) | Event::InitApply(p) => state.apply_pod(&p),
+            Event::Delete(p) => state.delete_pod(&p),
+            Event::Init => return false,
+            Event::InitDone => state.retain_pods(&index::pod_keys(&stores.pods.state())),
+        },
+        Change::Node(event) => match *event {
+            Event::Apply(n) | Event::InitApply(n) => {
+                if let Err(e) = state.apply_node(&n) {
+                    tracing::warn!(error = %e, object = ?e.object, "node cannot be read; it keeps its last readable state");
+                }
+            }
+            Event::Delete(n) => {
+                if let Some(name) = &n.metadata.name {
+                    state.delete_node(name);
+                }
+            }
+            Event::Init => return false,
+            Event::InitDone => state.retain_nodes(&index::node_names(&stores.nodes.state())),
+        },
+        Change::PriorityClasses { .. } | Change::RuntimeClasses { .. } => {
+            let pcs = stores.priority_classes.state();
+            let rcs = stores.runtime_classes.state();
+            for e in state.set_classes(pcs.iter().map(|a| &**a), rcs.iter().map(|a| &**a)) {
+                tracing::warn!(error = %e, object = ?e.object, "class cannot be read");
+            }
+        }
+    }
+    true
+}
+
+enum Done {
+    Bind(BindJob, BindOutcome),
+    Report(StatusJob, Result<(), String>),
+}
+
+/// Why [`lead`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    LostLease,
+    Shutdown,
+}
+
+/// Schedules while `leader` is true: watches, rebuilds, cycles, binds.
+pub async fn lead(
+    client: Client,
+    writer: ApiWriter,
+    config: &DriverConfig,
+    metrics: &Metrics,
+    mut leader: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Ended {
+    let mut watches = JoinSet::new();
+    let (stores, mut changes) = start_watches(&client, &mut watches);
+    let mut state = ClusterState::new(config.scheduler, &config.scheduler_name);
+    let mut synced = Synced::default();
+    let mut binds: VecDeque<BindJob> = VecDeque::new();
+    let mut reports: VecDeque<StatusJob> = VecDeque::new();
+    let mut in_flight: JoinSet<Done> = JoinSet::new();
+    let mut dirty_since: Option<Instant> = None;
+    let started = Instant::now();
+    let mut last_gauges = Instant::now() - Duration::from_secs(60);
+    let ended = loop {
+        let deadline = dirty_since
+            .filter(|_| synced.all())
+            .map(|t| t + config.debounce);
+        tokio::select! {
+            biased;
+            _ = leader.wait_for(|l| !*l) => break Ended::LostLease,
+            _ = shutdown.wait_for(|s| *s) => break Ended::Shutdown,
+            Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                match done {
+                    Ok(Done::Bind(job, outcome)) => {
+                        let label = match &outcome {
+                            BindOutcome::Bound => "bound",
+                            BindOutcome::PodGone => "pod_gone",
+                            BindOutcome::Conflict(_) => "conflict",
+                            BindOutcome::Retry(why) => {
+                                tracing::warn!(pod = %format!("{}/{}", job.namespace, job.name), node = %job.node, why = %why, "bind failed; requeued");
+                                "retry"
+                            }
+                        };
+                        metrics.binds.get_or_create(&vec![("result", label)]).inc();
+                        if outcome != BindOutcome::Bound {
+                            dirty_since.get_or_insert_with(Instant::now);
+                        }
+                        state.bind_result(job.id, outcome);
+                    }
+                    Ok(Done::Report(job, result)) => {
+                        let label = if let Err(e) = result {
+                            tracing::warn!(pod = %format!("{}/{}", job.namespace, job.name), error = %e, "could not report why the pod waits");
+                            "error"
+                        } else {
+                            "ok"
+                        };
+                        metrics.status_reports.get_or_create(&vec![("result", label)]).inc();
+                    }
+                    Err(e) if e.is_cancelled() => {}
+                    Err(e) => tracing::error!(error = %e, "API task panicked"),
+                }
+            }
+            Some(change) = changes.recv() => {
+                match &change {
+                    Change::Pod(e) if matches!(**e, Event::InitDone) => synced.pods = true,
+                    Change::Node(e) if matches!(**e, Event::InitDone) => synced.nodes = true,
+                    Change::PriorityClasses { listed: true } => synced.priority_classes = true,
+                    Change::RuntimeClasses { listed: true } => synced.runtime_classes = true,
+                    _ => {}
+                }
+                let was_synced = synced.all();
+                if apply_change(&mut state, &stores, change) {
+                    dirty_since.get_or_insert_with(Instant::now);
+                }
+                if synced.all() && !was_synced {
+                    tracing::info!(
+                        nodes = state.scheduler().cluster().len(),
+                        pods = state.tracked_pods(),
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "state rebuilt from the listing; scheduling"
+                    );
+                }
+                if synced.all() {
+                    metrics.ready.store(true, Ordering::Relaxed);
+                }
+            }
+            _ = sleep_until(deadline) => {
+                dirty_since = None;
+                let t = std::time::Instant::now();
+                let out = state.cycle(started.elapsed().as_millis() as u64);
+                metrics.cycle_duration.observe(t.elapsed().as_secs_f64());
+                if !out.binds.is_empty() || !out.unschedulable.is_empty() {
+                    tracing::debug!(binds = out.binds.len(), unschedulable = out.unschedulable.len(), "cycle");
+                }
+                binds.extend(out.binds);
+                reports.extend(out.unschedulable);
+                if last_gauges.elapsed() >= Duration::from_secs(1) {
+                    last_gauges = Instant::now();
+                    let pending = state.pending_by_reason();
+                    for kind in REASON_KINDS {
+                        metrics.pending.get_or_create(&vec![("reason", kind)]).set(pending[kind]);
+                    }
+                }
+            }
+        }
+        // Keep the pipeline full: binds first, then reports; nothing once the lease is gone.
+        while in_flight.len() < config.max_in_flight && *leader.borrow() {
+            if let Some(job) = binds.pop_front() {
+                let writer = writer.clone();
+                let leader = leader.clone();
+                in_flight.spawn(async move {
+                    let outcome = writer.bind(&job, || *leader.borrow()).await;
+                    Done::Bind(job, outcome)
+                });
+            } else if let Some(job) = reports.pop_front() {
+                let writer = writer.clone();
+                in_flight.spawn(async move {
+                    let result = writer
+                        .report_unschedulable(&job)
+                        .await
+                        .map_err(|e| e.to_string());
+                    Done::Report(job, result)
+                });
+            } else {
+                break;
+            }
+        }
+    };
+    in_flight.abort_all();
+    watches.abort_all();
+    metrics.ready.store(false, Ordering::Relaxed);
+    ended
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs the scheduler until shutdown: waits for the lease, leads, and starts over when
+/// the lease is lost.
+pub async fn run(
+    client: Client,
+    writer: ApiWriter,
+    config: DriverConfig,
+    metrics: Arc<Metrics>,
+    mut leader: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        metrics.leader.set(0);
+        tokio::select! {
+            _ = leader.wait_for(|l| *l) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        tracing::info!("leading: rebuilding state from a fresh listing");
+        metrics.leader.set(1);
+        let ended = lead(
+            client.clone(),
+            writer.clone(),
+            &config,
+            &metrics,
+            leader.clone(),
+            shutdown.clone(),
+        )
+        .await;
+        metrics.leader.set(0);
+        match ended {
+            Ended::Shutdown => return,
+            Ended::LostLease => tracing::warn!("lease lost: stopped binding, state dropped"),
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! Leader election with a `coordination.k8s.io/v1` Lease, as client-go's `leaderelection`
+//! does it (the defaults are kube-scheduler's): a candidate takes a Lease that is absent,
+//! released, or not renewed for `lease_duration` as this replica observed it (local clock,
+//! so clock skew between replicas does not matter); the leader renews every
+//! `retry_period` and gives up when it could not renew for `renew_deadline`.
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::Client;
+use tokio::sync::watch;
+use tokio::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct LeaseConfig {
+    pub namespace: String,
+    /// The Lease's name (the scheduler name: one leader per scheduler name).
+    pub name: String,
+    /// This replica (`POD_NAME`, else the hostname), unique among replicas.
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl LeaseConfig {
+    /// kube-scheduler's timings: 15 s lease, 10 s renew deadline, 2 s retry.
+    pub fn new(namespace: &str, name: &str, identity: &str) -> Self {
+        LeaseConfig {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            identity: identity.to_string(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+pub struct LeaderElector {
+    config: LeaseConfig,
+    api: Api<Lease>,
+    /// The last record seen and when this replica first saw it.
+    observed: Option<(LeaseSpec, Instant)>,
+}
+
+fn api_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+impl LeaderElector {
+    pub fn new(client: Client, config: LeaseConfig) -> Self {
+        let api = Api::namespaced(client, &config.namespace);
+        LeaderElector {
+            config,
+            api,
+            observed: None,
+        }
+    }
+
+    pub fn config(&self) -> &LeaseConfig {
+        &self.config
+    }
+
+    fn record(&self, acquire: Option<MicroTime>, transitions: i32) -> LeaseSpec {
+        let now = MicroTime(Timestamp::now());
+        LeaseSpec {
+            holder_identity: Some(self.config.identity.clone()),
+            lease_duration_seconds: Some(self.config.lease_duration.as_secs() as i32),
+            acquire_time: Some(acquire.unwrap_or_else(|| now.clone())),
+            renew_time: Some(now),
+            lease_transitions: Some(transitions),
+            ..Default::default()
+        }
+    }
+
+    /// One attempt: create, renew or take over the Lease. `Ok(true)`: this replica leads.
+    pub async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
+        let now = Instant::now();
+        let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.config.name.clone()),
+                    namespace: Some(self.config.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(self.record(None, 0)),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(created) => {
+                    self.observed = Some((created.spec.unwrap_or_default(), now));
+                    Ok(true)
+                }
+                Err(e) if api_code(&e) == Some(409) => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        if self.observed.as_ref().is_none_or(|(seen, _)| *seen != spec) {
+            self.observed = Some((spec.clone(), now));
+        }
+        let observed_at = self.observed.as_ref().map(|(_, at)| *at).unwrap_or(now);
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let mine = holder == self.config.identity;
+        let duration = spec
+            .lease_duration_seconds
+            .map(|s| Duration::from_secs(s.max(0) as u64))
+            .unwrap_or(self.config.lease_duration);
+        if !holder.is_empty() && !mine && observed_at + duration > now {
+            return Ok(false);
+        }
+        let transitions = spec.lease_transitions.unwrap_or(0);
+        lease.spec = Some(if mine {
+            self.record(spec.acquire_time.clone(), transitions)
+        } else {
+            self.record(None, transitions + 1)
+        });
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(updated) => {
+                self.observed = Some((updated.spec.unwrap_or_default(), now));
+                Ok(true)
+            }
+            Err(e) if api_code(&e) == Some(409) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives the Lease up (on shutdown), so another replica takes over at once: the holder
+    /// is cleared and the duration set to 1 s, as client-go's `ReleaseOnCancel` does.
+    pub async fn release(&mut self) -> Result<(), kube::Error> {
+        let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
+            return Ok(());
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
+            return Ok(());
+        }
+        let now = MicroTime(Timestamp::now());
+        lease.spec = Some(LeaseSpec {
+            holder_identity: None,
+            lease_duration_seconds: Some(1),
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            lease_transitions: spec.lease_transitions,
+            ..Default::default()
+        });
+        self.api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await?;
+        Ok(())
+    }
+
+    /// Campaigns and renews until `shutdown` fires, publishing leadership on `leader`.
+    /// Leadership is withdrawn the moment a renewal is refused or the renew deadline passes.
+    pub async fn run(mut self, leader: watch::Sender<bool>, mut shutdown: watch::Receiver<bool>) {
+        let mut last_renew: Option<Instant> = None;
+        loop {
+            let attempt = self.try_acquire_or_renew().await;
+            let now = Instant::now();
+            let leading = match attempt {
+                Ok(true) => {
+                    last_renew = Some(now);
+                    true
+                }
+                Ok(false) => false,
+                Err(e) => {
+                    tracing::warn!(error = %e, lease = %self.config.name, "lease request failed");
+                    last_renew.is_some_and(|t| now.duration_since(t) < self.config.renew_deadline)
+                }
+            };
+            if !leading {
+                last_renew = None;
+            }
+            if *leader.borrow() != leading {
+                tracing::info!(identity = %self.config.identity, leading, "leadership changed");
+                leader.send_replace(leading);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.retry_period) => {}
+                _ = shutdown.wait_for(|s| *s) => break,
+            }
+        }
+        leader.send_replace(false);
+        if last_renew.is_some() {
+            if let Err(e) = self.release().await {
+                tracing::warn!(error = %e, "could not release the lease");
+            }
+        }
+    }
+}

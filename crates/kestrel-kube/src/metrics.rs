@@ -1,0 +1,196 @@
+//! Prometheus metrics (`kestrel_` prefix) and the `/metrics`, `/healthz`, `/readyz` server.
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub type Labels = Vec<(&'static str, &'static str)>;
+
+pub struct Metrics {
+    registry: Registry,
+    pub cycle_duration: Histogram,
+    pub pending: Family<Labels, Gauge>,
+    pub binds: Family<Labels, Counter>,
+    pub status_reports: Family<Labels, Counter>,
+    pub leader: Gauge,
+    /// Set once the watches have listed everything (and, on a leader, the state is built).
+    pub ready: AtomicBool,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("kestrel");
+        let cycle_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        registry.register(
+            "scheduling_cycle_duration_seconds",
+            "Time one scheduling cycle takes in the engine, API calls excluded",
+            cycle_duration.clone(),
+        );
+        let pending = Family::<Labels, Gauge>::default();
+        registry.register(
+            "pending_pods",
+            "Pods waiting for a node, by reason kind (capacity, constraints, gang, invalid, untried)",
+            pending.clone(),
+        );
+        let binds = Family::<Labels, Counter>::default();
+        registry.register(
+            "binds",
+            "Bind attempts by result (bound, pod_gone, conflict, retry)",
+            binds.clone(),
+        );
+        let status_reports = Family::<Labels, Counter>::default();
+        registry.register(
+            "unschedulable_reports",
+            "PodScheduled=False updates and FailedScheduling events, by result (ok, error)",
+            status_reports.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the lease and schedules",
+            leader.clone(),
+        );
+        Metrics {
+            registry,
+            cycle_duration,
+            pending,
+            binds,
+            status_reports,
+            leader,
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String");
+        out
+    }
+
+    fn respond(&self, path: &str) -> Response<Full<Bytes>> {
+        let (code, content_type, body) = match path {
+            "/metrics" => (
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                self.encode(),
+            ),
+            "/healthz" | "/livez" => (StatusCode::OK, "text/plain", "ok".to_string()),
+            "/readyz" if self.ready.load(Ordering::Relaxed) => {
+                (StatusCode::OK, "text/plain", "ok".to_string())
+            }
+            "/readyz" => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                "watches not synced".to_string(),
+            ),
+            _ => (StatusCode::NOT_FOUND, "text/plain", "not found".to_string()),
+        };
+        Response::builder()
+            .status(code)
+            .header("content-type", content_type)
+            .body(Full::new(Bytes::from(body)))
+            .expect("static response parts")
+    }
+}
+
+/// Serves the metrics and health endpoints until `shutdown` fires.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => accepted?,
+            _ = shutdown.wait_for(|s| *s) => return Ok(()),
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let response = metrics.respond(req.uri().path());
+                async move { Ok::<_, std::convert::Infallible>(response) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// Binds the metrics address.
+pub async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_are_named_with_the_prefix_and_units() {
+        let m = Metrics::new();
+        m.binds.get_or_create(&vec![("result", "bound")]).inc();
+        m.pending
+            .get_or_create(&vec![("reason", "capacity")])
+            .set(3);
+        m.cycle_duration.observe(0.002);
+        m.leader.set(1);
+        let text = m.encode();
+        for needle in [
+            "kestrel_binds_total{result=\"bound\"} 1",
+            "kestrel_pending_pods{reason=\"capacity\"} 3",
+            "kestrel_scheduling_cycle_duration_seconds_count 1",
+            "kestrel_leader 1",
+            "# EOF",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in\n{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn http_endpoints() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let metrics = Arc::new(Metrics::new());
+        let listener = listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = watch::channel(false);
+        let server = tokio::spawn(serve(listener, metrics.clone(), rx));
+        let get = |path: &'static str| async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(
+                format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        };
+        assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get("/readyz").await.starts_with("HTTP/1.1 503"));
+        metrics.ready.store(true, Ordering::Relaxed);
+        assert!(get("/readyz").await.starts_with("HTTP/1.1 200"));
+        assert!(get("/metrics").await.contains("kestrel_leader 0"));
+        assert!(get("/nope").await.starts_with("HTTP/1.1 404"));
+        tx.send_replace(true);
+        server.await.unwrap().unwrap();
+    }
+}

@@ -1,0 +1,200 @@
+//! The watch-to-index path with reflector stores filled by hand.
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kestrel_core::SchedulerConfig;
+use kestrel_kube::index::{self, BindOutcome, ClusterState, PodState};
+use kube::runtime::reflector::store;
+use kube::runtime::watcher::Event;
+use serde_json::json;
+
+fn node(name: &str, gpus: u32) -> Node {
+    serde_json::from_value(json!({"metadata": {"name": name},
+        "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": gpus.to_string()}}}))
+    .unwrap()
+}
+
+fn pod(name: &str, gpus: u32, node: Option<&str>) -> Pod {
+    let mut p = json!({"metadata": {"name": name, "namespace": "ml", "uid": format!("u-{name}")},
+        "spec": {"schedulerName": "kestrel", "containers": [{"name": "c",
+            "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": gpus.to_string()}}}]}});
+    if let Some(n) = node {
+        p["spec"]["nodeName"] = json!(n);
+    }
+    serde_json::from_value(p).unwrap()
+}
+
+fn free_gpus(state: &ClusterState, node: &str) -> u64 {
+    let c = state.scheduler().cluster();
+    let n = c.node(c.id_of(node).unwrap());
+    n.gpus.iter().map(|g| u64::from(g.free_milli)).sum()
+}
+
+#[test]
+fn a_relist_forgets_what_was_deleted_while_the_watch_was_down() {
+    let (pods, mut pod_writer) = store::<Pod>();
+    let (nodes, mut node_writer) = store::<Node>();
+    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    for e in [
+        Event::Init,
+        Event::InitApply(node("gpu-0", 8)),
+        Event::InitApply(node("gpu-1", 8)),
+        Event::InitDone,
+    ] {
+        node_writer.apply_watcher_event(&e);
+        if let Event::InitApply(n) = &e {
+            state.apply_node(n).unwrap();
+        }
+    }
+    for e in [
+        Event::Init,
+        Event::InitApply(pod("a", 4, Some("gpu-0"))),
+        Event::InitApply(pod("b", 2, Some("gpu-1"))),
+        Event::InitDone,
+    ] {
+        pod_writer.apply_watcher_event(&e);
+        if let Event::InitApply(p) = &e {
+            state.apply_pod(p);
+        }
+    }
+    assert_eq!(free_gpus(&state, "gpu-0"), 4000);
+    assert_eq!(free_gpus(&state, "gpu-1"), 6000);
+    // The watch restarts; pod a and node gpu-1 were deleted meanwhile.
+    for e in [
+        Event::Init,
+        Event::InitApply(pod("b", 2, Some("gpu-1"))),
+        Event::InitDone,
+    ] {
+        pod_writer.apply_watcher_event(&e);
+    }
+    node_writer.apply_watcher_event(&Event::Init);
+    node_writer.apply_watcher_event(&Event::InitApply(node("gpu-0", 8)));
+    node_writer.apply_watcher_event(&Event::InitDone);
+    state.retain_pods(&index::pod_keys(&pods.state()));
+    state.retain_nodes(&index::node_names(&nodes.state()));
+    assert_eq!(free_gpus(&state, "gpu-0"), 8000, "a's GPUs are free again");
+    assert!(state.pod_state("ml/a").is_none());
+    assert!(
+        matches!(state.pod_state("ml/b"), Some(PodState::Orphan { node, .. }) if node == "gpu-1"),
+        "b waits for its node and is not rescheduled: {:?}",
+        state.pod_state("ml/b")
+    );
+    assert_eq!(state.scheduler().pending_count(), 0);
+    // The node comes back: b counts on it again.
+    state.apply_node(&node("gpu-1", 8)).unwrap();
+    assert_eq!(free_gpus(&state, "gpu-1"), 6000);
+}
+
+#[test]
+fn bind_results_never_leak_or_double_count() {
+    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    state.apply_node(&node("gpu-0", 8)).unwrap();
+    for name in ["p", "q", "r", "s"] {
+        state.apply_pod(&pod(name, 2, None));
+    }
+    let out = state.cycle(0);
+    assert_eq!(out.binds.len(), 4);
+    assert_eq!(free_gpus(&state, "gpu-0"), 0);
+    let id = |n: &str| out.binds.iter().find(|b| b.name == n).unwrap().id;
+    // p: bound, then the watch confirms it.
+    state.bind_result(id("p"), BindOutcome::Bound);
+    state.apply_pod(&pod("p", 2, Some("gpu-0")));
+    assert!(matches!(
+        state.pod_state("ml/p"),
+        Some(PodState::Bound { .. })
+    ));
+    // q: deleted meanwhile.
+    state.bind_result(id("q"), BindOutcome::PodGone);
+    assert!(state.pod_state("ml/q").is_none());
+    // r: a transient error: requeued, capacity freed.
+    state.bind_result(id("r"), BindOutcome::Retry("timeout".into()));
+    assert!(matches!(state.pod_state("ml/r"), Some(PodState::Queued(_))));
+    // s: someone else bound it elsewhere (conflict with the pod read back).
+    state.apply_node(&node("gpu-1", 8)).unwrap();
+    let elsewhere = pod("s", 2, Some("gpu-1"));
+    state.bind_result(id("s"), BindOutcome::Conflict(Some(Box::new(elsewhere))));
+    assert!(
+        matches!(state.pod_state("ml/s"), Some(PodState::Bound { node, .. }) if node == "gpu-1")
+    );
+    assert_eq!(
+        free_gpus(&state, "gpu-0"),
+        6000,
+        "only p holds GPUs on gpu-0: q and r freed theirs, s moved"
+    );
+    assert_eq!(free_gpus(&state, "gpu-1"), 6000);
+    // A stale result for p is ignored.
+    state.bind_result(id("p"), BindOutcome::Retry("late".into()));
+    assert!(matches!(
+        state.pod_state("ml/p"),
+        Some(PodState::Bound { .. })
+    ));
+    // r is placed again.
+    let again = state.cycle(1);
+    assert_eq!(again.binds.len(), 1);
+    assert_eq!(again.binds[0].name, "r");
+    // Terminal pods free their GPUs.
+    let mut done = pod("p", 2, Some("gpu-0"));
+    done.status = Some(serde_json::from_value(json!({"phase": "Succeeded"})).unwrap());
+    state.apply_pod(&done);
+    assert!(state.pod_state("ml/p").is_none());
+}
+
+#[test]
+fn other_schedulers_pods_wait_untouched_and_gated_pods_wait() {
+    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    state.apply_node(&node("gpu-0", 8)).unwrap();
+    let mut theirs = pod("theirs", 1, None);
+    theirs.spec.as_mut().unwrap().scheduler_name = Some("default-scheduler".into());
+    state.apply_pod(&theirs);
+    let mut gated = pod("gated", 1, None);
+    gated.spec.as_mut().unwrap().scheduling_gates = Some(vec![serde_json::from_value(
+        json!({"name": "example.com/wait"}),
+    )
+    .unwrap()]);
+    state.apply_pod(&gated);
+    assert!(state.pod_state("ml/theirs").is_none());
+    assert_eq!(state.pod_state("ml/gated"), Some(&PodState::Gated));
+    assert!(state.cycle(0).binds.is_empty());
+    gated.spec.as_mut().unwrap().scheduling_gates = None;
+    state.apply_pod(&gated);
+    assert_eq!(state.cycle(1).binds.len(), 1);
+}
+
+#[test]
+fn an_unreadable_pod_is_reported_and_retried_when_classes_change() {
+    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    state.apply_node(&node("gpu-0", 8)).unwrap();
+    let mut p = pod("kata", 1, None);
+    p.spec.as_mut().unwrap().runtime_class_name = Some("kata".into());
+    state.apply_pod(&p);
+    assert!(matches!(
+        state.pod_state("ml/kata"),
+        Some(PodState::Invalid(_))
+    ));
+    let rc =
+        serde_json::from_value(json!({"metadata": {"name": "kata"}, "handler": "kata"})).unwrap();
+    state.set_classes([], [&rc]);
+    assert!(matches!(
+        state.pod_state("ml/kata"),
+        Some(PodState::Queued(_))
+    ));
+    let out = state.cycle(0);
+    assert!(
+        out.unschedulable.is_empty(),
+        "the stale report is dropped: {out:?}"
+    );
+    assert_eq!(out.binds.len(), 1);
+    // Without the class the report names the field.
+    let mut q = pod("kata2", 1, None);
+    q.spec.as_mut().unwrap().runtime_class_name = Some("gvisor".into());
+    state.apply_pod(&q);
+    let out = state.cycle(1);
+    assert_eq!(out.unschedulable.len(), 1);
+    assert_eq!(out.unschedulable[0].reason, "SchedulerError");
+    assert!(
+        out.unschedulable[0]
+            .message
+            .contains("spec.runtimeClassName"),
+        "{:?}",
+        out.unschedulable[0]
+    );
+}

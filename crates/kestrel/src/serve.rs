@@ -1,0 +1,206 @@
+//! `kestrel serve`: the live scheduler. `kestrel manifests`: the install manifests.
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use kestrel_core::{Policy, SchedulerConfig};
+use kestrel_kube::api::ApiWriter;
+use kestrel_kube::driver::{self, DriverConfig};
+use kestrel_kube::leader::{LeaderElector, LeaseConfig};
+use kestrel_kube::limiter::Limiter;
+use kestrel_kube::metrics::{self, Metrics};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LogFormat {
+    Plain,
+    Json,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Kubeconfig file; default: in-cluster config, else $KUBECONFIG or ~/.kube/config.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Schedule pods whose spec.schedulerName is this.
+    #[arg(long, default_value = "kestrel")]
+    scheduler_name: String,
+    /// Client-side limit of API writes per second (binds, status, events); 0: none.
+    #[arg(long, default_value_t = 200.0)]
+    qps: f64,
+    /// Writes allowed in a burst above --qps.
+    #[arg(long, default_value_t = 400)]
+    burst: u32,
+    /// Elect one leader among replicas with a Lease (disable only for a single replica).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Namespace of the leader-election Lease (named after --scheduler-name).
+    #[arg(long, default_value = "kube-system")]
+    lease_namespace: String,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:10251")]
+    metrics_addr: SocketAddr,
+    #[arg(long, value_enum, default_value = "plain")]
+    log_format: LogFormat,
+    /// Scoring policy: kestrel, binpack, spread, bestfit, random.
+    #[arg(long, default_value = "kestrel")]
+    policy: Policy,
+    /// Binds and status updates in flight at once.
+    #[arg(long, default_value_t = 16)]
+    max_in_flight: usize,
+}
+
+#[derive(Args)]
+pub struct ManifestsArgs {
+    /// Print the Helm template (charts/kestrel/templates/kestrel.yaml) instead.
+    #[arg(long, conflicts_with = "values")]
+    helm: bool,
+    /// Print the chart's values.yaml instead.
+    #[arg(long)]
+    values: bool,
+}
+
+pub fn manifests(args: ManifestsArgs) -> Result<()> {
+    let text = if args.helm {
+        kestrel_kube::manifests::render_helm()
+    } else if args.values {
+        kestrel_kube::manifests::render_values()
+    } else {
+        kestrel_kube::manifests::render_plain()
+    };
+    print!("{text}");
+    Ok(())
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Plain => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn identity() -> String {
+    std::env::var("POD_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("kestrel-{}", std::process::id()))
+}
+
+pub fn serve(args: ServeArgs) -> Result<()> {
+    init_logging(args.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve_async(args))
+}
+
+async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(&path)
+                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .with_context(|| format!("using the kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer().await.context(
+            "no cluster configuration: not running in a pod and no kubeconfig found; pass --kubeconfig FILE",
+        )?,
+    };
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+async fn serve_async(args: ServeArgs) -> Result<()> {
+    let client = client(args.kubeconfig.clone()).await?;
+    let identity = identity();
+    let metrics = Arc::new(Metrics::new());
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let listener = metrics::listen(args.metrics_addr)
+        .await
+        .with_context(|| format!("listening on --metrics-addr {}", args.metrics_addr))?;
+    let server = tokio::spawn(metrics::serve(
+        listener,
+        metrics.clone(),
+        shutdown_rx.clone(),
+    ));
+
+    let (leader_tx, leader_rx) = watch::channel(!args.leader_elect);
+    let elector = if args.leader_elect {
+        let lease = LeaseConfig::new(&args.lease_namespace, &args.scheduler_name, &identity);
+        let elector = LeaderElector::new(client.clone(), lease);
+        Some(tokio::spawn(elector.run(leader_tx, shutdown_rx.clone())))
+    } else {
+        drop(leader_tx);
+        None
+    };
+    let writer = ApiWriter::new(
+        client.clone(),
+        &args.scheduler_name,
+        &identity,
+        Arc::new(Limiter::new(args.qps, args.burst)),
+    );
+    let mut config = DriverConfig::new(&args.scheduler_name);
+    config.scheduler = SchedulerConfig {
+        policy: args.policy,
+        ..SchedulerConfig::default()
+    };
+    config.max_in_flight = args.max_in_flight.max(1);
+    tracing::info!(
+        scheduler_name = %args.scheduler_name,
+        identity = %identity,
+        leader_elect = args.leader_elect,
+        metrics_addr = %args.metrics_addr,
+        "kestrel serve starting"
+    );
+    let driver = tokio::spawn(driver::run(
+        client,
+        writer,
+        config,
+        metrics,
+        leader_rx,
+        shutdown_rx,
+    ));
+
+    shutdown_signal().await;
+    tracing::info!("shutting down: binding stops, the lease is released");
+    shutdown_tx.send_replace(true);
+    driver.await.ok();
+    if let Some(elector) = elector {
+        elector.await.ok();
+    }
+    server.await.ok();
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
