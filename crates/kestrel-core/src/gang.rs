@@ -359,25 +359,24 @@ impl Scheduler {
         now: Millis,
     ) -> Result<Vec<Placed>, Unschedulable> {
         let topology = &spec.topology;
-        // The most pods any attempt placed, and why its first pod that did not fit did not
-        // (counted while its peers held their places).
-        let mut best: (usize, Option<Unschedulable>) = (0, None);
+        // The most pods any attempt placed, where, and its first pod that did not fit.
+        let mut best: (usize, Option<(Option<Vec<NodeId>>, PodId)>) = (0, None);
         let gpus_needed: u64 = pods
             .iter()
             .take(needed)
             .map(|&p| self.pods[p.0 as usize].spec.demand.gpu.milli())
             .sum();
         let mut attempt = |s: &mut Scheduler, nodes: Option<&[NodeId]>| -> Option<Vec<Placed>> {
-            let (placed, failed) = match &topology.slice {
-                Some((level, size)) => s.place_in_slices(pods, nodes, level, *size as usize, now),
-                None => s.place_all(pods, nodes, needed, now),
-            };
+            let (placed, failed) = s.try_place(topology, pods, nodes, needed, now);
             if placed.len() >= needed {
                 return Some(placed);
             }
             if placed.len() >= best.0 || best.1.is_none() {
                 if let Some(pod) = failed {
-                    best = (placed.len().max(best.0), Some(s.explain_pod(pod)));
+                    best = (
+                        placed.len().max(best.0),
+                        Some((nodes.map(<[NodeId]>::to_vec), pod)),
+                    );
                 }
             }
             s.rollback(&placed);
@@ -407,7 +406,8 @@ impl Scheduler {
                 level: level.clone(),
                 domains: count,
             };
-            return Err(self.gang_failure(problem, best.1));
+            let why = self.explain_attempt(topology, pods, needed, now, best.1);
+            return Err(self.gang_failure(problem, why));
         }
         // Preferred level, then wider levels; peers of a running gang pull towards their rack.
         let mut levels: Vec<String> = Vec::new();
@@ -439,7 +439,41 @@ impl Scheduler {
             placed: (best.0 + running.len()) as u32,
             needed: spec.min_member,
         };
-        Err(self.gang_failure(problem, best.1))
+        let why = self.explain_attempt(topology, pods, needed, now, best.1);
+        Err(self.gang_failure(problem, why))
+    }
+
+    /// One placement attempt of the gang's pods, slice by slice when asked.
+    fn try_place(
+        &mut self,
+        topology: &GangTopology,
+        pods: &[PodId],
+        nodes: Option<&[NodeId]>,
+        needed: usize,
+        now: Millis,
+    ) -> (Vec<Placed>, Option<PodId>) {
+        match &topology.slice {
+            Some((level, size)) => self.place_in_slices(pods, nodes, level, *size as usize, now),
+            None => self.place_all(pods, nodes, needed, now),
+        }
+    }
+
+    /// Why the best attempt stopped: it is replayed, its first pod that did not fit is
+    /// explained while its peers hold their places, and it is rolled back again. Only a
+    /// gang that failed pays for this, once.
+    fn explain_attempt(
+        &mut self,
+        topology: &GangTopology,
+        pods: &[PodId],
+        needed: usize,
+        now: Millis,
+        best: Option<(Option<Vec<NodeId>>, PodId)>,
+    ) -> Option<Unschedulable> {
+        let (nodes, pod) = best?;
+        let (placed, failed) = self.try_place(topology, pods, nodes.as_deref(), needed, now);
+        let why = self.explain_pod(failed.unwrap_or(pod));
+        self.rollback(&placed);
+        Some(why)
     }
 
     /// The gang's problem, with the node-by-node reasons of its first pod that did not fit.
@@ -526,7 +560,12 @@ impl Scheduler {
 
     /// Nodes grouped by their value of `level` (nodes without the label are in no domain),
     /// optionally only among `within`.
-    fn domains(&self, level: &str, within: Option<&[NodeId]>) -> Vec<Domain> {
+    fn domains(&mut self, level: &str, within: Option<&[NodeId]>) -> Vec<Domain> {
+        if within.is_none() {
+            if let Some(domains) = self.domain_cache.get(level) {
+                return domains.clone();
+            }
+        }
         let mut out: BTreeMap<&str, Vec<NodeId>> = BTreeMap::new();
         let mut add = |id: NodeId| {
             if let Some(value) = self.cluster.node(id).spec.labels.get(level) {
@@ -537,7 +576,11 @@ impl Scheduler {
             Some(nodes) => nodes.iter().copied().for_each(&mut add),
             None => self.cluster.iter().for_each(|(id, _)| add(id)),
         }
-        out.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+        let domains: Vec<Domain> = out.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        if within.is_none() {
+            self.domain_cache.insert(level.to_string(), domains.clone());
+        }
+        domains
     }
 
     /// Domains with enough free GPU thousandths for `gpu_milli`, the least free first

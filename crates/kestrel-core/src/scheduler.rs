@@ -140,6 +140,8 @@ pub struct Scheduler {
     pub(crate) active: BTreeSet<QueueKey>,
     pub(crate) parked: Vec<QueueKey>,
     pub(crate) gangs: GangIndex,
+    /// Topology domains per level, until the next node change.
+    pub(crate) domain_cache: HashMap<String, Vec<(String, Vec<NodeId>)>>,
     /// Off during gang attempts: a pod that fails while its peers hold capacity
     /// tentatively must not mark its signature as failed.
     pub(crate) record_failures: bool,
@@ -169,6 +171,7 @@ impl Scheduler {
             active: BTreeSet::new(),
             parked: Vec::new(),
             gangs: GangIndex::default(),
+            domain_cache: HashMap::new(),
             record_failures: true,
             constraints: Vec::new(),
             constraint_ids: HashMap::new(),
@@ -220,6 +223,11 @@ impl Scheduler {
         move |cluster, node| policy.node_key(cluster, node)
     }
 
+    /// Nodes came, went or changed labels: topology domains are recomputed.
+    fn nodes_changed(&mut self) {
+        self.domain_cache.clear();
+    }
+
     pub(crate) fn capacity_may_have_grown(&mut self) {
         self.generation += 1;
     }
@@ -232,6 +240,7 @@ impl Scheduler {
         let max_cpu_before = self.cluster.max_node_cpu;
         let key = self.node_key();
         let id = self.cluster.insert(spec, &key);
+        self.nodes_changed();
         if self.config.policy.uses_max_node_cpu() && self.cluster.max_node_cpu != max_cpu_before {
             self.cluster.rekey_all(&key);
         }
@@ -280,6 +289,7 @@ impl Scheduler {
         let max_cpu_before = self.cluster.max_node_cpu;
         let key = self.node_key();
         self.cluster.respec(id, spec, &bound, &key);
+        self.nodes_changed();
         if self.config.policy.uses_max_node_cpu() && self.cluster.max_node_cpu != max_cpu_before {
             self.cluster.rekey_all(&key);
         }
@@ -393,6 +403,7 @@ impl Scheduler {
             .id_of(name)
             .ok_or_else(|| ClusterError::UnknownNode(name.to_string()))?;
         let state = self.cluster.remove(id);
+        self.nodes_changed();
         let evicted: Vec<PodId> = state.pods.iter().copied().collect();
         for &pod in &evicted {
             let record = &mut self.pods[pod.0 as usize];
