@@ -109,7 +109,9 @@ impl GangIndex {
 /// A pod placed tentatively during a gang attempt.
 type Placed = (PodId, NodeId, GpuAssignment);
 /// A topology domain: the label value and its nodes.
-type Domain = (String, Vec<NodeId>);
+pub(crate) type Domain = (String, Vec<NodeId>);
+/// Where an attempt ran (a domain's nodes, or anywhere) and its first pod that did not fit.
+type AttemptStop = (Option<Vec<NodeId>>, PodId);
 
 impl Scheduler {
     /// Sets the topology levels (node labels, from the widest domain to the narrowest),
@@ -360,7 +362,7 @@ impl Scheduler {
     ) -> Result<Vec<Placed>, Unschedulable> {
         let topology = &spec.topology;
         // The most pods any attempt placed, where, and its first pod that did not fit.
-        let mut best: (usize, Option<(Option<Vec<NodeId>>, PodId)>) = (0, None);
+        let mut best: (usize, Option<AttemptStop>) = (0, None);
         let gpus_needed: u64 = pods
             .iter()
             .take(needed)
@@ -467,7 +469,7 @@ impl Scheduler {
         pods: &[PodId],
         needed: usize,
         now: Millis,
-        best: Option<(Option<Vec<NodeId>>, PodId)>,
+        best: Option<AttemptStop>,
     ) -> Option<Unschedulable> {
         let (nodes, pod) = best?;
         let (placed, failed) = self.try_place(topology, pods, nodes.as_deref(), needed, now);

@@ -141,7 +141,7 @@ pub struct Scheduler {
     pub(crate) parked: Vec<QueueKey>,
     pub(crate) gangs: GangIndex,
     /// Topology domains per level, until the next node change.
-    pub(crate) domain_cache: HashMap<String, Vec<(String, Vec<NodeId>)>>,
+    pub(crate) domain_cache: HashMap<String, Vec<crate::gang::Domain>>,
     /// Off during gang attempts: a pod that fails while its peers hold capacity
     /// tentatively must not mark its signature as failed.
     pub(crate) record_failures: bool,
