@@ -98,14 +98,13 @@ fn run_sim(args: SimArgs) -> Result<()> {
     let cluster = load_cluster_file(&cluster_path)?;
     let mut workload = load_workload_files(&files.workload)?;
     if let Some(jobs) = args.synthetic {
-        workload.jobs.extend(
-            generate(&GeneratorConfig {
-                jobs,
-                span: args.span,
-                seed: args.seed,
-            })
-            .jobs,
-        );
+        let generated = generate(&GeneratorConfig {
+            jobs,
+            span: args.span,
+            seed: args.seed,
+        });
+        workload.jobs.extend(generated.jobs);
+        workload.gangs.extend(generated.gangs);
     }
     if workload.jobs.is_empty() {
         bail!(

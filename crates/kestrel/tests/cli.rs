@@ -68,6 +68,8 @@ fn sim_prints_the_summary_and_is_deterministic() {
         a.contains("Queue wait") && a.contains("policy random, seed 5"),
         "{a}"
     );
+    // Generated training jobs are gangs, declared along with their pods.
+    assert!(a.contains("Gangs") && !a.contains("does not exist"), "{a}");
     assert_eq!(strip(&a), strip(&b));
 }
 
