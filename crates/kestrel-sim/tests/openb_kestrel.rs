@@ -2,29 +2,11 @@
 //! experiment: on each of the four pod mixes, the mean GPU allocation rate at 130% arrivals
 //! over seeds 42..51 must beat the paper's FGD figure by at least half a point.
 
+mod common;
+
+use common::{load, trace_dir, SEEDS};
 use kestrel_core::Policy;
-use kestrel_sim::openb::{load_nodes, load_pods, packing_summary, OpenbNode, OpenbPod};
-use std::path::{Path, PathBuf};
-
-fn trace_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/openb");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: {} is absent", dir.display());
-        None
-    }
-}
-
-fn load(dir: &Path, pods: &str) -> (Vec<OpenbNode>, Vec<OpenbPod>) {
-    let nodes_path = dir.join("openb_node_list_gpu_node.csv");
-    let pods_path = dir.join(pods);
-    let nodes = load_nodes(&nodes_path, &std::fs::read_to_string(&nodes_path).unwrap()).unwrap();
-    let pods = load_pods(&pods_path, &std::fs::read_to_string(&pods_path).unwrap()).unwrap();
-    (nodes, pods)
-}
-
-const SEEDS: [u64; 10] = [42, 43, 44, 45, 46, 47, 48, 49, 50, 51];
+use kestrel_sim::openb::packing_summary;
 
 /// The FGD figures at 130% (mean of ten seeds, from the paper's artifact).
 const FGD: [(&str, f64); 4] = [

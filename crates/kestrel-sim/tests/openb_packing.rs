@@ -1,29 +1,11 @@
 //! The simulator's validation: the FGD packing experiment on the openb default mix must
 //! reproduce the published Random (87.5%) and BestFit (93.1%) figures within 0.5 points.
 
+mod common;
+
+use common::{load, trace_dir, SEEDS};
 use kestrel_core::Policy;
-use kestrel_sim::openb::{load_nodes, load_pods, packing_summary, OpenbNode, OpenbPod};
-use std::path::PathBuf;
-
-fn trace_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/openb");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: {} is absent", dir.display());
-        None
-    }
-}
-
-fn load(dir: &std::path::Path, pods: &str) -> (Vec<OpenbNode>, Vec<OpenbPod>) {
-    let nodes_path = dir.join("openb_node_list_gpu_node.csv");
-    let pods_path = dir.join(pods);
-    let nodes = load_nodes(&nodes_path, &std::fs::read_to_string(&nodes_path).unwrap()).unwrap();
-    let pods = load_pods(&pods_path, &std::fs::read_to_string(&pods_path).unwrap()).unwrap();
-    (nodes, pods)
-}
-
-const SEEDS: [u64; 10] = [42, 43, 44, 45, 46, 47, 48, 49, 50, 51];
+use kestrel_sim::openb::packing_summary;
 
 #[test]
 fn random_and_bestfit_reproduce_the_published_figures() {
