@@ -83,8 +83,10 @@ struct KestrelPodGroupSpec {
     schedule_timeout_seconds: Option<u64>,
     #[serde(default)]
     min_task_member: BTreeMap<String, u32>,
-    #[serde(default)]
-    min_resources: Option<Value>,
+    /// Accepted for compatibility with other PodGroups and not used: Kestrel sums the
+    /// requests of the gang's pods instead.
+    #[serde(default, rename = "minResources")]
+    _min_resources: Option<Value>,
     #[serde(default)]
     topology: Option<KestrelTopologyRequest>,
 }
@@ -179,7 +181,6 @@ pub fn parse_gang_document(path: &Path, doc: &Value) -> Result<GangDocument, Loa
                 format!("{e}; see the PodGroup format in the README"),
             )
         })?;
-        let _ = s.min_resources;
         gang.min_member = s.min_member;
         gang.schedule_timeout = s.schedule_timeout_seconds.map(|t| t * 1000);
         gang.role_minimums = s.min_task_member.into_iter().collect();
