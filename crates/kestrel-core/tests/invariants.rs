@@ -112,6 +112,13 @@ fn ops_strategy() -> impl Strategy<Value = (Vec<NodeSpec>, Vec<Op>)> {
     (nodes, proptest::collection::vec(op, 1..60))
 }
 
+fn node_names(s: &Scheduler) -> Vec<String> {
+    s.cluster()
+        .iter()
+        .map(|(_, n)| n.spec.name.clone())
+        .collect()
+}
+
 /// Runs the ops, checking invariants after each; returns every decision for comparison.
 fn run(policy: Policy, nodes: &[NodeSpec], ops: &[Op]) -> Vec<String> {
     let mut s = Scheduler::new(SchedulerConfig { policy, seed: 7 });
@@ -147,11 +154,7 @@ fn run(policy: Policy, nodes: &[NodeSpec], ops: &[Op]) -> Vec<String> {
             }
             Op::Unbind(_) => {}
             Op::Respec(i, shape) => {
-                let names: Vec<String> = s
-                    .cluster()
-                    .iter()
-                    .map(|(_, n)| n.spec.name.clone())
-                    .collect();
+                let names = node_names(&s);
                 if !names.is_empty() {
                     let id = s.cluster().id_of(&names[i % names.len()]).unwrap();
                     let mut spec = s.cluster().node(id).spec.clone();
@@ -162,21 +165,13 @@ fn run(policy: Policy, nodes: &[NodeSpec], ops: &[Op]) -> Vec<String> {
                 }
             }
             Op::Cordon(i, c) => {
-                let names: Vec<String> = s
-                    .cluster()
-                    .iter()
-                    .map(|(_, n)| n.spec.name.clone())
-                    .collect();
+                let names = node_names(&s);
                 if !names.is_empty() {
                     s.set_unschedulable(&names[i % names.len()], *c).unwrap();
                 }
             }
             Op::RemoveNode(i) => {
-                let names: Vec<String> = s
-                    .cluster()
-                    .iter()
-                    .map(|(_, n)| n.spec.name.clone())
-                    .collect();
+                let names = node_names(&s);
                 if names.len() > 1 {
                     s.remove_node(&names[i % names.len()]).unwrap();
                 }

@@ -272,9 +272,7 @@ impl<'a> Simulation<'a> {
                     let state = self.pods.get_mut(&pod).expect("evicted pod is tracked");
                     state.epoch += 1;
                     state.running = false;
-                    let (milli, util) = self.gpu_load(pod);
-                    self.integrals.gpu_milli_allocated -= milli;
-                    self.integrals.gpu_milli_utilized -= milli * util;
+                    self.track_gpu_load(pod, -1.0);
                 }
             }
             ClusterChange::Cordon(name) => self.scheduler.set_unschedulable(name, true)?,
@@ -329,9 +327,7 @@ impl<'a> Simulation<'a> {
         }
         state.running = false;
         let job_index = state.job;
-        let (milli, util) = self.gpu_load(pod);
-        self.integrals.gpu_milli_allocated -= milli;
-        self.integrals.gpu_milli_utilized -= milli * util;
+        self.track_gpu_load(pod, -1.0);
         self.scheduler.finish(pod).expect("running pod is known");
         self.report.pods.completed += 1;
         let job = &self.workload.jobs[job_index];
@@ -345,11 +341,13 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    /// GPU thousandths a bound pod holds, and its utilization.
-    fn gpu_load(&self, pod: PodId) -> (f64, f64) {
+    /// Adds (`sign` 1) or removes (-1) a bound pod's GPUs, and their busy share, from the
+    /// running totals the time-weighted means integrate.
+    fn track_gpu_load(&mut self, pod: PodId, sign: f64) {
         let job = &self.workload.jobs[self.pods[&pod].job];
-        let milli = job.template.demand.gpu.milli() as f64;
-        (milli, job.gpu_utilization)
+        let milli = sign * job.template.demand.gpu.milli() as f64;
+        self.integrals.gpu_milli_allocated += milli;
+        self.integrals.gpu_milli_utilized += milli * job.gpu_utilization;
     }
 
     fn apply(&mut self, decisions: Decisions) {
@@ -376,9 +374,7 @@ impl<'a> Simulation<'a> {
             if let Some(duration) = job.duration {
                 self.push(self.now + duration, Event::PodDone(binding.pod, epoch));
             }
-            let (milli, util) = self.gpu_load(binding.pod);
-            self.integrals.gpu_milli_allocated += milli;
-            self.integrals.gpu_milli_utilized += milli * util;
+            self.track_gpu_load(binding.pod, 1.0);
         }
     }
 
