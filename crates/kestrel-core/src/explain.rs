@@ -2,6 +2,7 @@
 //! "0/N nodes are available: ..." message, computed by the pass that decided.
 
 use crate::model::Taint;
+use crate::queue::QueueProblem;
 use serde::Serialize;
 use std::fmt;
 
@@ -151,6 +152,9 @@ impl fmt::Display for GangProblem {
 /// Why a pod fits no node, and what would have to change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Unschedulable {
+    /// Set when the workload's queue does not admit it (quota, missing queue, ...): no
+    /// node was tried, and adding nodes would not help.
+    pub queue: Option<QueueProblem>,
     /// Set when the pod waits because of its gang; `reasons` then describe the first of the
     /// gang's pods that did not fit (empty when the gang did not get that far).
     pub gang: Option<GangProblem>,
@@ -167,6 +171,21 @@ impl Unschedulable {
     /// The reason that matters most, for one-line summaries: what stops the pod on the
     /// nodes it is otherwise allowed on (a shortfall), else the most common exclusion.
     pub fn headline(&self) -> String {
+        if let Some(problem) = &self.queue {
+            return match problem {
+                QueueProblem::Quota { resource, .. } => format!("quota: {resource}"),
+                QueueProblem::WaitingForVictims { .. } => "waiting for preemption".to_string(),
+                QueueProblem::PreemptionDelay { .. } => "preemption delay".to_string(),
+                QueueProblem::BehindHead { .. } => "behind StrictFIFO head".to_string(),
+                QueueProblem::Stopped { .. } => "queue stopped".to_string(),
+                QueueProblem::NotCovered { resource, .. } => {
+                    format!("queue has no quota for {resource}")
+                }
+                QueueProblem::NoLocalQueue { .. }
+                | QueueProblem::NoClusterQueue { .. }
+                | QueueProblem::NamespaceNotSelected { .. } => "queue misconfigured".to_string(),
+            };
+        }
         if let Some(problem) = &self.gang {
             return match problem {
                 GangProblem::NotFound { .. } => "gang not found".to_string(),
@@ -192,6 +211,9 @@ impl Unschedulable {
 
     /// Whether a capacity problem (not configuration) blocks the pod: adding nodes could help.
     pub fn is_capacity(&self) -> bool {
+        if self.queue.is_some() {
+            return false;
+        }
         let gang_waits_for_capacity = matches!(
             self.gang,
             None | Some(GangProblem::Unplaceable { .. }) | Some(GangProblem::NoDomain { .. })
@@ -205,9 +227,21 @@ impl Unschedulable {
         self
     }
 
+    /// An explanation that is about the queue only (no node was tried).
+    pub fn queue_only(problem: QueueProblem, total_nodes: u32) -> Self {
+        Unschedulable {
+            queue: Some(problem),
+            gang: None,
+            total_nodes,
+            reasons: Vec::new(),
+            gpu_fragmentation: None,
+        }
+    }
+
     /// An explanation that is about the gang only (no node was tried).
     pub fn gang_only(problem: GangProblem, total_nodes: u32) -> Self {
         Unschedulable {
+            queue: None,
             gang: Some(problem),
             total_nodes,
             reasons: Vec::new(),
@@ -218,6 +252,9 @@ impl Unschedulable {
 
 impl fmt::Display for Unschedulable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(problem) = &self.queue {
+            return write!(f, "{problem}");
+        }
         if let Some(problem) = &self.gang {
             write!(f, "{problem}")?;
             if self.reasons.is_empty() {

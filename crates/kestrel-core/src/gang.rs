@@ -9,7 +9,8 @@
 
 use crate::cluster::{GpuAssignment, NodeId};
 use crate::explain::{GangProblem, Unschedulable};
-use crate::scheduler::{Binding, Decisions, Millis, PodId, PodPhase, Scheduler};
+use crate::preempt::WorkloadKey;
+use crate::scheduler::{Attempt, Binding, Cycle, Decisions, Millis, PodId, PodPhase, Scheduler};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -198,7 +199,13 @@ impl Scheduler {
     }
 
     /// One attempt to start a gang, whose pod `first` came up in the queue.
-    pub(crate) fn schedule_gang(&mut self, gang: GangId, now: Millis, decisions: &mut Decisions) {
+    pub(crate) fn schedule_gang(
+        &mut self,
+        gang: GangId,
+        now: Millis,
+        cycle: &mut Cycle,
+        decisions: &mut Decisions,
+    ) {
         let state = &self.gangs.gangs[gang.0 as usize];
         let mut pending: Vec<PodId> = state
             .members
@@ -209,6 +216,9 @@ impl Scheduler {
         for &p in &pending {
             let key = self.pods[p.0 as usize].queue_key(p);
             self.active.remove(&key);
+            for keys in cycle.borrowers.values_mut() {
+                keys.remove(&key);
+            }
         }
         let key_name = |s: &Scheduler| {
             let p = &s.pods[pending[0].0 as usize].spec;
@@ -297,9 +307,26 @@ impl Scheduler {
             )
         });
         let needed = spec.min_member.saturating_sub(running.len() as u32) as usize;
-        self.record_failures = false;
-        let outcome = self.place_gang_pods(&spec, &pending, &running, needed, now);
-        self.record_failures = true;
+        let outcome = match self.admit_and_place(
+            WorkloadKey::Gang(gang),
+            &pending,
+            Some((&spec, &running, needed)),
+            now,
+            cycle,
+            decisions,
+        ) {
+            Attempt::Placed(placed) => Ok(placed),
+            Attempt::Failed(reason) => Err(reason),
+            Attempt::Deferred => {
+                if let crate::scheduler::QueueLink::Cq(cq) = self.pods[pending[0].0 as usize].link {
+                    let keys = cycle.borrowers.entry(cq).or_default();
+                    for &p in &pending {
+                        keys.insert(self.pods[p.0 as usize].queue_key(p));
+                    }
+                }
+                return;
+            }
+        };
         match outcome {
             Ok(placed) => {
                 let complete_roles = {
@@ -352,7 +379,7 @@ impl Scheduler {
 
     /// Places at least `needed` of `pods` (in order) with the gang's topology, tentatively
     /// bound in the index; on failure everything tried is rolled back.
-    fn place_gang_pods(
+    pub(crate) fn place_gang_pods(
         &mut self,
         spec: &GangSpec,
         pods: &[PodId],
@@ -408,7 +435,10 @@ impl Scheduler {
                 level: level.clone(),
                 domains: count,
             };
-            let why = self.explain_attempt(topology, pods, needed, now, best.1);
+            let why = match self.probing {
+                true => None,
+                false => self.explain_attempt(topology, pods, needed, now, best.1),
+            };
             return Err(self.gang_failure(problem, why));
         }
         // Preferred level, then wider levels; peers of a running gang pull towards their rack.
@@ -441,7 +471,10 @@ impl Scheduler {
             placed: (best.0 + running.len()) as u32,
             needed: spec.min_member,
         };
-        let why = self.explain_attempt(topology, pods, needed, now, best.1);
+        let why = match self.probing {
+            true => None,
+            false => self.explain_attempt(topology, pods, needed, now, best.1),
+        };
         Err(self.gang_failure(problem, why))
     }
 
@@ -604,7 +637,7 @@ impl Scheduler {
     }
 
     /// Undoes tentative bindings of a failed attempt.
-    fn rollback(&mut self, placed: &[Placed]) {
+    pub(crate) fn rollback(&mut self, placed: &[Placed]) {
         for (pod, _, _) in placed.iter().rev() {
             self.release_to_pending(*pod);
         }

@@ -10,6 +10,8 @@ pub mod gang;
 pub mod model;
 pub mod packing;
 pub mod policy;
+pub mod preempt;
+pub mod queue;
 pub mod resources;
 pub mod rng;
 pub mod scheduler;
@@ -20,6 +22,13 @@ pub use explain::{GangProblem, NodeReason, Unschedulable};
 pub use gang::{GangError, GangId, GangPhase, GangSpec, GangState, GangTopology};
 pub use model::*;
 pub use policy::Policy;
+pub use preempt::{Preemption, VictimOrder};
+pub use queue::{
+    format_amount, quota_scale, Admission, BorrowWithinCohort, ClusterQueueSpec, CohortSpec, CqId,
+    FlavorQuotas, LocalQueueSpec, QueueError, QueuePreemption, QueueProblem, QueueingStrategy,
+    QuotaUsage, ReclaimPolicy, ResourceFlavor, ResourceGroup, ResourceQuota, StopPolicy,
+    WithinQueuePreemption, PODS_RESOURCE,
+};
 pub use resources::{parse_quantity, Bytes, QuantityError, Resources, GPU_RESOURCE};
 pub use rng::Rng;
 pub use scheduler::{

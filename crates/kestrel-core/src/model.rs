@@ -336,6 +336,28 @@ pub struct PodSpec {
     pub priority_class: Option<String>,
     pub demand: Demand,
     pub constraints: PlacementConstraints,
+    /// The LocalQueue (in the pod's namespace) it is submitted to; `None`: not queued,
+    /// scheduled as soon as it fits, like kube-scheduler does.
+    pub queue: Option<String>,
+    pub preemption: PreemptionTerms,
+}
+
+/// How a pod takes part in preemption, as preemptor and as victim.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize)]
+pub struct PreemptionTerms {
+    /// `preemptionPolicy: Never` on its PriorityClass: it never preempts others.
+    pub never_preempt: bool,
+    /// It may not be preempted before it ran this long (ms).
+    pub min_runtime: Option<u64>,
+    /// It checkpoints every this many ms from its start (declared, for victim cost).
+    pub checkpoint_interval: Option<u64>,
+    /// It checkpoints on request within this many ms (`kestrel.dev/checkpoint-grace`):
+    /// Kestrel asks it to checkpoint before evicting it.
+    pub checkpoint_grace: Option<u64>,
+    /// How long it takes to stop (terminationGracePeriodSeconds, in ms).
+    pub termination_grace: u64,
+    /// Declared runtime estimate (ms), for backfill and start-time prediction.
+    pub runtime_estimate: Option<u64>,
 }
 
 impl PodSpec {

@@ -14,6 +14,11 @@ use crate::model::{
 };
 use crate::packing::PackingScorer;
 use crate::policy::Policy;
+use crate::preempt::{Preemption, VictimOrder, WorkloadKey};
+use crate::queue::{
+    Admission, ClusterQueueSpec, CohortSpec, CqId, LocalQueueSpec, QueueBook, QueueError,
+    QueueProblem, QuotaFit, QuotaUsage, ResourceFlavor, PODS_RESOURCE,
+};
 use crate::resources::{Resources, GPU_RESOURCE};
 use crate::rng::Rng;
 use serde::Serialize;
@@ -46,9 +51,29 @@ pub struct PodRecord {
     pub submitted_at: Millis,
     /// Why the pod is pending, from the last cycle that tried it.
     pub pending_reason: Option<Arc<Unschedulable>>,
+    /// The queue quota it is charged to while bound.
+    pub admission: Option<Admission>,
+    /// Asked to leave for a preemptor; still holds its place until evicted.
+    pub evicting: bool,
+    /// When it last checkpointed (reported by the workload), for victim cost.
+    pub last_checkpoint: Option<Millis>,
+    pub(crate) link: QueueLink,
+    /// What it counts against queue quota, per resource name.
+    pub(crate) quota_request: Vec<(String, i64)>,
     seq: u64,
-    constraint: u32,
+    pub(crate) constraint: u32,
+    /// Its own constraints, before a flavor's node labels were added.
+    pub(crate) base_constraint: u32,
     signature: u32,
+}
+
+/// Which ClusterQueue a pod belongs to.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum QueueLink {
+    Unqueued,
+    Cq(CqId),
+    /// It names a queue that does not lead to a usable ClusterQueue.
+    Broken(QueueProblem),
 }
 
 impl PodRecord {
@@ -64,6 +89,8 @@ pub struct SchedulerConfig {
     pub policy: Policy,
     /// Seeds the Random policy; every other decision is seed-independent.
     pub seed: u64,
+    /// How preemption victims are ranked.
+    pub victim_order: VictimOrder,
 }
 
 impl Default for SchedulerConfig {
@@ -71,6 +98,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             policy: Policy::Kestrel,
             seed: 42,
+            victim_order: VictimOrder::CheckpointAware,
         }
     }
 }
@@ -90,6 +118,9 @@ pub struct Decisions {
     pub unschedulable: Vec<(PodId, Arc<Unschedulable>)>,
     /// Pods dropped from the queue because their gang timed out (reason on the pod).
     pub expired: Vec<PodId>,
+    /// Workloads asked to leave: the driver evicts them (after a checkpoint when they
+    /// offer one) and reports each with [`Scheduler::evict`].
+    pub preemptions: Vec<Preemption>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -106,6 +137,8 @@ pub enum ClusterError {
     },
     #[error("pod {0:?} is not known to the scheduler")]
     UnknownPod(PodId),
+    #[error("{0}")]
+    Queue(#[from] QueueError),
 }
 
 /// A class-level verdict for one set of constraints.
@@ -157,6 +190,35 @@ pub struct Scheduler {
     packing: PackingScorer,
     next_seq: u64,
     pub(crate) pending: usize,
+    pub(crate) queues: QueueBook,
+    /// Bound pods per ClusterQueue and by priority: preemption candidates.
+    pub(crate) bound_by_cq: BTreeMap<CqId, BTreeSet<PodId>>,
+    pub(crate) bound_by_priority: BTreeSet<(i32, PodId)>,
+    /// Victims still to leave, per preemptor.
+    pub(crate) awaiting: HashMap<WorkloadKey, u32>,
+    pub(crate) preemptor_of: HashMap<PodId, WorkloadKey>,
+    /// Set while trying "what if these victims left": cached failures do not apply.
+    pub(crate) probing: bool,
+    /// When parked workloads should be retried for time's sake alone.
+    pub(crate) wake_at: std::cell::Cell<Option<Millis>>,
+}
+
+/// Per-cycle queue state.
+#[derive(Debug, Default)]
+pub(crate) struct Cycle {
+    /// StrictFIFO queues whose head did not fit quota this cycle.
+    pub(crate) blocked: BTreeSet<CqId>,
+    /// Workloads that fit only by borrowing, taken after every queue's nominal work.
+    pub(crate) borrowers: BTreeMap<CqId, BTreeSet<QueueKey>>,
+    pub(crate) borrowing_phase: bool,
+}
+
+/// What admission and placement made of a workload.
+pub(crate) enum Attempt {
+    Placed(Vec<(PodId, NodeId, GpuAssignment)>),
+    /// Fits quota only by borrowing: wait for the borrowing phase of the cycle.
+    Deferred,
+    Failed(Unschedulable),
 }
 
 /// Fitting nodes per bucket the packing scorer compares (the best by the policy key).
@@ -183,6 +245,13 @@ impl Scheduler {
             packing: PackingScorer::default(),
             next_seq: 0,
             pending: 0,
+            queues: QueueBook::default(),
+            bound_by_cq: BTreeMap::new(),
+            bound_by_priority: BTreeSet::new(),
+            awaiting: HashMap::new(),
+            preemptor_of: HashMap::new(),
+            probing: false,
+            wake_at: std::cell::Cell::new(None),
         }
     }
 
@@ -356,7 +425,29 @@ impl Scheduler {
             .release(id, &resources, &gpus);
         let node_key = self.node_key();
         self.cluster.reindex(node, &node_key);
+        self.unaccount(id);
         self.pending += 1;
+    }
+
+    /// Returns a pod's queue charge and takes it out of the preemption indexes.
+    fn unaccount(&mut self, id: PodId) {
+        let record = &mut self.pods[id.0 as usize];
+        if let Some(admission) = record.admission.take() {
+            self.queues.charge(&admission, &record.quota_request, -1);
+            if let Some(set) = self.bound_by_cq.get_mut(&admission.cq) {
+                set.remove(&id);
+            }
+        }
+        self.bound_by_priority.remove(&(record.spec.priority, id));
+        record.evicting = false;
+        if let Some(preemptor) = self.preemptor_of.remove(&id) {
+            if let Some(left) = self.awaiting.get_mut(&preemptor) {
+                *left = left.saturating_sub(1);
+                if *left == 0 {
+                    self.awaiting.remove(&preemptor);
+                }
+            }
+        }
     }
 
     /// The best node for a pod among `nodes` (a topology domain), by preference score and
@@ -406,6 +497,7 @@ impl Scheduler {
         self.nodes_changed();
         let evicted: Vec<PodId> = state.pods.iter().copied().collect();
         for &pod in &evicted {
+            self.unaccount(pod);
             let record = &mut self.pods[pod.0 as usize];
             record.phase = PodPhase::Pending;
             self.active.insert(record.queue_key(pod));
@@ -417,23 +509,24 @@ impl Scheduler {
     /// Adds a pod to the queue.
     pub fn submit(&mut self, spec: PodSpec, now: Millis) -> PodId {
         let constraint = self.intern_constraints(&spec.constraints);
-        let next_sig = self.signature_ids.len() as u32;
-        let signature = *self
-            .signature_ids
-            .entry((constraint, spec.demand.clone()))
-            .or_insert(next_sig);
-        if signature == next_sig {
-            self.failed.push(None);
-        }
+        let signature = self.intern_signature(constraint, spec.demand.clone());
         self.packing.observe(&spec.demand);
         let id = PodId(self.pods.len() as u32);
+        let link = self.link_of(&spec);
+        let quota_request = quota_request(&spec);
         let record = PodRecord {
             spec,
             phase: PodPhase::Pending,
             submitted_at: now,
             pending_reason: None,
+            admission: None,
+            evicting: false,
+            last_checkpoint: None,
+            link,
+            quota_request,
             seq: self.next_seq,
             constraint,
+            base_constraint: constraint,
             signature,
         };
         self.next_seq += 1;
@@ -495,6 +588,7 @@ impl Scheduler {
                     .release(id, &resources, &gpus);
                 let key = self.node_key();
                 self.cluster.reindex(node, &key);
+                self.unaccount(id);
                 self.capacity_may_have_grown();
             }
         }
@@ -502,44 +596,399 @@ impl Scheduler {
     }
 
     /// One scheduling cycle at time `now`.
+    ///
+    /// Workloads go in queue order (priority, then arrival). A queued workload that fits
+    /// its ClusterQueue only by borrowing waits for the second phase, where queues take
+    /// turns by fair share (the least borrowed, by weight, first), so every queue's
+    /// nominal quota is served before anyone borrows.
     pub fn schedule(&mut self, now: Millis) -> Decisions {
+        if self.wake_at.get().is_some_and(|w| now >= w) {
+            self.wake_at.set(None);
+            self.capacity_may_have_grown();
+        }
         if self.parked_generation != self.generation {
             self.active.extend(self.parked.drain(..));
             self.parked_generation = self.generation;
         }
         let mut decisions = Decisions::default();
+        self.drain_stopped_queues(now, &mut decisions);
+        let mut cycle = Cycle::default();
         while let Some(key) = self.active.pop_first() {
-            let id = key.2;
-            if let Some(membership) = &self.pods[id.0 as usize].spec.gang {
-                let namespace = self.pods[id.0 as usize].spec.namespace.clone();
-                let gang = self.gangs.id(&namespace, &membership.gang.clone());
-                self.schedule_gang(gang, now, &mut decisions);
-                continue;
-            }
-            match self.place(id) {
-                Ok((node, gpus)) => {
-                    self.bind(id, node, gpus.clone(), now);
-                    decisions.bindings.push(Binding {
-                        pod: id,
-                        node,
-                        gpus,
-                    });
-                }
-                Err(reason) => {
-                    let record = &mut self.pods[id.0 as usize];
-                    let changed = !record
-                        .pending_reason
-                        .as_ref()
-                        .is_some_and(|r| Arc::ptr_eq(r, &reason) || **r == *reason);
-                    if changed {
-                        record.pending_reason = Some(reason.clone());
-                        decisions.unschedulable.push((id, reason));
-                    }
-                    self.parked.push(key);
-                }
-            }
+            self.consider(key, now, &mut cycle, &mut decisions);
+        }
+        cycle.borrowing_phase = true;
+        while let Some(key) = self.next_borrower(&mut cycle) {
+            self.consider(key, now, &mut cycle, &mut decisions);
         }
         decisions
+    }
+
+    /// When a cycle should run even if nothing changes (a victim's minimum runtime or a
+    /// preemption delay ends); drivers schedule a wake-up for it.
+    pub fn next_wakeup(&self) -> Option<Millis> {
+        self.wake_at.get()
+    }
+
+    /// The head of the borrowing queue with the lowest fair share.
+    fn next_borrower(&self, cycle: &mut Cycle) -> Option<QueueKey> {
+        let cq = cycle
+            .borrowers
+            .iter()
+            .filter_map(|(cq, keys)| keys.first().map(|k| (*cq, *k)))
+            .min_by(|a, b| {
+                let (sa, sb) = (self.queues.fair_share(a.0), self.queues.fair_share(b.0));
+                sa.total_cmp(&sb).then(a.1.cmp(&b.1))
+            })?
+            .0;
+        let keys = cycle.borrowers.get_mut(&cq)?;
+        let key = keys.pop_first();
+        if keys.is_empty() {
+            cycle.borrowers.remove(&cq);
+        }
+        key
+    }
+
+    fn consider(
+        &mut self,
+        key: QueueKey,
+        now: Millis,
+        cycle: &mut Cycle,
+        decisions: &mut Decisions,
+    ) {
+        let id = key.2;
+        if let Some(membership) = &self.pods[id.0 as usize].spec.gang {
+            let namespace = self.pods[id.0 as usize].spec.namespace.clone();
+            let gang = self.gangs.id(&namespace, &membership.gang.clone());
+            self.schedule_gang(gang, now, cycle, decisions);
+            return;
+        }
+        match self.admit_and_place(WorkloadKey::Pod(id), &[id], None, now, cycle, decisions) {
+            Attempt::Placed(placed) => {
+                for (pod, node, gpus) in placed {
+                    decisions.bindings.push(Binding { pod, node, gpus });
+                }
+            }
+            Attempt::Deferred => {
+                if let QueueLink::Cq(cq) = self.pods[id.0 as usize].link {
+                    cycle.borrowers.entry(cq).or_default().insert(key);
+                }
+            }
+            Attempt::Failed(reason) => {
+                let reason = Arc::new(reason);
+                let record = &mut self.pods[id.0 as usize];
+                let changed = !record
+                    .pending_reason
+                    .as_ref()
+                    .is_some_and(|r| **r == *reason);
+                if changed {
+                    record.pending_reason = Some(reason.clone());
+                    decisions.unschedulable.push((id, reason));
+                }
+                self.parked.push(key);
+            }
+        }
+    }
+
+    /// Admits a workload's pending `pods` through its queue and places them: a single pod
+    /// (`gang` = None) or a gang's pods (its spec, running members and how many must start).
+    /// Placed pods are bound in the index and charged to the queue.
+    pub(crate) fn admit_and_place(
+        &mut self,
+        workload: WorkloadKey,
+        pods: &[PodId],
+        gang: Option<(&crate::gang::GangSpec, &[PodId], usize)>,
+        now: Millis,
+        cycle: &mut Cycle,
+        decisions: &mut Decisions,
+    ) -> Attempt {
+        let total_nodes = self.cluster.len() as u32;
+        let queue_failure =
+            |p: QueueProblem| Attempt::Failed(Unschedulable::queue_only(p, total_nodes));
+        // Victims already leave for it: no second round of preemption, but it may start
+        // earlier if room turns up elsewhere.
+        let waiting = self.awaiting.get(&workload).copied();
+        let waiting_failure = |victims| queue_failure(QueueProblem::WaitingForVictims { victims });
+        let rep = pods[0];
+        let mut within_nominal = false;
+        let admission = match self.pods[rep.0 as usize].link.clone() {
+            QueueLink::Unqueued => None,
+            QueueLink::Broken(problem) => return queue_failure(problem),
+            QueueLink::Cq(cq) => {
+                if cycle.blocked.contains(&cq) {
+                    return queue_failure(QueueProblem::BehindHead {
+                        cluster_queue: self.queues.cqs[cq.0 as usize].spec.name.clone(),
+                    });
+                }
+                let request = self.workload_request(pods);
+                match self.queues.fit(cq, &request) {
+                    QuotaFit::Nominal(admission) => {
+                        within_nominal = true;
+                        Some(admission)
+                    }
+                    QuotaFit::Borrowing(_) if !cycle.borrowing_phase => return Attempt::Deferred,
+                    QuotaFit::Borrowing(admission) => Some(admission),
+                    QuotaFit::No(_) if waiting.is_some() => {
+                        return waiting_failure(waiting.unwrap_or_default())
+                    }
+                    QuotaFit::No(problem) => {
+                        if let Some(victims) = self
+                            .preempt_for_quota(workload, cq, pods, gang, &request, now, decisions)
+                        {
+                            return waiting_failure(victims);
+                        }
+                        let strict = self.queues.cqs[cq.0 as usize].spec.queueing_strategy
+                            == crate::queue::QueueingStrategy::StrictFifo;
+                        if strict {
+                            cycle.blocked.insert(cq);
+                        }
+                        return queue_failure(problem);
+                    }
+                }
+            }
+        };
+        match self.place_workload(pods, gang, admission.as_ref(), now) {
+            Ok(placed) => Attempt::Placed(placed),
+            Err(_) if waiting.is_some() => waiting_failure(waiting.unwrap_or_default()),
+            Err(reason) => {
+                if let Some(victims) = self.preempt_for_capacity(
+                    workload,
+                    pods,
+                    gang,
+                    admission.as_ref(),
+                    within_nominal,
+                    now,
+                    decisions,
+                ) {
+                    return waiting_failure(victims);
+                }
+                Attempt::Failed(reason)
+            }
+        }
+    }
+
+    /// Places the pods under an admission (flavor node labels applied); on failure nothing
+    /// stays bound or charged.
+    pub(crate) fn place_workload(
+        &mut self,
+        pods: &[PodId],
+        gang: Option<(&crate::gang::GangSpec, &[PodId], usize)>,
+        admission: Option<&Admission>,
+        now: Millis,
+    ) -> Result<Vec<(PodId, NodeId, GpuAssignment)>, Unschedulable> {
+        self.apply_admission(pods, admission);
+        let result = match gang {
+            Some((spec, running, needed)) => {
+                let record = self.record_failures;
+                self.record_failures = false;
+                let outcome = self.place_gang_pods(spec, pods, running, needed, now);
+                self.record_failures = record;
+                outcome
+            }
+            None => match self.place(pods[0]) {
+                Ok((node, gpus)) => {
+                    self.bind(pods[0], node, gpus.clone(), now);
+                    Ok(vec![(pods[0], node, gpus)])
+                }
+                Err(reason) => Err((*reason).clone()),
+            },
+        };
+        if result.is_err() {
+            self.apply_admission(pods, None);
+        }
+        result
+    }
+
+    /// Sets the admission pods are charged under when bound, with its flavor's node labels
+    /// and tolerations added to their constraints (`None` restores their own).
+    pub(crate) fn apply_admission(&mut self, pods: &[PodId], admission: Option<&Admission>) {
+        let extra = admission
+            .map(|a| self.queues.flavor_constraints(a))
+            .filter(|(labels, tolerations)| !labels.is_empty() || !tolerations.is_empty());
+        for &p in pods {
+            let record = &self.pods[p.0 as usize];
+            if matches!(record.phase, PodPhase::Bound { .. }) {
+                continue;
+            }
+            let base = record.base_constraint;
+            let constraint = match &extra {
+                Some((labels, tolerations)) => {
+                    let mut c = self.constraints[base as usize].constraints.clone();
+                    c.node_selector.extend(labels.clone());
+                    c.tolerations.extend(tolerations.iter().cloned());
+                    self.intern_constraints(&c)
+                }
+                None => base,
+            };
+            if constraint != self.pods[p.0 as usize].constraint {
+                let demand = self.pods[p.0 as usize].spec.demand.clone();
+                let signature = self.intern_signature(constraint, demand);
+                let record = &mut self.pods[p.0 as usize];
+                record.constraint = constraint;
+                record.signature = signature;
+            }
+            self.pods[p.0 as usize].admission = admission.cloned();
+        }
+    }
+
+    /// The workload's total quota request.
+    pub(crate) fn workload_request(&self, pods: &[PodId]) -> Vec<(String, i64)> {
+        let mut total: BTreeMap<&str, i64> = BTreeMap::new();
+        for &p in pods {
+            for (r, a) in &self.pods[p.0 as usize].quota_request {
+                *total.entry(r.as_str()).or_default() += a;
+            }
+        }
+        total.into_iter().map(|(r, a)| (r.to_string(), a)).collect()
+    }
+
+    /// Queues on HoldAndDrain evict what they admitted.
+    fn drain_stopped_queues(&mut self, now: Millis, decisions: &mut Decisions) {
+        let draining: Vec<CqId> = self
+            .queues
+            .cqs
+            .iter()
+            .enumerate()
+            .filter(|(_, cq)| cq.spec.stop_policy == crate::queue::StopPolicy::HoldAndDrain)
+            .map(|(i, _)| CqId(i as u32))
+            .collect();
+        for cq in draining {
+            let victims: Vec<PodId> = self
+                .bound_by_cq
+                .get(&cq)
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|&p| !self.pods[p.0 as usize].evicting)
+                .collect();
+            if victims.is_empty() {
+                continue;
+            }
+            for &v in &victims {
+                self.pods[v.0 as usize].evicting = true;
+            }
+            let name = self.queues.cqs[cq.0 as usize].spec.name.clone();
+            decisions.preemptions.push(self.preemption_notice(
+                None,
+                victims,
+                format!("ClusterQueue {name} is draining (stopPolicy HoldAndDrain)"),
+                now,
+            ));
+        }
+    }
+
+    fn link_of(&self, spec: &PodSpec) -> QueueLink {
+        match &spec.queue {
+            None => QueueLink::Unqueued,
+            Some(local) => match self.queues.resolve(&spec.namespace, local) {
+                Ok(cq) => QueueLink::Cq(cq),
+                Err(problem) => QueueLink::Broken(problem),
+            },
+        }
+    }
+
+    /// Queues changed: pending pods find their ClusterQueue again and get another look.
+    fn queues_changed(&mut self) {
+        for i in 0..self.pods.len() {
+            if self.pods[i].phase == PodPhase::Pending {
+                self.pods[i].link = self.link_of(&self.pods[i].spec);
+            }
+        }
+        self.capacity_may_have_grown();
+    }
+
+    /// Declares or updates a ClusterQueue (usage of what stays is kept).
+    pub fn add_cluster_queue(&mut self, spec: ClusterQueueSpec) -> Result<CqId, ClusterError> {
+        let id = self.queues.add_cluster_queue(spec)?;
+        self.queues_changed();
+        Ok(id)
+    }
+
+    pub fn add_local_queue(&mut self, spec: LocalQueueSpec) {
+        self.queues
+            .local
+            .insert((spec.namespace, spec.name), spec.cluster_queue);
+        self.queues_changed();
+    }
+
+    pub fn add_cohort(&mut self, spec: CohortSpec) -> Result<(), ClusterError> {
+        self.queues.add_cohort(spec)?;
+        self.queues_changed();
+        Ok(())
+    }
+
+    pub fn add_flavor(&mut self, flavor: ResourceFlavor) {
+        self.queues.flavors.insert(flavor.name.clone(), flavor);
+        self.queues_changed();
+    }
+
+    /// A namespace's labels, for ClusterQueue namespaceSelectors.
+    pub fn set_namespace_labels(&mut self, namespace: &str, labels: crate::model::Labels) {
+        self.queues
+            .namespace_labels
+            .insert(namespace.to_string(), labels);
+        self.queues_changed();
+    }
+
+    /// ClusterQueue names in the order they were declared.
+    pub fn cluster_queues(&self) -> impl Iterator<Item = (CqId, &ClusterQueueSpec)> {
+        self.queues
+            .cqs
+            .iter()
+            .enumerate()
+            .map(|(i, cq)| (CqId(i as u32), &cq.spec))
+    }
+
+    /// Quota and usage of a ClusterQueue, per flavor and resource.
+    pub fn queue_usage(&self, cq: CqId) -> Vec<QuotaUsage> {
+        self.queues.cqs[cq.0 as usize].usage()
+    }
+
+    /// The ClusterQueue a pod is queued in, if any.
+    pub fn queue_of(&self, id: PodId) -> Option<CqId> {
+        match self.pods[id.0 as usize].link {
+            QueueLink::Cq(cq) => Some(cq),
+            _ => None,
+        }
+    }
+
+    /// The workload reports a checkpoint (e.g. `kestrel.dev/last-checkpoint`).
+    pub fn record_checkpoint(&mut self, id: PodId, at: Millis) -> Result<(), ClusterError> {
+        let record = self
+            .pods
+            .get_mut(id.0 as usize)
+            .ok_or(ClusterError::UnknownPod(id))?;
+        record.last_checkpoint = Some(record.last_checkpoint.map_or(at, |t| t.max(at)));
+        Ok(())
+    }
+
+    /// A preempted (or drained) pod left its node: what it held is free and it waits in
+    /// the queue again, with its original place in line.
+    pub fn evict(&mut self, id: PodId) -> Result<(), ClusterError> {
+        let record = self
+            .pods
+            .get(id.0 as usize)
+            .ok_or(ClusterError::UnknownPod(id))?;
+        if !matches!(record.phase, PodPhase::Bound { .. }) {
+            return Err(ClusterError::UnknownPod(id));
+        }
+        self.release_to_pending(id);
+        let record = &self.pods[id.0 as usize];
+        let key = record.queue_key(id);
+        if let Some(membership) = &record.spec.gang {
+            let gang = self
+                .gangs
+                .id(&record.spec.namespace.clone(), &membership.gang.clone());
+            let still_running = self.gangs.gangs[gang.0 as usize]
+                .members
+                .iter()
+                .any(|p| matches!(self.pods[p.0 as usize].phase, PodPhase::Bound { .. }));
+            if !still_running {
+                self.gangs.gangs[gang.0 as usize].phase = crate::gang::GangPhase::Waiting;
+            }
+        }
+        self.active.insert(key);
+        self.capacity_may_have_grown();
+        Ok(())
     }
 
     pub(crate) fn bind(&mut self, id: PodId, node: NodeId, gpus: GpuAssignment, now: Millis) {
@@ -556,7 +1005,24 @@ impl Scheduler {
             at: now,
         };
         record.pending_reason = None;
+        if let Some(admission) = &record.admission {
+            self.queues.charge(admission, &record.quota_request, 1);
+            self.bound_by_cq.entry(admission.cq).or_default().insert(id);
+        }
+        self.bound_by_priority.insert((record.spec.priority, id));
         self.pending -= 1;
+    }
+
+    fn intern_signature(&mut self, constraint: u32, demand: Demand) -> u32 {
+        let next = self.signature_ids.len() as u32;
+        let signature = *self
+            .signature_ids
+            .entry((constraint, demand))
+            .or_insert(next);
+        if signature == next {
+            self.failed.push(None);
+        }
+        signature
     }
 
     fn intern_constraints(&mut self, constraints: &PlacementConstraints) -> u32 {
@@ -595,7 +1061,7 @@ impl Scheduler {
         let record = &self.pods[id.0 as usize];
         let (constraint, signature) = (record.constraint, record.signature);
         if let Some((generation, reason)) = &self.failed[signature as usize] {
-            if *generation == self.generation {
+            if *generation == self.generation && !self.probing {
                 return Err(reason.clone());
             }
         }
@@ -707,17 +1173,21 @@ impl Scheduler {
                 Ok((node, gpus))
             }
             // Inside a gang attempt the gang explains itself once, after rolling back.
-            None if !self.record_failures => Err(Arc::new(Unschedulable::gang_only(
-                GangProblem::Unplaceable {
-                    gang: String::new(),
-                    placed: 0,
-                    needed: 0,
-                },
-                0,
-            ))),
+            None if !self.record_failures || self.probing => {
+                Err(Arc::new(Unschedulable::gang_only(
+                    GangProblem::Unplaceable {
+                        gang: String::new(),
+                        placed: 0,
+                        needed: 0,
+                    },
+                    0,
+                )))
+            }
             None => {
                 let reason = Arc::new(self.explain(constraint, &demand.clone()));
-                self.failed[signature as usize] = Some((self.generation, reason.clone()));
+                if !self.probing {
+                    self.failed[signature as usize] = Some((self.generation, reason.clone()));
+                }
                 Err(reason)
             }
         }
@@ -760,6 +1230,7 @@ impl Scheduler {
         reasons.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         let need = demand.gpu.whole();
         Unschedulable {
+            queue: None,
             gang: None,
             total_nodes: self.cluster.len() as u32,
             reasons,
@@ -920,4 +1391,22 @@ fn names_per_node_labels(c: &PlacementConstraints) -> bool {
             .is_some_and(|rc| rc.node_selector.keys().any(per_node_key))
         || c.affinity.required.iter().flatten().any(term_names)
         || c.affinity.preferred.iter().any(|(_, t)| term_names(t))
+}
+
+/// What a pod counts against queue quota: each resource it requests, and one pod.
+fn quota_request(spec: &PodSpec) -> Vec<(String, i64)> {
+    let r = &spec.demand.resources;
+    let mut out: Vec<(String, i64)> = vec![(PODS_RESOURCE.to_string(), 1)];
+    for (name, amount) in [
+        ("cpu", r.cpu_milli),
+        ("memory", r.memory_bytes),
+        ("ephemeral-storage", r.ephemeral_storage_bytes),
+        (GPU_RESOURCE, spec.demand.gpu.milli() as i64),
+    ] {
+        if amount > 0 {
+            out.push((name.to_string(), amount));
+        }
+    }
+    out.extend(r.extended.iter().filter(|(_, a)| *a > 0).cloned());
+    out
 }

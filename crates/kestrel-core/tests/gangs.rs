@@ -37,7 +37,11 @@ fn gang(name: &str, min: u32) -> GangSpec {
 }
 
 fn scheduler(policy: Policy, nodes: Vec<NodeSpec>) -> Scheduler {
-    let mut s = Scheduler::new(SchedulerConfig { policy, seed: 1 });
+    let mut s = Scheduler::new(SchedulerConfig {
+        policy,
+        seed: 1,
+        ..Default::default()
+    });
     for n in nodes {
         s.add_node(n).unwrap();
     }

@@ -121,7 +121,11 @@ fn node_names(s: &Scheduler) -> Vec<String> {
 
 /// Runs the ops, checking invariants after each; returns every decision for comparison.
 fn run(policy: Policy, nodes: &[NodeSpec], ops: &[Op]) -> Vec<String> {
-    let mut s = Scheduler::new(SchedulerConfig { policy, seed: 7 });
+    let mut s = Scheduler::new(SchedulerConfig {
+        policy,
+        seed: 7,
+        ..Default::default()
+    });
     for n in nodes {
         s.add_node(n.clone()).unwrap();
     }
@@ -140,7 +144,16 @@ fn run(policy: Policy, nodes: &[NodeSpec], ops: &[Op]) -> Vec<String> {
                     log.push(format!("{:?}", b));
                     check_constraints_honoured(&s, b);
                 }
-                check_nothing_placeable_left(&s);
+                // Victims of priority preemption leave at once (as after their grace).
+                for p in &d.preemptions {
+                    log.push(format!("{:?}", p));
+                    for v in &p.victims {
+                        s.evict(v.pod).unwrap();
+                    }
+                }
+                if d.preemptions.is_empty() {
+                    check_nothing_placeable_left(&s);
+                }
             }
             Op::Finish(i) if !live.is_empty() => {
                 let id = live.remove(i % live.len());
@@ -335,7 +348,11 @@ proptest! {
         // Kestrel re-ranks a shortlist with its packing score, so its choice is not the
         // best key alone; the other invariants cover it.
         for policy in [Policy::BinPack, Policy::Spread, Policy::BestFit] {
-            let mut s = Scheduler::new(SchedulerConfig { policy, seed: 1 });
+            let mut s = Scheduler::new(SchedulerConfig {
+                policy,
+                seed: 1,
+                ..Default::default()
+            });
             for n in &nodes {
                 s.add_node(n.clone()).unwrap();
             }

@@ -47,7 +47,11 @@ fn pod(name: &str, cpu: i64, gpu: GpuRequest) -> PodSpec {
 }
 
 fn scheduler(policy: Policy, nodes: Vec<NodeSpec>) -> Scheduler {
-    let mut s = Scheduler::new(SchedulerConfig { policy, seed: 1 });
+    let mut s = Scheduler::new(SchedulerConfig {
+        policy,
+        seed: 1,
+        ..Default::default()
+    });
     for n in nodes {
         s.add_node(n).unwrap();
     }

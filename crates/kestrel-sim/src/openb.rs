@@ -360,7 +360,11 @@ pub fn packing_run(
     policy: Policy,
     seed: u64,
 ) -> PackingRun {
-    let mut scheduler = Scheduler::new(SchedulerConfig { policy, seed });
+    let mut scheduler = Scheduler::new(SchedulerConfig {
+        policy,
+        seed,
+        ..Default::default()
+    });
     for node in nodes {
         scheduler
             .add_node(node.to_node_spec())

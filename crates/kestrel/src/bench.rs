@@ -198,6 +198,7 @@ fn run_placement(args: PlacementArgs) -> Result<()> {
         let mut scheduler = Scheduler::new(SchedulerConfig {
             policy: args.policy,
             seed: 42,
+            ..Default::default()
         });
         for i in 0..args.nodes {
             scheduler.add_node(bench_node(i))?;
@@ -214,6 +215,7 @@ fn run_placement(args: PlacementArgs) -> Result<()> {
         let mut scheduler = Scheduler::new(SchedulerConfig {
             policy: args.policy,
             seed: 42,
+            ..Default::default()
         });
         for i in 0..args.nodes {
             scheduler.add_node(bench_node(i))?;

@@ -1,0 +1,551 @@
+//! Preemption: making room for a workload by asking others to leave.
+//!
+//! Victims are whole workloads (a pod, or every running pod of a gang), never a pod here
+//! and a pod there. Two triggers:
+//! - quota: the workload's ClusterQueue lacks quota; candidates follow the queue's
+//!   `preemption` policy (lower priority in the same queue; workloads of cohort queues
+//!   that borrow, to reclaim lent quota; lower-priority borrowers to borrow in turn);
+//! - capacity: quota admits it but no node holds it; candidates are workloads of lower
+//!   priority anywhere, as kube-scheduler's priority preemption.
+//!
+//! Candidates are ranked (see [`VictimOrder`]), added until the preemptor fits (quota and
+//! a real placement attempt, then undone), and each is then let off again if the rest
+//! suffice; one victim that suffices alone beats several. Workloads that ran less than
+//! their minimum runtime are not candidates, and a preemptor waits out its queue's
+//! preemption delay first. Victims keep their place until the driver evicts them.
+
+use crate::cluster::{GpuAssignment, NodeId};
+use crate::gang::{GangId, GangSpec};
+use crate::queue::{Admission, CqId, QuotaFit, ReclaimPolicy, WithinQueuePreemption};
+use crate::scheduler::{Decisions, Millis, PodId, PodPhase, Scheduler};
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+
+/// A workload: one pod, or a gang.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum WorkloadKey {
+    Pod(PodId),
+    Gang(GangId),
+}
+
+/// How victims are ranked among workloads of equal priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum VictimOrder {
+    /// Least work lost first: GPU-time since each victim's last checkpoint.
+    #[default]
+    CheckpointAware,
+    /// The most recently started first, blind to checkpoints (kube-scheduler, Kueue).
+    LowestPriority,
+}
+
+impl std::str::FromStr for VictimOrder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "checkpoint-aware" => Ok(VictimOrder::CheckpointAware),
+            "lowest-priority" => Ok(VictimOrder::LowestPriority),
+            _ => Err(format!(
+                "unknown victim order {s:?}; use checkpoint-aware or lowest-priority"
+            )),
+        }
+    }
+}
+
+/// One pod asked to leave.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Victim {
+    pub pod: PodId,
+    /// It checkpoints on request: ask, then evict when it did or after this long.
+    pub checkpoint_grace: Option<Millis>,
+    /// Its termination grace period.
+    pub termination_grace: Millis,
+    /// GPU-milliseconds of work since its last checkpoint, when chosen.
+    pub lost_gpu_ms: u64,
+}
+
+/// Workloads asked to leave, for a preemptor (or a draining queue).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Preemption {
+    pub preemptor: Option<PodId>,
+    pub victims: Vec<Victim>,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone)]
+struct Candidate {
+    pods: Vec<PodId>,
+    /// 0: borrowed from another queue (reclaimed first), 1: the preemptor's own queue.
+    tier: u8,
+    priority: i32,
+    /// GPU-ms (or CPU core-ms, far below) of work lost if it is evicted now.
+    cost: u64,
+    started: Millis,
+    /// Its queue, when it is in another queue than the preemptor's.
+    other_queue: Option<CqId>,
+}
+
+type Detached = (PodId, NodeId, GpuAssignment, Millis, Option<Admission>);
+/// With the chosen victims gone: `None` if quota still refuses, else the admission
+/// (`Some(None)` for a workload outside any queue).
+type QuotaVerdict = Option<Option<Admission>>;
+type GangPlan<'a> = Option<(&'a GangSpec, &'a [PodId], usize)>;
+
+impl Scheduler {
+    /// Work a bound pod loses if evicted now: its weight times the time since its last
+    /// checkpoint (reported, or implied by a declared checkpoint interval).
+    pub(crate) fn lost_work(&self, pod: PodId, now: Millis) -> u64 {
+        let record = &self.pods[pod.0 as usize];
+        let PodPhase::Bound { at, .. } = record.phase else {
+            return 0;
+        };
+        let mut saved = at;
+        if let Some(interval) = record
+            .spec
+            .preemption
+            .checkpoint_interval
+            .filter(|&i| i > 0)
+        {
+            saved = at + (now.saturating_sub(at) / interval) * interval;
+        }
+        if let Some(reported) = record.last_checkpoint {
+            saved = saved.max(reported.min(now));
+        }
+        let gpu = record.spec.demand.gpu.milli();
+        let since = now.saturating_sub(saved);
+        if gpu > 0 {
+            gpu * since
+        } else {
+            (record.spec.demand.resources.cpu_milli.max(1) as u64 / 1000).max(1) * since / 1000
+        }
+    }
+
+    pub(crate) fn preemption_notice(
+        &self,
+        preemptor: Option<PodId>,
+        victims: Vec<PodId>,
+        reason: String,
+        now: Millis,
+    ) -> Preemption {
+        Preemption {
+            preemptor,
+            victims: victims
+                .into_iter()
+                .map(|pod| {
+                    let terms = &self.pods[pod.0 as usize].spec.preemption;
+                    let gpu_ms = match self.pods[pod.0 as usize].spec.demand.gpu.milli() {
+                        0 => 0,
+                        _ => self.lost_work(pod, now),
+                    };
+                    Victim {
+                        pod,
+                        checkpoint_grace: terms.checkpoint_grace,
+                        termination_grace: terms.termination_grace,
+                        lost_gpu_ms: gpu_ms / 1000,
+                    }
+                })
+                .collect(),
+            reason,
+        }
+    }
+
+    /// The bound workloads `pods` belong to, whole, as candidates (those that may not be
+    /// preempted yet left out).
+    fn candidates(
+        &self,
+        pods: impl Iterator<Item = PodId>,
+        tier: u8,
+        other_queue: Option<CqId>,
+        now: Millis,
+        accept_priority: &dyn Fn(i32, Millis) -> bool,
+    ) -> Vec<Candidate> {
+        let mut by_workload: BTreeMap<WorkloadKey, Vec<PodId>> = BTreeMap::new();
+        for p in pods {
+            let record = &self.pods[p.0 as usize];
+            let key = match &record.spec.gang {
+                Some(m) => match self.gang_id(&record.spec.namespace, &m.gang) {
+                    Some(g) => WorkloadKey::Gang(g),
+                    None => WorkloadKey::Pod(p),
+                },
+                None => WorkloadKey::Pod(p),
+            };
+            if by_workload.contains_key(&key) {
+                continue;
+            }
+            let members: Vec<PodId> = match key {
+                WorkloadKey::Gang(g) => self
+                    .gang(g)
+                    .members
+                    .iter()
+                    .copied()
+                    .filter(|m| matches!(self.pods[m.0 as usize].phase, PodPhase::Bound { .. }))
+                    .collect(),
+                WorkloadKey::Pod(p) => vec![p],
+            };
+            by_workload.insert(key, members);
+        }
+        let mut out = Vec::new();
+        for pods in by_workload.into_values() {
+            if pods.is_empty() {
+                continue;
+            }
+            let mut ok = true;
+            let (mut priority, mut cost, mut started) = (i32::MIN, 0u64, 0);
+            for &p in &pods {
+                let record = &self.pods[p.0 as usize];
+                let PodPhase::Bound { at, .. } = record.phase else {
+                    ok = false;
+                    break;
+                };
+                let queue_min = record
+                    .admission
+                    .as_ref()
+                    .and_then(|a| self.queues.cqs[a.cq.0 as usize].spec.min_runtime);
+                let min_runtime = record
+                    .spec
+                    .preemption
+                    .min_runtime
+                    .or(queue_min)
+                    .unwrap_or(0);
+                if record.evicting || now < at + min_runtime {
+                    if !record.evicting {
+                        self.wake_at_least(at + min_runtime);
+                    }
+                    ok = false;
+                    break;
+                }
+                priority = priority.max(record.spec.priority);
+                cost += self.lost_work(p, now);
+                started = started.max(at);
+            }
+            if ok && accept_priority(priority, started) {
+                out.push(Candidate {
+                    pods,
+                    tier,
+                    priority,
+                    cost,
+                    started,
+                    other_queue,
+                });
+            }
+        }
+        out
+    }
+
+    fn rank(&self, candidates: &mut [Candidate]) {
+        match self.config().victim_order {
+            VictimOrder::CheckpointAware => candidates.sort_by_key(|c| {
+                (
+                    c.tier,
+                    c.priority,
+                    c.cost,
+                    c.pods.len(),
+                    Reverse(c.started),
+                    c.pods[0],
+                )
+            }),
+            VictimOrder::LowestPriority => {
+                candidates.sort_by_key(|c| (c.tier, c.priority, Reverse(c.started), c.pods[0]))
+            }
+        }
+    }
+
+    /// Parked workloads get another look at `at` (a victim's minimum runtime or a
+    /// preemptor's delay ends), even if nothing else changed.
+    fn wake_at_least(&self, at: Millis) {
+        let wake = self.wake_at.get().map_or(at, |w| w.min(at));
+        self.wake_at.set(Some(wake));
+    }
+
+    /// The preemptor's own terms: `None` when it may not preempt (yet).
+    fn may_preempt(&self, pods: &[PodId], cq: Option<CqId>, now: Millis) -> Option<i32> {
+        let record = &self.pods[pods[0].0 as usize];
+        if record.spec.preemption.never_preempt {
+            return None;
+        }
+        let delay = cq.and_then(|c| self.queues.cqs[c.0 as usize].spec.preemption_delay);
+        if let Some(delay) = delay.filter(|d| now < record.submitted_at + d) {
+            self.wake_at_least(record.submitted_at + delay);
+            return None;
+        }
+        Some(
+            pods.iter()
+                .map(|p| self.pods[p.0 as usize].spec.priority)
+                .max()?,
+        )
+    }
+
+    /// Quota did not admit the workload: preempt by its queue's policy.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn preempt_for_quota(
+        &mut self,
+        workload: WorkloadKey,
+        cq: CqId,
+        pods: &[PodId],
+        gang: GangPlan,
+        request: &[(String, i64)],
+        now: Millis,
+        decisions: &mut Decisions,
+    ) -> Option<u32> {
+        let priority = self.may_preempt(pods, Some(cq), now)?;
+        let policy = self.queues.cqs[cq.0 as usize].spec.preemption;
+        let rep_seq_time = self.pods[pods[0].0 as usize].submitted_at;
+        let mut candidates = Vec::new();
+        let own: Vec<PodId> = self
+            .bound_by_cq
+            .get(&cq)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
+        match policy.within_cluster_queue {
+            WithinQueuePreemption::Never => {}
+            WithinQueuePreemption::LowerPriority => {
+                candidates
+                    .extend(self.candidates(own.into_iter(), 1, None, now, &|p, _| p < priority))
+            }
+            WithinQueuePreemption::LowerOrNewerEqualPriority => {
+                candidates.extend(
+                    self.candidates(own.into_iter(), 1, None, now, &|p, started| {
+                        p < priority || (p == priority && started > rep_seq_time)
+                    }),
+                )
+            }
+        }
+        let threshold = policy
+            .borrow_within_cohort
+            .map(|b| b.max_priority_threshold);
+        candidates.extend(self.reclaim_candidates(cq, request, priority, threshold, now));
+        if candidates.is_empty() {
+            return None;
+        }
+        self.rank(&mut candidates);
+        let request = request.to_vec();
+        let fits = move |s: &mut Scheduler, chosen: &[&Candidate]| -> QuotaVerdict {
+            // Other queues' workloads are preempted to reclaim nominal quota, or to borrow
+            // when the policy allows borrowing over them.
+            let borrowing_ok = chosen.iter().all(|c| {
+                c.other_queue.is_none()
+                    || threshold
+                        .is_some_and(|t| c.priority < priority && t.is_none_or(|t| c.priority <= t))
+            });
+            match s.queues.fit(cq, &request) {
+                QuotaFit::Nominal(a) => Some(Some(a)),
+                QuotaFit::Borrowing(a) if borrowing_ok => Some(Some(a)),
+                _ => None,
+            }
+        };
+        let reason = format!(
+            "preempted to admit a workload of priority {priority} in ClusterQueue {}",
+            self.queues.cqs[cq.0 as usize].spec.name
+        );
+        self.choose_victims(
+            workload, pods, gang, candidates, &fits, now, reason, decisions,
+        )
+    }
+
+    /// Workloads of cohort queues that borrow in a resource of `request`, which `cq`'s
+    /// policy lets it take back (reclaim), or preempt to borrow in turn (`threshold`).
+    fn reclaim_candidates(
+        &self,
+        cq: CqId,
+        request: &[(String, i64)],
+        priority: i32,
+        threshold: Option<Option<i32>>,
+        now: Millis,
+    ) -> Vec<Candidate> {
+        let reclaim = self.queues.cqs[cq.0 as usize]
+            .spec
+            .preemption
+            .reclaim_within_cohort;
+        let others: Vec<CqId> = self
+            .queues
+            .cohort_members(cq)
+            .map(|(id, _)| id)
+            .filter(|&id| id != cq && self.queues.is_borrowing(id, request))
+            .collect();
+        let mut out = Vec::new();
+        for other in others {
+            let pods = self.bound_by_cq.get(&other).into_iter().flatten().copied();
+            out.extend(self.candidates(pods, 0, Some(other), now, &|p, _| {
+                let by_reclaim = match reclaim {
+                    ReclaimPolicy::Never => false,
+                    ReclaimPolicy::LowerPriority => p < priority,
+                    ReclaimPolicy::Any => true,
+                };
+                let by_borrowing =
+                    threshold.is_some_and(|t| p < priority && t.is_none_or(|t| p <= t));
+                by_reclaim || by_borrowing
+            }));
+        }
+        out
+    }
+
+    /// Quota admits the workload but no node holds it: preempt lower-priority workloads,
+    /// and, when it is inside its queue's nominal quota, take back what borrowers hold.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn preempt_for_capacity(
+        &mut self,
+        workload: WorkloadKey,
+        pods: &[PodId],
+        gang: GangPlan,
+        admission: Option<&Admission>,
+        within_nominal: bool,
+        now: Millis,
+        decisions: &mut Decisions,
+    ) -> Option<u32> {
+        let priority = self.may_preempt(pods, admission.map(|a| a.cq), now)?;
+        let mut candidates = match (admission, within_nominal) {
+            (Some(a), true) => {
+                let request = self.workload_request(pods);
+                self.reclaim_candidates(a.cq, &request, priority, None, now)
+            }
+            _ => Vec::new(),
+        };
+        let lower: Vec<PodId> = self
+            .bound_by_priority
+            .range(..(priority, PodId(0)))
+            .map(|&(_, p)| p)
+            .filter(|p| !candidates.iter().any(|c| c.pods.contains(p)))
+            .collect();
+        candidates.extend(self.candidates(lower.into_iter(), 1, None, now, &|p, _| p < priority));
+        if candidates.is_empty() {
+            return None;
+        }
+        self.rank(&mut candidates);
+        let admission = admission.cloned();
+        let fits =
+            move |_: &mut Scheduler, _: &[&Candidate]| -> QuotaVerdict { Some(admission.clone()) };
+        let reason = format!("preempted to place a workload of priority {priority}");
+        self.choose_victims(
+            workload, pods, gang, candidates, &fits, now, reason, decisions,
+        )
+    }
+
+    /// Greedy choice with reprieve (see the module docs). `quota` says, with the chosen
+    /// victims' pods detached, under which admission the preemptor would be admitted.
+    #[allow(clippy::too_many_arguments)]
+    fn choose_victims(
+        &mut self,
+        workload: WorkloadKey,
+        pods: &[PodId],
+        gang: GangPlan,
+        candidates: Vec<Candidate>,
+        quota: &dyn Fn(&mut Scheduler, &[&Candidate]) -> QuotaVerdict,
+        now: Millis,
+        reason: String,
+        decisions: &mut Decisions,
+    ) -> Option<u32> {
+        let mut chosen: Vec<&Candidate> = Vec::new();
+        let mut found = false;
+        for c in &candidates {
+            chosen.push(c);
+            if self.fits_without(&chosen, pods, gang, quota, now) {
+                found = true;
+                break;
+            }
+        }
+        if !found {
+            return None;
+        }
+        // Let off every victim the others make unnecessary, the costliest first.
+        let mut i = chosen.len();
+        while i > 0 && chosen.len() > 1 {
+            i -= 1;
+            let mut without = chosen.clone();
+            without.remove(i);
+            if self.fits_without(&without, pods, gang, quota, now) {
+                chosen = without;
+            }
+        }
+        if chosen.len() > 1 {
+            let worst = chosen.iter().map(|c| c.priority).max().unwrap_or(i32::MIN);
+            let total: u64 = chosen.iter().map(|c| c.cost).sum();
+            let single = candidates
+                .iter()
+                .filter(|c| c.priority <= worst && c.cost <= total)
+                .find(|c| self.fits_without(&[c], pods, gang, quota, now));
+            if let Some(single) = single {
+                chosen = vec![single];
+            }
+        }
+        let victims: Vec<PodId> = chosen.iter().flat_map(|c| c.pods.iter().copied()).collect();
+        for &v in &victims {
+            self.pods[v.0 as usize].evicting = true;
+            self.preemptor_of.insert(v, workload);
+        }
+        let count = victims.len() as u32;
+        self.awaiting.insert(workload, count);
+        decisions
+            .preemptions
+            .push(self.preemption_notice(Some(pods[0]), victims, reason, now));
+        Some(count)
+    }
+
+    /// Whether the preemptor would be admitted and placed if `chosen` left. Nothing is
+    /// changed when it returns.
+    fn fits_without(
+        &mut self,
+        chosen: &[&Candidate],
+        pods: &[PodId],
+        gang: GangPlan,
+        quota: &dyn Fn(&mut Scheduler, &[&Candidate]) -> QuotaVerdict,
+        now: Millis,
+    ) -> bool {
+        // Quota first, on the books alone: cheap, and most candidates fail it.
+        let charged: Vec<(Admission, Vec<(String, i64)>)> = chosen
+            .iter()
+            .flat_map(|c| c.pods.iter())
+            .filter_map(|&p| {
+                let r = &self.pods[p.0 as usize];
+                r.admission.clone().map(|a| (a, r.quota_request.clone()))
+            })
+            .collect();
+        for (a, r) in &charged {
+            self.queues.charge(a, r, -1);
+        }
+        let admission = quota(self, chosen);
+        for (a, r) in &charged {
+            self.queues.charge(a, r, 1);
+        }
+        let Some(admission) = admission else {
+            return false;
+        };
+        let detached = self.detach(chosen.iter().flat_map(|c| c.pods.iter().copied()));
+        self.probing = true;
+        let placed = self.place_workload(pods, gang, admission.as_ref(), now);
+        self.probing = false;
+        let fits = match placed {
+            Ok(placed) => {
+                self.rollback(&placed);
+                self.apply_admission(pods, None);
+                true
+            }
+            Err(_) => false,
+        };
+        self.reattach(detached);
+        fits
+    }
+
+    fn detach(&mut self, pods: impl Iterator<Item = PodId>) -> Vec<Detached> {
+        let pods: Vec<PodId> = pods.collect();
+        let mut out = Vec::with_capacity(pods.len());
+        for p in pods {
+            let record = &self.pods[p.0 as usize];
+            let PodPhase::Bound { node, gpus, at } = record.phase.clone() else {
+                continue;
+            };
+            let admission = record.admission.clone();
+            self.release_to_pending(p);
+            out.push((p, node, gpus, at, admission));
+        }
+        out
+    }
+
+    fn reattach(&mut self, detached: Vec<Detached>) {
+        for (p, node, gpus, at, admission) in detached.into_iter().rev() {
+            self.pods[p.0 as usize].admission = admission;
+            self.bind(p, node, gpus, at);
+        }
+    }
+}

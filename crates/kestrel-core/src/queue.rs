@@ -1,0 +1,830 @@
+//! Team queues: ClusterQueues hold quotas per resource flavor, cohorts lend idle quota
+//! between them, LocalQueues are where a namespace submits.
+//!
+//! A workload (a pod, or a gang as a whole) is admitted when its ClusterQueue's quota
+//! allows it and the nodes can hold it, in one step: quota is charged when the pods are
+//! bound and returned when they end, so "admitted" and "placed" never disagree.
+//!
+//! Quota amounts are in the engine's units: CPU in millicores, `nvidia.com/gpu` in
+//! thousandths of a GPU (so shared GPUs count their share), memory and storage in bytes,
+//! `pods` as a count, other extended resources in their own units.
+
+use crate::model::{Labels, Requirement, Taint, Toleration};
+use crate::resources::GPU_RESOURCE;
+use crate::scheduler::Millis;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+/// The resource name that counts pods.
+pub const PODS_RESOURCE: &str = "pods";
+
+/// Node labels, taints and tolerations that stand for one kind of node (`a100`, `spot`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct ResourceFlavor {
+    pub name: String,
+    /// Pods admitted under this flavor only go to nodes with these labels.
+    pub node_labels: Labels,
+    /// Taints the flavor's nodes carry (informational: the nodes' own taints decide).
+    pub node_taints: Vec<Taint>,
+    /// Tolerations added to pods admitted under this flavor.
+    pub tolerations: Vec<Toleration>,
+}
+
+/// Quota of one resource in one flavor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResourceQuota {
+    pub name: String,
+    pub nominal: i64,
+    /// How much more than `nominal` the queue may borrow from its cohort (`None`: no limit).
+    pub borrowing_limit: Option<i64>,
+    /// How much of `nominal` the cohort may borrow (`None`: all of it).
+    pub lending_limit: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FlavorQuotas {
+    pub flavor: String,
+    pub resources: Vec<ResourceQuota>,
+}
+
+/// Resources that are assigned one flavor together (e.g. cpu, memory and GPUs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResourceGroup {
+    pub covered: Vec<String>,
+    pub flavors: Vec<FlavorQuotas>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum QueueingStrategy {
+    /// A head that does not fit quota blocks the workloads behind it.
+    StrictFifo,
+    /// Workloads behind a head that does not fit may go first.
+    #[default]
+    BestEffortFifo,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum WithinQueuePreemption {
+    #[default]
+    Never,
+    LowerPriority,
+    LowerOrNewerEqualPriority,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum ReclaimPolicy {
+    #[default]
+    Never,
+    LowerPriority,
+    Any,
+}
+
+/// May a workload that needs to borrow preempt others' borrowed workloads?
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct BorrowWithinCohort {
+    /// Only victims of priority at or below this may be preempted.
+    pub max_priority_threshold: Option<i32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct QueuePreemption {
+    pub within_cluster_queue: WithinQueuePreemption,
+    pub reclaim_within_cohort: ReclaimPolicy,
+    pub borrow_within_cohort: Option<BorrowWithinCohort>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum StopPolicy {
+    #[default]
+    None,
+    /// Admit nothing new; admitted workloads keep running.
+    Hold,
+    /// Admit nothing new and evict what runs.
+    HoldAndDrain,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct ClusterQueueSpec {
+    pub name: String,
+    pub cohort: Option<String>,
+    /// Namespaces whose LocalQueues may point here (`None`: all).
+    pub namespace_selector: Option<Vec<Requirement>>,
+    pub queueing_strategy: QueueingStrategy,
+    pub resource_groups: Vec<ResourceGroup>,
+    pub preemption: QueuePreemption,
+    /// Weight for fair sharing of borrowed quota (default 1).
+    pub fair_weight: f64,
+    pub stop_policy: StopPolicy,
+    /// Admitted workloads are not preempted before they ran this long (anti-thrash).
+    pub min_runtime: Option<Millis>,
+    /// A workload waits this long before it may preempt others.
+    pub preemption_delay: Option<Millis>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LocalQueueSpec {
+    pub namespace: String,
+    pub name: String,
+    pub cluster_queue: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct CohortSpec {
+    pub name: String,
+    pub parent: Option<String>,
+    /// Quota the cohort itself holds, shared by all its queues.
+    pub resource_groups: Vec<ResourceGroup>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} {object}: field {field}: {why}")]
+pub struct QueueError {
+    pub kind: &'static str,
+    pub object: String,
+    pub field: &'static str,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct CqId(pub u32);
+
+/// The flavor chosen per resource group of a ClusterQueue.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Admission {
+    pub cq: CqId,
+    pub flavors: Vec<u16>,
+}
+
+/// Why quota does not admit a workload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum QueueProblem {
+    /// The pod names a LocalQueue that does not exist in its namespace.
+    NoLocalQueue { namespace: String, name: String },
+    /// The LocalQueue points at a ClusterQueue that does not exist.
+    NoClusterQueue {
+        local_queue: String,
+        cluster_queue: String,
+    },
+    /// The ClusterQueue's namespaceSelector does not select the pod's namespace.
+    NamespaceNotSelected {
+        cluster_queue: String,
+        namespace: String,
+    },
+    /// The ClusterQueue's stopPolicy holds it.
+    Stopped { cluster_queue: String },
+    /// The workload asks for a resource no resource group of the queue covers.
+    NotCovered {
+        cluster_queue: String,
+        resource: String,
+    },
+    /// Not enough quota: the first resource that does not fit in any flavor.
+    Quota {
+        cluster_queue: String,
+        flavor: String,
+        resource: String,
+        need: i64,
+        used: i64,
+        nominal: i64,
+        /// Nominal plus borrowing limit, when the queue may borrow.
+        limit: Option<i64>,
+        /// What the cohort could still lend.
+        cohort_free: Option<i64>,
+    },
+    /// A StrictFIFO queue whose head does not fit holds everything behind it.
+    BehindHead { cluster_queue: String },
+    /// Victims were asked to leave for this workload; it starts when they are gone.
+    WaitingForVictims { victims: u32 },
+    /// The queue's preemption delay has not passed yet.
+    PreemptionDelay { until: Millis },
+}
+
+/// Prints an amount in the units users write quotas in.
+pub fn format_amount(resource: &str, amount: i64) -> String {
+    match resource {
+        "cpu" | GPU_RESOURCE => {
+            if amount % 1000 == 0 {
+                format!("{}", amount / 1000)
+            } else {
+                format!("{}m", amount)
+            }
+        }
+        "memory" | "ephemeral-storage" => format!("{}", crate::resources::Bytes(amount)),
+        _ => amount.to_string(),
+    }
+}
+
+/// The scale from a quantity as written to the engine's units (see the module docs).
+pub fn quota_scale(resource: &str) -> i64 {
+    match resource {
+        "cpu" | GPU_RESOURCE => 1000,
+        _ => 1,
+    }
+}
+
+impl fmt::Display for QueueProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QueueProblem::NoLocalQueue { namespace, name } => write!(
+                f,
+                "LocalQueue {namespace}/{name} does not exist: create it, or fix the pod's queue label"
+            ),
+            QueueProblem::NoClusterQueue { local_queue, cluster_queue } => write!(
+                f,
+                "LocalQueue {local_queue} points at ClusterQueue {cluster_queue:?}, which does not exist: create it, or fix spec.clusterQueue"
+            ),
+            QueueProblem::NamespaceNotSelected { cluster_queue, namespace } => write!(
+                f,
+                "ClusterQueue {cluster_queue} does not admit namespace {namespace} (spec.namespaceSelector): label the namespace or change the selector"
+            ),
+            QueueProblem::Stopped { cluster_queue } => write!(
+                f,
+                "ClusterQueue {cluster_queue} is stopped (spec.stopPolicy): set it to None to admit work"
+            ),
+            QueueProblem::NotCovered { cluster_queue, resource } => write!(
+                f,
+                "ClusterQueue {cluster_queue} has no quota for {resource}: add it to a resourceGroup's coveredResources"
+            ),
+            QueueProblem::Quota {
+                cluster_queue,
+                flavor,
+                resource,
+                need,
+                used,
+                nominal,
+                limit,
+                cohort_free,
+            } => {
+                let a = |v: i64| format_amount(resource, v);
+                write!(
+                    f,
+                    "quota: ClusterQueue {cluster_queue} flavor {flavor} needs {} more {resource}: {} in use of nominal {}",
+                    a(*need),
+                    a(*used),
+                    a(*nominal)
+                )?;
+                if let Some(limit) = limit {
+                    write!(f, ", borrowing up to {}", a(*limit))?;
+                }
+                if let Some(free) = cohort_free {
+                    write!(f, ", cohort can lend {}", a(*free))?;
+                }
+                Ok(())
+            }
+            QueueProblem::BehindHead { cluster_queue } => write!(
+                f,
+                "waiting behind the head of StrictFIFO ClusterQueue {cluster_queue}"
+            ),
+            QueueProblem::WaitingForVictims { victims } => write!(
+                f,
+                "waiting for {victims} preempted pod(s) to leave"
+            ),
+            QueueProblem::PreemptionDelay { until } => write!(
+                f,
+                "may preempt from t={} s on (preemption delay)",
+                until / 1000
+            ),
+        }
+    }
+}
+
+/// Quota and usage of one flavor in one resource group, per covered resource.
+#[derive(Debug, Clone)]
+pub(crate) struct FlavorBook {
+    pub(crate) flavor: String,
+    nominal: Vec<i64>,
+    borrowing_limit: Vec<Option<i64>>,
+    lending_limit: Vec<Option<i64>>,
+    pub(crate) usage: Vec<i64>,
+}
+
+impl FlavorBook {
+    /// What the queue keeps for itself (not lent).
+    fn guaranteed(&self, i: usize) -> i64 {
+        self.lending_limit[i].map_or(0, |l| (self.nominal[i] - l).max(0))
+    }
+    fn lendable(&self, i: usize) -> i64 {
+        self.nominal[i] - self.guaranteed(i)
+    }
+    /// What the queue takes from the cohort's pool.
+    fn from_pool(&self, i: usize, usage: i64) -> i64 {
+        (usage - self.guaranteed(i)).max(0)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct GroupBook {
+    pub(crate) covered: Vec<String>,
+    pub(crate) flavors: Vec<FlavorBook>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct CqBook {
+    pub(crate) spec: ClusterQueueSpec,
+    /// The root of its cohort tree: queues under one root share idle quota.
+    pub(crate) root: Option<String>,
+    pub(crate) groups: Vec<GroupBook>,
+}
+
+/// How a workload fits its queue's quota.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum QuotaFit {
+    /// Inside nominal quota.
+    Nominal(Admission),
+    /// Only by borrowing from the cohort.
+    Borrowing(Admission),
+    No(QueueProblem),
+}
+
+/// All queues and their usage.
+#[derive(Debug, Default)]
+pub(crate) struct QueueBook {
+    pub(crate) cqs: Vec<CqBook>,
+    pub(crate) cq_ids: HashMap<String, CqId>,
+    pub(crate) local: HashMap<(String, String), String>,
+    pub(crate) cohorts: HashMap<String, CohortSpec>,
+    pub(crate) flavors: HashMap<String, ResourceFlavor>,
+    pub(crate) namespace_labels: HashMap<String, Labels>,
+    /// Per cohort root: quota the cohorts themselves hold, per (flavor, resource).
+    cohort_quota: HashMap<String, HashMap<(String, String), i64>>,
+}
+
+fn compile_groups(groups: &[ResourceGroup]) -> Vec<GroupBook> {
+    groups
+        .iter()
+        .map(|g| GroupBook {
+            covered: g.covered.clone(),
+            flavors: g
+                .flavors
+                .iter()
+                .map(|f| {
+                    let quota = |name: &str| f.resources.iter().find(|r| r.name == name);
+                    FlavorBook {
+                        flavor: f.flavor.clone(),
+                        nominal: g
+                            .covered
+                            .iter()
+                            .map(|r| quota(r).map_or(0, |q| q.nominal))
+                            .collect(),
+                        borrowing_limit: g
+                            .covered
+                            .iter()
+                            .map(|r| quota(r).and_then(|q| q.borrowing_limit))
+                            .collect(),
+                        lending_limit: g
+                            .covered
+                            .iter()
+                            .map(|r| quota(r).and_then(|q| q.lending_limit))
+                            .collect(),
+                        usage: vec![0; g.covered.len()],
+                    }
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn validate_groups(
+    kind: &'static str,
+    object: &str,
+    groups: &[ResourceGroup],
+) -> Result<(), QueueError> {
+    let err = |field, why: String| QueueError {
+        kind,
+        object: object.to_string(),
+        field,
+        why,
+    };
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for (gi, g) in groups.iter().enumerate() {
+        if g.covered.is_empty() {
+            return Err(err(
+                "resourceGroups[].coveredResources",
+                "is empty; list the resources this group's flavors give quota for".into(),
+            ));
+        }
+        for r in &g.covered {
+            if let Some(other) = seen.insert(r, gi) {
+                return Err(err(
+                    "resourceGroups[].coveredResources",
+                    format!("{r} is covered by groups {other} and {gi}; cover each resource in one group"),
+                ));
+            }
+        }
+        for f in &g.flavors {
+            for q in &f.resources {
+                if !g.covered.contains(&q.name) {
+                    return Err(err(
+                        "resourceGroups[].flavors[].resources[].name",
+                        format!(
+                            "flavor {} gives quota for {}, which the group does not cover; add it to coveredResources",
+                            f.flavor, q.name
+                        ),
+                    ));
+                }
+                if q.nominal < 0 || q.borrowing_limit.is_some_and(|l| l < 0) {
+                    return Err(err(
+                        "resourceGroups[].flavors[].resources[]",
+                        format!("{} quota must not be negative", q.name),
+                    ));
+                }
+                if q.lending_limit.is_some_and(|l| l < 0 || l > q.nominal) {
+                    return Err(err(
+                        "resourceGroups[].flavors[].resources[].lendingLimit",
+                        format!("{}: must be between 0 and nominalQuota", q.name),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+impl QueueBook {
+    pub(crate) fn add_cluster_queue(&mut self, spec: ClusterQueueSpec) -> Result<CqId, QueueError> {
+        validate_groups("ClusterQueue", &spec.name, &spec.resource_groups)?;
+        if spec.fair_weight < 0.0 || !spec.fair_weight.is_finite() {
+            return Err(QueueError {
+                kind: "ClusterQueue",
+                object: spec.name.clone(),
+                field: "fairSharing.weight",
+                why: "must be a non-negative number".into(),
+            });
+        }
+        let groups = compile_groups(&spec.resource_groups);
+        match self.cq_ids.get(&spec.name) {
+            Some(&id) => {
+                let book = &mut self.cqs[id.0 as usize];
+                // Keep usage of flavors and resources that stay.
+                let old = std::mem::replace(&mut book.groups, groups);
+                for g in &mut book.groups {
+                    for f in &mut g.flavors {
+                        for (i, r) in g.covered.iter().enumerate() {
+                            f.usage[i] = old
+                                .iter()
+                                .filter_map(|og| {
+                                    let ri = og.covered.iter().position(|c| c == r)?;
+                                    let of = og.flavors.iter().find(|x| x.flavor == f.flavor)?;
+                                    Some(of.usage[ri])
+                                })
+                                .sum();
+                        }
+                    }
+                }
+                book.spec = spec;
+                self.refresh_roots();
+                Ok(id)
+            }
+            None => {
+                let id = CqId(self.cqs.len() as u32);
+                self.cq_ids.insert(spec.name.clone(), id);
+                self.cqs.push(CqBook {
+                    spec,
+                    root: None,
+                    groups,
+                });
+                self.refresh_roots();
+                Ok(id)
+            }
+        }
+    }
+
+    pub(crate) fn add_cohort(&mut self, spec: CohortSpec) -> Result<(), QueueError> {
+        validate_groups("Cohort", &spec.name, &spec.resource_groups)?;
+        // A parent chain that comes back to this cohort would make the tree a loop.
+        let mut at = spec.parent.clone();
+        let mut steps = 0;
+        while let Some(p) = at {
+            if p == spec.name || steps > self.cohorts.len() {
+                return Err(QueueError {
+                    kind: "Cohort",
+                    object: spec.name.clone(),
+                    field: "spec.parentName",
+                    why: format!("{p} leads back to {}: cohorts form a tree", spec.name),
+                });
+            }
+            at = self.cohorts.get(&p).and_then(|c| c.parent.clone());
+            steps += 1;
+        }
+        self.cohorts.insert(spec.name.clone(), spec);
+        self.refresh_roots();
+        Ok(())
+    }
+
+    fn root_of(&self, cohort: &str) -> String {
+        let mut at = cohort.to_string();
+        for _ in 0..=self.cohorts.len() {
+            match self.cohorts.get(&at).and_then(|c| c.parent.clone()) {
+                Some(p) => at = p,
+                None => break,
+            }
+        }
+        at
+    }
+
+    fn refresh_roots(&mut self) {
+        let roots: Vec<Option<String>> = self
+            .cqs
+            .iter()
+            .map(|cq| cq.spec.cohort.as_deref().map(|c| self.root_of(c)))
+            .collect();
+        for (cq, root) in self.cqs.iter_mut().zip(roots) {
+            cq.root = root;
+        }
+        let mut quota: HashMap<String, HashMap<(String, String), i64>> = HashMap::new();
+        for cohort in self.cohorts.values() {
+            let root = self.root_of(&cohort.name);
+            let entry = quota.entry(root).or_default();
+            for g in &cohort.resource_groups {
+                for f in &g.flavors {
+                    for q in &f.resources {
+                        *entry.entry((f.flavor.clone(), q.name.clone())).or_default() += q.nominal;
+                    }
+                }
+            }
+        }
+        self.cohort_quota = quota;
+    }
+
+    /// The ClusterQueue a pod's LocalQueue leads to, or why none.
+    pub(crate) fn resolve(&self, namespace: &str, local: &str) -> Result<CqId, QueueProblem> {
+        let Some(cq_name) = self.local.get(&(namespace.to_string(), local.to_string())) else {
+            // A pod may name a ClusterQueue's LocalQueue that is missing; say so.
+            return Err(QueueProblem::NoLocalQueue {
+                namespace: namespace.to_string(),
+                name: local.to_string(),
+            });
+        };
+        let Some(&id) = self.cq_ids.get(cq_name) else {
+            return Err(QueueProblem::NoClusterQueue {
+                local_queue: format!("{namespace}/{local}"),
+                cluster_queue: cq_name.clone(),
+            });
+        };
+        if let Some(selector) = &self.cqs[id.0 as usize].spec.namespace_selector {
+            let mut labels = self
+                .namespace_labels
+                .get(namespace)
+                .cloned()
+                .unwrap_or_default();
+            labels
+                .entry("kubernetes.io/metadata.name".to_string())
+                .or_insert_with(|| namespace.to_string());
+            if !selector.iter().all(|r| r.matches(&labels)) {
+                return Err(QueueProblem::NamespaceNotSelected {
+                    cluster_queue: cq_name.clone(),
+                    namespace: namespace.to_string(),
+                });
+            }
+        }
+        Ok(id)
+    }
+
+    /// Queues sharing `cq`'s cohort root (including `cq`), with their ids.
+    pub(crate) fn cohort_members(&self, cq: CqId) -> impl Iterator<Item = (CqId, &CqBook)> + '_ {
+        let root = self.cqs[cq.0 as usize].root.clone();
+        self.cqs
+            .iter()
+            .enumerate()
+            .filter(move |(i, c)| *i == cq.0 as usize || (root.is_some() && c.root == root))
+            .map(|(i, c)| (CqId(i as u32), c))
+    }
+
+    /// The cohort's pool of `resource` in `flavor` and how much of it is taken, leaving
+    /// `except`'s use out of the taken part.
+    fn pool(&self, cq: CqId, flavor: &str, resource: &str) -> (i64, i64) {
+        let root = self.cqs[cq.0 as usize].root.clone().unwrap_or_default();
+        let mut size = self
+            .cohort_quota
+            .get(&root)
+            .and_then(|q| q.get(&(flavor.to_string(), resource.to_string())))
+            .copied()
+            .unwrap_or(0);
+        let mut taken = 0;
+        for (id, book) in self.cohort_members(cq) {
+            for g in &book.groups {
+                let Some(ri) = g.covered.iter().position(|r| r == resource) else {
+                    continue;
+                };
+                for f in g.flavors.iter().filter(|f| f.flavor == flavor) {
+                    size += f.lendable(ri);
+                    if id != cq {
+                        taken += f.from_pool(ri, f.usage[ri]);
+                    }
+                }
+            }
+        }
+        (size, taken)
+    }
+
+    /// Whether `request` (per resource name) fits `cq`'s quota, and with which flavors.
+    pub(crate) fn fit(&self, cq: CqId, request: &[(String, i64)]) -> QuotaFit {
+        let book = &self.cqs[cq.0 as usize];
+        let name = &book.spec.name;
+        if book.spec.stop_policy != StopPolicy::None {
+            return QuotaFit::No(QueueProblem::Stopped {
+                cluster_queue: name.clone(),
+            });
+        }
+        for (resource, amount) in request {
+            let covered = book.groups.iter().any(|g| g.covered.contains(resource));
+            if *amount > 0 && resource != PODS_RESOURCE && !covered {
+                return QuotaFit::No(QueueProblem::NotCovered {
+                    cluster_queue: name.clone(),
+                    resource: resource.clone(),
+                });
+            }
+        }
+        let mut flavors = Vec::with_capacity(book.groups.len());
+        let mut borrowing = false;
+        for g in &book.groups {
+            let mut first_problem = None;
+            let mut chosen: Option<(usize, bool)> = None;
+            for (fi, f) in g.flavors.iter().enumerate() {
+                match self.flavor_fit(cq, g, f, request) {
+                    Ok(false) => {
+                        chosen = Some((fi, false));
+                        break;
+                    }
+                    Ok(true) => {
+                        chosen.get_or_insert((fi, true));
+                    }
+                    Err(p) => {
+                        first_problem.get_or_insert(p);
+                    }
+                }
+            }
+            match chosen {
+                Some((fi, borrows)) => {
+                    flavors.push(fi as u16);
+                    borrowing |= borrows;
+                }
+                None => {
+                    return QuotaFit::No(first_problem.unwrap_or(QueueProblem::NotCovered {
+                        cluster_queue: name.clone(),
+                        resource: g.covered.first().cloned().unwrap_or_default(),
+                    }))
+                }
+            }
+        }
+        let admission = Admission { cq, flavors };
+        if borrowing {
+            QuotaFit::Borrowing(admission)
+        } else {
+            QuotaFit::Nominal(admission)
+        }
+    }
+
+    /// `Ok(borrows)` when the group's request fits flavor `f`.
+    fn flavor_fit(
+        &self,
+        cq: CqId,
+        g: &GroupBook,
+        f: &FlavorBook,
+        request: &[(String, i64)],
+    ) -> Result<bool, QueueProblem> {
+        let book = &self.cqs[cq.0 as usize];
+        let mut borrows = false;
+        for (i, resource) in g.covered.iter().enumerate() {
+            let need = request
+                .iter()
+                .find(|(r, _)| r == resource)
+                .map_or(0, |(_, a)| *a);
+            if need == 0 {
+                continue;
+            }
+            let after = f.usage[i] + need;
+            let within_nominal = after <= f.nominal[i];
+            if within_nominal && book.root.is_none() {
+                continue;
+            }
+            let problem = |limit: Option<i64>, cohort_free: Option<i64>| QueueProblem::Quota {
+                cluster_queue: book.spec.name.clone(),
+                flavor: f.flavor.clone(),
+                resource: resource.clone(),
+                need,
+                used: f.usage[i],
+                nominal: f.nominal[i],
+                limit,
+                cohort_free,
+            };
+            if book.root.is_none() {
+                return Err(problem(None, None));
+            }
+            // Lent quota is in use elsewhere until reclaimed: the cohort's pool decides
+            // even inside nominal quota.
+            let limit = f.borrowing_limit[i].map(|b| f.nominal[i] + b);
+            let (pool, taken) = self.pool(cq, &f.flavor, resource);
+            let cohort_free = (pool - taken - f.from_pool(i, f.usage[i])).max(0);
+            let over_limit = !within_nominal && limit.is_some_and(|l| after > l);
+            if over_limit || taken + f.from_pool(i, after) > pool {
+                return Err(problem(limit, Some(cohort_free)));
+            }
+            if !within_nominal {
+                borrows = true;
+            }
+        }
+        Ok(borrows)
+    }
+
+    /// Adds (`sign` 1) or returns (-1) a pod's request to the flavors of its admission.
+    pub(crate) fn charge(&mut self, admission: &Admission, request: &[(String, i64)], sign: i64) {
+        let book = &mut self.cqs[admission.cq.0 as usize];
+        for (g, &fi) in book.groups.iter_mut().zip(&admission.flavors) {
+            let Some(f) = g.flavors.get_mut(fi as usize) else {
+                continue;
+            };
+            for (i, resource) in g.covered.iter().enumerate() {
+                if let Some((_, a)) = request.iter().find(|(r, _)| r == resource) {
+                    f.usage[i] += sign * a;
+                }
+            }
+        }
+    }
+
+    /// Whether `cq` uses more than its nominal quota of any resource in `request`.
+    pub(crate) fn is_borrowing(&self, cq: CqId, request: &[(String, i64)]) -> bool {
+        self.cqs[cq.0 as usize].groups.iter().any(|g| {
+            g.flavors.iter().any(|f| {
+                g.covered.iter().enumerate().any(|(i, r)| {
+                    f.usage[i] > f.nominal[i]
+                        && (request.is_empty() || request.iter().any(|(q, a)| q == r && *a > 0))
+                })
+            })
+        })
+    }
+
+    /// Weighted dominant share of what the queue borrows: the largest fraction of a
+    /// cohort pool it uses beyond its nominal quota, divided by its weight.
+    pub(crate) fn fair_share(&self, cq: CqId) -> f64 {
+        let book = &self.cqs[cq.0 as usize];
+        if book.root.is_none() {
+            return 0.0;
+        }
+        let mut share: f64 = 0.0;
+        for g in &book.groups {
+            for f in &g.flavors {
+                for (i, r) in g.covered.iter().enumerate() {
+                    let borrowed = f.usage[i] - f.nominal[i];
+                    if borrowed <= 0 {
+                        continue;
+                    }
+                    let (pool, _) = self.pool(cq, &f.flavor, r);
+                    share = share.max(borrowed as f64 / pool.max(1) as f64);
+                }
+            }
+        }
+        if book.spec.fair_weight <= 0.0 {
+            return if share > 0.0 { f64::INFINITY } else { 0.0 };
+        }
+        share / book.spec.fair_weight
+    }
+
+    /// The flavors' node labels and tolerations for an admission (empty when none).
+    pub(crate) fn flavor_constraints(&self, admission: &Admission) -> (Labels, Vec<Toleration>) {
+        let mut labels = Labels::new();
+        let mut tolerations = Vec::new();
+        let book = &self.cqs[admission.cq.0 as usize];
+        for (g, &fi) in book.groups.iter().zip(&admission.flavors) {
+            let Some(f) = g.flavors.get(fi as usize) else {
+                continue;
+            };
+            if let Some(flavor) = self.flavors.get(&f.flavor) {
+                labels.extend(flavor.node_labels.clone());
+                tolerations.extend(flavor.tolerations.iter().cloned());
+            }
+        }
+        (labels, tolerations)
+    }
+}
+
+/// Usage of one resource in one flavor of a queue, for reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QuotaUsage {
+    pub flavor: String,
+    pub resource: String,
+    pub nominal: i64,
+    pub used: i64,
+    /// Used beyond nominal (borrowed from the cohort).
+    pub borrowed: i64,
+}
+
+impl CqBook {
+    pub(crate) fn usage(&self) -> Vec<QuotaUsage> {
+        let mut out = Vec::new();
+        for g in &self.groups {
+            for f in &g.flavors {
+                for (i, r) in g.covered.iter().enumerate() {
+                    out.push(QuotaUsage {
+                        flavor: f.flavor.clone(),
+                        resource: r.clone(),
+                        nominal: f.nominal[i],
+                        used: f.usage[i],
+                        borrowed: (f.usage[i] - f.nominal[i]).max(0),
+                    });
+                }
+            }
+        }
+        out
+    }
+}

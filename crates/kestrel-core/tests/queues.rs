@@ -1,0 +1,558 @@
+//! Team queues: quota, borrowing, reclaim, fair share, preemption with whole gangs and
+//! checkpoint-aware victim choice.
+
+use kestrel_core::*;
+use proptest::prelude::*;
+
+fn node(name: &str, gpus: u32) -> NodeSpec {
+    let mut n = NodeSpec::new(name, Resources::new(64_000, 512 << 30));
+    (n.gpus, n.nics) = GpuTopology::Flat.devices("H100", 81_559, gpus);
+    n
+}
+
+fn pod(ns: &str, name: &str, queue: &str, gpus: u32, priority: i32) -> PodSpec {
+    let mut p = PodSpec::new(
+        ns,
+        name,
+        Demand {
+            resources: Resources::new(1_000, 1 << 30),
+            gpu: GpuRequest::Whole(gpus),
+        },
+    );
+    p.queue = Some(queue.to_string());
+    p.priority = priority;
+    p
+}
+
+fn quota(gpus: i64, borrowing_limit: Option<i64>) -> ResourceGroup {
+    ResourceGroup {
+        covered: vec!["cpu".into(), "memory".into(), GPU_RESOURCE.into()],
+        flavors: vec![FlavorQuotas {
+            flavor: "default".into(),
+            resources: vec![
+                ResourceQuota {
+                    name: "cpu".into(),
+                    nominal: 1_000_000,
+                    borrowing_limit: None,
+                    lending_limit: None,
+                },
+                ResourceQuota {
+                    name: "memory".into(),
+                    nominal: 1 << 50,
+                    borrowing_limit: None,
+                    lending_limit: None,
+                },
+                ResourceQuota {
+                    name: GPU_RESOURCE.into(),
+                    nominal: gpus * 1000,
+                    borrowing_limit: borrowing_limit.map(|b| b * 1000),
+                    lending_limit: None,
+                },
+            ],
+        }],
+    }
+}
+
+fn cq(
+    name: &str,
+    cohort: Option<&str>,
+    gpus: i64,
+    borrowing_limit: Option<i64>,
+) -> ClusterQueueSpec {
+    ClusterQueueSpec {
+        name: name.into(),
+        cohort: cohort.map(String::from),
+        resource_groups: vec![quota(gpus, borrowing_limit)],
+        fair_weight: 1.0,
+        ..Default::default()
+    }
+}
+
+fn scheduler(nodes: u32, gpus_per_node: u32) -> Scheduler {
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    for i in 0..nodes {
+        s.add_node(node(&format!("n{i}"), gpus_per_node)).unwrap();
+    }
+    s
+}
+
+fn with_queues(s: &mut Scheduler, queues: Vec<ClusterQueueSpec>) {
+    for q in queues {
+        let name = q.name.clone();
+        s.add_cluster_queue(q).unwrap();
+        s.add_local_queue(LocalQueueSpec {
+            namespace: name.clone(),
+            name: "main".into(),
+            cluster_queue: name,
+        });
+    }
+}
+
+fn bound(s: &Scheduler, ids: &[PodId]) -> usize {
+    ids.iter()
+        .filter(|&&id| matches!(s.pod(id).phase, PodPhase::Bound { .. }))
+        .count()
+}
+
+fn reason(s: &Scheduler, id: PodId) -> String {
+    s.pod(id)
+        .pending_reason
+        .as_ref()
+        .map(|r| r.to_string())
+        .unwrap_or_default()
+}
+
+fn gpu_used(s: &Scheduler, name: &str) -> i64 {
+    let (id, _) = s.cluster_queues().find(|(_, q)| q.name == name).unwrap();
+    s.queue_usage(id)
+        .iter()
+        .filter(|u| u.resource == GPU_RESOURCE)
+        .map(|u| u.used)
+        .sum::<i64>()
+        / 1000
+}
+
+/// Carries out preemptions at once, as a driver would after the grace period.
+fn evict_all(s: &mut Scheduler, d: &Decisions) -> Vec<PodId> {
+    let victims: Vec<PodId> = d
+        .preemptions
+        .iter()
+        .flat_map(|p| p.victims.iter().map(|v| v.pod))
+        .collect();
+    for &v in &victims {
+        s.evict(v).unwrap();
+    }
+    victims
+}
+
+#[test]
+fn nominal_quota_holds_without_a_cohort() {
+    let mut s = scheduler(2, 8);
+    with_queues(&mut s, vec![cq("team-a", None, 4, None)]);
+    let ids: Vec<PodId> = (0..6)
+        .map(|i| s.submit(pod("team-a", &format!("p{i}"), "main", 1, 0), 0))
+        .collect();
+    s.schedule(0);
+    assert_eq!(bound(&s, &ids), 4);
+    assert_eq!(gpu_used(&s, "team-a"), 4);
+    let why = reason(&s, ids[5]);
+    assert!(
+        why.contains("quota: ClusterQueue team-a flavor default needs 1 more nvidia.com/gpu: 4 in use of nominal 4"),
+        "{why}"
+    );
+    let r = s.pod(ids[5]).pending_reason.clone().unwrap();
+    assert!(!r.is_capacity(), "quota is not a capacity problem");
+    // A finished pod returns its quota and the next one starts.
+    s.finish(ids[0]).unwrap();
+    s.schedule(1);
+    assert_eq!(bound(&s, &ids), 4);
+    assert_eq!(gpu_used(&s, "team-a"), 4);
+}
+
+#[test]
+fn idle_quota_is_borrowed_up_to_the_borrowing_limit() {
+    let mut s = scheduler(2, 8);
+    with_queues(
+        &mut s,
+        vec![
+            cq("team-a", Some("org"), 4, Some(2)),
+            cq("team-b", Some("org"), 4, None),
+        ],
+    );
+    let ids: Vec<PodId> = (0..8)
+        .map(|i| s.submit(pod("team-a", &format!("p{i}"), "main", 1, 0), 0))
+        .collect();
+    s.schedule(0);
+    assert_eq!(bound(&s, &ids), 6, "4 nominal + 2 borrowed");
+    let why = reason(&s, ids[7]);
+    assert!(why.contains("borrowing up to 6"), "{why}");
+}
+
+#[test]
+fn lent_quota_is_reclaimed_by_preempting_the_borrower() {
+    let mut s = scheduler(1, 8);
+    let mut b = cq("team-b", Some("org"), 4, None);
+    b.preemption.reclaim_within_cohort = ReclaimPolicy::Any;
+    with_queues(&mut s, vec![cq("team-a", Some("org"), 4, None), b]);
+    let a: Vec<PodId> = (0..8)
+        .map(|i| s.submit(pod("team-a", &format!("a{i}"), "main", 1, 100), 0))
+        .collect();
+    s.schedule(0);
+    assert_eq!(
+        bound(&s, &a),
+        8,
+        "team-a borrows all of team-b's idle quota"
+    );
+    let b_ids: Vec<PodId> = (0..3)
+        .map(|i| s.submit(pod("team-b", &format!("b{i}"), "main", 1, 0), 1_000))
+        .collect();
+    let d = s.schedule(1_000);
+    assert_eq!(d.preemptions.len(), 3, "one preemption per team-b pod");
+    let victims = evict_all(&mut s, &d);
+    assert_eq!(victims.len(), 3);
+    assert!(victims.iter().all(|v| a.contains(v)));
+    assert!(reason(&s, b_ids[0]).is_empty() || bound(&s, &b_ids) == 0);
+    s.schedule(1_001);
+    assert_eq!(bound(&s, &b_ids), 3, "team-b got its quota back");
+    assert_eq!(gpu_used(&s, "team-a"), 5);
+    // The evicted borrowers wait; team-a may not take back what team-b uses.
+    let waiting = a
+        .iter()
+        .filter(|&&p| s.pod(p).phase == PodPhase::Pending)
+        .count();
+    assert_eq!(waiting, 3);
+}
+
+#[test]
+fn within_queue_preemption_takes_lower_priority_only() {
+    let mut s = scheduler(1, 8);
+    let mut q = cq("team-a", None, 2, None);
+    q.preemption.within_cluster_queue = WithinQueuePreemption::LowerPriority;
+    with_queues(&mut s, vec![q]);
+    let low = s.submit(pod("team-a", "low", "main", 1, 10), 0);
+    let mid = s.submit(pod("team-a", "mid", "main", 1, 50), 0);
+    s.schedule(0);
+    let same = s.submit(pod("team-a", "same", "main", 1, 10), 1);
+    let d = s.schedule(1);
+    assert!(d.preemptions.is_empty(), "equal priority does not preempt");
+    assert!(reason(&s, same).contains("quota"));
+    let high = s.submit(pod("team-a", "high", "main", 1, 100), 2);
+    let d = s.schedule(2);
+    let victims = evict_all(&mut s, &d);
+    assert_eq!(victims, vec![low], "the lowest priority goes");
+    s.schedule(3);
+    assert_eq!(bound(&s, &[high, mid]), 2);
+}
+
+fn gang_member(ns: &str, gang: &str, name: &str, queue: &str, priority: i32) -> PodSpec {
+    let mut p = pod(ns, name, queue, 1, priority);
+    p.gang = Some(GangMembership {
+        gang: gang.into(),
+        role: None,
+        rank: None,
+    });
+    p
+}
+
+#[test]
+fn victims_are_whole_gangs_and_the_fewest_jobs() {
+    let mut s = scheduler(1, 4);
+    let mut q = cq("team-a", None, 4, None);
+    q.preemption.within_cluster_queue = WithinQueuePreemption::LowerPriority;
+    with_queues(&mut s, vec![q]);
+    s.add_gang(GangSpec {
+        namespace: "team-a".into(),
+        name: "pair".into(),
+        min_member: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    let g0 = s.submit(gang_member("team-a", "pair", "g0", "main", 0), 0);
+    let g1 = s.submit(gang_member("team-a", "pair", "g1", "main", 0), 0);
+    let big = s.submit(pod("team-a", "big", "main", 2, 0), 0);
+    s.schedule(0);
+    assert_eq!(bound(&s, &[g0, g1, big]), 3);
+    // Needs 2 GPUs: the 2-GPU pod (one job) goes, not a pod of the gang.
+    let high = s.submit(pod("team-a", "high", "main", 2, 100), 10_000);
+    let d = s.schedule(10_000);
+    assert_eq!(evict_all(&mut s, &d), vec![big]);
+    s.schedule(10_001);
+    assert_eq!(bound(&s, &[high]), 1);
+    // Needs 4 GPUs: both remaining workloads, the gang whole.
+    let all = s.submit(pod("team-a", "all", "main", 4, 200), 20_000);
+    let d = s.schedule(20_000);
+    let mut victims = evict_all(&mut s, &d);
+    victims.sort();
+    assert_eq!(victims, vec![g0, g1, high]);
+    s.schedule(20_001);
+    assert_eq!(bound(&s, &[all]), 1);
+    assert_eq!(bound(&s, &[g0, g1]), 0, "no half gang left behind");
+}
+
+#[test]
+fn checkpoint_aware_choice_loses_least_work() {
+    for (order, expected) in [
+        (VictimOrder::CheckpointAware, "fresh"),
+        (VictimOrder::LowestPriority, "stale"),
+    ] {
+        let mut s = Scheduler::new(SchedulerConfig {
+            victim_order: order,
+            ..Default::default()
+        });
+        s.add_node(node("n0", 2)).unwrap();
+        let mut fresh = PodSpec::new(
+            "ml",
+            "fresh",
+            Demand {
+                resources: Resources::new(1_000, 1 << 30),
+                gpu: GpuRequest::Whole(1),
+            },
+        );
+        fresh.preemption.checkpoint_interval = Some(600_000);
+        let mut stale = fresh.clone();
+        stale.name = "stale".into();
+        stale.preemption.checkpoint_interval = None;
+        // "fresh" runs longer but checkpointed 1.5 s ago; "stale" started later (newest
+        // first picks it) and never checkpointed.
+        let fresh = s.submit(fresh, 0);
+        s.schedule(0);
+        let stale = s.submit(stale, 1_000);
+        s.schedule(1_000);
+        let mut high = PodSpec::new(
+            "ml",
+            "high",
+            Demand {
+                resources: Resources::new(1_000, 1 << 30),
+                gpu: GpuRequest::Whole(1),
+            },
+        );
+        high.priority = 100;
+        let high = s.submit(high, 601_500);
+        let d = s.schedule(601_500);
+        let victims = evict_all(&mut s, &d);
+        let name = &s.pod(victims[0]).spec.name;
+        assert_eq!(name, expected, "{order:?}");
+        if order == VictimOrder::CheckpointAware {
+            assert_eq!(d.preemptions[0].victims[0].lost_gpu_ms, 1_500);
+        }
+        let _ = (stale, fresh);
+        s.schedule(601_501);
+        assert_eq!(bound(&s, &[high]), 1);
+    }
+}
+
+#[test]
+fn min_runtime_and_never_preempt_are_respected() {
+    let mut s = scheduler(1, 1);
+    let mut low = PodSpec::new(
+        "ml",
+        "low",
+        Demand {
+            resources: Resources::new(1_000, 1 << 30),
+            gpu: GpuRequest::Whole(1),
+        },
+    );
+    low.preemption.min_runtime = Some(60_000);
+    s.submit(low.clone(), 0);
+    s.schedule(0);
+    let mut polite = low.clone();
+    polite.name = "polite".into();
+    polite.priority = 100;
+    polite.preemption.never_preempt = true;
+    s.submit(polite, 70_000);
+    assert!(
+        s.schedule(70_000).preemptions.is_empty(),
+        "preemptionPolicy Never"
+    );
+    let mut high = low.clone();
+    high.name = "high".into();
+    high.priority = 100;
+    s.submit(high, 30_000);
+    assert!(
+        s.schedule(30_000).preemptions.is_empty(),
+        "victim too young"
+    );
+    s.finish(PodId(1)).unwrap();
+    let d = s.schedule(60_000);
+    assert_eq!(d.preemptions.len(), 1, "old enough now");
+}
+
+#[test]
+fn misconfigured_queues_say_what_to_fix() {
+    let mut s = scheduler(1, 8);
+    let p = s.submit(pod("team-a", "p", "main", 1, 0), 0);
+    s.schedule(0);
+    assert!(reason(&s, p).contains("LocalQueue team-a/main does not exist"));
+    s.add_local_queue(LocalQueueSpec {
+        namespace: "team-a".into(),
+        name: "main".into(),
+        cluster_queue: "gpu".into(),
+    });
+    s.schedule(1);
+    assert!(reason(&s, p).contains("ClusterQueue \"gpu\", which does not exist"));
+    let mut q = cq("gpu", None, 8, None);
+    q.namespace_selector = Some(vec![Requirement {
+        key: "team".into(),
+        operator: SelectorOperator::In,
+        values: vec!["ml".into()],
+    }]);
+    s.add_cluster_queue(q).unwrap();
+    s.schedule(2);
+    assert!(reason(&s, p).contains("does not admit namespace team-a"));
+    s.set_namespace_labels("team-a", [("team".to_string(), "ml".to_string())].into());
+    s.schedule(3);
+    assert_eq!(bound(&s, &[p]), 1);
+    // A queue without GPU quota refuses GPU pods by name.
+    let mut cpu_only = cq("cpu", None, 0, None);
+    cpu_only.resource_groups[0]
+        .covered
+        .retain(|r| r != GPU_RESOURCE);
+    cpu_only.resource_groups[0].flavors[0]
+        .resources
+        .retain(|r| r.name != GPU_RESOURCE);
+    s.add_cluster_queue(cpu_only).unwrap();
+    s.add_local_queue(LocalQueueSpec {
+        namespace: "team-a".into(),
+        name: "cpu".into(),
+        cluster_queue: "cpu".into(),
+    });
+    let g = s.submit(pod("team-a", "g", "cpu", 1, 0), 4);
+    s.schedule(4);
+    assert!(reason(&s, g).contains("has no quota for nvidia.com/gpu"));
+    // Bad specs are refused with the field named.
+    let mut bad = cq("bad", None, 1, None);
+    bad.resource_groups[0].flavors[0].resources[2].lending_limit = Some(5_000);
+    let err = s.add_cluster_queue(bad).unwrap_err().to_string();
+    assert!(
+        err.contains("ClusterQueue bad: field resourceGroups[].flavors[].resources[].lendingLimit"),
+        "{err}"
+    );
+}
+
+#[test]
+fn strict_fifo_blocks_behind_its_head_best_effort_does_not() {
+    for (strategy, small_runs) in [
+        (QueueingStrategy::StrictFifo, false),
+        (QueueingStrategy::BestEffortFifo, true),
+    ] {
+        let mut s = scheduler(1, 8);
+        let mut q = cq("team-a", None, 4, None);
+        q.queueing_strategy = strategy;
+        with_queues(&mut s, vec![q]);
+        s.submit(pod("team-a", "run", "main", 2, 0), 0);
+        s.schedule(0);
+        let big = s.submit(pod("team-a", "big", "main", 4, 0), 1);
+        let small = s.submit(pod("team-a", "small", "main", 1, 0), 2);
+        s.schedule(2);
+        assert_eq!(bound(&s, &[big]), 0);
+        assert_eq!(bound(&s, &[small]) == 1, small_runs, "{strategy:?}");
+        if !small_runs {
+            assert!(reason(&s, small).contains("behind the head of StrictFIFO"));
+        }
+    }
+}
+
+#[test]
+fn quota_admits_nothing_the_nodes_cannot_hold() {
+    // 8 GPUs of quota, but two nodes of 4: an 8-GPU pod cannot be placed.
+    let mut s = scheduler(2, 4);
+    with_queues(&mut s, vec![cq("team-a", None, 8, None)]);
+    let big = s.submit(pod("team-a", "big", "main", 8, 0), 0);
+    let small = s.submit(pod("team-a", "small", "main", 2, 0), 1);
+    s.schedule(1);
+    assert_eq!(bound(&s, &[big]), 0);
+    assert!(s.pod(big).pending_reason.as_ref().unwrap().is_capacity());
+    assert_eq!(
+        bound(&s, &[small]),
+        1,
+        "the unplaceable head does not block the queue"
+    );
+    assert_eq!(gpu_used(&s, "team-a"), 2, "only what is placed is charged");
+}
+
+#[test]
+fn borrowers_take_turns_by_fair_share() {
+    let mut s = scheduler(2, 8);
+    let mut a = cq("team-a", Some("org"), 2, None);
+    a.fair_weight = 1.0;
+    let mut b = cq("team-b", Some("org"), 2, None);
+    b.fair_weight = 3.0;
+    let idle = cq("idle", Some("org"), 12, None);
+    with_queues(&mut s, vec![a, b, idle]);
+    for i in 0..16 {
+        s.submit(pod("team-a", &format!("a{i}"), "main", 1, 0), 0);
+        s.submit(pod("team-b", &format!("b{i}"), "main", 1, 0), 0);
+    }
+    s.schedule(0);
+    // 12 idle GPUs lent 1:3.
+    assert_eq!(gpu_used(&s, "team-a"), 2 + 3);
+    assert_eq!(gpu_used(&s, "team-b"), 2 + 9);
+}
+
+#[test]
+fn capacity_preemption_for_unqueued_pods_by_priority() {
+    let mut s = scheduler(1, 2);
+    let mut low = PodSpec::new(
+        "web",
+        "low",
+        Demand {
+            resources: Resources::new(1_000, 1 << 30),
+            gpu: GpuRequest::Whole(2),
+        },
+    );
+    low.preemption.checkpoint_grace = Some(30_000);
+    let low = s.submit(low, 0);
+    s.schedule(0);
+    let mut high = s.pod(low).spec.clone();
+    high.name = "high".into();
+    high.priority = 1000;
+    high.preemption.checkpoint_grace = None;
+    let high = s.submit(high, 5);
+    let d = s.schedule(5);
+    assert_eq!(d.preemptions.len(), 1);
+    let v = &d.preemptions[0].victims[0];
+    assert_eq!((v.pod, v.checkpoint_grace), (low, Some(30_000)));
+    assert!(reason(&s, high).contains("waiting for 1 preempted pod(s) to leave"));
+    // Nothing else is preempted while victims leave.
+    assert!(s.schedule(6).preemptions.is_empty());
+    s.evict(low).unwrap();
+    s.schedule(7);
+    assert_eq!(bound(&s, &[high]), 1);
+    assert_eq!(
+        s.pod(low).phase,
+        PodPhase::Pending,
+        "the victim waits again"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Whatever arrives and ends, no queue exceeds nominal + borrowing limit, a cohort
+    /// never lends more than its queues' nominal quota, and no pod is lost.
+    #[test]
+    fn quota_limits_always_hold(
+        ops in proptest::collection::vec((0u8..4, 0u8..3, 1u32..5, 0i32..3), 1..120),
+        limits in proptest::collection::vec((1i64..8, proptest::option::of(0i64..6)), 3),
+    ) {
+        let mut s = scheduler(4, 8);
+        let mut queues = Vec::new();
+        for (i, (nominal, limit)) in limits.iter().enumerate() {
+            let mut q = cq(&format!("q{i}"), Some("org"), *nominal, *limit);
+            q.preemption.reclaim_within_cohort = ReclaimPolicy::Any;
+            q.preemption.within_cluster_queue = WithinQueuePreemption::LowerPriority;
+            queues.push(q);
+        }
+        with_queues(&mut s, queues);
+        let mut live: Vec<PodId> = Vec::new();
+        for (t, (op, q, gpus, prio)) in ops.into_iter().enumerate() {
+            let now = t as u64 * 1000;
+            match op {
+                0 | 1 => {
+                    let id = s.submit(pod(&format!("q{q}"), &format!("p{t}"), "main", gpus, prio), now);
+                    live.push(id);
+                }
+                2 if !live.is_empty() => {
+                    let id = live.remove(t % live.len());
+                    s.finish(id).unwrap();
+                }
+                _ => {}
+            }
+            let d = s.schedule(now);
+            evict_all(&mut s, &d);
+            let total_nominal: i64 = limits.iter().map(|(n, _)| n).sum();
+            let mut total_used = 0;
+            for (i, (nominal, limit)) in limits.iter().enumerate() {
+                let used = gpu_used(&s, &format!("q{i}"));
+                total_used += used;
+                if let Some(limit) = limit {
+                    prop_assert!(used <= nominal + limit, "q{i} uses {used} > {nominal}+{limit}");
+                }
+            }
+            prop_assert!(total_used <= total_nominal, "cohort lends {total_used} > {total_nominal}");
+            let counted = s.pods().filter(|(_, p)| p.phase != PodPhase::Gone).count();
+            prop_assert_eq!(counted, live.len(), "no pod lost");
+            prop_assert_eq!(s.pending_count(), s.pods().filter(|(_, p)| p.phase == PodPhase::Pending).count());
+        }
+    }
+}
