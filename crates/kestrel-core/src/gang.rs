@@ -316,7 +316,7 @@ impl Scheduler {
             decisions,
         ) {
             Attempt::Placed(placed) => Ok(placed),
-            Attempt::Failed(reason) => Err(reason),
+            Attempt::Failed(reason) => Err(Arc::unwrap_or_clone(reason)),
             Attempt::Deferred => {
                 if let crate::scheduler::QueueLink::Cq(cq) = self.pods[pending[0].0 as usize].link {
                     let keys = cycle.borrowers.entry(cq).or_default();

@@ -199,6 +199,9 @@ pub struct Scheduler {
     pub(crate) preemptor_of: HashMap<PodId, WorkloadKey>,
     /// Set while trying "what if these victims left": cached failures do not apply.
     pub(crate) probing: bool,
+    /// Preemptors whose victims are all gone: they go first in the next cycle, so the room
+    /// made for them is not taken by others.
+    pub(crate) ready_preemptors: Vec<WorkloadKey>,
     /// When parked workloads should be retried for time's sake alone.
     pub(crate) wake_at: std::cell::Cell<Option<Millis>>,
 }
@@ -211,14 +214,21 @@ pub(crate) struct Cycle {
     /// Workloads that fit only by borrowing, taken after every queue's nominal work.
     pub(crate) borrowers: BTreeMap<CqId, BTreeSet<QueueKey>>,
     pub(crate) borrowing_phase: bool,
+    /// Preemption searches that found nothing this cycle: workloads alike (same trigger,
+    /// queue, priority, request and constraints) do not search again.
+    pub(crate) no_victims: std::collections::HashSet<PreemptionSearch>,
+    /// Quota refusals this cycle by (queue, gang?, pod signature or gang id).
+    pub(crate) quota_refused: HashMap<(CqId, bool, u32), Arc<Unschedulable>>,
 }
+
+pub(crate) type PreemptionSearch = (bool, Option<CqId>, i32, Vec<(String, i64)>, u32);
 
 /// What admission and placement made of a workload.
 pub(crate) enum Attempt {
     Placed(Vec<(PodId, NodeId, GpuAssignment)>),
     /// Fits quota only by borrowing: wait for the borrowing phase of the cycle.
     Deferred,
-    Failed(Unschedulable),
+    Failed(Arc<Unschedulable>),
 }
 
 /// Fitting nodes per bucket the packing scorer compares (the best by the policy key).
@@ -252,6 +262,7 @@ impl Scheduler {
             preemptor_of: HashMap::new(),
             probing: false,
             wake_at: std::cell::Cell::new(None),
+            ready_preemptors: Vec::new(),
         }
     }
 
@@ -445,6 +456,7 @@ impl Scheduler {
                 *left = left.saturating_sub(1);
                 if *left == 0 {
                     self.awaiting.remove(&preemptor);
+                    self.ready_preemptors.push(preemptor);
                 }
             }
         }
@@ -613,6 +625,24 @@ impl Scheduler {
         let mut decisions = Decisions::default();
         self.drain_stopped_queues(now, &mut decisions);
         let mut cycle = Cycle::default();
+        for preemptor in std::mem::take(&mut self.ready_preemptors) {
+            let first = match preemptor {
+                WorkloadKey::Pod(p) => Some(p),
+                WorkloadKey::Gang(g) => self.gangs.gangs[g.0 as usize]
+                    .members
+                    .iter()
+                    .copied()
+                    .find(|&p| self.pods[p.0 as usize].phase == PodPhase::Pending),
+            };
+            let Some(pod) = first.filter(|&p| self.pods[p.0 as usize].phase == PodPhase::Pending)
+            else {
+                continue;
+            };
+            let key = self.pods[pod.0 as usize].queue_key(pod);
+            if self.active.remove(&key) {
+                self.consider(key, now, &mut cycle, &mut decisions);
+            }
+        }
         while let Some(key) = self.active.pop_first() {
             self.consider(key, now, &mut cycle, &mut decisions);
         }
@@ -674,12 +704,11 @@ impl Scheduler {
                 }
             }
             Attempt::Failed(reason) => {
-                let reason = Arc::new(reason);
                 let record = &mut self.pods[id.0 as usize];
                 let changed = !record
                     .pending_reason
                     .as_ref()
-                    .is_some_and(|r| **r == *reason);
+                    .is_some_and(|r| Arc::ptr_eq(r, &reason) || **r == *reason);
                 if changed {
                     record.pending_reason = Some(reason.clone());
                     decisions.unschedulable.push((id, reason));
@@ -703,7 +732,7 @@ impl Scheduler {
     ) -> Attempt {
         let total_nodes = self.cluster.len() as u32;
         let queue_failure =
-            |p: QueueProblem| Attempt::Failed(Unschedulable::queue_only(p, total_nodes));
+            |p: QueueProblem| Attempt::Failed(Arc::new(Unschedulable::queue_only(p, total_nodes)));
         // Victims already leave for it: no second round of preemption, but it may start
         // earlier if room turns up elsewhere.
         let waiting = self.awaiting.get(&workload).copied();
@@ -719,6 +748,17 @@ impl Scheduler {
                         cluster_queue: self.queues.cqs[cq.0 as usize].spec.name.clone(),
                     });
                 }
+                // Workloads alike that quota refused this cycle are refused again: usage
+                // only grows within a cycle.
+                let shape = match workload {
+                    WorkloadKey::Pod(p) => (cq, false, self.pods[p.0 as usize].signature),
+                    WorkloadKey::Gang(g) => (cq, true, g.0),
+                };
+                if let Some(reason) = cycle.quota_refused.get(&shape) {
+                    if waiting.is_none() {
+                        return Attempt::Failed(reason.clone());
+                    }
+                }
                 let request = self.workload_request(pods);
                 match self.queues.fit(cq, &request) {
                     QuotaFit::Nominal(admission) => {
@@ -731,17 +771,25 @@ impl Scheduler {
                         return waiting_failure(waiting.unwrap_or_default())
                     }
                     QuotaFit::No(problem) => {
-                        if let Some(victims) = self
-                            .preempt_for_quota(workload, cq, pods, gang, &request, now, decisions)
-                        {
-                            return waiting_failure(victims);
+                        let search = self.search_key(true, Some(cq), pods, &request);
+                        if !cycle.no_victims.contains(&search) {
+                            match self.preempt_for_quota(
+                                workload, cq, pods, gang, &request, now, decisions,
+                            ) {
+                                Some(victims) => return waiting_failure(victims),
+                                None => {
+                                    cycle.no_victims.insert(search);
+                                }
+                            }
                         }
                         let strict = self.queues.cqs[cq.0 as usize].spec.queueing_strategy
                             == crate::queue::QueueingStrategy::StrictFifo;
                         if strict {
                             cycle.blocked.insert(cq);
                         }
-                        return queue_failure(problem);
+                        let reason = Arc::new(Unschedulable::queue_only(problem, total_nodes));
+                        cycle.quota_refused.insert(shape, reason.clone());
+                        return Attempt::Failed(reason);
                     }
                 }
             }
@@ -750,6 +798,12 @@ impl Scheduler {
             Ok(placed) => Attempt::Placed(placed),
             Err(_) if waiting.is_some() => waiting_failure(waiting.unwrap_or_default()),
             Err(reason) => {
+                let cq = admission.as_ref().map(|a| a.cq);
+                let request = self.workload_request(pods);
+                let search = self.search_key(false, cq, pods, &request);
+                if cycle.no_victims.contains(&search) {
+                    return Attempt::Failed(Arc::new(reason));
+                }
                 if let Some(victims) = self.preempt_for_capacity(
                     workload,
                     pods,
@@ -761,7 +815,8 @@ impl Scheduler {
                 ) {
                     return waiting_failure(victims);
                 }
-                Attempt::Failed(reason)
+                cycle.no_victims.insert(search);
+                Attempt::Failed(Arc::new(reason))
             }
         }
     }
@@ -828,6 +883,22 @@ impl Scheduler {
             }
             self.pods[p.0 as usize].admission = admission.cloned();
         }
+    }
+
+    fn search_key(
+        &self,
+        quota: bool,
+        cq: Option<CqId>,
+        pods: &[PodId],
+        request: &[(String, i64)],
+    ) -> PreemptionSearch {
+        let rep = &self.pods[pods[0].0 as usize];
+        let priority = pods
+            .iter()
+            .map(|p| self.pods[p.0 as usize].spec.priority)
+            .max()
+            .unwrap_or(rep.spec.priority);
+        (quota, cq, priority, request.to_vec(), rep.constraint)
     }
 
     /// The workload's total quota request.

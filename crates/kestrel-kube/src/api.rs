@@ -1,14 +1,16 @@
 //! The API writes a scheduler makes: the GPU annotation and the binding, the pod's
-//! `PodScheduled` condition, and `FailedScheduling` events.
+//! `PodScheduled` condition, `FailedScheduling` events, and the status of Kestrel's
+//! PodGroups (server-side apply) with Warning events on those it cannot use.
 
 use crate::convert::GPU_INDICES_ANNOTATION;
-use crate::index::{BindJob, BindOutcome, StatusJob};
+use crate::crds::{PodGroup, API_VERSION};
+use crate::index::{BindJob, BindOutcome, GroupEventJob, GroupStatusJob, StatusJob};
 use crate::limiter::Limiter;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::json;
 use std::sync::Arc;
@@ -155,7 +157,33 @@ impl ApiWriter {
 
     /// The `FailedScheduling` event for a pod (events.k8s.io/v1).
     pub fn event(&self, job: &StatusJob, now: Timestamp) -> Event {
-        let mut note = job.message.clone();
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(job.namespace.clone()),
+            name: Some(job.name.clone()),
+            uid: Some(job.uid.clone()).filter(|u| !u.is_empty()),
+            ..Default::default()
+        };
+        self.warning(
+            regarding,
+            "Scheduling",
+            "FailedScheduling",
+            &job.message,
+            now,
+        )
+    }
+
+    /// A Warning event (events.k8s.io/v1) about an object in a namespace.
+    fn warning(
+        &self,
+        regarding: ObjectReference,
+        action: &str,
+        reason: &str,
+        message: &str,
+        now: Timestamp,
+    ) -> Event {
+        let mut note = message.to_string();
         if note.len() > MAX_NOTE {
             let mut cut = MAX_NOTE - 3;
             while !note.is_char_boundary(cut) {
@@ -164,28 +192,94 @@ impl ApiWriter {
             note.truncate(cut);
             note.push_str("...");
         }
+        let name = regarding.name.clone().unwrap_or_default();
         Event {
             metadata: ObjectMeta {
-                name: Some(format!("{}.{:x}", job.name, now.as_nanosecond())),
-                namespace: Some(job.namespace.clone()),
+                name: Some(format!("{name}.{:x}", now.as_nanosecond())),
+                namespace: regarding.namespace.clone(),
                 ..Default::default()
             },
             event_time: Some(MicroTime(now)),
-            action: Some("Scheduling".into()),
-            reason: Some("FailedScheduling".into()),
+            action: Some(action.into()),
+            reason: Some(reason.into()),
             type_: Some("Warning".into()),
             note: Some(note),
             reporting_controller: Some(self.controller.clone()),
             reporting_instance: Some(self.instance.clone()),
-            regarding: Some(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                namespace: Some(job.namespace.clone()),
-                name: Some(job.name.clone()),
-                uid: Some(job.uid.clone()).filter(|u| !u.is_empty()),
-                ..Default::default()
-            }),
+            regarding: Some(regarding),
             ..Default::default()
         }
     }
+
+    /// Writes a PodGroup's status by server-side apply of the status subresource (field
+    /// manager `kestrel`, forced: Kestrel owns these fields). Returns the time the
+    /// `Scheduled` condition carries.
+    pub async fn apply_pod_group_status(&self, job: &GroupStatusJob) -> Result<Time, kube::Error> {
+        let since = job.since.clone().unwrap_or(Time(Timestamp::now()));
+        let body = pod_group_status_patch(job, &since);
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &job.namespace,
+            &ApiResource::erase::<PodGroup>(&()),
+        );
+        self.limiter.acquire().await;
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        match api
+            .patch_status(&job.name, &params, &Patch::Apply(&body))
+            .await
+        {
+            Ok(_) => Ok(since),
+            // Deleted meanwhile: nothing to report on.
+            Err(e) if status_code(&e) == Some(404) => Ok(since),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A Warning event on a PodGroup Kestrel cannot use (reason `InvalidSpec`).
+    pub async fn report_pod_group(&self, job: &GroupEventJob) -> Result<(), kube::Error> {
+        let regarding = ObjectReference {
+            api_version: Some(API_VERSION.into()),
+            kind: Some("PodGroup".into()),
+            namespace: Some(job.namespace.clone()),
+            name: Some(job.name.clone()),
+            uid: Some(job.uid.clone()).filter(|u| !u.is_empty()),
+            ..Default::default()
+        };
+        let event = self.warning(
+            regarding,
+            "Validating",
+            job.reason,
+            &job.message,
+            Timestamp::now(),
+        );
+        self.limiter.acquire().await;
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &job.namespace);
+        events.create(&PostParams::default(), &event).await?;
+        Ok(())
+    }
+}
+
+/// The server-side apply body of a PodGroup's status: only the fields Kestrel owns.
+pub fn pod_group_status_patch(job: &GroupStatusJob, since: &Time) -> serde_json::Value {
+    let mut condition = json!({
+        "type": "Scheduled",
+        "status": job.condition,
+        "reason": job.reason,
+        "message": job.message,
+        "lastTransitionTime": since,
+    });
+    if let Some(generation) = job.observed_generation {
+        condition["observedGeneration"] = json!(generation);
+    }
+    json!({
+        "apiVersion": API_VERSION,
+        "kind": "PodGroup",
+        "metadata": {"name": job.name, "namespace": job.namespace},
+        "status": {
+            "phase": job.phase.as_str(),
+            "scheduled": job.scheduled,
+            "running": job.running,
+            "conditions": [condition],
+        }
+    })
 }

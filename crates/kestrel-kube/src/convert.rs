@@ -6,8 +6,10 @@
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kestrel_core::{GpuAssignment, NodeSpec, PodSpec};
+use kestrel_sim::gang_sources::{self, PodGang, KESTREL_POD_GROUP_LABEL, KUEUE_GROUP_LABEL};
 use kestrel_sim::manifests::Catalog;
 use kestrel_sim::LoadError;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Pod annotation with the GPUs Kestrel chose, written before the bind so the node agent
@@ -83,6 +85,44 @@ pub fn pod_spec(catalog: &Catalog, pod: &Pod) -> Result<PodSpec, ConvertError> {
     catalog
         .pod_from_kube(Path::new(API_SOURCE), pod)
         .map_err(Into::into)
+}
+
+/// What a pod's labels and annotations say about its gang (the simulator's reading).
+pub fn pod_gang(pod: &Pod) -> Result<Option<PodGang>, ConvertError> {
+    let empty = BTreeMap::new();
+    let namespace = pod_namespace(pod);
+    gang_sources::pod_gang(
+        Path::new(API_SOURCE),
+        &format!("Pod {}", pod_key(pod)),
+        namespace,
+        pod.metadata.labels.as_ref().unwrap_or(&empty),
+        pod.metadata.annotations.as_ref().unwrap_or(&empty),
+    )
+    .map_err(Into::into)
+}
+
+/// The gang a pod names by Kestrel's label or by Kueue's plain-pod group label, as
+/// (namespace, name).
+pub fn pod_group_key(pod: &Pod) -> Option<(String, String)> {
+    let labels = pod.metadata.labels.as_ref()?;
+    let name = labels
+        .get(KESTREL_POD_GROUP_LABEL)
+        .or_else(|| labels.get(KUEUE_GROUP_LABEL))?;
+    Some((pod_namespace(pod).to_string(), name.clone()))
+}
+
+/// A pod's namespace (`default` when unset, as the API server defaults it).
+pub fn pod_namespace(pod: &Pod) -> &str {
+    pod.metadata
+        .namespace
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("default")
+}
+
+/// `status.phase` is Running.
+pub fn is_running(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
 /// `namespace/name` of a pod.

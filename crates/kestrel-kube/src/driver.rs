@@ -1,20 +1,27 @@
 //! The live scheduler's loop: watches in, cycles on change, binds and reports out.
 //!
 //! A replica schedules only while it leads. On taking the lease it starts the watches
-//! afresh (a new LIST of Pods, Nodes, PriorityClasses and RuntimeClasses), rebuilds the
-//! engine's state from that listing (pods bound by anyone count as used), and binds only
-//! after every listing is in. On losing the lease it aborts the binds in flight, posts
+//! afresh (a new LIST of Pods, Nodes, PriorityClasses, RuntimeClasses, and Kestrel's
+//! PodGroups and Topologies), rebuilds the engine's state from that listing (pods bound by
+//! anyone count as used), and binds only after every listing is in. Where Kestrel's CRDs
+//! are not installed (or not readable), those two listings count as empty. On losing the lease it aborts the binds in flight, posts
 //! nothing more, and drops its state; taking the lease again starts over from a listing.
 
 use crate::api::ApiWriter;
-use crate::index::{self, BindJob, BindOutcome, ClusterState, StatusJob, REASON_KINDS};
+use crate::crds::{PodGroup, Topology};
+use crate::index::{
+    self, BindJob, BindOutcome, ClusterState, GroupEventJob, GroupKey, GroupStatusJob, StatusJob,
+    REASON_KINDS,
+};
 use crate::metrics::Metrics;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
-use kube::runtime::reflector::{self, Store};
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
@@ -59,6 +66,17 @@ pub enum Change {
     RuntimeClasses {
         listed: bool,
     },
+    /// A Kestrel PodGroup changed.
+    PodGroup(Box<Event<DynamicObject>>),
+    /// A Kestrel Topology changed; `listed`: that watch finished listing.
+    Topologies {
+        listed: bool,
+    },
+    /// The API does not serve this kind (its CRD is not installed) or does not let
+    /// Kestrel read it: its listing counts as empty until a watch succeeds.
+    Unserved {
+        kind: &'static str,
+    },
 }
 
 /// The reflector stores the driver reads on relists.
@@ -68,6 +86,8 @@ pub struct Stores {
     pub nodes: Store<Node>,
     pub priority_classes: Store<PriorityClass>,
     pub runtime_classes: Store<RuntimeClass>,
+    pub pod_groups: Store<DynamicObject>,
+    pub topologies: Store<DynamicObject>,
 }
 
 /// Which listings are complete.
@@ -77,80 +97,175 @@ struct Synced {
     nodes: bool,
     priority_classes: bool,
     runtime_classes: bool,
+    pod_groups: bool,
+    topologies: bool,
 }
 
 impl Synced {
     fn all(&self) -> bool {
-        self.pods && self.nodes && self.priority_classes && self.runtime_classes
+        self.pods
+            && self.nodes
+            && self.priority_classes
+            && self.runtime_classes
+            && self.pod_groups
+            && self.topologies
     }
 }
 
+/// The listing failed because the API does not serve the kind (404) or forbids it (403).
+fn unserved(e: &watcher::Error) -> bool {
+    matches!(e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404 || s.code == 403)
+}
+
+/// Watches a kind into a reflector store; its events arrive on `tx`. `unserved`: what to
+/// send (once) when the API does not serve the kind, for kinds that may be missing.
 fn spawn_watch<K, F>(
     tasks: &mut JoinSet<()>,
     api: Api<K>,
+    dyntype: K::DynamicType,
     tx: mpsc::Sender<Change>,
     wrap: F,
+    mut unserved_change: Option<Change>,
 ) -> Store<K>
 where
-    K: kube::Resource<DynamicType = ()>
+    K: kube::Resource
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
         + Send
         + Sync
         + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
     F: Fn(Event<K>) -> Change + Send + 'static,
 {
-    let (store, writer) = reflector::store();
+    let kind = K::kind(&dyntype).to_string();
+    let writer = Writer::new(dyntype);
+    let store = writer.as_reader();
     let stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
         .default_backoff();
     tasks.spawn(async move {
         let mut stream = std::pin::pin!(stream);
+        let mut listed = false;
         while let Some(item) = stream.next().await {
             match item {
                 Ok(event) => {
+                    listed |= matches!(event, Event::InitDone);
                     if tx.send(wrap(event)).await.is_err() {
                         return;
                     }
                 }
-                Err(e) => tracing::warn!(kind = K::kind(&()).as_ref(), error = %e, "watch failed; retrying"),
+                Err(e) if !listed && unserved(&e) => {
+                    if let Some(change) = unserved_change.take() {
+                        tracing::warn!(kind = %kind, error = %e, "kind not served (CRD not installed?) or not readable; going on without it and retrying");
+                        if tx.send(change).await.is_err() {
+                            return;
+                        }
+                    } else {
+                        tracing::debug!(kind = %kind, error = %e, "still not served; retrying");
+                    }
+                }
+                Err(e) => tracing::warn!(kind = %kind, error = %e, "watch failed; retrying"),
             }
         }
     });
     store
 }
 
-/// Starts the four watches; their events arrive on the returned channel.
+/// Starts the watches; their events arrive on the returned channel.
 pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc::Receiver<Change>) {
     let (tx, rx) = mpsc::channel(4096);
-    let pods = spawn_watch(tasks, Api::all(client.clone()), tx.clone(), |e| {
-        Change::Pod(Box::new(e))
-    });
-    let nodes = spawn_watch(tasks, Api::all(client.clone()), tx.clone(), |e| {
-        Change::Node(Box::new(e))
-    });
+    let pods = spawn_watch(
+        tasks,
+        Api::all(client.clone()),
+        (),
+        tx.clone(),
+        |e| Change::Pod(Box::new(e)),
+        None,
+    );
+    let nodes = spawn_watch(
+        tasks,
+        Api::all(client.clone()),
+        (),
+        tx.clone(),
+        |e| Change::Node(Box::new(e)),
+        None,
+    );
     let priority_classes = spawn_watch(
         tasks,
         Api::<PriorityClass>::all(client.clone()),
+        (),
         tx.clone(),
         |e| Change::PriorityClasses {
             listed: matches!(e, Event::InitDone),
         },
+        None,
     );
-    let runtime_classes = spawn_watch(tasks, Api::<RuntimeClass>::all(client.clone()), tx, |e| {
-        Change::RuntimeClasses {
+    let runtime_classes = spawn_watch(
+        tasks,
+        Api::<RuntimeClass>::all(client.clone()),
+        (),
+        tx.clone(),
+        |e| Change::RuntimeClasses {
             listed: matches!(e, Event::InitDone),
-        }
-    });
+        },
+        None,
+    );
+    // Kestrel's own kinds are read untyped, so that an object the typed schema would not
+    // accept is reported on the object instead of failing the watch.
+    let pod_group = ApiResource::erase::<PodGroup>(&());
+    let pod_groups = spawn_watch(
+        tasks,
+        Api::<DynamicObject>::all_with(client.clone(), &pod_group),
+        pod_group,
+        tx.clone(),
+        |e| Change::PodGroup(Box::new(e)),
+        Some(Change::Unserved { kind: "PodGroup" }),
+    );
+    let topology = ApiResource::erase::<Topology>(&());
+    let topologies = spawn_watch(
+        tasks,
+        Api::<DynamicObject>::all_with(client.clone(), &topology),
+        topology,
+        tx,
+        |e| Change::Topologies {
+            listed: matches!(e, Event::InitDone),
+        },
+        Some(Change::Unserved { kind: "Topology" }),
+    );
     (
         Stores {
             pods,
             nodes,
             priority_classes,
             runtime_classes,
+            pod_groups,
+            topologies,
         },
         rx,
     )
+}
+
+/// A watched object as JSON, for the simulator's parser.
+fn to_json(object: &DynamicObject) -> serde_json::Value {
+    serde_json::to_value(object).unwrap_or_default()
+}
+
+/// The (namespace, name) of PodGroups in a listing, for [`ClusterState::retain_pod_groups`].
+pub fn pod_group_keys<'a>(
+    objects: impl IntoIterator<Item = &'a Arc<DynamicObject>>,
+) -> std::collections::HashSet<GroupKey> {
+    objects
+        .into_iter()
+        .filter_map(|o| {
+            Some((
+                o.metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into()),
+                o.metadata.name.clone()?,
+            ))
+        })
+        .collect()
 }
 
 /// Applies one watch event to the state. Returns whether anything may have changed.
@@ -183,6 +298,27 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
                 tracing::warn!(error = %e, object = ?e.object, "class cannot be read");
             }
         }
+        Change::PodGroup(event) => match *event {
+            Event::Apply(o) | Event::InitApply(o) => state.apply_pod_group(&to_json(&o)),
+            Event::Delete(o) => {
+                let namespace = o.metadata.namespace.as_deref().unwrap_or("default");
+                state.delete_pod_group(namespace, o.metadata.name.as_deref().unwrap_or_default());
+            }
+            Event::Init => return false,
+            Event::InitDone => state.retain_pod_groups(&pod_group_keys(&stores.pod_groups.state())),
+        },
+        Change::Topologies { .. } => {
+            let objects: Vec<serde_json::Value> = stores
+                .topologies
+                .state()
+                .iter()
+                .map(|o| to_json(o))
+                .collect();
+            for e in state.set_topologies(&objects) {
+                tracing::warn!(error = %e, "Topology cannot be read; it is not used");
+            }
+        }
+        Change::Unserved { .. } => {}
     }
     true
 }
@@ -190,6 +326,14 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
 enum Done {
     Bind(BindJob, BindOutcome),
     Report(StatusJob, Result<(), String>),
+    GroupStatus(GroupStatusJob, Result<Time, String>),
+    GroupEvent(GroupEventJob, Result<(), String>),
+}
+
+/// PodGroup writes waiting for a slot.
+enum GroupWrite {
+    Status(GroupStatusJob),
+    Event(GroupEventJob),
 }
 
 /// Why [`lead`] returned.
@@ -214,6 +358,7 @@ pub async fn lead(
     let mut synced = Synced::default();
     let mut binds: VecDeque<BindJob> = VecDeque::new();
     let mut reports: VecDeque<StatusJob> = VecDeque::new();
+    let mut group_writes: VecDeque<GroupWrite> = VecDeque::new();
     let mut in_flight: JoinSet<Done> = JoinSet::new();
     let mut dirty_since: Option<Instant> = None;
     let started = Instant::now();
@@ -239,10 +384,12 @@ pub async fn lead(
                             }
                         };
                         metrics.binds.get_or_create(&vec![("result", label)]).inc();
-                        if outcome != BindOutcome::Bound {
+                        let bound = outcome == BindOutcome::Bound;
+                        state.bind_result(job.id, outcome);
+                        // A requeued pod, or a gang whose status may now change.
+                        if !bound || state.groups_changed() {
                             dirty_since.get_or_insert_with(Instant::now);
                         }
-                        state.bind_result(job.id, outcome);
                     }
                     Ok(Done::Report(job, result)) => {
                         let label = if let Err(e) = result {
@@ -252,6 +399,17 @@ pub async fn lead(
                             "ok"
                         };
                         metrics.status_reports.get_or_create(&vec![("result", label)]).inc();
+                    }
+                    Ok(Done::GroupStatus(job, result)) => {
+                        let result = result.map_err(|e| {
+                            tracing::warn!(pod_group = %format!("{}/{}", job.namespace, job.name), error = %e, "could not write the PodGroup status; written again at its next change");
+                        });
+                        state.group_status_result(&job, result);
+                    }
+                    Ok(Done::GroupEvent(job, result)) => {
+                        if let Err(e) = result {
+                            tracing::warn!(pod_group = %format!("{}/{}", job.namespace, job.name), error = %e, "could not post the PodGroup event");
+                        }
                     }
                     Err(e) if e.is_cancelled() => {}
                     Err(e) => tracing::error!(error = %e, "API task panicked"),
@@ -263,6 +421,10 @@ pub async fn lead(
                     Change::Node(e) if matches!(**e, Event::InitDone) => synced.nodes = true,
                     Change::PriorityClasses { listed: true } => synced.priority_classes = true,
                     Change::RuntimeClasses { listed: true } => synced.runtime_classes = true,
+                    Change::PodGroup(e) if matches!(**e, Event::InitDone) => synced.pod_groups = true,
+                    Change::Topologies { listed: true } => synced.topologies = true,
+                    Change::Unserved { kind: "PodGroup" } => synced.pod_groups = true,
+                    Change::Unserved { .. } => synced.topologies = true,
                     _ => {}
                 }
                 let was_synced = synced.all();
@@ -291,6 +453,8 @@ pub async fn lead(
                 }
                 binds.extend(out.binds);
                 reports.extend(out.unschedulable);
+                group_writes.extend(out.group_events.into_iter().map(GroupWrite::Event));
+                group_writes.extend(out.group_status.into_iter().map(GroupWrite::Status));
                 if last_gauges.elapsed() >= Duration::from_secs(1) {
                     last_gauges = Instant::now();
                     let pending = state.pending_by_reason();
@@ -300,7 +464,8 @@ pub async fn lead(
                 }
             }
         }
-        // Keep the pipeline full: binds first, then reports; nothing once the lease is gone.
+        // Keep the pipeline full: binds first (a gang's binds are consecutive, so they go out
+        // together, `max_in_flight` at a time), then reports; nothing once the lease is gone.
         while in_flight.len() < config.max_in_flight && *leader.borrow() {
             if let Some(job) = binds.pop_front() {
                 let writer = writer.clone();
@@ -317,6 +482,26 @@ pub async fn lead(
                         .await
                         .map_err(|e| e.to_string());
                     Done::Report(job, result)
+                });
+            } else if let Some(write) = group_writes.pop_front() {
+                let writer = writer.clone();
+                in_flight.spawn(async move {
+                    match write {
+                        GroupWrite::Status(job) => {
+                            let result = writer
+                                .apply_pod_group_status(&job)
+                                .await
+                                .map_err(|e| e.to_string());
+                            Done::GroupStatus(job, result)
+                        }
+                        GroupWrite::Event(job) => {
+                            let result = writer
+                                .report_pod_group(&job)
+                                .await
+                                .map_err(|e| e.to_string());
+                            Done::GroupEvent(job, result)
+                        }
+                    }
                 });
             } else {
                 break;

@@ -5,16 +5,28 @@
 //! [`ClusterState::cycle`], carries out the returned jobs, and reports each bind's result
 //! ([`ClusterState::bind_result`]). Every pod has exactly one [`PodState`], so capacity is
 //! counted once: a pod is in the queue, being bound, bound, or waiting for its node.
+//!
+//! Gangs: Kestrel's `PodGroup` objects ([`ClusterState::apply_pod_group`]) and the
+//! cluster's `Topology` ([`ClusterState::set_topologies`]) are read with the simulator's
+//! parser and declared to the engine; pods labelled `scheduling.kestrel.dev/pod-group`
+//! (or Kueue's plain-pod group label) are its members. A member whose PodGroup is missing
+//! or unusable waits outside the engine ([`PodState::GangWait`]) with that reason. Each
+//! cycle returns the PodGroup statuses that changed ([`GroupStatusJob`]).
 
 use crate::convert::{self, ConvertError, GPU_INDICES_ANNOTATION};
+use crate::crds::{PodGroupPhase, PodGroupStatus, API_VERSION};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::{
-    GpuAssignment, Millis, PodId, PodPhase, PodSpec, Scheduler, SchedulerConfig, Unschedulable,
+    GangPhase, GangProblem, GangSpec, GangTopology, GpuAssignment, Millis, PodId, PodPhase,
+    PodSpec, Scheduler, SchedulerConfig, Unschedulable,
 };
+use kestrel_sim::gang_sources::{self, GangDocument, KESTREL_GROUP, KESTREL_POD_GROUP_LABEL};
 use kestrel_sim::manifests::Catalog;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -39,12 +51,89 @@ pub enum PodState {
     /// Ours, but Kestrel cannot read it (the error is reported on the pod); retried when
     /// the pod or the PriorityClasses/RuntimeClasses change.
     Invalid(Box<Pod>),
+    /// Ours and readable, but its gang cannot be scheduled: its PodGroup does not exist or
+    /// is invalid (`reason`, reported on the pod). Not in the engine; submitted when the
+    /// PodGroup becomes usable.
+    GangWait { spec: Box<PodSpec>, reason: String },
+    /// Its gang timed out (`scheduleTimeoutSeconds`): it stays pending with that reason
+    /// until it is deleted.
+    Expired,
 }
+
+/// A gang's (namespace, name).
+pub type GroupKey = (String, String);
 
 #[derive(Debug, Clone)]
 struct Tracked {
     uid: String,
     state: PodState,
+    /// The gang it belongs to (ours only).
+    group: Option<GroupKey>,
+    /// `status.phase` is Running.
+    running: bool,
+}
+
+/// A gang as the live scheduler knows it.
+#[derive(Debug, Clone)]
+struct Group {
+    /// Declared by a Kestrel PodGroup (whose status Kestrel writes); otherwise implied by
+    /// its pods (Kueue's plain-pod groups) or only named by them.
+    declared: bool,
+    uid: String,
+    generation: Option<i64>,
+    /// The gang as declared, or why there is none to schedule (no PodGroup, or the
+    /// PodGroup cannot be read).
+    spec: Result<GangSpec, String>,
+    /// A member pod's topology annotations, for a gang that requests none itself.
+    pod_topology: Option<GangTopology>,
+    /// The spec last offered to the engine, and why the engine refused it (if it did).
+    offered: Option<GangSpec>,
+    refused: Option<String>,
+    /// Member pods (`namespace/name`).
+    members: BTreeSet<String>,
+    /// The last failed bind of a member, until the gang is bound.
+    bind_error: Option<String>,
+    /// The status last written (at first sight: the one the object carries).
+    last_status: Option<GroupStatusJob>,
+    /// The invalid-spec message last reported in an event.
+    warned: Option<String>,
+}
+
+impl Group {
+    fn new(declared: bool, spec: Result<GangSpec, String>) -> Self {
+        Group {
+            declared,
+            uid: String::new(),
+            generation: None,
+            spec,
+            pod_topology: None,
+            offered: None,
+            refused: None,
+            members: BTreeSet::new(),
+            bind_error: None,
+            last_status: None,
+            warned: None,
+        }
+    }
+
+    /// Why the gang cannot be scheduled now; `None` when the engine has it.
+    fn problem(&self) -> Option<&str> {
+        match &self.spec {
+            Err(why) => Some(why),
+            Ok(_) => self.refused.as_deref(),
+        }
+    }
+
+    /// The spec for the engine: a pod's topology request fills an empty one.
+    fn effective(&self) -> Option<GangSpec> {
+        let mut spec = self.spec.clone().ok()?;
+        if spec.topology == GangTopology::default() {
+            if let Some(t) = &self.pod_topology {
+                spec.topology = t.clone();
+            }
+        }
+        Some(spec)
+    }
 }
 
 /// A bind to carry out: annotate (when the pod has GPUs), then POST the binding.
@@ -83,11 +172,58 @@ pub enum BindOutcome {
     Retry(String),
 }
 
+/// A PodGroup's status to write (server-side apply of the status subresource).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupStatusJob {
+    pub namespace: String,
+    pub name: String,
+    pub phase: PodGroupPhase,
+    /// Member pods bound to nodes.
+    pub scheduled: i32,
+    /// Member pods running.
+    pub running: i32,
+    /// The `Scheduled` condition: `"True"` or `"False"`, its reason and message.
+    pub condition: &'static str,
+    pub reason: String,
+    pub message: String,
+    /// `metadata.generation` of the PodGroup this status is about.
+    pub observed_generation: Option<i64>,
+    /// When the condition last changed; `None`: it changes with this write (now).
+    pub since: Option<Time>,
+}
+
+impl GroupStatusJob {
+    /// Same status, whenever its condition changed.
+    fn same(&self, other: &GroupStatusJob) -> bool {
+        GroupStatusJob {
+            since: None,
+            ..self.clone()
+        } == GroupStatusJob {
+            since: None,
+            ..other.clone()
+        }
+    }
+}
+
+/// A Warning event on a PodGroup: Kestrel cannot use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupEventJob {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub reason: &'static str,
+    pub message: String,
+}
+
 /// What one cycle decided, as API work.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CycleOutput {
     pub binds: Vec<BindJob>,
     pub unschedulable: Vec<StatusJob>,
+    /// PodGroup statuses that changed.
+    pub group_status: Vec<GroupStatusJob>,
+    /// Warning events on PodGroups Kestrel cannot use.
+    pub group_events: Vec<GroupEventJob>,
 }
 
 /// Pending pods per reason kind (the `reason` label of `kestrel_pending_pods`).
@@ -99,9 +235,19 @@ pub struct ClusterState {
     catalog: Catalog,
     pods: HashMap<String, Tracked>,
     keys: HashMap<PodId, String>,
-    /// Explanations for invalid pods, reported at the next cycle.
+    /// Explanations for invalid pods and pods waiting for their gang, reported at the next
+    /// cycle.
     invalid_reports: Vec<StatusJob>,
     catalog_errors: Vec<ConvertError>,
+    groups: HashMap<GroupKey, Group>,
+    /// Gangs whose status may have changed since the last cycle.
+    dirty_groups: HashSet<GroupKey>,
+    group_events: Vec<GroupEventJob>,
+    /// Topology levels in use, widest first.
+    levels: Vec<String>,
+    /// The message last reported per waiting pod (`namespace/name`), so that a pod's own
+    /// status update does not report it again.
+    reported: HashMap<String, String>,
 }
 
 impl ClusterState {
@@ -114,6 +260,11 @@ impl ClusterState {
             keys: HashMap::new(),
             invalid_reports: Vec::new(),
             catalog_errors: Vec::new(),
+            groups: HashMap::new(),
+            dirty_groups: HashSet::new(),
+            group_events: Vec::new(),
+            levels: Vec::new(),
+            reported: HashMap::new(),
         }
     }
 
@@ -164,7 +315,9 @@ impl ClusterState {
         let pods = &self.pods;
         self.invalid_reports.retain(|r| {
             pods.get(&format!("{}/{}", r.namespace, r.name))
-                .is_some_and(|t| matches!(t.state, PodState::Invalid(_)))
+                .is_some_and(|t| {
+                    matches!(t.state, PodState::Invalid(_) | PodState::GangWait { .. })
+                })
         });
         &self.catalog_errors
     }
@@ -243,22 +396,29 @@ impl ClusterState {
             .cloned()
             .collect();
         for key in gone {
-            self.forget(&key);
+            self.drop_pod(&key);
         }
     }
 
     /// A Pod was added or changed.
     pub fn apply_pod(&mut self, pod: &Pod) {
         let key = convert::pod_key(pod);
+        self.apply_pod_state(pod, &key);
+        self.track_membership(&key, pod);
+    }
+
+    fn apply_pod_state(&mut self, pod: &Pod, key: &str) {
+        let key = key.to_string();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if convert::is_terminal(pod) {
-            self.forget(&key);
+            self.drop_pod(&key);
             return;
         }
         if self.pods.get(&key).is_some_and(|t| t.uid != uid) {
             // Deleted and created again under the same name.
-            self.forget(&key);
+            self.drop_pod(&key);
         }
+        let ours = convert::scheduler_name(pod) == self.scheduler_name;
         let bound_to = convert::node_name(pod);
         let current = self.pods.get(&key).map(|t| &t.state);
         match (bound_to, current) {
@@ -274,13 +434,17 @@ impl ClusterState {
             (Some(n), _) => {
                 // Bound by someone else, or first seen bound: count it where it is.
                 self.forget(&key);
-                let spec = match convert::pod_spec(&self.catalog, pod) {
+                let mut spec = match convert::pod_spec(&self.catalog, pod) {
                     Ok(spec) => spec,
                     Err(e) => {
                         tracing::warn!(pod = %key, error = %e, "bound pod cannot be read; its usage is not counted");
                         return;
                     }
                 };
+                if ours {
+                    // A running member counts towards its gang (a gang grows around it).
+                    let _ = self.gang_of(pod, &mut spec);
+                }
                 let gpus = pod
                     .metadata
                     .annotations
@@ -290,44 +454,138 @@ impl ClusterState {
                 let state = self.restore(&key, spec, n.to_string(), gpus);
                 self.set(&key, uid, state);
             }
-            (None, Some(PodState::Queued(_) | PodState::Binding { .. })) => {
-                if convert::is_deleting(pod) || convert::scheduler_name(pod) != self.scheduler_name
-                {
+            (None, Some(PodState::Queued(_) | PodState::Binding { .. } | PodState::Expired)) => {
+                if convert::is_deleting(pod) || !ours {
                     self.forget(&key);
                 }
             }
             (None, Some(PodState::Bound { .. } | PodState::Orphan { .. })) => {
                 // Only an older object than the one we saw bound; the watch catches up.
             }
-            (None, Some(PodState::Gated | PodState::Invalid(_)) | None) => {
+            (
+                None,
+                Some(PodState::Gated | PodState::Invalid(_) | PodState::GangWait { .. }) | None,
+            ) => {
                 self.forget(&key);
-                if convert::scheduler_name(pod) != self.scheduler_name || convert::is_deleting(pod)
-                {
+                if !ours || convert::is_deleting(pod) {
                     return;
                 }
                 if convert::is_gated(pod) {
                     self.set(&key, uid, PodState::Gated);
                     return;
                 }
-                match convert::pod_spec(&self.catalog, pod) {
-                    Ok(spec) => {
-                        let id = self.scheduler.submit(spec, 0);
-                        self.keys.insert(id, key.clone());
-                        self.set(&key, uid, PodState::Queued(id));
+                let read = convert::pod_spec(&self.catalog, pod).and_then(|mut spec| {
+                    let group = self.gang_of(pod, &mut spec)?;
+                    Ok((spec, group))
+                });
+                match read {
+                    Ok((spec, group)) => {
+                        let problem = group
+                            .as_ref()
+                            .and_then(|g| self.groups.get(g))
+                            .and_then(|g| g.problem().map(str::to_string));
+                        match problem {
+                            None => {
+                                let id = self.scheduler.submit(spec, 0);
+                                self.keys.insert(id, key.clone());
+                                self.set(&key, uid, PodState::Queued(id));
+                            }
+                            Some(reason) => {
+                                self.set(
+                                    &key,
+                                    uid,
+                                    PodState::GangWait {
+                                        spec: Box::new(spec),
+                                        reason: reason.clone(),
+                                    },
+                                );
+                                self.report(&key, "Unschedulable", reason);
+                            }
+                        }
                     }
                     Err(e) => {
-                        self.invalid_reports.push(StatusJob {
-                            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                            name: pod.metadata.name.clone().unwrap_or_default(),
-                            uid: uid.clone(),
-                            reason: "SchedulerError",
-                            message: e.message.clone(),
-                        });
                         self.set(&key, uid, PodState::Invalid(Box::new(pod.clone())));
+                        self.report(&key, "SchedulerError", e.message);
                     }
                 }
             }
         }
+    }
+
+    /// Records a pod's gang and whether it runs, for its PodGroup's status.
+    fn track_membership(&mut self, key: &str, pod: &Pod) {
+        let group = if convert::scheduler_name(pod) == self.scheduler_name {
+            convert::pod_group_key(pod)
+        } else {
+            None
+        };
+        let running = convert::is_running(pod);
+        let Some(t) = self.pods.get_mut(key) else {
+            return;
+        };
+        let old = std::mem::replace(&mut t.group, group.clone());
+        let changed = old != group || t.running != running;
+        t.running = running;
+        if old != group {
+            if let Some(old) = &old {
+                self.leave_group(old, key);
+            }
+            if let Some(g) = &group {
+                self.groups
+                    .entry(g.clone())
+                    .or_insert_with(|| Group::new(false, Err(not_found(g))))
+                    .members
+                    .insert(key.to_string());
+            }
+        }
+        if changed {
+            self.dirty_groups.extend(group);
+        }
+    }
+
+    /// Reads a pod's gang into `spec.gang`; returns the gang's key. Declares gangs that
+    /// pods imply (Kueue's plain-pod groups) and takes a topology request from the pods'
+    /// annotations for a gang that has none.
+    fn gang_of(&mut self, pod: &Pod, spec: &mut PodSpec) -> Result<Option<GroupKey>, ConvertError> {
+        let Some(gang) = convert::pod_gang(pod)? else {
+            return Ok(None);
+        };
+        let key: GroupKey = (spec.namespace.clone(), gang.membership.gang.clone());
+        let kestrel = pod
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(KESTREL_POD_GROUP_LABEL));
+        if !kestrel && gang.implied.is_none() {
+            return Err(ConvertError {
+                object: Some(format!("Pod {}", convert::pod_key(pod))),
+                field: Some("metadata".into()),
+                message: format!(
+                    "the pod names gang {:?} the scheduler-plugins or Volcano way, and the live scheduler reads only Kestrel's PodGroups: label the pod {KESTREL_POD_GROUP_LABEL}: {:?} and create a {API_VERSION} PodGroup",
+                    gang.membership.gang, gang.membership.gang
+                ),
+            });
+        }
+        let entry = self
+            .groups
+            .entry(key.clone())
+            .or_insert_with(|| Group::new(false, Err(not_found(&key))));
+        let mut changed = false;
+        if let (false, Some(implied)) = (kestrel, &gang.implied) {
+            if !entry.declared && entry.spec.is_err() {
+                entry.spec = Ok(implied.clone());
+                changed = true;
+            }
+        }
+        if gang.topology != GangTopology::default() && entry.pod_topology.is_none() {
+            entry.pod_topology = Some(gang.topology.clone());
+            changed = true;
+        }
+        spec.gang = Some(gang.membership);
+        if changed {
+            self.settle_group(&key);
+        }
+        Ok(Some(key))
     }
 
     /// A Pod was deleted.
@@ -339,12 +597,55 @@ impl ClusterState {
             .get(&key)
             .is_some_and(|t| uid.is_empty() || t.uid == uid)
         {
-            self.forget(&key);
+            self.drop_pod(&key);
         }
     }
 
+    /// Sets a pod's state, keeping what is known of its gang.
     fn set(&mut self, key: &str, uid: String, state: PodState) {
-        self.pods.insert(key.to_string(), Tracked { uid, state });
+        if !matches!(state, PodState::Invalid(_) | PodState::GangWait { .. }) {
+            self.reported.remove(key);
+        }
+        match self.pods.get_mut(key) {
+            Some(t) => {
+                t.uid = uid;
+                t.state = state;
+                if let Some(g) = &t.group {
+                    self.dirty_groups.insert(g.clone());
+                }
+            }
+            None => {
+                self.pods.insert(
+                    key.to_string(),
+                    Tracked {
+                        uid,
+                        state,
+                        group: None,
+                        running: false,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Queues a `PodScheduled=False` report for a pod that waits outside the engine, once
+    /// per distinct message.
+    fn report(&mut self, key: &str, reason: &'static str, message: String) {
+        if self.reported.get(key) == Some(&message) {
+            return;
+        }
+        let Some(t) = self.pods.get(key) else {
+            return;
+        };
+        let (namespace, name) = key.split_once('/').expect("namespace/name");
+        self.reported.insert(key.to_string(), message.clone());
+        self.invalid_reports.push(StatusJob {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            uid: t.uid.clone(),
+            reason,
+            message,
+        });
     }
 
     /// Drops a pod, releasing what it held in the engine.
@@ -357,6 +658,28 @@ impl ClusterState {
         {
             let _ = self.scheduler.finish(id);
             self.keys.remove(&id);
+        }
+        if let Some(g) = &t.group {
+            self.leave_group(g, key);
+        }
+    }
+
+    /// A pod is gone for good (deleted or finished).
+    fn drop_pod(&mut self, key: &str) {
+        self.forget(key);
+        self.reported.remove(key);
+    }
+
+    fn leave_group(&mut self, group: &GroupKey, key: &str) {
+        let Some(g) = self.groups.get_mut(group) else {
+            return;
+        };
+        g.members.remove(key);
+        if !g.declared && g.members.is_empty() {
+            self.groups.remove(group);
+            self.dirty_groups.remove(group);
+        } else {
+            self.dirty_groups.insert(group.clone());
         }
     }
 
@@ -388,8 +711,11 @@ impl ClusterState {
         let decisions = self.scheduler.schedule(now);
         let mut out = CycleOutput {
             binds: Vec::with_capacity(decisions.bindings.len()),
-            unschedulable: std::mem::take(&mut self.invalid_reports),
+            unschedulable: self.take_reports(),
+            group_status: Vec::new(),
+            group_events: std::mem::take(&mut self.group_events),
         };
+        // A gang's binds are consecutive: the binder sends them out together.
         for b in decisions.bindings {
             let Some(key) = self.keys.get(&b.pod).cloned() else {
                 continue;
@@ -400,6 +726,9 @@ impl ClusterState {
                 id: b.pod,
                 node: node.clone(),
             };
+            if let Some(g) = &t.group {
+                self.dirty_groups.insert(g.clone());
+            }
             let (namespace, name) = key.split_once('/').expect("namespace/name");
             out.binds.push(BindJob {
                 id: b.pod,
@@ -414,15 +743,74 @@ impl ClusterState {
             let Some(key) = self.keys.get(&id) else {
                 continue;
             };
+            let t = &self.pods[key];
+            if let Some(g) = &t.group {
+                self.dirty_groups.insert(g.clone());
+            }
             let (namespace, name) = key.split_once('/').expect("namespace/name");
             out.unschedulable.push(StatusJob {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
-                uid: self.pods[key].uid.clone(),
+                uid: t.uid.clone(),
                 reason: "Unschedulable",
                 message: reason.to_string(),
             });
         }
+        // Pods of a gang that timed out leave the engine and wait, saying so.
+        for id in decisions.expired {
+            let Some(key) = self.keys.remove(&id) else {
+                continue;
+            };
+            let message = self
+                .scheduler
+                .pod(id)
+                .pending_reason
+                .as_ref()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "its gang timed out (scheduleTimeoutSeconds)".into());
+            let Some(t) = self.pods.get_mut(&key) else {
+                continue;
+            };
+            t.state = PodState::Expired;
+            if let Some(g) = &t.group {
+                self.dirty_groups.insert(g.clone());
+            }
+            let (namespace, name) = key.split_once('/').expect("namespace/name");
+            out.unschedulable.push(StatusJob {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                uid: t.uid.clone(),
+                reason: "Unschedulable",
+                message,
+            });
+        }
+        out.group_status = self.group_statuses();
+        out
+    }
+
+    /// The queued reports still true: the latest per pod, for pods that still wait
+    /// outside the engine for that reason.
+    fn take_reports(&mut self) -> Vec<StatusJob> {
+        let reports = std::mem::take(&mut self.invalid_reports);
+        let mut seen = HashSet::new();
+        let pods = &self.pods;
+        let mut out: Vec<StatusJob> = reports
+            .into_iter()
+            .rev()
+            .filter(|r| {
+                let key = format!("{}/{}", r.namespace, r.name);
+                let current = pods.get(&key).is_some_and(|t| {
+                    t.uid == r.uid
+                        && match &t.state {
+                            PodState::Invalid(_) => true,
+                            PodState::GangWait { reason, .. } => *reason == r.message,
+                            _ => false,
+                        }
+                });
+                current && seen.insert(key)
+            })
+            .collect();
+        out.reverse();
         out
     }
 
@@ -432,27 +820,36 @@ impl ClusterState {
         let Some(key) = self.keys.get(&id).cloned() else {
             return;
         };
-        let Some(PodState::Binding { node, .. }) = self.pods.get(&key).map(|t| &t.state) else {
+        let Some(t) = self.pods.get(&key) else {
             return;
         };
+        let PodState::Binding { node, .. } = &t.state else {
+            return;
+        };
+        let node = node.clone();
+        let group = t.group.clone();
+        if let Some(g) = &group {
+            self.dirty_groups.insert(g.clone());
+        }
         match outcome {
             BindOutcome::Bound => {
-                let state = PodState::Bound {
-                    id,
-                    node: node.clone(),
-                };
-                self.pods.get_mut(&key).expect("present").state = state;
+                self.pods.get_mut(&key).expect("present").state = PodState::Bound { id, node };
             }
             BindOutcome::PodGone | BindOutcome::Conflict(None) => self.forget(&key),
             BindOutcome::Conflict(Some(pod)) => {
                 self.forget(&key);
                 self.apply_pod(&pod);
             }
-            BindOutcome::Retry(_) => {
+            BindOutcome::Retry(why) => {
                 self.scheduler
                     .unbind(id)
                     .expect("a pod being bound is bound in the engine");
                 self.pods.get_mut(&key).expect("present").state = PodState::Queued(id);
+                if let Some(g) = group.and_then(|g| self.groups.get_mut(&g)) {
+                    g.bind_error = Some(format!(
+                        "binding pod {key} to node {node} failed ({why}); the pod was requeued"
+                    ));
+                }
             }
         }
     }
@@ -468,12 +865,457 @@ impl ClusterState {
                     reason_kind(record.pending_reason.as_deref())
                 }
                 PodState::Invalid(_) => "invalid",
+                PodState::GangWait { .. } | PodState::Expired => "gang",
                 _ => continue,
             };
             *out.entry(kind).or_default() += 1;
         }
         out
     }
+
+    // ---- Gangs ------------------------------------------------------------------------
+
+    /// A Kestrel PodGroup (the object as JSON) was added or changed. It is read with the
+    /// simulator's parser; a PodGroup that cannot be read or scheduled is reported (a
+    /// Warning event on it, the reason on its pods, its status) and its pods wait.
+    pub fn apply_pod_group(&mut self, object: &Value) {
+        let api_version = object.get("apiVersion").and_then(Value::as_str);
+        if api_version.and_then(|v| v.split('/').next()) != Some(KESTREL_GROUP) {
+            return;
+        }
+        let meta = object.get("metadata");
+        let text = |field: &str| {
+            meta.and_then(|m| m.get(field))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let (namespace, name, uid) = (text("namespace"), text("name"), text("uid"));
+        let namespace = if namespace.is_empty() {
+            "default".to_string()
+        } else {
+            namespace
+        };
+        let generation = meta
+            .and_then(|m| m.get("generation"))
+            .and_then(Value::as_i64);
+        let spec = match gang_sources::parse_gang_document(Path::new(convert::API_SOURCE), object) {
+            Ok(GangDocument::PodGroup(spec)) => Ok(spec),
+            Ok(GangDocument::Topology(_)) => return,
+            Err(e) => Err(format!(
+                "PodGroup {namespace}/{name} is invalid: {}",
+                ConvertError::from(e).message
+            )),
+        };
+        let key: GroupKey = (namespace, name);
+        let entry = self
+            .groups
+            .entry(key.clone())
+            .or_insert_with(|| Group::new(true, spec.clone()));
+        if entry.uid != uid {
+            // First sight (or a new object of that name): the status it carries is the
+            // last one written.
+            entry.uid = uid;
+            entry.last_status = object.get("status").and_then(|s| observed_status(&key, s));
+            entry.warned = None;
+            entry.bind_error = None;
+        }
+        entry.declared = true;
+        entry.spec = spec;
+        entry.generation = generation;
+        self.settle_group(&key);
+    }
+
+    /// A PodGroup was deleted: its waiting pods wait for it to come back.
+    pub fn delete_pod_group(&mut self, namespace: &str, name: &str) {
+        let key: GroupKey = (namespace.to_string(), name.to_string());
+        let Some(g) = self.groups.get_mut(&key) else {
+            return;
+        };
+        g.declared = false;
+        g.uid.clear();
+        g.spec = Err(not_found(&key));
+        g.last_status = None;
+        g.warned = None;
+        g.bind_error = None;
+        if g.members.is_empty() {
+            self.groups.remove(&key);
+            self.dirty_groups.remove(&key);
+        } else {
+            self.settle_group(&key);
+        }
+    }
+
+    /// PodGroups not in `present` were deleted while the watch was down (after a relist).
+    pub fn retain_pod_groups(&mut self, present: &HashSet<GroupKey>) {
+        let gone: Vec<GroupKey> = self
+            .groups
+            .iter()
+            .filter(|(k, g)| g.declared && !present.contains(*k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for (namespace, name) in gone {
+            self.delete_pod_group(&namespace, &name);
+        }
+    }
+
+    /// Sets the topology levels from Kestrel's Topology objects: the one named `default`,
+    /// else the first by name. Gangs are checked against the new levels. Returns the
+    /// Topologies that cannot be read.
+    pub fn set_topologies<'a>(
+        &mut self,
+        objects: impl IntoIterator<Item = &'a Value>,
+    ) -> Vec<String> {
+        let mut errors = Vec::new();
+        let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for object in objects {
+            let api_version = object.get("apiVersion").and_then(Value::as_str);
+            if api_version.and_then(|v| v.split('/').next()) != Some(KESTREL_GROUP) {
+                continue;
+            }
+            let name = object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            match gang_sources::parse_gang_document(Path::new(convert::API_SOURCE), object) {
+                Ok(GangDocument::Topology(levels)) => {
+                    found.insert(name, levels);
+                }
+                Ok(GangDocument::PodGroup(_)) => {}
+                Err(e) => errors.push(format!(
+                    "Topology {name} is invalid: {}",
+                    ConvertError::from(e).message
+                )),
+            }
+        }
+        let levels = found
+            .remove("default")
+            .or_else(|| found.into_values().next())
+            .unwrap_or_default();
+        if levels != self.levels {
+            self.levels = levels.clone();
+            self.scheduler.set_topology_levels(levels);
+            let keys: Vec<GroupKey> = self.groups.keys().cloned().collect();
+            for key in keys {
+                if let Some(g) = self.groups.get_mut(&key) {
+                    g.offered = None;
+                    g.refused = None;
+                }
+                self.settle_group(&key);
+            }
+        }
+        errors
+    }
+
+    /// Whether a gang's status may have changed since the last cycle.
+    pub fn groups_changed(&self) -> bool {
+        !self.dirty_groups.is_empty()
+    }
+
+    /// The topology levels in use, widest first.
+    pub fn topology_levels(&self) -> &[String] {
+        &self.levels
+    }
+
+    /// Whether a PodGroup (Kestrel's) is known and usable: `Some(None)` usable,
+    /// `Some(Some(why))` not, `None` unknown.
+    pub fn pod_group_problem(&self, namespace: &str, name: &str) -> Option<Option<&str>> {
+        let g = self
+            .groups
+            .get(&(namespace.to_string(), name.to_string()))?;
+        Some(g.problem())
+    }
+
+    /// Declares the gang to the engine if it changed, reports a PodGroup that cannot be
+    /// used, and moves its waiting pods into the engine or out of it.
+    fn settle_group(&mut self, key: &GroupKey) {
+        let Some(group) = self.groups.get_mut(key) else {
+            return;
+        };
+        if let Some(spec) = group.effective() {
+            if group.offered.as_ref() != Some(&spec) {
+                let noun = if group.declared { "PodGroup" } else { "gang" };
+                group.refused = self.scheduler.add_gang(spec.clone()).err().map(|e| {
+                    format!(
+                        "{noun} {}/{} is invalid: {}: {}",
+                        key.0, key.1, e.field, e.why
+                    )
+                });
+                group.offered = Some(spec);
+            }
+        }
+        let problem = group.problem().map(str::to_string);
+        if group.declared {
+            match &problem {
+                Some(why) if group.warned.as_ref() != Some(why) => {
+                    group.warned = Some(why.clone());
+                    self.group_events.push(GroupEventJob {
+                        namespace: key.0.clone(),
+                        name: key.1.clone(),
+                        uid: group.uid.clone(),
+                        reason: "InvalidSpec",
+                        message: why.clone(),
+                    });
+                }
+                Some(_) => {}
+                None => group.warned = None,
+            }
+        }
+        let members: Vec<String> = group.members.iter().cloned().collect();
+        self.dirty_groups.insert(key.clone());
+        for member in members {
+            let Some(t) = self.pods.get_mut(&member) else {
+                continue;
+            };
+            match (&problem, &mut t.state) {
+                (None, PodState::GangWait { .. }) => {
+                    let PodState::GangWait { spec, .. } =
+                        std::mem::replace(&mut t.state, PodState::Gated)
+                    else {
+                        unreachable!()
+                    };
+                    let id = self.scheduler.submit(*spec, 0);
+                    self.keys.insert(id, member.clone());
+                    t.state = PodState::Queued(id);
+                    self.reported.remove(&member);
+                }
+                (Some(why), PodState::Queued(id)) => {
+                    let id = *id;
+                    let spec = self.scheduler.pod(id).spec.clone();
+                    let _ = self.scheduler.finish(id);
+                    self.keys.remove(&id);
+                    t.state = PodState::GangWait {
+                        spec: Box::new(spec),
+                        reason: why.clone(),
+                    };
+                    self.report(&member, "Unschedulable", why.clone());
+                }
+                (Some(why), PodState::GangWait { reason, .. }) if reason != why => {
+                    *reason = why.clone();
+                    self.report(&member, "Unschedulable", why.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The statuses of the gangs that changed, each only when it differs from the one
+    /// last written.
+    fn group_statuses(&mut self) -> Vec<GroupStatusJob> {
+        let mut dirty: Vec<GroupKey> = self.dirty_groups.drain().collect();
+        dirty.sort();
+        let mut out = Vec::new();
+        for key in dirty {
+            let Some(job) = self.group_status(&key) else {
+                continue;
+            };
+            let group = self.groups.get_mut(&key).expect("group_status found it");
+            if matches!(job.phase, PodGroupPhase::Scheduled | PodGroupPhase::Running) {
+                group.bind_error = None;
+            }
+            if group.last_status.as_ref().is_some_and(|l| l.same(&job)) {
+                continue;
+            }
+            let since = group
+                .last_status
+                .as_ref()
+                .filter(|l| l.condition == job.condition)
+                .and_then(|l| l.since.clone());
+            let job = GroupStatusJob { since, ..job };
+            group.last_status = Some(job.clone());
+            out.push(job);
+        }
+        out
+    }
+
+    /// What a declared gang's status is now; `None` while its binds are in flight (their
+    /// results decide it) or for gangs without a PodGroup.
+    fn group_status(&self, key: &GroupKey) -> Option<GroupStatusJob> {
+        let g = self.groups.get(key)?;
+        if !g.declared {
+            return None;
+        }
+        let (mut bound, mut running, mut binding, mut expired, mut invalid) = (0, 0, 0, 0, 0);
+        let mut waiting: Option<Arc<Unschedulable>> = None;
+        for member in &g.members {
+            let Some(t) = self.pods.get(member) else {
+                continue;
+            };
+            match &t.state {
+                PodState::Bound { .. } | PodState::Orphan { .. } => {
+                    bound += 1;
+                    running += i32::from(t.running);
+                }
+                PodState::Binding { .. } => binding += 1,
+                PodState::Queued(id) => {
+                    if waiting.is_none() {
+                        waiting = self.scheduler.pod(*id).pending_reason.clone();
+                    }
+                }
+                PodState::Expired => expired += 1,
+                PodState::Invalid(_) => invalid += 1,
+                PodState::Gated | PodState::GangWait { .. } => {}
+            }
+        }
+        if binding > 0 && g.bind_error.is_none() {
+            return None;
+        }
+        let min_member = g
+            .effective()
+            .or_else(|| g.offered.clone())
+            .map(|s| s.min_member as i32);
+        let gang = format!("{}/{}", key.0, key.1);
+        let (phase, condition, reason, message) = match (min_member, g.problem()) {
+            (Some(min), _) if bound >= min => (
+                if running >= min {
+                    PodGroupPhase::Running
+                } else {
+                    PodGroupPhase::Scheduled
+                },
+                "True",
+                "Scheduled".to_string(),
+                format!(
+                    "{bound} of {} pods bound (minMember {min})",
+                    g.members.len()
+                ),
+            ),
+            (_, Some(why)) => (
+                PodGroupPhase::Pending,
+                "False",
+                "InvalidSpec".into(),
+                why.to_string(),
+            ),
+            _ if expired > 0
+                || self
+                    .scheduler
+                    .gang_id(&key.0, &key.1)
+                    .is_some_and(|id| self.scheduler.gang(id).phase == GangPhase::TimedOut) =>
+            {
+                let after = g
+                    .effective()
+                    .and_then(|s| s.schedule_timeout)
+                    .unwrap_or(0)
+                    / 1000;
+                (
+                    PodGroupPhase::TimedOut,
+                    "False",
+                    "TimedOut".into(),
+                    GangProblem::TimedOut {
+                        gang,
+                        after_seconds: after,
+                    }
+                    .to_string(),
+                )
+            }
+            _ if g.bind_error.is_some() => (
+                PodGroupPhase::Pending,
+                "False",
+                "BindFailed".into(),
+                format!(
+                    "{}; {bound} of {} pods bound",
+                    g.bind_error.as_deref().unwrap_or_default(),
+                    min_member.unwrap_or_default()
+                ),
+            ),
+            _ => match waiting {
+                Some(why) => (
+                    PodGroupPhase::Pending,
+                    "False",
+                    match why.gang {
+                        Some(GangProblem::Incomplete { .. }) => "Incomplete".into(),
+                        _ => "Unschedulable".into(),
+                    },
+                    why.to_string(),
+                ),
+                None if invalid > 0 => (
+                    PodGroupPhase::Pending,
+                    "False",
+                    "InvalidPod".into(),
+                    format!("{invalid} pod(s) of gang {gang} cannot be read; see their PodScheduled condition"),
+                ),
+                None if g.members.is_empty() => (
+                    PodGroupPhase::Pending,
+                    "False",
+                    "Incomplete".into(),
+                    GangProblem::Incomplete {
+                        gang,
+                        exist: 0,
+                        min_member: min_member.unwrap_or_default() as u32,
+                        total: None,
+                        role: None,
+                    }
+                    .to_string(),
+                ),
+                None => (
+                    PodGroupPhase::Pending,
+                    "False",
+                    "Pending".into(),
+                    format!("gang {gang} waits for a scheduling cycle"),
+                ),
+            },
+        };
+        Some(GroupStatusJob {
+            namespace: key.0.clone(),
+            name: key.1.clone(),
+            phase,
+            scheduled: bound,
+            running,
+            condition,
+            reason,
+            message,
+            observed_generation: g.generation,
+            since: None,
+        })
+    }
+
+    /// What the API said to a PodGroup status write: the time its condition changed
+    /// (stamped by the writer), or an error (it is written again at the next change).
+    pub fn group_status_result(&mut self, job: &GroupStatusJob, result: Result<Time, ()>) {
+        let key: GroupKey = (job.namespace.clone(), job.name.clone());
+        let Some(g) = self.groups.get_mut(&key) else {
+            return;
+        };
+        let Some(last) = g.last_status.as_mut().filter(|l| l.same(job)) else {
+            return;
+        };
+        match result {
+            Ok(time) => {
+                last.since.get_or_insert(time);
+            }
+            Err(()) => g.last_status = None,
+        }
+    }
+}
+
+/// Why a gang's pods wait when nothing declares it.
+fn not_found(key: &GroupKey) -> String {
+    GangProblem::NotFound {
+        gang: format!("{}/{}", key.0, key.1),
+    }
+    .to_string()
+}
+
+/// The status a PodGroup carries, as the job that would have written it.
+fn observed_status(key: &GroupKey, status: &Value) -> Option<GroupStatusJob> {
+    let status: PodGroupStatus = serde_json::from_value(status.clone()).ok()?;
+    let condition = status.conditions.iter().find(|c| c.type_ == "Scheduled")?;
+    Some(GroupStatusJob {
+        namespace: key.0.clone(),
+        name: key.1.clone(),
+        phase: status.phase?,
+        scheduled: status.scheduled,
+        running: status.running,
+        condition: if condition.status == "True" {
+            "True"
+        } else {
+            "False"
+        },
+        reason: condition.reason.clone(),
+        message: condition.message.clone(),
+        observed_generation: condition.observed_generation,
+        since: Some(condition.last_transition_time.clone()),
+    })
 }
 
 fn reason_kind(reason: Option<&Unschedulable>) -> &'static str {

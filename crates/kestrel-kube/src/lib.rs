@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod convert;
+pub mod crds;
 pub mod driver;
 pub mod index;
 pub mod leader;

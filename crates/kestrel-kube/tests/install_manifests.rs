@@ -2,9 +2,10 @@
 //! Regenerate after a change:
 //! `kestrel manifests > deploy/kestrel.yaml`,
 //! `kestrel manifests --helm > charts/kestrel/templates/kestrel.yaml`,
-//! `kestrel manifests --values > charts/kestrel/values.yaml`.
+//! `kestrel manifests --values > charts/kestrel/values.yaml`,
+//! `kestrel crds > charts/kestrel/crds/kestrel-crds.yaml`.
 
-use kestrel_kube::manifests::{render_helm, render_plain, render_values};
+use kestrel_kube::manifests::{render_crds, render_helm, render_plain, render_values};
 use std::path::Path;
 
 fn committed(path: &str) -> String {
@@ -35,8 +36,18 @@ fn helm_chart_matches_the_code() {
     );
 }
 
-/// Substituting the chart's defaults into its template gives the plain manifests: the
-/// chart renders the same objects as `kubectl apply -f deploy/`.
+#[test]
+fn chart_crds_match_the_code() {
+    assert_eq!(
+        committed("charts/kestrel/crds/kestrel-crds.yaml"),
+        render_crds(),
+        "the chart's CRDs drifted: run `kestrel crds > charts/kestrel/crds/kestrel-crds.yaml`"
+    );
+}
+
+/// Substituting the chart's defaults into its template, after its CRDs (which Helm
+/// installs first), gives the plain manifests: the chart renders the same objects as
+/// `kubectl apply -f deploy/`.
 #[test]
 fn chart_with_default_values_renders_the_deploy_manifests() {
     let values: serde_json::Value =
@@ -51,7 +62,9 @@ fn chart_with_default_values_renders_the_deploy_manifests() {
         text = text.replace(&format!("{{{{ .Values.{key} }}}}"), &v);
     }
     assert!(!text.contains("{{"), "unrendered expression left:\n{text}");
-    let rendered: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let mut rendered: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&committed("charts/kestrel/crds/kestrel-crds.yaml")).unwrap();
+    rendered.extend(serde_saphyr::from_multiple::<serde_json::Value>(&text).unwrap());
     let plain: Vec<serde_json::Value> =
         serde_saphyr::from_multiple(&committed("deploy/kestrel.yaml")).unwrap();
     assert_eq!(rendered, plain);

@@ -449,7 +449,7 @@ fn gpu_pod(
     pod
 }
 
-/// Serves the four listings; watches hang (no changes); writes are recorded and answered
+/// Serves the listings (Kestrel's kinds empty); watches hang (no changes); writes are recorded and answered
 /// by `on_write`.
 async fn scripted_server(
     mut handle: MockHandle,
@@ -480,6 +480,13 @@ async fn scripted_server(
             }
             ("GET", "/apis/node.k8s.io/v1/runtimeclasses") => {
                 json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClassList", "metadata": {"resourceVersion": "1"}, "items": []})
+            }
+            (
+                "GET",
+                "/apis/scheduling.kestrel.dev/v1alpha1/podgroups"
+                | "/apis/scheduling.kestrel.dev/v1alpha1/topologies",
+            ) => {
+                json!({"apiVersion": "scheduling.kestrel.dev/v1alpha1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": []})
             }
             _ => {
                 let seen = Seen {

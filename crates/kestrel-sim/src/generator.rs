@@ -179,6 +179,7 @@ pub fn generate(config: &GeneratorConfig) -> Workload {
         jobs,
         gangs,
         topology_levels: Vec::new(),
+        queues: Default::default(),
     }
 }
 

@@ -5,6 +5,7 @@
 //! `kestrel_core::Scheduler` on a virtual clock and measures a [`SimReport`].
 
 pub mod cluster_spec;
+pub mod doctor;
 pub mod duration;
 pub mod error;
 pub mod gang_sources;
@@ -14,7 +15,9 @@ pub mod kube_nodes;
 pub mod manifests;
 pub mod metrics;
 pub mod openb;
+pub mod queue_sources;
 pub mod report;
+pub mod scenarios;
 pub mod sim;
 pub mod summary;
 pub mod workload;

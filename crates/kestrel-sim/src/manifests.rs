@@ -6,9 +6,12 @@
 //! - `Job` -> [`JobKind::Job`]: `spec.parallelism` (default 1) pods at a time until
 //!   `spec.completions` (default: parallelism) have run;
 //! - `Deployment`, `StatefulSet` -> [`JobKind::Service`] with `spec.replicas` (default 1) pods;
-//! - `PriorityClass`, `RuntimeClass` -> resolve the pods' priority and runtime class, wherever
-//!   they appear in the file set;
-//! - `Namespace` -> accepted and ignored (namespaces need not be declared).
+//! - `PriorityClass`, `RuntimeClass` -> resolve the pods' priority (and `preemptionPolicy`)
+//!   and runtime class, wherever they appear in the file set;
+//! - `ClusterQueue`, `LocalQueue`, `Cohort`, `ResourceFlavor` (Kueue's or Kestrel's),
+//!   `Namespace`, `ResourceQuota`, `LimitRange` -> [`Workload::queues`] and the namespaces'
+//!   default container requests, read by [`crate::queue_sources`] (namespaces need not be
+//!   declared).
 //!
 //! Objects that create no pods (`replicas: 0`, `parallelism: 0`, `completions: 0`) are left
 //! out of the workload.
@@ -17,7 +20,17 @@
 //! requests (with restartable "sidecar" init containers) and the largest init container,
 //! per resource; pod-level `spec.resources` override it; `spec.overhead` or the
 //! RuntimeClass's `overhead.podFixed` is added. A container's limit stands in for a missing
-//! request. Pod affinity, anti-affinity and topology spread constraints are not simulated.
+//! request, else its namespace's LimitRange default. Pod affinity, anti-affinity and
+//! topology spread constraints are not simulated.
+//!
+//! A pod is submitted to the LocalQueue its labels name (on the object or else its pod
+//! template): [`KESTREL_QUEUE_LABEL`], else Kueue's [`KUEUE_QUEUE_LABEL`]. Its
+//! [`PreemptionTerms`]: it never preempts when its PriorityClass or its own
+//! `spec.preemptionPolicy` says `Never`; it stops within `spec.terminationGracePeriodSeconds`
+//! (default 30 s); and what it declares in [`MIN_RUNTIME_ANNOTATION`],
+//! [`CHECKPOINT_INTERVAL_ANNOTATION`], [`CHECKPOINT_GRACE_ANNOTATION`] and
+//! [`RUNTIME_ESTIMATE_ANNOTATION`] (durations such as `90s`, `30m`, `2h`). The live
+//! scheduler reads the same through [`Catalog::pod_from_kube`].
 //!
 //! Simulation annotations, on the object or else on its pod template:
 //! [`ARRIVAL_ANNOTATION`], [`DURATION_ANNOTATION`], [`GPU_UTILIZATION_ANNOTATION`], and
@@ -26,6 +39,9 @@
 use crate::duration::parse_duration;
 use crate::error::LoadError;
 use crate::gang_sources::{is_gang_document, pod_gang, GangCollector};
+use crate::queue_sources::{
+    is_queue_document, QueueCollector, KESTREL_QUEUE_LABEL, KUEUE_QUEUE_LABEL,
+};
 use crate::workload::{JobKind, SimJob, Workload};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -36,7 +52,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kestrel_core::{
     parse_quantity, Demand, GpuRequest, Millis, NodeAffinity, NodeSelectorTerm,
-    PlacementConstraints, PodSpec, Requirement, Resources, RuntimeClassScheduling,
+    PlacementConstraints, PodSpec, PreemptionTerms, Requirement, Resources, RuntimeClassScheduling,
     SelectorOperator, TaintEffect, Toleration, TolerationOperator, GPU_RESOURCE,
 };
 use serde::de::DeserializeOwned;
@@ -52,8 +68,18 @@ pub const DURATION_ANNOTATION: &str = "kestrel.dev/sim-duration";
 pub const GPU_UTILIZATION_ANNOTATION: &str = "kestrel.dev/sim-gpu-utilization";
 /// A share of one GPU in thousandths (`1`..=`1000`) for a pod without `nvidia.com/gpu`.
 pub const GPU_MILLI_ANNOTATION: &str = "kestrel.dev/gpu-milli";
+/// It may not be preempted before it ran this long (`30m`).
+pub const MIN_RUNTIME_ANNOTATION: &str = "kestrel.dev/min-runtime";
+/// It checkpoints this often from its start (`1h`).
+pub const CHECKPOINT_INTERVAL_ANNOTATION: &str = "kestrel.dev/checkpoint-interval";
+/// Asked to, it checkpoints within this long (`2m`); Kestrel asks before evicting it.
+pub const CHECKPOINT_GRACE_ANNOTATION: &str = "kestrel.dev/checkpoint-grace";
+/// How long it is expected to run (`6h`), for backfill and start-time predictions.
+pub const RUNTIME_ESTIMATE_ANNOTATION: &str = "kestrel.dev/runtime-estimate";
+/// `spec.terminationGracePeriodSeconds` when a pod does not set it (Kubernetes' default).
+pub const DEFAULT_TERMINATION_GRACE: Millis = 30_000;
 /// The kinds a workload file may hold (plus `List`s of them).
-pub const SUPPORTED_KINDS: [&str; 7] = [
+pub const SUPPORTED_KINDS: [&str; 13] = [
     "Pod",
     "Job",
     "Deployment",
@@ -61,10 +87,24 @@ pub const SUPPORTED_KINDS: [&str; 7] = [
     "PriorityClass",
     "RuntimeClass",
     "Namespace",
+    "ClusterQueue",
+    "LocalQueue",
+    "Cohort",
+    "ResourceFlavor",
+    "ResourceQuota",
+    "LimitRange",
 ];
 
 /// Kinds without a namespace, named `Kind name` rather than `Kind namespace/name`.
-const CLUSTER_SCOPED: [&str; 4] = ["Node", "Namespace", "PriorityClass", "RuntimeClass"];
+const CLUSTER_SCOPED: [&str; 7] = [
+    "Node",
+    "Namespace",
+    "PriorityClass",
+    "RuntimeClass",
+    "ClusterQueue",
+    "Cohort",
+    "ResourceFlavor",
+];
 
 /// The PriorityClasses every cluster has.
 const SYSTEM_PRIORITY_CLASSES: [(&str, i32); 2] = [
@@ -105,7 +145,7 @@ impl Document {
     }
 
     /// Where the object is in its file: `document 3` or `document 3 items[2]`.
-    fn position(&self) -> String {
+    pub(crate) fn position(&self) -> String {
         match self.item {
             None => format!("document {}", self.number),
             Some(i) => format!("document {} items[{i}]", self.number),
@@ -249,13 +289,13 @@ fn max_amounts(to: &mut Amounts, from: &Amounts) {
 }
 
 /// Where errors about one object point.
-struct Ctx<'a> {
-    path: &'a Path,
-    object: String,
+pub(crate) struct Ctx<'a> {
+    pub(crate) path: &'a Path,
+    pub(crate) object: String,
 }
 
 impl Ctx<'_> {
-    fn err(&self, field: impl Into<String>, message: impl Into<String>) -> LoadError {
+    pub(crate) fn err(&self, field: impl Into<String>, message: impl Into<String>) -> LoadError {
         LoadError::new(self.path, message)
             .object(&self.object)
             .field(field)
@@ -297,7 +337,7 @@ impl Ctx<'_> {
         Ok(v)
     }
 
-    fn amounts(
+    pub(crate) fn amounts(
         &self,
         field: &str,
         map: Option<&BTreeMap<String, Quantity>>,
@@ -373,7 +413,7 @@ impl Ctx<'_> {
         })
     }
 
-    fn tolerations(
+    pub(crate) fn tolerations(
         &self,
         field: &str,
         list: Option<&Vec<core::Toleration>>,
@@ -512,15 +552,25 @@ impl Ctx<'_> {
     }
 }
 
-/// The PriorityClasses and RuntimeClasses pods resolve against: those of the whole file
-/// set for the simulator, those the API server lists for the live scheduler
-/// ([`Catalog::live`]). [`Catalog::pod_from_kube`] turns a Pod into the scheduler's pod.
+/// The PriorityClasses, RuntimeClasses and LimitRange defaults pods resolve against: those
+/// of the whole file set for the simulator, the classes the API server lists for the live
+/// scheduler ([`Catalog::live`]; the API server has applied LimitRanges to its pods
+/// already). [`Catalog::pod_from_kube`] turns a Pod into the scheduler's pod.
 #[derive(Default)]
 pub struct Catalog {
-    /// name -> (value, where it is defined)
-    priority: BTreeMap<String, (i32, String)>,
+    priority: BTreeMap<String, PriorityInfo>,
     global_default: Option<String>,
     runtime: BTreeMap<String, RuntimeInfo>,
+    /// namespace -> default container requests (from its LimitRanges).
+    container_defaults: BTreeMap<String, Amounts>,
+}
+
+struct PriorityInfo {
+    value: i32,
+    /// `preemptionPolicy: Never`.
+    never_preempt: bool,
+    /// Where it is defined.
+    origin: String,
 }
 
 struct RuntimeInfo {
@@ -536,7 +586,11 @@ impl Catalog {
         for (name, value) in SYSTEM_PRIORITY_CLASSES {
             c.priority.insert(
                 name.to_string(),
-                (value, "built into Kubernetes".to_string()),
+                PriorityInfo {
+                    value,
+                    never_preempt: false,
+                    origin: "built into Kubernetes".to_string(),
+                },
             );
         }
         c
@@ -553,7 +607,7 @@ impl Catalog {
             "PriorityClass" => {
                 let pc: PriorityClass = doc.typed(path)?;
                 let name = required_name(&ctx, &pc.metadata)?;
-                if let Some((_, first)) = self.priority.get(&name) {
+                if let Some(PriorityInfo { origin: first, .. }) = self.priority.get(&name) {
                     let why = if name.starts_with("system-") {
                         "names starting with system- are reserved by Kubernetes; rename it"
                             .to_string()
@@ -593,6 +647,8 @@ impl Catalog {
         pc: &PriorityClass,
         origin: String,
     ) -> Result<(), LoadError> {
+        let never_preempt =
+            preemption_policy_never(ctx, "preemptionPolicy", pc.preemption_policy.as_deref())?;
         if pc.global_default == Some(true) {
             if let Some(other) = self.global_default.as_ref().filter(|o| **o != name) {
                 return Err(ctx.err(
@@ -605,7 +661,14 @@ impl Catalog {
             }
             self.global_default = Some(name.clone());
         }
-        self.priority.insert(name, (pc.value, origin));
+        self.priority.insert(
+            name,
+            PriorityInfo {
+                value: pc.value,
+                never_preempt,
+                origin,
+            },
+        );
         Ok(())
     }
 
@@ -652,18 +715,28 @@ impl Catalog {
                 "a pod needs one or more containers",
             ));
         }
+        // What a container asks for: its requests, else its limits, else its namespace's
+        // LimitRange defaults (the API server fills them in before the pod is stored).
+        let defaults = self.container_defaults.get(&namespace);
+        let container = |f: &str, r: Option<&core::ResourceRequirements>| {
+            let mut out = ctx.requirements(f, r)?;
+            for (resource, amount) in defaults.into_iter().flatten() {
+                out.entry(resource.clone()).or_insert(*amount);
+            }
+            Ok::<_, LoadError>(out)
+        };
         // kube-scheduler's rule: regular containers and sidecars add up; each init
         // container runs alone beside the sidecars started before it.
         let mut sum = Amounts::new();
         for (i, c) in spec.containers.iter().enumerate() {
             let f = format!("{sf}.containers[{i}].resources");
-            add_amounts(&mut sum, &ctx.requirements(&f, c.resources.as_ref())?);
+            add_amounts(&mut sum, &container(&f, c.resources.as_ref())?);
         }
         let mut sidecars = Amounts::new();
         let mut init_max = Amounts::new();
         for (i, c) in spec.init_containers.iter().flatten().enumerate() {
             let f = format!("{sf}.initContainers[{i}].resources");
-            let r = ctx.requirements(&f, c.resources.as_ref())?;
+            let r = container(&f, c.resources.as_ref())?;
             if c.restart_policy.as_deref() == Some("Always") {
                 add_amounts(&mut sum, &r);
                 add_amounts(&mut sidecars, &r);
@@ -758,7 +831,7 @@ impl Catalog {
             .filter(|s| !s.is_empty())
         {
             Some(pc) => match self.priority.get(pc) {
-                Some((value, _)) => (*value, Some(pc.to_string())),
+                Some(info) => (info.value, Some(pc.to_string())),
                 None => {
                     return Err(ctx.err(
                         format!("{sf}.priorityClassName"),
@@ -772,10 +845,12 @@ impl Catalog {
                 }
             },
             None => match &self.global_default {
-                Some(pc) => (self.priority[pc].0, Some(pc.clone())),
+                Some(pc) => (self.priority[pc].value, Some(pc.clone())),
                 None => (spec.priority.unwrap_or(0), None),
             },
         };
+        let preemption =
+            self.preemption_terms(ctx, sf, spec, priority_class.as_deref(), annotations)?;
 
         let affinity = match spec
             .affinity
@@ -792,6 +867,11 @@ impl Catalog {
                 .tolerations(&format!("{sf}.tolerations"), spec.tolerations.as_ref())?,
             runtime_class: runtime.map(|rc| rc.scheduling.clone()),
         };
+        // The object's labels first (Kueue labels the Job), then its pod template's.
+        let queue = [KESTREL_QUEUE_LABEL, KUEUE_QUEUE_LABEL]
+            .iter()
+            .find_map(|key| annotations.label(key))
+            .map(String::from);
         Ok(PodSpec {
             namespace,
             name,
@@ -800,8 +880,66 @@ impl Catalog {
             priority_class,
             demand: Demand { resources, gpu },
             constraints,
+            queue,
+            preemption,
             ..Default::default()
         })
+    }
+
+    /// How the pod takes part in preemption: its (or its class's) preemptionPolicy, its
+    /// termination grace period and Kestrel's annotations.
+    fn preemption_terms(
+        &self,
+        ctx: &Ctx,
+        sf: &str,
+        spec: &core::PodSpec,
+        priority_class: Option<&str>,
+        annotations: &Annotations,
+    ) -> Result<PreemptionTerms, LoadError> {
+        let own = preemption_policy_never(
+            ctx,
+            &format!("{sf}.preemptionPolicy"),
+            spec.preemption_policy.as_deref(),
+        )?;
+        let class = priority_class
+            .and_then(|c| self.priority.get(c))
+            .is_some_and(|c| c.never_preempt);
+        let termination_grace = match spec.termination_grace_period_seconds {
+            None => DEFAULT_TERMINATION_GRACE,
+            Some(s) if s >= 0 => (s as u64).saturating_mul(1000),
+            Some(s) => {
+                return Err(ctx.err(
+                    format!("{sf}.terminationGracePeriodSeconds"),
+                    format!("{s} is negative; set 0 or more seconds"),
+                ))
+            }
+        };
+        let duration = |key: &str, positive: bool| -> Result<Option<Millis>, LoadError> {
+            let Some((field, v)) = annotations.get(key) else {
+                return Ok(None);
+            };
+            let ms = parse_duration(v).map_err(|e| ctx.err(&field, e))?;
+            if positive && ms == 0 {
+                return Err(ctx.err(
+                    field,
+                    format!("{v:?} is zero; write a duration above 0, e.g. \"30m\""),
+                ));
+            }
+            Ok(Some(ms))
+        };
+        Ok(PreemptionTerms {
+            never_preempt: own || class,
+            min_runtime: duration(MIN_RUNTIME_ANNOTATION, false)?,
+            checkpoint_interval: duration(CHECKPOINT_INTERVAL_ANNOTATION, true)?,
+            checkpoint_grace: duration(CHECKPOINT_GRACE_ANNOTATION, false)?,
+            termination_grace,
+            runtime_estimate: duration(RUNTIME_ESTIMATE_ANNOTATION, true)?,
+        })
+    }
+
+    /// Fills the namespaces' default container requests from their LimitRanges.
+    fn set_container_defaults(&mut self, defaults: BTreeMap<String, Amounts>) {
+        self.container_defaults = defaults;
     }
 
     /// The catalog of a live cluster: the classes the API server lists (the system classes
@@ -879,11 +1017,30 @@ impl Catalog {
                     labels,
                 )?;
                 out.priority = priority;
+                // The class the API server resolved, not the global default `pod` saw.
+                out.preemption =
+                    self.preemption_terms(&ctx, "spec", spec, class.as_deref(), &annotations)?;
                 out.priority_class = class;
                 Ok(out)
             }
             None => self.pod(&ctx, "spec", spec, &annotations, namespace, name, labels),
         }
+    }
+}
+
+/// Whether a `preemptionPolicy` (a PriorityClass's or a pod's) is `Never`.
+fn preemption_policy_never(
+    ctx: &Ctx,
+    field: &str,
+    policy: Option<&str>,
+) -> Result<bool, LoadError> {
+    match policy {
+        None | Some("") | Some("PreemptLowerPriority") => Ok(false),
+        Some("Never") => Ok(true),
+        Some(other) => Err(ctx.err(
+            field,
+            format!("unknown preemptionPolicy {other:?}; use PreemptLowerPriority or Never"),
+        )),
     }
 }
 
@@ -903,18 +1060,23 @@ pub fn load_manifests(files: &[(PathBuf, String)]) -> Result<Workload, LoadError
     }
     let mut catalog = Catalog::new();
     let mut gangs = GangCollector::default();
+    let mut queues = QueueCollector::default();
     for (path, docs) in &parsed {
         for doc in docs {
             if doc.is_gang_document() {
                 gangs.add_document(path, &doc.value)?;
+            } else if is_queue_document(doc.kind()) {
+                queues.add_document(path, &doc.position(), &doc.value)?;
             } else {
                 catalog.add(path, doc)?;
             }
         }
     }
+    catalog.set_container_defaults(queues.container_defaults());
     let mut builder = Builder {
         catalog,
         gangs,
+        queues: queues.into_setup(),
         seen: BTreeMap::new(),
         generated: BTreeMap::new(),
         jobs: Vec::new(),
@@ -929,12 +1091,14 @@ pub fn load_manifests(files: &[(PathBuf, String)]) -> Result<Workload, LoadError
         jobs: builder.jobs,
         gangs,
         topology_levels,
+        queues: builder.queues,
     })
 }
 
 struct Builder {
     catalog: Catalog,
     gangs: GangCollector,
+    queues: crate::workload::QueueSetup,
     /// (kind, namespace, name) -> where it was first defined.
     seen: BTreeMap<(String, String, String), String>,
     /// generateName prefix -> names generated so far.
@@ -962,11 +1126,11 @@ impl Builder {
             path,
             object: object.clone(),
         };
-        if doc.is_gang_document() {
+        if doc.is_gang_document() || is_queue_document(doc.kind()) {
             return Ok(());
         }
         let job = match doc.kind() {
-            "PriorityClass" | "RuntimeClass" | "Namespace" => return Ok(()),
+            "PriorityClass" | "RuntimeClass" => return Ok(()),
             "Pod" => {
                 let pod: core::Pod = doc.typed(path)?;
                 self.job(
@@ -1215,7 +1379,8 @@ impl Builder {
     }
 }
 
-/// Kestrel's annotations, looked up on the object, then on its pod template.
+/// Kestrel's annotations (and the queue labels), looked up on the object, then on its pod
+/// template.
 struct Annotations<'a> {
     sources: [Option<(&'static str, &'a ObjectMeta)>; 2],
 }
@@ -1228,6 +1393,17 @@ impl Annotations<'_> {
                 .as_ref()?
                 .get(key)
                 .map(|v| (format!("{prefix}.annotations[\"{key}\"]"), v.as_str()))
+        })
+    }
+
+    /// A label's value (not empty), looked up in the same order.
+    fn label(&self, key: &str) -> Option<&str> {
+        self.sources.iter().flatten().find_map(|(_, meta)| {
+            meta.labels
+                .as_ref()?
+                .get(key)
+                .map(String::as_str)
+                .filter(|v| !v.is_empty())
         })
     }
 }
@@ -1771,6 +1947,286 @@ metadata: {name: platform}
         assert_eq!(w.jobs[0].template.demand.resources.cpu_milli, 1100);
     }
 
+    const QUEUED: &str = r#"
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: sweep}
+value: 10
+preemptionPolicy: Never
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: train
+  namespace: ml
+  labels: {kueue.x-k8s.io/queue-name: team}
+  annotations:
+    kestrel.dev/sim-duration: 2h
+    kestrel.dev/min-runtime: 30m
+    kestrel.dev/checkpoint-interval: 1h
+    kestrel.dev/runtime-estimate: "2h"
+spec:
+  template:
+    metadata:
+      annotations: {kestrel.dev/checkpoint-grace: 90s}
+    spec:
+      terminationGracePeriodSeconds: 120
+      containers: [{name: a}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: sweep
+  namespace: ml
+  labels: {kueue.x-k8s.io/queue-name: team}
+  annotations: {kestrel.dev/sim-duration: 1h}
+spec:
+  template:
+    metadata:
+      labels: {kestrel.dev/queue: mine}
+    spec:
+      priorityClassName: sweep
+      containers: [{name: a}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  preemptionPolicy: Never
+  containers: [{name: a}]
+"#;
+
+    #[test]
+    fn queue_labels_and_preemption_terms() {
+        let w = load(&[("w.yaml", QUEUED)]).unwrap();
+        let [train, sweep, p] = &w.jobs[..] else {
+            panic!("{:?}", w.jobs)
+        };
+        let t = &train.template;
+        assert_eq!(t.queue.as_deref(), Some("team"), "the Job's Kueue label");
+        assert_eq!(
+            t.preemption,
+            PreemptionTerms {
+                never_preempt: false,
+                min_runtime: Some(1_800_000),
+                checkpoint_interval: Some(3_600_000),
+                checkpoint_grace: Some(90_000),
+                termination_grace: 120_000,
+                runtime_estimate: Some(7_200_000),
+            }
+        );
+        let s = &sweep.template;
+        assert_eq!(s.queue.as_deref(), Some("mine"), "Kestrel's label wins");
+        assert!(
+            s.preemption.never_preempt,
+            "PriorityClass preemptionPolicy: Never"
+        );
+        assert_eq!(s.preemption.termination_grace, DEFAULT_TERMINATION_GRACE);
+        assert_eq!(s.preemption.checkpoint_interval, None);
+        let p = &p.template;
+        assert_eq!(p.queue, None);
+        assert!(p.preemption.never_preempt, "the pod's own preemptionPolicy");
+    }
+
+    #[test]
+    fn bad_preemption_inputs_name_the_field() {
+        let e = err(&QUEUED.replace("checkpoint-interval: 1h", "checkpoint-interval: hourly"));
+        assert_names(
+            &e,
+            &[
+                "Job ml/train",
+                "metadata.annotations[\"kestrel.dev/checkpoint-interval\"]",
+                "\"hourly\"",
+            ],
+        );
+        let e = err(&QUEUED.replace("checkpoint-interval: 1h", "checkpoint-interval: 0s"));
+        assert_names(&e, &["kestrel.dev/checkpoint-interval", "zero"]);
+        let e = err(&QUEUED.replace("checkpoint-grace: 90s", "checkpoint-grace: 1x"));
+        assert_names(
+            &e,
+            &[
+                "spec.template.metadata.annotations[\"kestrel.dev/checkpoint-grace\"]",
+                "\"1x\"",
+            ],
+        );
+        let e = err(&QUEUED.replace("min-runtime: 30m", "min-runtime: long"));
+        assert_names(&e, &["kestrel.dev/min-runtime", "\"long\""]);
+        let e = err(&QUEUED.replace("runtime-estimate: \"2h\"", "runtime-estimate: \"-2h\""));
+        assert_names(&e, &["kestrel.dev/runtime-estimate"]);
+        let e = err(&QUEUED.replace(
+            "preemptionPolicy: Never\n---",
+            "preemptionPolicy: Sometimes\n---",
+        ));
+        assert_names(
+            &e,
+            &[
+                "PriorityClass sweep",
+                "field preemptionPolicy",
+                "\"Sometimes\"",
+                "PreemptLowerPriority or Never",
+            ],
+        );
+        let e = err(&QUEUED.replace(
+            "  preemptionPolicy: Never\n  containers",
+            "  preemptionPolicy: Nope\n  containers",
+        ));
+        assert_names(
+            &e,
+            &["Pod default/p", "field spec.preemptionPolicy", "\"Nope\""],
+        );
+        let e = err(&QUEUED.replace(
+            "terminationGracePeriodSeconds: 120",
+            "terminationGracePeriodSeconds: -1",
+        ));
+        assert_names(
+            &e,
+            &[
+                "spec.template.spec.terminationGracePeriodSeconds",
+                "negative",
+            ],
+        );
+    }
+
+    #[test]
+    fn queue_kinds_go_to_the_queue_setup() {
+        let w = load(&[(
+            "w.yaml",
+            r#"
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: team}
+spec:
+  namespaceSelector: {}
+  resourceGroups: [{coveredResources: [nvidia.com/gpu], flavors: [{name: h100, resources: [{name: nvidia.com/gpu, nominalQuota: 8}]}]}]
+---
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: kueue.x-k8s.io/v1beta1, kind: LocalQueue, metadata: {name: team, namespace: ml}, spec: {clusterQueue: team}}
+- {apiVersion: kueue.x-k8s.io/v1beta1, kind: ResourceFlavor, metadata: {name: h100}}
+- {apiVersion: kueue.x-k8s.io/v1alpha1, kind: Cohort, metadata: {name: org}}
+- {apiVersion: v1, kind: Namespace, metadata: {name: ml, labels: {team: ml}}}
+- {apiVersion: v1, kind: ResourceQuota, metadata: {name: q, namespace: ml}, spec: {hard: {requests.nvidia.com/gpu: "2"}}}
+"#,
+        )])
+        .unwrap();
+        assert!(w.jobs.is_empty());
+        let q = &w.queues;
+        assert_eq!(
+            q.cluster_queues[0].resource_groups[0].flavors[0].resources[0].nominal,
+            8000
+        );
+        assert_eq!(q.local_queues[0].namespace, "ml");
+        assert_eq!(q.flavors[0].name, "h100");
+        assert_eq!(q.cohorts[0].name, "org");
+        assert_eq!(
+            q.namespaces,
+            vec![(
+                "ml".to_string(),
+                [("team".to_string(), "ml".to_string())]
+                    .into_iter()
+                    .collect()
+            )]
+        );
+        assert_eq!(
+            q.resource_quotas[0].hard,
+            vec![("nvidia.com/gpu".to_string(), 2000)]
+        );
+        let e = err("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {name: team}\nspec: {queueingStrategy: FIFO}\n");
+        assert_names(
+            &e,
+            &["ClusterQueue team", "spec.queueingStrategy", "StrictFIFO"],
+        );
+        let e = err("apiVersion: kueue.x-k8s.io/v1beta1\nkind: Workload\nmetadata: {name: w}\n");
+        assert_names(
+            &e,
+            &[
+                "Workload default/w",
+                "field kind",
+                "ClusterQueue, LocalQueue",
+            ],
+        );
+    }
+
+    #[test]
+    fn limit_ranges_fill_missing_container_requests() {
+        let w = load(&[(
+            "w.yaml",
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: ml}
+spec:
+  initContainers: [{name: init}]
+  containers:
+  - {name: a}
+  - {name: b, resources: {limits: {cpu: "2"}, requests: {memory: 256Mi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: other}
+spec: {containers: [{name: a}]}
+---
+apiVersion: v1
+kind: LimitRange
+metadata: {name: defaults, namespace: ml}
+spec:
+  limits:
+  - {type: Container, defaultRequest: {cpu: 500m}, default: {cpu: "1", memory: 512Mi, rdma/ib: "1"}}
+"#,
+        )])
+        .unwrap();
+        let r = &w.jobs[0].template.demand.resources;
+        // a: 500m + 512Mi + 1 rdma/ib; b: its limit 2 cpu, its 256Mi, 1 rdma/ib; the init
+        // container's defaults are less than the sum.
+        assert_eq!(r.cpu_milli, 2500);
+        assert_eq!(r.memory_bytes, 768 << 20);
+        assert_eq!(r.extended, vec![("rdma/ib".to_string(), 2)]);
+        let other = &w.jobs[1].template.demand.resources;
+        assert_eq!(
+            (other.cpu_milli, other.memory_bytes),
+            (0, 0),
+            "other namespaces keep none"
+        );
+    }
+
+    #[test]
+    fn live_pods_get_queue_and_preemption_terms_the_same_way() {
+        let pc: PriorityClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": "sweep"}, "value": 10, "preemptionPolicy": "Never"
+        }))
+        .unwrap();
+        let (catalog, errors) = Catalog::live(Path::new("cluster"), [&pc], []);
+        assert!(errors.is_empty(), "{errors:?}");
+        let pod: core::Pod = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "p", "namespace": "ml",
+                "labels": {"kueue.x-k8s.io/queue-name": "team"},
+                "annotations": {"kestrel.dev/checkpoint-interval": "45m", "kestrel.dev/min-runtime": "10m"}
+            },
+            "spec": {"priority": 10, "priorityClassName": "sweep", "containers": [{"name": "a"}]}
+        }))
+        .unwrap();
+        let spec = catalog.pod_from_kube(Path::new("cluster"), &pod).unwrap();
+        assert_eq!(spec.queue.as_deref(), Some("team"));
+        assert!(spec.preemption.never_preempt);
+        assert_eq!(spec.preemption.checkpoint_interval, Some(2_700_000));
+        assert_eq!(spec.preemption.min_runtime, Some(600_000));
+        assert_eq!(spec.preemption.termination_grace, 30_000);
+        let bad: PriorityClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": "odd"}, "value": 1, "preemptionPolicy": "Maybe"
+        }))
+        .unwrap();
+        let (_, errors) = Catalog::live(Path::new("cluster"), [&bad], []);
+        assert!(
+            errors[0].to_string().contains("preemptionPolicy"),
+            "{errors:?}"
+        );
+    }
+
     /// Loads an example directory as `kestrel sim <dir>` does: `cluster.yaml` is the
     /// cluster, every other `*.yaml` a workload file, in file-name order.
     fn load_example_dir(dir: &Path) -> (crate::SimCluster, Workload) {
@@ -1933,6 +2389,115 @@ metadata: {name: platform}
                 "{} fits no node",
                 j.name
             );
+        }
+    }
+
+    #[test]
+    fn teams_example_loads_with_queues_that_cover_its_pods() {
+        let (cluster, w) = load_example_dir(&examples().join("teams"));
+        let q = &w.queues;
+        let cqs: Vec<&str> = q.cluster_queues.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(cqs, ["research", "prod", "interns"]);
+        assert_eq!(
+            (q.cohorts.len(), q.flavors.len(), q.local_queues.len()),
+            (1, 1, 3)
+        );
+        assert_eq!(q.resource_quotas.len(), 1);
+        let gpus: i64 = cluster
+            .nodes
+            .iter()
+            .map(|n| n.gpus.len() as i64 * 1000)
+            .sum();
+        let nominal: i64 = q
+            .cluster_queues
+            .iter()
+            .flat_map(|c| &c.resource_groups)
+            .flat_map(|g| &g.flavors)
+            .flat_map(|f| &f.resources)
+            .filter(|r| r.name == GPU_RESOURCE)
+            .map(|r| r.nominal)
+            .sum();
+        assert_eq!(nominal, gpus, "the quotas share out the cluster's GPUs");
+        let mut checkpointing = 0;
+        for j in &w.jobs {
+            let t = &j.template;
+            let queue = t
+                .queue
+                .as_deref()
+                .unwrap_or_else(|| panic!("{} has no queue", j.name));
+            let lq = q
+                .local_queues
+                .iter()
+                .find(|l| l.namespace == j.namespace && l.name == queue)
+                .unwrap_or_else(|| panic!("{}: no LocalQueue {queue}", j.name));
+            let cq = q
+                .cluster_queues
+                .iter()
+                .find(|c| c.name == lq.cluster_queue)
+                .unwrap();
+            let labels = &q
+                .namespaces
+                .iter()
+                .find(|(n, _)| *n == j.namespace)
+                .unwrap()
+                .1;
+            assert!(
+                cq.namespace_selector
+                    .iter()
+                    .flatten()
+                    .all(|r| r.matches(labels)),
+                "{}: {} does not admit {}",
+                j.name,
+                cq.name,
+                j.namespace
+            );
+            let covered = |r: &str| {
+                cq.resource_groups
+                    .iter()
+                    .any(|g| g.covered.iter().any(|c| c == r))
+            };
+            let d = &t.demand;
+            assert!(
+                d.resources.cpu_milli > 0 && d.resources.memory_bytes > 0,
+                "{}",
+                j.name
+            );
+            assert!(covered("cpu") && covered("memory") && covered(GPU_RESOURCE));
+            assert!(d.resources.extended.is_empty() && d.resources.ephemeral_storage_bytes == 0);
+            assert!(
+                cluster.nodes.iter().any(|n| fits(j, n)),
+                "{} fits no node",
+                j.name
+            );
+            if t.preemption.checkpoint_interval.is_some() {
+                checkpointing += 1;
+            }
+        }
+        assert!(checkpointing >= 3, "training jobs declare checkpoints");
+        let notebook = w.jobs.iter().find(|j| j.name == "notebook-ana").unwrap();
+        assert_eq!(
+            notebook.template.demand.resources.cpu_milli, 2000,
+            "from the LimitRange"
+        );
+        let sweep = w.jobs.iter().find(|j| j.name == "hparam-sweep").unwrap();
+        assert!(sweep.template.preemption.never_preempt);
+
+        // The engine accepts the queues as they are.
+        let mut s = kestrel_core::Scheduler::new(kestrel_core::SchedulerConfig::default());
+        for f in &q.flavors {
+            s.add_flavor(f.clone());
+        }
+        for c in &q.cohorts {
+            s.add_cohort(c.clone()).unwrap();
+        }
+        for c in &q.cluster_queues {
+            s.add_cluster_queue(c.clone()).unwrap();
+        }
+        for l in &q.local_queues {
+            s.add_local_queue(l.clone());
+        }
+        for (n, l) in &q.namespaces {
+            s.set_namespace_labels(n, l.clone());
         }
     }
 }

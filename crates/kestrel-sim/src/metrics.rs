@@ -99,6 +99,46 @@ pub struct PodCounts {
     pub pending_at_end: u64,
     /// Pods dropped because their gang waited past its scheduleTimeoutSeconds.
     pub gang_timed_out: u64,
+    /// Pod creations a namespace ResourceQuota refused (retried when quota frees up, as
+    /// Job controllers do).
+    pub rejected_by_quota: u64,
+}
+
+/// Preemptions and what they cost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PreemptionStats {
+    /// Preemption decisions (one per preemptor, or per draining queue).
+    pub preemptions: u64,
+    /// Pods evicted by them.
+    pub victim_pods: u64,
+    /// Victims asked to checkpoint before eviction.
+    pub checkpoint_requests: u64,
+    /// GPU-hours of work lost: victims' progress since their last checkpoint.
+    pub lost_gpu_hours: f64,
+    /// Preemption decision to the preemptor's start.
+    pub reclaim_latency: Percentiles,
+}
+
+/// How one ClusterQueue fared, in its main resource (`nvidia.com/gpu` when it has GPU
+/// quota, else `cpu`), in the units quotas are written in.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct QueueStats {
+    pub name: String,
+    pub cohort: Option<String>,
+    pub resource: String,
+    pub nominal: f64,
+    /// Time-weighted mean in use, and above nominal (borrowed).
+    pub used_mean: f64,
+    pub borrowed_mean: f64,
+    /// Resource-hours used and borrowed.
+    pub used_hours: f64,
+    pub borrowed_hours: f64,
+    pub pods_admitted: u64,
+    pub queue_wait: Percentiles,
+    /// Its nominal quota's share of all queues' nominal quota, and its share of what
+    /// all queues used.
+    pub entitled_share: f64,
+    pub used_share: f64,
 }
 
 /// How gangs fared, and how well connected the GPUs they started on were.
@@ -153,4 +193,9 @@ pub struct SimReport {
     /// Scheduling cycles run and bindings made.
     pub cycles: u64,
     pub bindings: u64,
+    pub preemption: PreemptionStats,
+    pub queues: Vec<QueueStats>,
+    /// Jain's fairness index over queues of used share / entitled share (1 = each queue
+    /// got exactly its entitlement); `None` without queues.
+    pub queue_fairness: Option<f64>,
 }

@@ -295,6 +295,7 @@ pub fn workload_from_pods(pods: &[OpenbPod]) -> Workload {
     Workload {
         gangs: Vec::new(),
         topology_levels: Vec::new(),
+        queues: Default::default(),
         jobs: pods
             .iter()
             .map(|p| SimJob {

@@ -1163,6 +1163,7 @@ pub(crate) mod tests {
                 running_at_end: 38,
                 pending_at_end: 12,
                 gang_timed_out: 2,
+                rejected_by_quota: 0,
             },
             jobs: JobCounts {
                 submitted: 120,
@@ -1225,6 +1226,7 @@ pub(crate) mod tests {
             node_usage,
             cycles: 1440,
             bindings: 400,
+            ..Default::default()
         }
     }
 

@@ -2,11 +2,14 @@
 //! driver uses. Events at one instant are applied first (cluster changes, completions,
 //! arrivals, in the order they were queued), then one scheduling cycle runs.
 
-use crate::metrics::{GroupStats, NodeUsage, PendingPod, Percentiles, Sample, SimReport};
+use crate::metrics::{
+    GroupStats, NodeUsage, PendingPod, Percentiles, QueueStats, Sample, SimReport,
+};
 use crate::workload::{ClusterChange, JobKind, SimCluster, Workload};
 use kestrel_core::{
     Binding, ClusterError, Decisions, GangError, GangId, GangPhase, GpuAssignment, Millis, NodeId,
-    PodId, PodPhase, PodSpec, Policy, Scheduler, SchedulerConfig, GPU_CLIQUE_LABEL, RACK_LABEL,
+    PodId, PodPhase, PodSpec, Policy, Scheduler, SchedulerConfig, VictimOrder, GPU_CLIQUE_LABEL,
+    RACK_LABEL,
 };
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
@@ -21,6 +24,14 @@ pub struct SimConfig {
     /// Time between samples of the time series; `None`: about 500 samples over the run.
     pub sample_every: Option<Millis>,
     pub scenario: String,
+    /// How preemption victims are ranked.
+    pub victim_order: VictimOrder,
+    /// Whether victims that offer a checkpoint are asked for one before eviction.
+    pub checkpoint_requests: bool,
+    /// Delay between a decision and its effect (API round trips, controller latency).
+    pub control_latency: Millis,
+    /// How long a victim takes to write a checkpoint when asked (capped by its grace).
+    pub checkpoint_duration: Millis,
 }
 
 impl Default for SimConfig {
@@ -31,6 +42,10 @@ impl Default for SimConfig {
             until: None,
             sample_every: None,
             scenario: String::new(),
+            victim_order: VictimOrder::CheckpointAware,
+            checkpoint_requests: true,
+            control_latency: 0,
+            checkpoint_duration: 20_000,
         }
     }
 }
@@ -45,6 +60,8 @@ pub enum SimError {
     UnknownLevel { gang: String, level: String },
     #[error("the cluster has no nodes at the start; give at least one node or pool")]
     NoNodes,
+    #[error("{0}")]
+    Queue(#[from] kestrel_core::QueueError),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -52,7 +69,11 @@ enum Event {
     Cluster(usize),
     /// (pod, epoch): an eviction bumps the epoch and voids the pending completion.
     PodDone(PodId, u32),
+    /// (pod, epoch): a preempted pod leaves its node.
+    Evict(PodId, u32),
     Arrival(usize),
+    /// The engine asked for a cycle at this time (a minimum runtime or delay ends).
+    Wake,
     Sample,
 }
 
@@ -70,6 +91,12 @@ struct PodState {
     first_bound_at: Option<Millis>,
     epoch: u32,
     running: bool,
+    /// Work saved by checkpoints in earlier runs (a restart resumes from it).
+    done_work: Millis,
+    /// When the current run started working (bind plus control latency).
+    run_start: Millis,
+    /// Asked to leave; `Some(t)`: asked to checkpoint at `t` first.
+    evicting: Option<Option<Millis>>,
 }
 
 /// A run in progress. Use [`simulate`] unless you need to step it.
@@ -90,6 +117,26 @@ pub struct Simulation<'a> {
     integrals: Integrals,
     events_total: usize,
     events_done: usize,
+    /// The wake-up already queued.
+    wake_queued: Option<Millis>,
+    /// Preemptor -> when its victims were chosen.
+    preempted_for: HashMap<PodId, Millis>,
+    reclaim_latencies: Vec<f64>,
+    /// Per ClusterQueue: (main resource, used and borrowed integrals).
+    queue_integrals: Vec<(String, f64, f64)>,
+    namespace_quota: NamespaceQuotas,
+    /// Wall-clock time spent in the engine's cycles (not in the report: it varies).
+    decide_time: std::time::Duration,
+}
+
+/// ResourceQuota accounting per namespace, as the API server keeps it: what pods that
+/// exist (pending or running) request, against each quota's `hard` amounts.
+#[derive(Debug, Default)]
+struct NamespaceQuotas {
+    used: HashMap<String, BTreeMap<String, i64>>,
+    /// Jobs whose pod creation was refused, per namespace, in order: retried when quota
+    /// frees up.
+    refused: HashMap<String, Vec<usize>>,
 }
 
 /// Time integrals for the time-weighted means.
@@ -132,6 +179,7 @@ impl<'a> Simulation<'a> {
         let mut scheduler = Scheduler::new(SchedulerConfig {
             policy: config.policy,
             seed: config.seed,
+            victim_order: config.victim_order,
         });
         for node in &cluster.nodes {
             scheduler.add_node(node.clone())?;
@@ -191,7 +239,14 @@ impl<'a> Simulation<'a> {
             integrals: Integrals::default(),
             events_total: 0,
             events_done: 0,
+            wake_queued: None,
+            preempted_for: HashMap::new(),
+            reclaim_latencies: Vec::new(),
+            queue_integrals: Vec::new(),
+            namespace_quota: NamespaceQuotas::default(),
+            decide_time: std::time::Duration::ZERO,
         };
+        sim.register_queues()?;
         for (i, event) in cluster.events.iter().enumerate() {
             sim.push(event.at, Event::Cluster(i));
         }
@@ -217,6 +272,11 @@ impl<'a> Simulation<'a> {
         self.now
     }
 
+    /// Wall-clock time the engine spent deciding so far.
+    pub fn decide_time(&self) -> std::time::Duration {
+        self.decide_time
+    }
+
     /// Applies all events of the next instant and runs one cycle. `false` when done.
     pub fn step(&mut self) -> Result<bool, SimError> {
         let Some(Reverse((at, _, _))) = self.queue.peek().copied() else {
@@ -236,13 +296,23 @@ impl<'a> Simulation<'a> {
             match event {
                 Event::Cluster(i) => self.apply_cluster_change(i)?,
                 Event::PodDone(pod, epoch) => self.pod_done(pod, epoch),
+                Event::Evict(pod, epoch) => self.evict(pod, epoch),
                 Event::Arrival(job) => self.arrive(job),
+                Event::Wake => self.wake_queued = None,
                 Event::Sample => sample = true,
             }
         }
+        let started = std::time::Instant::now();
         let decisions = self.scheduler.schedule(at);
+        self.decide_time += started.elapsed();
         self.report.cycles += 1;
         self.apply(decisions);
+        if let Some(wake) = self.scheduler.next_wakeup().filter(|&w| w > at) {
+            if self.wake_queued.is_none_or(|q| wake < q) {
+                self.wake_queued = Some(wake);
+                self.push(wake, Event::Wake);
+            }
+        }
         if sample {
             self.take_sample();
             // Keep sampling while anything can still happen.
@@ -255,6 +325,15 @@ impl<'a> Simulation<'a> {
 
     fn advance_to(&mut self, at: Millis) {
         let dt = (at - self.integrals.last_at) as f64;
+        if dt > 0.0 {
+            for (i, (resource, used, borrowed)) in self.queue_integrals.iter_mut().enumerate() {
+                let usage = self.scheduler.queue_usage(kestrel_core::CqId(i as u32));
+                for u in usage.iter().filter(|u| u.resource == *resource) {
+                    *used += dt * u.used as f64;
+                    *borrowed += dt * u.borrowed as f64;
+                }
+            }
+        }
         self.integrals.allocated += dt * self.integrals.gpu_milli_allocated;
         self.integrals.utilized += dt * self.integrals.gpu_milli_utilized;
         self.integrals.last_at = at;
@@ -283,6 +362,15 @@ impl<'a> Simulation<'a> {
 
     fn create_pod(&mut self, job_index: usize) {
         let job = &self.workload.jobs[job_index];
+        if !self.namespace_quota_admits(job_index) {
+            self.report.pods.rejected_by_quota += 1;
+            self.namespace_quota
+                .refused
+                .entry(job.namespace.clone())
+                .or_default()
+                .push(job_index);
+            return;
+        }
         let state = &mut self.jobs[job_index];
         let mut spec: PodSpec = job.template.clone();
         spec.namespace = job.namespace.clone();
@@ -304,6 +392,9 @@ impl<'a> Simulation<'a> {
                 first_bound_at: None,
                 epoch: 0,
                 running: false,
+                done_work: 0,
+                run_start: 0,
+                evicting: None,
             },
         );
         self.report.pods.created += 1;
@@ -329,6 +420,7 @@ impl<'a> Simulation<'a> {
         let job_index = state.job;
         self.track_gpu_load(pod, -1.0);
         self.scheduler.finish(pod).expect("running pod is known");
+        self.namespace_quota_release(job_index);
         self.report.pods.completed += 1;
         let job = &self.workload.jobs[job_index];
         let state = &mut self.jobs[job_index];
@@ -336,8 +428,16 @@ impl<'a> Simulation<'a> {
         if state.succeeded >= job.completions {
             state.finished_at = Some(self.now);
             self.report.jobs.completed += 1;
-        } else if job.kind == JobKind::Job && state.created < job.completions {
-            self.create_pod(job_index);
+        } else if job.kind == JobKind::Job {
+            // Creations a ResourceQuota refused are still owed, and retried below.
+            let refused = self
+                .namespace_quota
+                .refused
+                .get(&job.namespace)
+                .map_or(0, |jobs| jobs.iter().filter(|&&j| j == job_index).count());
+            if state.created + (refused as u32) < job.completions {
+                self.create_pod(job_index);
+            }
         }
     }
 
@@ -355,8 +455,11 @@ impl<'a> Simulation<'a> {
             self.report.pods.gang_timed_out += 1;
             if let Some(state) = self.pods.get_mut(&pod) {
                 state.running = false;
+                let job = state.job;
+                self.namespace_quota_release(job);
             }
         }
+        self.start_evictions(&decisions.preemptions);
         self.count_started_gangs(&decisions.bindings);
         for binding in decisions.bindings {
             self.report.bindings += 1;
@@ -369,10 +472,17 @@ impl<'a> Simulation<'a> {
                 self.report.pods.scheduled += 1;
             }
             state.running = true;
+            state.run_start = self.now + self.config.control_latency;
             let epoch = state.epoch;
             let job = &self.workload.jobs[state.job];
+            let (run_start, done_work) = (state.run_start, state.done_work);
             if let Some(duration) = job.duration {
-                self.push(self.now + duration, Event::PodDone(binding.pod, epoch));
+                let remaining = duration.saturating_sub(done_work);
+                self.push(run_start + remaining, Event::PodDone(binding.pod, epoch));
+            }
+            if let Some(chosen_at) = self.preempted_for.remove(&binding.pod) {
+                self.reclaim_latencies
+                    .push((self.now + self.config.control_latency - chosen_at) as f64 / 1000.0);
             }
             self.track_gpu_load(binding.pod, 1.0);
         }
@@ -408,6 +518,168 @@ impl<'a> Simulation<'a> {
                 self.report.gangs.started_in_one_nvlink_domain += 1;
             }
         }
+    }
+
+    /// Declares the workload's queues to the engine; a bad one stops the run.
+    fn register_queues(&mut self) -> Result<(), SimError> {
+        let queues = &self.workload.queues;
+        for flavor in &queues.flavors {
+            self.scheduler.add_flavor(flavor.clone());
+        }
+        for cohort in &queues.cohorts {
+            self.scheduler.add_cohort(cohort.clone())?;
+        }
+        for cq in &queues.cluster_queues {
+            self.scheduler.add_cluster_queue(cq.clone())?;
+            let main = cq
+                .resource_groups
+                .iter()
+                .flat_map(|g| g.covered.iter())
+                .find(|r| *r == kestrel_core::GPU_RESOURCE)
+                .cloned()
+                .unwrap_or_else(|| "cpu".to_string());
+            self.queue_integrals.push((main, 0.0, 0.0));
+        }
+        for local in &queues.local_queues {
+            self.scheduler.add_local_queue(local.clone());
+        }
+        for (namespace, labels) in &queues.namespaces {
+            self.scheduler
+                .set_namespace_labels(namespace, labels.clone());
+        }
+        Ok(())
+    }
+
+    /// What a pod of this job counts against namespace ResourceQuotas.
+    fn namespace_request(&self, job_index: usize) -> Vec<(String, i64)> {
+        let d = &self.workload.jobs[job_index].template.demand;
+        let mut out = vec![
+            ("pods".to_string(), 1),
+            ("cpu".to_string(), d.resources.cpu_milli),
+            ("memory".to_string(), d.resources.memory_bytes),
+            (kestrel_core::GPU_RESOURCE.to_string(), d.gpu.milli() as i64),
+        ];
+        out.extend(d.resources.extended.iter().cloned());
+        out
+    }
+
+    /// Whether the namespace's ResourceQuotas let one more pod of this job be created;
+    /// if so it is counted.
+    fn namespace_quota_admits(&mut self, job_index: usize) -> bool {
+        let namespace = &self.workload.jobs[job_index].namespace;
+        let quotas: Vec<_> = self
+            .workload
+            .queues
+            .resource_quotas
+            .iter()
+            .filter(|q| q.namespace == *namespace)
+            .collect();
+        if quotas.is_empty() {
+            return true;
+        }
+        let request = self.namespace_request(job_index);
+        let used = self
+            .namespace_quota
+            .used
+            .entry(namespace.clone())
+            .or_default();
+        let fits = quotas.iter().all(|q| {
+            q.hard.iter().all(|(resource, hard)| {
+                let need = request
+                    .iter()
+                    .find(|(r, _)| r == resource)
+                    .map_or(0, |(_, a)| *a);
+                need == 0 || used.get(resource).copied().unwrap_or(0) + need <= *hard
+            })
+        });
+        if fits {
+            for (r, a) in request {
+                *used.entry(r).or_default() += a;
+            }
+        }
+        fits
+    }
+
+    /// A pod of this job is gone: its namespace quota frees up and refused creations are
+    /// retried in order.
+    fn namespace_quota_release(&mut self, job_index: usize) {
+        let namespace = self.workload.jobs[job_index].namespace.clone();
+        let request = self.namespace_request(job_index);
+        let Some(used) = self.namespace_quota.used.get_mut(&namespace) else {
+            return;
+        };
+        for (r, a) in request {
+            *used.entry(r).or_default() -= a;
+        }
+        let refused = self
+            .namespace_quota
+            .refused
+            .remove(&namespace)
+            .unwrap_or_default();
+        for job in refused {
+            self.report.pods.rejected_by_quota -= 1;
+            self.create_pod(job);
+        }
+    }
+
+    /// Victims chosen this cycle: asked to checkpoint first when they offer it (and the
+    /// run asks), then evicted.
+    fn start_evictions(&mut self, preemptions: &[kestrel_core::Preemption]) {
+        let latency = self.config.control_latency;
+        for p in preemptions {
+            self.report.preemption.preemptions += 1;
+            if let Some(preemptor) = p.preemptor {
+                self.preempted_for.entry(preemptor).or_insert(self.now);
+            }
+            for v in &p.victims {
+                let Some(state) = self.pods.get_mut(&v.pod) else {
+                    continue;
+                };
+                if !state.running || state.evicting.is_some() {
+                    continue;
+                }
+                let (leave_at, checkpoint) = match v.checkpoint_grace {
+                    Some(grace) if self.config.checkpoint_requests => {
+                        self.report.preemption.checkpoint_requests += 1;
+                        let asked = self.now + latency;
+                        (
+                            asked + self.config.checkpoint_duration.min(grace),
+                            Some(asked),
+                        )
+                    }
+                    _ => (self.now + latency + v.termination_grace, None),
+                };
+                state.evicting = Some(checkpoint);
+                let epoch = state.epoch;
+                self.push(leave_at, Event::Evict(v.pod, epoch));
+            }
+        }
+    }
+
+    /// A victim leaves: the work since its last checkpoint is lost, the rest is kept for
+    /// its next run.
+    fn evict(&mut self, pod: PodId, epoch: u32) {
+        let Some(state) = self.pods.get_mut(&pod) else {
+            return;
+        };
+        if state.epoch != epoch || !state.running {
+            return;
+        }
+        let ran = self.now.saturating_sub(state.run_start);
+        let interval = self.scheduler.pod(pod).spec.preemption.checkpoint_interval;
+        let saved = match state.evicting.flatten() {
+            Some(asked) => asked.saturating_sub(state.run_start).min(ran),
+            None => interval.filter(|&i| i > 0).map_or(0, |i| ran / i * i),
+        };
+        state.done_work += saved;
+        state.epoch += 1;
+        state.running = false;
+        state.evicting = None;
+        let gpus = self.scheduler.pod(pod).spec.demand.gpu.milli() as f64 / 1000.0;
+        self.report.preemption.lost_gpu_hours += gpus * (ran - saved) as f64 / 3_600_000.0;
+        self.report.preemption.victim_pods += 1;
+        self.track_gpu_load(pod, -1.0);
+        self.scheduler.evict(pod).expect("running pod is known");
     }
 
     fn take_sample(&mut self) {
@@ -502,8 +774,10 @@ impl<'a> Simulation<'a> {
 
         // Waits and completion times, overall and per group.
         let mut waits: Vec<(i32, String, f64)> = Vec::new();
+        let mut waits_by_pod: HashMap<PodId, f64> = HashMap::new();
         for (&id, pod) in &self.pods {
             if let Some(bound) = pod.first_bound_at {
+                waits_by_pod.insert(id, (bound - pod.created_at) as f64 / 1000.0);
                 let spec = &self.scheduler.pod(id).spec;
                 waits.push((
                     spec.priority,
@@ -572,7 +846,75 @@ impl<'a> Simulation<'a> {
             .collect();
         totals.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         report.pending_reasons = totals;
+        report.preemption.reclaim_latency = Percentiles::of(&mut self.reclaim_latencies);
+        self.queue_report(end, &waits_by_pod);
         self.report
+    }
+
+    /// Per-queue figures and Jain's fairness index over them.
+    fn queue_report(&mut self, end: Millis, waits_by_pod: &HashMap<PodId, f64>) {
+        let mut stats = Vec::new();
+        for (i, (cq, (resource, used, borrowed))) in self
+            .scheduler
+            .cluster_queues()
+            .zip(&self.queue_integrals)
+            .enumerate()
+        {
+            let (id, spec) = cq;
+            let scale = kestrel_core::quota_scale(resource) as f64;
+            let nominal: i64 = self
+                .scheduler
+                .queue_usage(id)
+                .iter()
+                .filter(|u| u.resource == *resource)
+                .map(|u| u.nominal)
+                .sum();
+            let mut waits: Vec<f64> = waits_by_pod
+                .iter()
+                .filter(|(pod, _)| self.scheduler.queue_of(**pod) == Some(id))
+                .map(|(_, w)| *w)
+                .collect();
+            let _ = i;
+            let span = end.max(1) as f64;
+            stats.push(QueueStats {
+                name: spec.name.clone(),
+                cohort: spec.cohort.clone(),
+                resource: resource.clone(),
+                nominal: nominal as f64 / scale,
+                used_mean: used / span / scale,
+                borrowed_mean: borrowed / span / scale,
+                used_hours: used / 3_600_000.0 / scale,
+                borrowed_hours: borrowed / 3_600_000.0 / scale,
+                pods_admitted: waits.len() as u64,
+                queue_wait: Percentiles::of(&mut waits),
+                ..Default::default()
+            });
+        }
+        let total_nominal: f64 = stats.iter().map(|s| s.nominal).sum();
+        let total_used: f64 = stats.iter().map(|s| s.used_hours).sum();
+        for s in &mut stats {
+            s.entitled_share = if total_nominal > 0.0 {
+                s.nominal / total_nominal
+            } else {
+                0.0
+            };
+            s.used_share = if total_used > 0.0 {
+                s.used_hours / total_used
+            } else {
+                0.0
+            };
+        }
+        let ratios: Vec<f64> = stats
+            .iter()
+            .filter(|s| s.entitled_share > 0.0 && s.pods_admitted > 0)
+            .map(|s| s.used_share / s.entitled_share)
+            .collect();
+        self.report.queue_fairness = (!ratios.is_empty()).then(|| {
+            let sum: f64 = ratios.iter().sum();
+            let squares: f64 = ratios.iter().map(|x| x * x).sum();
+            sum * sum / (ratios.len() as f64 * squares)
+        });
+        self.report.queues = stats;
     }
 
     /// Where each bound pod runs now: (pod, node name, GPUs), for inspection and tests.

@@ -101,6 +101,7 @@ pub fn render_summary(r: &SimReport) -> String {
 
     group_table(&mut s, "By priority", &r.by_priority);
     group_table(&mut s, "By namespace", &r.by_namespace);
+    queue_table(&mut s, r);
 
     if !r.pending_reasons.is_empty() {
         let total: u64 = r.pending_reasons.iter().map(|(_, n)| n).sum();
@@ -155,6 +156,66 @@ pub fn render_summary(r: &SimReport) -> String {
 }
 
 /// One table of per-group percentiles: pods and their queue wait, jobs and their completion.
+/// ClusterQueues (usage, borrowing, waits) and preemptions, when the run had them.
+fn queue_table(s: &mut String, r: &SimReport) {
+    if !r.queues.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n{:<22}{:>9}{:>9}{:>10}{:>12}{:>9}{:>8}{:>11}",
+            "ClusterQueue",
+            "resource",
+            "nominal",
+            "mean used",
+            "borrowed-h",
+            "entitled",
+            "got",
+            "wait p95"
+        );
+        for q in &r.queues {
+            let resource = if q.resource == kestrel_core::GPU_RESOURCE {
+                "gpu"
+            } else {
+                &q.resource
+            };
+            let _ = writeln!(
+                s,
+                "{:<22}{:>9}{:>9.1}{:>10.1}{:>12.1}{:>9}{:>8}{:>11}",
+                clip(&q.name, 21),
+                clip(resource, 8),
+                q.nominal,
+                q.used_mean,
+                q.borrowed_hours,
+                fmt_pct(q.entitled_share),
+                fmt_pct(q.used_share),
+                fmt_pct_secs(&q.queue_wait, q.queue_wait.p95)
+            );
+        }
+        if let Some(jain) = r.queue_fairness {
+            let _ = writeln!(s, "Fairness (Jain's index of got/entitled): {jain:.3}");
+        }
+    }
+    let p = &r.preemption;
+    if p.preemptions > 0 {
+        let _ = writeln!(
+            s,
+            "Preemptions: {} ({} pods evicted, {} asked to checkpoint first)\n  \
+             {:.2} GPU-hours of work lost; preemptor started within {} (p99)",
+            p.preemptions,
+            p.victim_pods,
+            p.checkpoint_requests,
+            p.lost_gpu_hours,
+            fmt_pct_secs(&p.reclaim_latency, p.reclaim_latency.p99)
+        );
+    }
+    if r.pods.rejected_by_quota > 0 {
+        let _ = writeln!(
+            s,
+            "Pod creations refused by namespace ResourceQuotas (retried later): {}",
+            r.pods.rejected_by_quota
+        );
+    }
+}
+
 fn group_table(s: &mut String, title: &str, groups: &[GroupStats]) {
     if groups.is_empty() {
         return;

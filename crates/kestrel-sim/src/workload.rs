@@ -1,6 +1,9 @@
 //! What the simulator runs: jobs (one per workload object) and timed cluster events.
 
-use kestrel_core::{GangSpec, Millis, NodeSpec, PodSpec};
+use kestrel_core::{
+    ClusterQueueSpec, CohortSpec, GangSpec, Labels, LocalQueueSpec, Millis, NodeSpec, PodSpec,
+    ResourceFlavor,
+};
 use serde::Serialize;
 
 /// The controller kind a job came from; decides how its pods are created and replaced.
@@ -66,4 +69,29 @@ pub struct Workload {
     pub jobs: Vec<SimJob>,
     pub gangs: Vec<GangSpec>,
     pub topology_levels: Vec<String>,
+    pub queues: QueueSetup,
+}
+
+/// Team queues and namespace limits, from ClusterQueue, LocalQueue, Cohort,
+/// ResourceFlavor, Namespace and ResourceQuota objects.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct QueueSetup {
+    pub cluster_queues: Vec<ClusterQueueSpec>,
+    pub local_queues: Vec<LocalQueueSpec>,
+    pub cohorts: Vec<CohortSpec>,
+    pub flavors: Vec<ResourceFlavor>,
+    /// Namespace labels (for ClusterQueue namespaceSelectors).
+    pub namespaces: Vec<(String, Labels)>,
+    pub resource_quotas: Vec<NamespaceQuota>,
+}
+
+/// A namespace's ResourceQuota: the API server refuses pod creations beyond `hard`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NamespaceQuota {
+    pub namespace: String,
+    pub name: String,
+    /// (resource, amount) in the engine's units: `cpu` in millicores, `memory` in bytes,
+    /// `nvidia.com/gpu` in thousandths, `pods` a count (from `requests.cpu`, `cpu`,
+    /// `requests.nvidia.com/gpu`, `pods`, `count/pods` ...).
+    pub hard: Vec<(String, i64)>,
 }

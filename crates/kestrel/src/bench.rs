@@ -21,6 +21,15 @@ pub enum BenchCommand {
     /// Gang placement on 5,000 nodes x 8 GPUs (racks of 32, blocks of 16 racks): 1,000
     /// gangs of 4 pods preferring one rack, and one 512-pod gang required in one block.
     Gangs(GangArgs),
+    /// Kueue's scheduler-performance baseline (5 cohorts x 6 ClusterQueues, 15,000
+    /// workloads) in the simulator: run time, usage, time to admission per class.
+    Kueue(crate::bench_queues::KueueArgs),
+    /// Lost GPU-hours on a preemption-heavy day: lowest-priority-first against
+    /// checkpoint-aware victim choice (with and without checkpoint requests).
+    Preemption(crate::bench_queues::PreemptionArgs),
+    /// A contended day of four teams in one cohort: shares against entitlements (Jain's
+    /// index), borrowed GPU-hours, reclaim latency.
+    Fairness(crate::bench_queues::FairnessArgs),
 }
 
 #[derive(Args)]
@@ -97,6 +106,9 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Openb(args) => run_openb(args),
         BenchCommand::Placement(args) => run_placement(args),
         BenchCommand::Gangs(args) => run_gangs(args),
+        BenchCommand::Kueue(args) => crate::bench_queues::run_kueue(args),
+        BenchCommand::Preemption(args) => crate::bench_queues::run_preemption(args),
+        BenchCommand::Fairness(args) => crate::bench_queues::run_fairness(args),
     }
 }
 

@@ -1,6 +1,8 @@
 //! `kestrel`: the one binary. `sim` runs the embedded simulator; `bench` measures.
 
 mod bench;
+mod bench_queues;
+mod doctor;
 mod serve;
 
 use anyhow::{bail, Context, Result};
@@ -36,6 +38,11 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Print the install manifests (deploy/kestrel.yaml), or the Helm chart's template.
     Manifests(serve::ManifestsArgs),
+    /// Print Kestrel's CustomResourceDefinitions (PodGroup, Topology, queues) as YAML.
+    Crds,
+    /// Diagnose a cluster's Nodes and Pods (a snapshot, or --live): GPUs, taints, node
+    /// conditions, stuck pods. Exit code 2 when something needs attention.
+    Doctor(doctor::DoctorArgs),
 }
 
 #[derive(Args)]
@@ -71,6 +78,20 @@ struct SimArgs {
     /// Write a self-contained HTML report (charts, tables) to this file.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
+    /// How preemption victims are ranked: checkpoint-aware (least work lost since the
+    /// last checkpoint) or lowest-priority (newest first, checkpoint-blind).
+    #[arg(long, default_value = "checkpoint-aware")]
+    victim_order: kestrel_core::VictimOrder,
+    /// Do not ask victims that offer it (kestrel.dev/checkpoint-grace) to checkpoint
+    /// before eviction.
+    #[arg(long)]
+    no_checkpoint_requests: bool,
+    /// Delay from a decision to its effect (API and controller latency), e.g. 100ms.
+    #[arg(long, default_value = "0ms", value_parser = parse_duration)]
+    control_latency: u64,
+    /// Time a victim needs to write a checkpoint when asked (capped by its grace).
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    checkpoint_duration: u64,
 }
 
 fn main() {
@@ -80,6 +101,8 @@ fn main() {
         Command::Bench(command) => bench::run(command),
         Command::Serve(args) => serve::serve(args),
         Command::Manifests(args) => serve::manifests(args),
+        Command::Crds => serve::crds(),
+        Command::Doctor(args) => doctor::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
@@ -124,6 +147,10 @@ fn run_sim(args: SimArgs) -> Result<()> {
         until: args.until,
         sample_every: args.sample_every,
         scenario,
+        victim_order: args.victim_order,
+        checkpoint_requests: !args.no_checkpoint_requests,
+        control_latency: args.control_latency,
+        checkpoint_duration: args.checkpoint_duration,
     };
     let started = Instant::now();
     let show_progress = std::io::stderr().is_terminal();

@@ -1,4 +1,5 @@
 //! `kestrel serve`: the live scheduler. `kestrel manifests`: the install manifests.
+//! `kestrel crds`: Kestrel's CustomResourceDefinitions.
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -71,6 +72,12 @@ pub fn manifests(args: ManifestsArgs) -> Result<()> {
         kestrel_kube::manifests::render_plain()
     };
     print!("{text}");
+    Ok(())
+}
+
+/// `kestrel crds`: Kestrel's CustomResourceDefinitions (charts/kestrel/crds/).
+pub fn crds() -> Result<()> {
+    print!("{}", kestrel_kube::manifests::render_crds());
     Ok(())
 }
 

@@ -1,0 +1,107 @@
+//! Team queues in the simulator: the built-in scenarios and namespace ResourceQuotas.
+
+use kestrel_core::{Demand, GpuRequest, PodSpec, Resources, VictimOrder, GPU_RESOURCE};
+use kestrel_sim::metrics::SimReport;
+use kestrel_sim::scenarios::{contended_day, kueue_baseline, preemption_heavy};
+use kestrel_sim::workload::NamespaceQuota;
+use kestrel_sim::{simulate, JobKind, SimCluster, SimConfig, SimJob, Workload};
+
+fn run(cluster: &SimCluster, workload: &Workload, config: SimConfig) -> SimReport {
+    simulate(cluster, workload, config, &mut |_, _| {}).unwrap()
+}
+
+#[test]
+fn kueue_baseline_admits_everything_by_priority() {
+    let (cluster, workload) = kueue_baseline();
+    assert_eq!(workload.jobs.len(), 15_000);
+    let r = run(&cluster, &workload, SimConfig::default());
+    assert_eq!(r.pods.completed, 15_000);
+    assert_eq!(r.pods.pending_at_end, 0);
+    let wait = |p: &str| {
+        r.by_priority
+            .iter()
+            .find(|g| g.group == p)
+            .unwrap()
+            .queue_wait
+            .mean
+    };
+    assert!(wait("200") < wait("100") && wait("100") < wait("50"));
+    let nominal: f64 = r.queues.iter().map(|q| q.nominal).sum();
+    let used: f64 = r.queues.iter().map(|q| q.used_mean).sum();
+    assert!(used <= nominal, "a cohort never lends more than it has");
+    assert!(used / nominal > 0.5, "usage {}", used / nominal);
+}
+
+#[test]
+fn checkpoint_aware_preemption_loses_less_work() {
+    let lost = |order, requests| -> f64 {
+        (0..3)
+            .map(|seed| {
+                let (cluster, workload) = preemption_heavy(seed);
+                let config = SimConfig {
+                    victim_order: order,
+                    checkpoint_requests: requests,
+                    ..Default::default()
+                };
+                let r = run(&cluster, &workload, config);
+                assert!(r.preemption.victim_pods > 0);
+                r.preemption.lost_gpu_hours
+            })
+            .sum()
+    };
+    let blind = lost(VictimOrder::LowestPriority, false);
+    let choice = lost(VictimOrder::CheckpointAware, false);
+    let asked = lost(VictimOrder::CheckpointAware, true);
+    assert!(choice < blind, "choice {choice} vs blind {blind}");
+    assert!(asked <= 0.5 * blind, "asked {asked} vs blind {blind}");
+}
+
+#[test]
+fn contended_day_shares_follow_entitlements() {
+    let (cluster, workload) = contended_day(42);
+    let a = run(&cluster, &workload, SimConfig::default());
+    let b = run(&cluster, &workload, SimConfig::default());
+    assert_eq!(a, b, "same inputs, same run");
+    assert!(a.queue_fairness.unwrap() > 0.95, "{:?}", a.queue_fairness);
+    assert!(a.queues.iter().map(|q| q.borrowed_hours).sum::<f64>() > 0.0);
+    assert_eq!(a.pods.pending_at_end, 0);
+    assert!(a.preemption.checkpoint_requests > 0);
+}
+
+#[test]
+fn namespace_resource_quota_refuses_creations_until_pods_end() {
+    let mut cluster = SimCluster::default();
+    let mut n = kestrel_core::NodeSpec::new("n0", Resources::new(64_000, 1 << 40));
+    (n.gpus, n.nics) = kestrel_core::GpuTopology::Flat.devices("H100", 81_559, 8);
+    cluster.nodes.push(n);
+    let template = PodSpec::new(
+        "",
+        "",
+        Demand {
+            resources: Resources::new(1_000, 1 << 30),
+            gpu: GpuRequest::Whole(1),
+        },
+    );
+    let mut workload = Workload::default();
+    workload.jobs.push(SimJob {
+        kind: JobKind::Job,
+        source_kind: "Job".into(),
+        namespace: "team".into(),
+        name: "batch".into(),
+        arrival: 0,
+        duration: Some(60_000),
+        parallelism: 4,
+        completions: 4,
+        template,
+        gpu_utilization: 1.0,
+    });
+    workload.queues.resource_quotas.push(NamespaceQuota {
+        namespace: "team".into(),
+        name: "gpus".into(),
+        hard: vec![(GPU_RESOURCE.into(), 2_000)],
+    });
+    let r = run(&cluster, &workload, SimConfig::default());
+    assert_eq!(r.pods.completed, 4, "refused creations are retried");
+    assert_eq!(r.pods.rejected_by_quota, 0, "none left refused at the end");
+    assert_eq!(r.span, 120_000, "two at a time: two rounds of 60 s");
+}

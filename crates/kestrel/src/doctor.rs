@@ -1,0 +1,164 @@
+//! `kestrel doctor`: diagnose a cluster from a snapshot (files) or its API server.
+//!
+//! The checks live in `kestrel_sim::doctor` (pure); this reads the input, prints the
+//! report and sets the exit code: 0 no finding of severity warning or above, 1 error
+//! (bad input, API server unreachable), 2 findings of severity warning or critical.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kestrel_sim::doctor::{self, DoctorOptions, Snapshot};
+use kestrel_sim::duration::parse_duration;
+use kube::api::{Api, ListParams};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// Snapshot files: `kubectl get nodes,pods -A -o yaml` output, or YAML files of Node
+    /// and Pod objects; `-` reads standard input.
+    #[arg(value_name = "SNAPSHOT")]
+    snapshots: Vec<PathBuf>,
+    /// Read Nodes and Pods from the cluster's API server instead of files.
+    #[arg(long)]
+    live: bool,
+    /// Kubeconfig for --live; default: in-cluster config, else $KUBECONFIG or ~/.kube/config.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Print the findings as a JSON array of {id, severity, what, where, why, fix}.
+    #[arg(long)]
+    json: bool,
+    /// Print a PrometheusRule with one alert per check (over kube-state-metrics and
+    /// DCGM-exporter metrics) and exit.
+    #[arg(long)]
+    prometheus_rules: bool,
+    /// Report pods unschedulable for at least this long (pod-pending-long).
+    #[arg(long, value_name = "DUR", default_value = "15m", value_parser = parse_duration)]
+    pending_for: u64,
+}
+
+pub fn run(args: DoctorArgs) -> Result<()> {
+    if args.prometheus_rules {
+        if args.live || !args.snapshots.is_empty() || args.json {
+            bail!("--prometheus-rules prints the alerting rules only; leave out snapshots, --live and --json");
+        }
+        print!("{}", doctor::render_prometheus_rule());
+        return Ok(());
+    }
+    if args.kubeconfig.is_some() && !args.live {
+        bail!("--kubeconfig is for --live; add --live, or pass snapshot files instead");
+    }
+    let (snapshot, now) = match (args.live, args.snapshots.is_empty()) {
+        (true, true) => (live(args.kubeconfig)?, Some(Timestamp::now())),
+        (true, false) => bail!("pass snapshot files or --live, not both"),
+        (false, true) => bail!(
+            "nothing to diagnose: pass snapshot files (kubectl get nodes,pods -A -o yaml > \
+             cluster.yaml) or --live"
+        ),
+        // A snapshot is judged as of its newest timestamp.
+        (false, false) => (read_files(&args.snapshots)?, None),
+    };
+    let options = DoctorOptions {
+        now,
+        pending_for_ms: args.pending_for,
+    };
+    let diagnosis = doctor::diagnose(&snapshot, &options);
+    for note in &diagnosis.notes {
+        eprintln!("note: {note}");
+    }
+    if args.json {
+        println!("{}", doctor::render_json(&diagnosis));
+    } else {
+        print!("{}", doctor::render_text(&diagnosis));
+    }
+    let code = diagnosis.exit_code();
+    if code != 0 {
+        std::io::stdout().flush().ok();
+        std::process::exit(code);
+    }
+    Ok(())
+}
+
+fn read_files(paths: &[PathBuf]) -> Result<Snapshot> {
+    let mut files = Vec::new();
+    for path in paths {
+        let text = if path.as_os_str() == "-" {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading the snapshot from standard input")?;
+            text
+        } else {
+            std::fs::read_to_string(path)
+                .with_context(|| format!("{}: cannot read the snapshot", path.display()))?
+        };
+        let name = if path.as_os_str() == "-" {
+            PathBuf::from("<stdin>")
+        } else {
+            path.clone()
+        };
+        files.push((name, text));
+    }
+    Ok(doctor::read_snapshot(&files)?)
+}
+
+fn live(kubeconfig: Option<PathBuf>) -> Result<Snapshot> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(live_async(kubeconfig))
+}
+
+async fn live_async(kubeconfig: Option<PathBuf>) -> Result<Snapshot> {
+    let config = match &kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .with_context(|| format!("using the kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer().await.context(
+            "no cluster configuration: not running in a pod and no kubeconfig found; pass --kubeconfig FILE",
+        )?,
+    };
+    let source = format!("the API server at {}", config.cluster_url);
+    let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
+    let nodes: Vec<Node> = list_all(Api::all(client.clone()), ListParams::default())
+        .await
+        .with_context(|| format!("listing Nodes from {source}"))?;
+    if nodes.is_empty() {
+        bail!("{source} lists no Nodes; is the kubeconfig for the right cluster?");
+    }
+    // Finished pods hold no resources and are not scheduled again.
+    let unfinished = ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed");
+    let pods: Vec<Pod> = list_all(Api::all(client), unfinished)
+        .await
+        .with_context(|| format!("listing Pods from {source}"))?;
+    Ok(Snapshot {
+        source,
+        nodes,
+        pods,
+        notes: Vec::new(),
+    })
+}
+
+/// Every object, a page of 500 at a time.
+async fn list_all<K>(api: Api<K>, params: ListParams) -> Result<Vec<K>>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned,
+{
+    let mut params = params.limit(500);
+    let mut out = Vec::new();
+    loop {
+        let page = api.list(&params).await?;
+        out.extend(page.items);
+        match page.metadata.continue_.filter(|t| !t.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(out),
+        }
+    }
+}
