@@ -24,6 +24,8 @@ pub enum NodeReason {
     /// The node has enough free GPU share in total, but no single device that the request
     /// can use (whole GPUs split by shares, or shares spread thin).
     GpuFragmented,
+    /// Held for the workload at the head of the queue (named) until it starts.
+    Reserved(String),
 }
 
 impl NodeReason {
@@ -31,7 +33,10 @@ impl NodeReason {
     pub fn is_capacity(&self) -> bool {
         matches!(
             self,
-            NodeReason::Insufficient(_) | NodeReason::TooManyPods | NodeReason::GpuFragmented
+            NodeReason::Insufficient(_)
+                | NodeReason::TooManyPods
+                | NodeReason::GpuFragmented
+                | NodeReason::Reserved(_)
         )
     }
 }
@@ -55,6 +60,9 @@ impl fmt::Display for NodeReason {
             }
             NodeReason::Insufficient(r) => write!(f, "Insufficient {r}"),
             NodeReason::TooManyPods => write!(f, "Too many pods"),
+            NodeReason::Reserved(holder) => {
+                write!(f, "node(s) were reserved for {holder} at the head of the queue")
+            }
             NodeReason::GpuFragmented => {
                 write!(
                     f,

@@ -595,7 +595,7 @@ impl Scheduler {
 
     /// Nodes grouped by their value of `level` (nodes without the label are in no domain),
     /// optionally only among `within`.
-    fn domains(&mut self, level: &str, within: Option<&[NodeId]>) -> Vec<Domain> {
+    pub(crate) fn domains(&mut self, level: &str, within: Option<&[NodeId]>) -> Vec<Domain> {
         if within.is_none() {
             if let Some(domains) = self.domain_cache.get(level) {
                 return domains.clone();

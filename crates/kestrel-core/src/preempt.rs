@@ -252,7 +252,7 @@ impl Scheduler {
 
     /// Parked workloads get another look at `at` (a victim's minimum runtime or a
     /// preemptor's delay ends), even if nothing else changed.
-    fn wake_at_least(&self, at: Millis) {
+    pub(crate) fn wake_at_least(&self, at: Millis) {
         let wake = self.wake_at.get().map_or(at, |w| w.min(at));
         self.wake_at.set(Some(wake));
     }

@@ -91,6 +91,9 @@ pub struct SchedulerConfig {
     pub seed: u64,
     /// How preemption victims are ranked.
     pub victim_order: VictimOrder,
+    /// Longest hold of a reservation for the highest-priority workload that does not fit
+    /// (so small work cannot starve a big gang forever); 0: no reservations.
+    pub head_reservation: Millis,
 }
 
 impl Default for SchedulerConfig {
@@ -99,6 +102,7 @@ impl Default for SchedulerConfig {
             policy: Policy::Kestrel,
             seed: 42,
             victim_order: VictimOrder::CheckpointAware,
+            head_reservation: 0,
         }
     }
 }
@@ -181,8 +185,9 @@ pub struct Scheduler {
     constraints: Vec<ConstraintEntry>,
     constraint_ids: HashMap<PlacementConstraints, u32>,
     signature_ids: HashMap<(u32, Demand), u32>,
-    /// Per signature: the generation it last failed in, with the reason.
-    failed: Vec<Option<(u64, Arc<Unschedulable>)>>,
+    /// Per signature: the generation it last failed in, whether it could use reserved
+    /// nodes, and the reason.
+    failed: Vec<Option<(u64, bool, Arc<Unschedulable>)>>,
     /// Bumped whenever capacity may have grown (release, node added or changed).
     generation: u64,
     parked_generation: u64,
@@ -199,11 +204,28 @@ pub struct Scheduler {
     pub(crate) preemptor_of: HashMap<PodId, WorkloadKey>,
     /// Set while trying "what if these victims left": cached failures do not apply.
     pub(crate) probing: bool,
+    pub(crate) reservation: Option<Reservation>,
+    /// The last holder, which waits a turn before it may reserve again.
+    last_holder: Option<WorkloadKey>,
+    /// The time of the cycle in progress.
+    now: Millis,
     /// Preemptors whose victims are all gone: they go first in the next cycle, so the room
     /// made for them is not taken by others.
     pub(crate) ready_preemptors: Vec<WorkloadKey>,
     /// When parked workloads should be retried for time's sake alone.
     pub(crate) wake_at: std::cell::Cell<Option<Millis>>,
+}
+
+/// Nodes held for the workload at the head of the queue until it fits or `until`.
+#[derive(Debug, Clone)]
+pub(crate) struct Reservation {
+    pub(crate) holder: WorkloadKey,
+    pub(crate) holder_name: String,
+    pub(crate) nodes: BTreeSet<NodeId>,
+    pub(crate) until: Millis,
+    /// When the reserved nodes' pods end by their runtime estimates (`None`: some pod
+    /// has none); work that ends before it may backfill.
+    pub(crate) start_estimate: Option<Millis>,
 }
 
 /// Per-cycle queue state.
@@ -219,6 +241,8 @@ pub(crate) struct Cycle {
     pub(crate) no_victims: std::collections::HashSet<PreemptionSearch>,
     /// Quota refusals this cycle by (queue, gang?, pod signature or gang id).
     pub(crate) quota_refused: HashMap<(CqId, bool, u32), Arc<Unschedulable>>,
+    /// Whether the cycle's first capacity failure was seen (it may reserve).
+    pub(crate) head_seen: bool,
 }
 
 pub(crate) type PreemptionSearch = (bool, Option<CqId>, i32, Vec<(String, i64)>, u32);
@@ -261,6 +285,9 @@ impl Scheduler {
             awaiting: HashMap::new(),
             preemptor_of: HashMap::new(),
             probing: false,
+            reservation: None,
+            last_holder: None,
+            now: 0,
             wake_at: std::cell::Cell::new(None),
             ready_preemptors: Vec::new(),
         }
@@ -471,10 +498,15 @@ impl Scheduler {
     ) -> Option<(NodeId, GpuAssignment)> {
         let constraint = self.pods[id.0 as usize].constraint;
         self.verdicts(constraint);
+        let reserved = match &self.reservation {
+            Some(r) if !self.may_use_reserved(id) => Some(&r.nodes),
+            _ => None,
+        };
         let demand = &self.pods[id.0 as usize].spec.demand;
         let entry = &self.constraints[constraint as usize];
         let best = nodes
             .iter()
+            .filter(|n| !reserved.is_some_and(|r| r.contains(n)))
             .filter_map(|&n| {
                 let node = self.cluster.node(n);
                 let score = if entry.per_node {
@@ -495,7 +527,11 @@ impl Scheduler {
     /// Why this pod fits no node now (the full per-node count).
     pub(crate) fn explain_pod(&self, id: PodId) -> Unschedulable {
         let record = &self.pods[id.0 as usize];
-        self.explain(record.constraint, &record.spec.demand)
+        self.explain(
+            record.constraint,
+            &record.spec.demand,
+            self.may_use_reserved(id),
+        )
     }
 
     /// Removes a node. The pods that ran on it return to the queue (in their original
@@ -614,6 +650,10 @@ impl Scheduler {
     /// turns by fair share (the least borrowed, by weight, first), so every queue's
     /// nominal quota is served before anyone borrows.
     pub fn schedule(&mut self, now: Millis) -> Decisions {
+        self.now = now;
+        if self.reservation.as_ref().is_some_and(|r| now >= r.until) {
+            self.release_reservation();
+        }
         if self.wake_at.get().is_some_and(|w| now >= w) {
             self.wake_at.set(None);
             self.capacity_may_have_grown();
@@ -651,6 +691,132 @@ impl Scheduler {
             self.consider(key, now, &mut cycle, &mut decisions);
         }
         decisions
+    }
+
+    /// Whether a pod may use reserved nodes: the holder's pods, and work whose runtime
+    /// estimate ends before the holder's estimated start (backfill).
+    pub(crate) fn may_use_reserved(&self, id: PodId) -> bool {
+        let Some(r) = &self.reservation else {
+            return true;
+        };
+        if self.workload_of(id) == r.holder {
+            return true;
+        }
+        let estimate = self.pods[id.0 as usize].spec.preemption.runtime_estimate;
+        matches!((estimate, r.start_estimate), (Some(e), Some(start)) if self.now + e <= start)
+    }
+
+    pub(crate) fn workload_of(&self, id: PodId) -> WorkloadKey {
+        let spec = &self.pods[id.0 as usize].spec;
+        spec.gang
+            .as_ref()
+            .and_then(|m| self.gang_id(&spec.namespace, &m.gang))
+            .map_or(WorkloadKey::Pod(id), WorkloadKey::Gang)
+    }
+
+    /// Holds nodes for the highest-priority workload that does not fit, when enabled and
+    /// nobody holds any: the eligible nodes (inside its required topology domain, if any)
+    /// with the most free GPUs, until they could hold it once their pods end.
+    fn reserve_for(
+        &mut self,
+        workload: WorkloadKey,
+        pods: &[PodId],
+        gang: Option<&crate::gang::GangSpec>,
+        now: Millis,
+    ) {
+        if self.config.head_reservation == 0
+            || self.reservation.is_some()
+            || self.last_holder == Some(workload)
+        {
+            return;
+        }
+        let need: u64 = pods.iter().map(|p| self.pods[p.0 as usize].spec.demand.gpu.milli()).sum();
+        let largest = pods
+            .iter()
+            .map(|p| self.pods[p.0 as usize].spec.demand.gpu.milli())
+            .max()
+            .unwrap_or(0);
+        if need == 0 {
+            return;
+        }
+        let rep = &self.pods[pods[0].0 as usize];
+        let constraints = self.constraints[rep.constraint as usize].constraints.clone();
+        let holder_name = match gang {
+            Some(g) => format!("gang {}", g.key()),
+            None => format!("pod {}", rep.spec.key()),
+        };
+        let eligible = |s: &Scheduler, n: NodeId| {
+            let node = s.cluster.node(n);
+            static_check(&constraints, &node.spec).is_ok()
+                && node.gpu_count() as u64 * 1000 >= largest
+        };
+        let mut groups: Vec<Vec<NodeId>> = match gang.and_then(|g| g.topology.required.clone()) {
+            Some(level) => self.domains(&level, None).into_iter().map(|(_, n)| n).collect(),
+            None => vec![self.cluster.iter().map(|(id, _)| id).collect()],
+        };
+        for nodes in &mut groups {
+            nodes.retain(|&n| eligible(self, n));
+            nodes.sort_by_key(|&n| (std::cmp::Reverse(self.cluster.node(n).free_gpu_milli()), n));
+        }
+        let capacity = |s: &Scheduler, nodes: &[NodeId]| -> u64 {
+            nodes.iter().map(|&n| s.cluster.node(n).gpu_count() as u64 * 1000).sum()
+        };
+        let free = |s: &Scheduler, nodes: &[NodeId]| -> u64 {
+            nodes.iter().map(|&n| s.cluster.node(n).free_gpu_milli()).sum()
+        };
+        let Some(nodes) = groups
+            .into_iter()
+            .filter(|nodes| capacity(self, nodes) >= need)
+            .max_by_key(|nodes| free(self, nodes))
+        else {
+            return;
+        };
+        let mut chosen = BTreeSet::new();
+        let mut total = 0;
+        for n in nodes {
+            if total >= need {
+                break;
+            }
+            total += self.cluster.node(n).gpu_count() as u64 * 1000;
+            chosen.insert(n);
+        }
+        let mut start_estimate = Some(now);
+        for &n in &chosen {
+            for &p in &self.cluster.node(n).pods {
+                let record = &self.pods[p.0 as usize];
+                let end = match (&record.phase, record.spec.preemption.runtime_estimate) {
+                    (PodPhase::Bound { at, .. }, Some(e)) => Some(at + e),
+                    _ => None,
+                };
+                start_estimate = match (start_estimate, end) {
+                    (Some(s), Some(e)) => Some(s.max(e)),
+                    _ => None,
+                };
+            }
+        }
+        let until = now + self.config.head_reservation;
+        self.wake_at_least(until);
+        self.reservation = Some(Reservation {
+            holder: workload,
+            holder_name,
+            nodes: chosen,
+            until,
+            start_estimate,
+        });
+    }
+
+    fn release_reservation(&mut self) {
+        if let Some(r) = self.reservation.take() {
+            self.last_holder = Some(r.holder);
+            self.capacity_may_have_grown();
+        }
+    }
+
+    /// Nodes held for the head of the queue, its name and until when.
+    pub fn reservation(&self) -> Option<(&str, Vec<NodeId>, Millis)> {
+        self.reservation
+            .as_ref()
+            .map(|r| (r.holder_name.as_str(), r.nodes.iter().copied().collect(), r.until))
     }
 
     /// When a cycle should run even if nothing changes (a victim's minimum runtime or a
@@ -795,7 +961,12 @@ impl Scheduler {
             }
         };
         match self.place_workload(pods, gang, admission.as_ref(), now) {
-            Ok(placed) => Attempt::Placed(placed),
+            Ok(placed) => {
+                if self.reservation.as_ref().is_some_and(|r| r.holder == workload) {
+                    self.release_reservation();
+                }
+                Attempt::Placed(placed)
+            }
             Err(_) if waiting.is_some() => waiting_failure(waiting.unwrap_or_default()),
             Err(reason) => {
                 let cq = admission.as_ref().map(|a| a.cq);
@@ -816,6 +987,9 @@ impl Scheduler {
                     return waiting_failure(victims);
                 }
                 cycle.no_victims.insert(search);
+                if reason.is_capacity() && !std::mem::replace(&mut cycle.head_seen, true) {
+                    self.reserve_for(workload, pods, gang.map(|g| g.0), now);
+                }
                 Attempt::Failed(Arc::new(reason))
             }
         }
@@ -1131,12 +1305,17 @@ impl Scheduler {
     ) -> Result<(NodeId, GpuAssignment), Arc<Unschedulable>> {
         let record = &self.pods[id.0 as usize];
         let (constraint, signature) = (record.constraint, record.signature);
-        if let Some((generation, reason)) = &self.failed[signature as usize] {
-            if *generation == self.generation && !self.probing {
+        let access = self.may_use_reserved(id);
+        if let Some((generation, had_access, reason)) = &self.failed[signature as usize] {
+            if *generation == self.generation && *had_access == access && !self.probing {
                 return Err(reason.clone());
             }
         }
         self.verdicts(constraint);
+        let reserved = match &self.reservation {
+            Some(r) if !access => Some(&r.nodes),
+            _ => None,
+        };
         let record = &self.pods[id.0 as usize];
         let demand = &record.spec.demand;
         let entry = &self.constraints[constraint as usize];
@@ -1166,6 +1345,9 @@ impl Scheduler {
             for bucket in class.buckets.iter().skip(first_bucket) {
                 let mut taken = 0;
                 for &(key, node_id) in bucket {
+                    if reserved.is_some_and(|r| r.contains(&node_id)) {
+                        continue;
+                    }
                     let mut score = class_score;
                     let node = self.cluster.node(node_id);
                     if entry.per_node {
@@ -1255,9 +1437,10 @@ impl Scheduler {
                 )))
             }
             None => {
-                let reason = Arc::new(self.explain(constraint, &demand.clone()));
+                let reason = Arc::new(self.explain(constraint, &demand.clone(), access));
                 if !self.probing {
-                    self.failed[signature as usize] = Some((self.generation, reason.clone()));
+                    self.failed[signature as usize] =
+                        Some((self.generation, access, reason.clone()));
                 }
                 Err(reason)
             }
@@ -1265,8 +1448,9 @@ impl Scheduler {
     }
 
     /// Counts, over all nodes, why a pod with these constraints and demand fits none.
-    fn explain(&self, constraint: u32, demand: &Demand) -> Unschedulable {
+    fn explain(&self, constraint: u32, demand: &Demand, access: bool) -> Unschedulable {
         let entry = &self.constraints[constraint as usize];
+        let reserved = self.reservation.as_ref().filter(|_| !access);
         let mut reasons: BTreeMap<NodeReason, u32> = BTreeMap::new();
         let (mut eligible_free_whole, mut best_free_whole) = (0u32, 0u32);
         for (ci, class) in self.cluster.classes.iter().enumerate() {
@@ -1287,6 +1471,11 @@ impl Scheduler {
                             *reasons.entry(reason).or_default() += 1;
                             continue;
                         }
+                    }
+                    if let Some(r) = reserved.filter(|r| r.nodes.contains(&node_id)) {
+                        let holder = NodeReason::Reserved(r.holder_name.clone());
+                        *reasons.entry(holder).or_default() += 1;
+                        continue;
                     }
                     let free_whole = node.free_whole_gpus();
                     eligible_free_whole += free_whole;

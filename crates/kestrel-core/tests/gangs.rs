@@ -524,3 +524,100 @@ mod properties {
         }
     }
 }
+
+fn small(name: &str, estimate: Option<u64>) -> PodSpec {
+    let mut p = PodSpec::new(
+        "web",
+        name,
+        Demand {
+            resources: Resources::new(1_000, 1 << 30),
+            gpu: GpuRequest::Whole(1),
+        },
+    );
+    p.preemption.runtime_estimate = estimate;
+    p
+}
+
+fn reserving(head_reservation: u64) -> Scheduler {
+    let mut s = Scheduler::new(SchedulerConfig {
+        head_reservation,
+        ..Default::default()
+    });
+    for n in ["a", "b"] {
+        s.add_node(node(n, "r0", "b0")).unwrap();
+    }
+    s
+}
+
+/// Small pods keep arriving as others end; the 2 x 8-GPU gang needs both nodes empty.
+fn churn(s: &mut Scheduler, estimate: Option<u64>) -> (Vec<PodId>, Vec<PodId>) {
+    let mut running: Vec<PodId> = (0..4).map(|i| s.submit(small(&format!("s{i}"), estimate), 0)).collect();
+    s.schedule(0);
+    s.add_gang(gang("big", 2)).unwrap();
+    let big: Vec<PodId> = (0..2)
+        .map(|i| s.submit(member("big", &format!("w{i}"), 8, Some(i)), 1))
+        .collect();
+    s.schedule(1);
+    for t in 2..10u64 {
+        let done = running.remove(0);
+        s.finish(done).unwrap();
+        running.push(s.submit(small(&format!("n{t}"), estimate), t * 1000));
+        s.schedule(t * 1000);
+    }
+    (running, big)
+}
+
+#[test]
+fn a_head_reservation_keeps_small_pods_from_starving_a_big_gang() {
+    let mut s = reserving(0);
+    let (_, big) = churn(&mut s, None);
+    assert!(node_of(&s, big[0]).is_none(), "without a reservation the gang starves");
+
+    let mut s = reserving(3_600_000);
+    let (running, big) = churn(&mut s, None);
+    assert!(node_of(&s, big[0]).is_some(), "the reservation drained the nodes");
+    assert!(node_of(&s, big[1]).is_some());
+    let waiting = running.iter().filter(|&&p| node_of(&s, p).is_none()).count();
+    assert!(waiting > 0);
+    assert!(
+        s.reservation().is_none_or(|(holder, _, _)| holder != "gang ml/big"),
+        "released once the gang started"
+    );
+
+    // Small pods that arrive while the reservation holds say why they wait.
+    let mut s = reserving(3_600_000);
+    s.submit(small("old", None), 0);
+    s.schedule(0);
+    s.add_gang(gang("big", 2)).unwrap();
+    s.submit(member("big", "w0", 8, Some(0)), 1);
+    s.submit(member("big", "w1", 8, Some(1)), 1);
+    s.schedule(1);
+    let (holder, nodes, until) = s.reservation().expect("the gang holds nodes");
+    assert_eq!((holder, nodes.len(), until), ("gang ml/big", 2, 3_600_001));
+    let late = s.submit(small("late", None), 2);
+    s.schedule(2);
+    assert!(reason(&s, late).contains("2 node(s) were reserved for gang ml/big"), "{}", reason(&s, late));
+    // The reservation is bounded: it ends, and the small pod runs.
+    s.schedule(3_600_001);
+    assert!(s.reservation().is_none());
+    assert!(node_of(&s, late).is_some());
+}
+
+#[test]
+fn work_that_ends_before_the_reserved_start_backfills() {
+    let mut s = reserving(3_600_000);
+    // Running pods declare 10-minute runtimes: the gang starts in 10 minutes at the latest.
+    s.submit(small("old", Some(600_000)), 0);
+    s.schedule(0);
+    s.add_gang(gang("big", 2)).unwrap();
+    s.submit(member("big", "w0", 8, Some(0)), 1);
+    s.submit(member("big", "w1", 8, Some(1)), 1);
+    s.schedule(1);
+    let short = s.submit(small("short", Some(300_000)), 2);
+    let long = s.submit(small("long", Some(3_000_000)), 2);
+    let unknown = s.submit(small("unknown", None), 2);
+    s.schedule(2);
+    assert!(node_of(&s, short).is_some(), "ends before the gang could start");
+    assert!(node_of(&s, long).is_none());
+    assert!(node_of(&s, unknown).is_none());
+}

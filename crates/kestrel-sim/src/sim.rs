@@ -32,6 +32,8 @@ pub struct SimConfig {
     pub control_latency: Millis,
     /// How long a victim takes to write a checkpoint when asked (capped by its grace).
     pub checkpoint_duration: Millis,
+    /// Longest hold of a head-of-queue reservation; 0: none.
+    pub head_reservation: Millis,
 }
 
 impl Default for SimConfig {
@@ -46,6 +48,7 @@ impl Default for SimConfig {
             checkpoint_requests: true,
             control_latency: 0,
             checkpoint_duration: 20_000,
+            head_reservation: 0,
         }
     }
 }
@@ -127,6 +130,14 @@ pub struct Simulation<'a> {
     namespace_quota: NamespaceQuotas,
     /// Wall-clock time spent in the engine's cycles (not in the report: it varies).
     decide_time: std::time::Duration,
+    /// Prediction mode: the duration each job's pods are taken to run (estimates instead
+    /// of the truth), set by [`Simulation::switch_to_estimates`].
+    estimates: Option<Vec<Option<Millis>>>,
+    /// Bindings made since the log was last taken, when recording
+    /// ([`Simulation::record_bindings`]).
+    bind_log: Option<Vec<(PodId, Millis)>>,
+    /// When the last event other than a sample happened.
+    last_event_at: Millis,
 }
 
 /// ResourceQuota accounting per namespace, as the API server keeps it: what pods that
@@ -180,6 +191,7 @@ impl<'a> Simulation<'a> {
             policy: config.policy,
             seed: config.seed,
             victim_order: config.victim_order,
+            head_reservation: config.head_reservation,
         });
         for node in &cluster.nodes {
             scheduler.add_node(node.clone())?;
@@ -245,6 +257,9 @@ impl<'a> Simulation<'a> {
             queue_integrals: Vec::new(),
             namespace_quota: NamespaceQuotas::default(),
             decide_time: std::time::Duration::ZERO,
+            estimates: None,
+            bind_log: None,
+            last_event_at: 0,
         };
         sim.register_queues()?;
         for (i, event) in cluster.events.iter().enumerate() {
@@ -277,6 +292,104 @@ impl<'a> Simulation<'a> {
         self.decide_time
     }
 
+    /// The workload this run simulates.
+    pub fn workload(&self) -> &'a Workload {
+        self.workload
+    }
+
+    /// The cluster this run simulates.
+    pub fn cluster_spec(&self) -> &'a SimCluster {
+        self.cluster
+    }
+
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    /// Runs every event up to and including `t`, then moves the clock to `t`. Returns
+    /// whether the run still goes on at `t`: `false` when nothing was left to happen after
+    /// [`Simulation::last_event_at`], which is earlier than `t` (the clock then stays there).
+    pub fn run_to(&mut self, t: Millis) -> Result<bool, SimError> {
+        while self.queue.peek().is_some_and(|Reverse((at, _, _))| *at <= t) {
+            if !self.step()? {
+                break;
+            }
+        }
+        let going = self.last_event_at >= t
+            || self
+                .queue
+                .iter()
+                .any(|Reverse((_, _, e))| !matches!(e, Event::Sample));
+        if going && t > self.now {
+            self.advance_to(t);
+        }
+        Ok(going)
+    }
+
+    /// When the last event other than a sample happened (a cluster change, an arrival, a
+    /// completion, an eviction, a wake-up).
+    pub fn last_event_at(&self) -> Millis {
+        self.last_event_at
+    }
+
+    /// From now on, logs every binding (pod, time) for [`Simulation::take_bindings`].
+    pub fn record_bindings(&mut self) {
+        self.bind_log.get_or_insert_with(Vec::new);
+    }
+
+    /// The bindings logged since the last call, in order.
+    pub fn take_bindings(&mut self) -> Vec<(PodId, Millis)> {
+        self.bind_log.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The job (an index into the workload's jobs) a pod was created for.
+    pub fn job_of(&self, pod: PodId) -> Option<usize> {
+        self.pods.get(&pod).map(|s| s.job)
+    }
+
+    /// When a running pod ends if its job's pods run `durations[job]` (estimates, or the
+    /// true durations): the start of its current run plus what is left of that duration
+    /// after work saved by checkpoints, not before now. `None`: not running, or it runs to
+    /// the end.
+    pub fn end_of_running(&self, pod: PodId, durations: &[Option<Millis>]) -> Option<Millis> {
+        let state = self.pods.get(&pod).filter(|s| s.running)?;
+        let duration = durations[state.job]?;
+        Some((state.run_start + duration.saturating_sub(state.done_work)).max(self.now))
+    }
+
+    /// Switches to prediction: from now on pods run for `durations[job]` (one entry per
+    /// workload job; `None` runs to the end) instead of their true duration. Pods running
+    /// now end at their start plus the estimate, not before now. Nothing that is not known
+    /// now happens later: arrivals and cluster changes still to come are dropped, as a live
+    /// scheduler would not know them (pods that known Jobs still create, and evictions
+    /// under way, go on). Samples stop; bindings are logged ([`Simulation::take_bindings`]).
+    pub fn switch_to_estimates(&mut self, durations: Vec<Option<Millis>>) {
+        assert_eq!(
+            durations.len(),
+            self.workload.jobs.len(),
+            "one duration per workload job"
+        );
+        let kept: Vec<_> = std::mem::take(&mut self.queue)
+            .into_iter()
+            .filter(|Reverse((_, _, e))| matches!(e, Event::Evict(..) | Event::Wake))
+            .collect();
+        self.queue = kept.into_iter().collect();
+        let mut running: Vec<(PodId, u32)> = self
+            .pods
+            .iter()
+            .filter(|(_, s)| s.running)
+            .map(|(&pod, s)| (pod, s.epoch))
+            .collect();
+        running.sort_unstable();
+        for (pod, epoch) in running {
+            if let Some(end) = self.end_of_running(pod, &durations) {
+                self.push(end, Event::PodDone(pod, epoch));
+            }
+        }
+        self.estimates = Some(durations);
+        self.record_bindings();
+    }
+
     /// Applies all events of the next instant and runs one cycle. `false` when done.
     pub fn step(&mut self) -> Result<bool, SimError> {
         let Some(Reverse((at, _, _))) = self.queue.peek().copied() else {
@@ -300,6 +413,9 @@ impl<'a> Simulation<'a> {
                 Event::Arrival(job) => self.arrive(job),
                 Event::Wake => self.wake_queued = None,
                 Event::Sample => sample = true,
+            }
+            if !matches!(event, Event::Sample) {
+                self.last_event_at = at;
             }
         }
         let started = std::time::Instant::now();
@@ -476,7 +592,14 @@ impl<'a> Simulation<'a> {
             let epoch = state.epoch;
             let job = &self.workload.jobs[state.job];
             let (run_start, done_work) = (state.run_start, state.done_work);
-            if let Some(duration) = job.duration {
+            let duration = match &self.estimates {
+                Some(estimates) => estimates[state.job],
+                None => job.duration,
+            };
+            if let Some(log) = &mut self.bind_log {
+                log.push((binding.pod, self.now));
+            }
+            if let Some(duration) = duration {
                 let remaining = duration.saturating_sub(done_work);
                 self.push(run_start + remaining, Event::PodDone(binding.pod, epoch));
             }

@@ -92,6 +92,11 @@ struct SimArgs {
     /// Time a victim needs to write a checkpoint when asked (capped by its grace).
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     checkpoint_duration: u64,
+    /// Hold nodes for the highest-priority workload that does not fit, at most this long
+    /// (so small work cannot starve a big gang); work whose runtime estimate ends before
+    /// the reserved start may backfill. Default: no reservations.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    head_reservation: u64,
 }
 
 fn main() {
@@ -151,6 +156,7 @@ fn run_sim(args: SimArgs) -> Result<()> {
         checkpoint_requests: !args.no_checkpoint_requests,
         control_latency: args.control_latency,
         checkpoint_duration: args.checkpoint_duration,
+        head_reservation: args.head_reservation,
     };
     let started = Instant::now();
     let show_progress = std::io::stderr().is_terminal();
