@@ -61,7 +61,10 @@ impl fmt::Display for NodeReason {
             NodeReason::Insufficient(r) => write!(f, "Insufficient {r}"),
             NodeReason::TooManyPods => write!(f, "Too many pods"),
             NodeReason::Reserved(holder) => {
-                write!(f, "node(s) were reserved for {holder} at the head of the queue")
+                write!(
+                    f,
+                    "node(s) were reserved for {holder} at the head of the queue"
+                )
             }
             NodeReason::GpuFragmented => {
                 write!(

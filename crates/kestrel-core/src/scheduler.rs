@@ -730,7 +730,10 @@ impl Scheduler {
         {
             return;
         }
-        let need: u64 = pods.iter().map(|p| self.pods[p.0 as usize].spec.demand.gpu.milli()).sum();
+        let need: u64 = pods
+            .iter()
+            .map(|p| self.pods[p.0 as usize].spec.demand.gpu.milli())
+            .sum();
         let largest = pods
             .iter()
             .map(|p| self.pods[p.0 as usize].spec.demand.gpu.milli())
@@ -740,7 +743,9 @@ impl Scheduler {
             return;
         }
         let rep = &self.pods[pods[0].0 as usize];
-        let constraints = self.constraints[rep.constraint as usize].constraints.clone();
+        let constraints = self.constraints[rep.constraint as usize]
+            .constraints
+            .clone();
         let holder_name = match gang {
             Some(g) => format!("gang {}", g.key()),
             None => format!("pod {}", rep.spec.key()),
@@ -751,7 +756,11 @@ impl Scheduler {
                 && node.gpu_count() as u64 * 1000 >= largest
         };
         let mut groups: Vec<Vec<NodeId>> = match gang.and_then(|g| g.topology.required.clone()) {
-            Some(level) => self.domains(&level, None).into_iter().map(|(_, n)| n).collect(),
+            Some(level) => self
+                .domains(&level, None)
+                .into_iter()
+                .map(|(_, n)| n)
+                .collect(),
             None => vec![self.cluster.iter().map(|(id, _)| id).collect()],
         };
         for nodes in &mut groups {
@@ -759,10 +768,16 @@ impl Scheduler {
             nodes.sort_by_key(|&n| (std::cmp::Reverse(self.cluster.node(n).free_gpu_milli()), n));
         }
         let capacity = |s: &Scheduler, nodes: &[NodeId]| -> u64 {
-            nodes.iter().map(|&n| s.cluster.node(n).gpu_count() as u64 * 1000).sum()
+            nodes
+                .iter()
+                .map(|&n| s.cluster.node(n).gpu_count() as u64 * 1000)
+                .sum()
         };
         let free = |s: &Scheduler, nodes: &[NodeId]| -> u64 {
-            nodes.iter().map(|&n| s.cluster.node(n).free_gpu_milli()).sum()
+            nodes
+                .iter()
+                .map(|&n| s.cluster.node(n).free_gpu_milli())
+                .sum()
         };
         let Some(nodes) = groups
             .into_iter()
@@ -814,9 +829,13 @@ impl Scheduler {
 
     /// Nodes held for the head of the queue, its name and until when.
     pub fn reservation(&self) -> Option<(&str, Vec<NodeId>, Millis)> {
-        self.reservation
-            .as_ref()
-            .map(|r| (r.holder_name.as_str(), r.nodes.iter().copied().collect(), r.until))
+        self.reservation.as_ref().map(|r| {
+            (
+                r.holder_name.as_str(),
+                r.nodes.iter().copied().collect(),
+                r.until,
+            )
+        })
     }
 
     /// When a cycle should run even if nothing changes (a victim's minimum runtime or a
@@ -962,7 +981,11 @@ impl Scheduler {
         };
         match self.place_workload(pods, gang, admission.as_ref(), now) {
             Ok(placed) => {
-                if self.reservation.as_ref().is_some_and(|r| r.holder == workload) {
+                if self
+                    .reservation
+                    .as_ref()
+                    .is_some_and(|r| r.holder == workload)
+                {
                     self.release_reservation();
                 }
                 Attempt::Placed(placed)

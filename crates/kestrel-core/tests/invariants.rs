@@ -308,7 +308,10 @@ fn check_constraints_honoured(s: &Scheduler, binding: &Binding) {
 
 /// Right after a cycle, no pending pod fits any node (but those held for the head).
 fn check_nothing_placeable_left(s: &Scheduler) {
-    let reserved = s.reservation().map(|(_, nodes, _)| nodes).unwrap_or_default();
+    let reserved = s
+        .reservation()
+        .map(|(_, nodes, _)| nodes)
+        .unwrap_or_default();
     for id in s.pending() {
         let spec = &s.pod(id).spec;
         for (node, n) in s.cluster().iter() {

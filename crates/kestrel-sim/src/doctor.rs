@@ -432,6 +432,8 @@ struct NodeView<'a> {
     gpu_offered: i64,
     /// Labelled by GFD or NFD as having NVIDIA GPUs.
     gpu_labelled: bool,
+    /// Taints that keep pods off: NoSchedule and NoExecute, plus the cordon's.
+    hard_taints: Vec<Taint>,
 }
 
 impl NodeView<'_> {
@@ -455,25 +457,25 @@ impl NodeView<'_> {
     fn label(&self, key: &str) -> Option<&str> {
         self.labels.get(key).map(String::as_str)
     }
+}
 
-    /// Taints that keep pods off: the spec's, plus the cordon's when it is not listed.
-    fn hard_taints(&self) -> Vec<Taint> {
-        let mut taints: Vec<Taint> = self
-            .spec
-            .taints
-            .iter()
-            .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
-            .cloned()
-            .collect();
-        if self.spec.unschedulable && !taints.iter().any(|t| t.key == CORDON_TAINT) {
-            taints.push(Taint {
-                key: CORDON_TAINT.to_string(),
-                value: String::new(),
-                effect: TaintEffect::NoSchedule,
-            });
-        }
-        taints
+/// Taints that keep pods off a node: its NoSchedule and NoExecute taints, plus the
+/// cordon's when the node is cordoned and the taint is not listed.
+fn hard_taints(spec: &NodeSpec) -> Vec<Taint> {
+    let mut taints: Vec<Taint> = spec
+        .taints
+        .iter()
+        .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
+        .cloned()
+        .collect();
+    if spec.unschedulable && !taints.iter().any(|t| t.key == CORDON_TAINT) {
+        taints.push(Taint {
+            key: CORDON_TAINT.to_string(),
+            value: String::new(),
+            effect: TaintEffect::NoSchedule,
+        });
     }
+    taints
 }
 
 struct PodView<'a> {
@@ -611,6 +613,7 @@ pub fn diagnose(snapshot: &Snapshot, options: &DoctorOptions) -> Diagnosis {
                 .is_some_and(|v| v.trim().parse::<i64>().is_ok_and(|n| n > 0));
         nodes.push(NodeView {
             raw,
+            hard_taints: hard_taints(&spec),
             spec,
             labels,
             capacity,
@@ -948,9 +951,9 @@ fn pod_stranded_by_taints(nodes: &[NodeView], pods: &[PodView]) -> Vec<Finding> 
         let mut blocking = BTreeSet::new();
         let mut stranded = true;
         for n in &candidates {
-            let untolerated: Vec<Taint> = n
-                .hard_taints()
-                .into_iter()
+            let untolerated: Vec<&Taint> = n
+                .hard_taints
+                .iter()
                 .filter(|t| {
                     !p.spec
                         .constraints
@@ -963,7 +966,7 @@ fn pod_stranded_by_taints(nodes: &[NodeView], pods: &[PodView]) -> Vec<Finding> 
                 stranded = false;
                 break;
             }
-            blocking.extend(untolerated.iter().map(Taint::to_string));
+            blocking.extend(untolerated.iter().map(|t| t.to_string()));
         }
         if !stranded {
             continue;
@@ -1027,9 +1030,12 @@ fn pod_stranded_by_taints(nodes: &[NodeView], pods: &[PodView]) -> Vec<Finding> 
 fn pod_resource_unavailable(nodes: &[NodeView], pods: &[PodView]) -> Vec<Finding> {
     // (resource, most any node offers) -> pods
     let mut groups: BTreeMap<(String, i64), Vec<String>> = BTreeMap::new();
+    let mut most_of: BTreeMap<String, i64> = BTreeMap::new();
     for p in pods.iter().filter(|p| p.is_pending()) {
         for (r, a) in p.extended_requests() {
-            let most = nodes.iter().map(|n| n.offers(&r)).max().unwrap_or(0);
+            let most = *most_of
+                .entry(r.clone())
+                .or_insert_with(|| nodes.iter().map(|n| n.offers(&r)).max().unwrap_or(0));
             if most < a {
                 groups
                     .entry((r.clone(), most))
