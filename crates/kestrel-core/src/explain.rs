@@ -165,7 +165,7 @@ impl fmt::Display for GangProblem {
 pub struct Unschedulable {
     /// Set when the workload's queue does not admit it (quota, missing queue, ...): no
     /// node was tried, and adding nodes would not help.
-    pub queue: Option<QueueProblem>,
+    pub queue: Option<Box<QueueProblem>>,
     /// Set when the pod waits because of its gang; `reasons` then describe the first of the
     /// gang's pods that did not fit (empty when the gang did not get that far).
     pub gang: Option<GangProblem>,
@@ -183,8 +183,8 @@ impl Unschedulable {
     /// nodes it is otherwise allowed on (a shortfall), else the most common exclusion.
     pub fn headline(&self) -> String {
         if let Some(problem) = &self.queue {
-            return match problem {
-                QueueProblem::Quota { resource, .. } => format!("quota: {resource}"),
+            return match problem.as_ref() {
+                QueueProblem::Quota(q) => format!("quota: {}", q.resource),
                 QueueProblem::WaitingForVictims { .. } => "waiting for preemption".to_string(),
                 QueueProblem::PreemptionDelay { .. } => "preemption delay".to_string(),
                 QueueProblem::BehindHead { .. } => "behind StrictFIFO head".to_string(),
@@ -241,7 +241,7 @@ impl Unschedulable {
     /// An explanation that is about the queue only (no node was tried).
     pub fn queue_only(problem: QueueProblem, total_nodes: u32) -> Self {
         Unschedulable {
-            queue: Some(problem),
+            queue: Some(Box::new(problem)),
             gang: None,
             total_nodes,
             reasons: Vec::new(),

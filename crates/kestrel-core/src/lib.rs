@@ -26,8 +26,8 @@ pub use preempt::{Preemption, VictimOrder};
 pub use queue::{
     format_amount, quota_scale, Admission, BorrowWithinCohort, ClusterQueueSpec, CohortSpec, CqId,
     FlavorQuotas, LocalQueueSpec, QueueError, QueuePreemption, QueueProblem, QueueingStrategy,
-    QuotaUsage, ReclaimPolicy, ResourceFlavor, ResourceGroup, ResourceQuota, StopPolicy,
-    WithinQueuePreemption, PODS_RESOURCE,
+    QuotaShortfall, QuotaUsage, ReclaimPolicy, ResourceFlavor, ResourceGroup, ResourceQuota,
+    StopPolicy, WithinQueuePreemption, PODS_RESOURCE,
 };
 pub use resources::{parse_quantity, Bytes, QuantityError, Resources, GPU_RESOURCE};
 pub use rng::Rng;

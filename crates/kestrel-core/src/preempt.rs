@@ -268,11 +268,9 @@ impl Scheduler {
             self.wake_at_least(record.submitted_at + delay);
             return None;
         }
-        Some(
-            pods.iter()
-                .map(|p| self.pods[p.0 as usize].spec.priority)
-                .max()?,
-        )
+        pods.iter()
+            .map(|p| self.pods[p.0 as usize].spec.priority)
+            .max()
     }
 
     /// Quota did not admit the workload: preempt by its queue's policy.

@@ -179,24 +179,28 @@ pub enum QueueProblem {
         resource: String,
     },
     /// Not enough quota: the first resource that does not fit in any flavor.
-    Quota {
-        cluster_queue: String,
-        flavor: String,
-        resource: String,
-        need: i64,
-        used: i64,
-        nominal: i64,
-        /// Nominal plus borrowing limit, when the queue may borrow.
-        limit: Option<i64>,
-        /// What the cohort could still lend.
-        cohort_free: Option<i64>,
-    },
+    Quota(Box<QuotaShortfall>),
     /// A StrictFIFO queue whose head does not fit holds everything behind it.
     BehindHead { cluster_queue: String },
     /// Victims were asked to leave for this workload; it starts when they are gone.
     WaitingForVictims { victims: u32 },
     /// The queue's preemption delay has not passed yet.
     PreemptionDelay { until: Millis },
+}
+
+/// A resource a workload needs more of than its queue can give.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QuotaShortfall {
+    pub cluster_queue: String,
+    pub flavor: String,
+    pub resource: String,
+    pub need: i64,
+    pub used: i64,
+    pub nominal: i64,
+    /// Nominal plus borrowing limit, when the queue may borrow.
+    pub limit: Option<i64>,
+    /// What the cohort could still lend.
+    pub cohort_free: Option<i64>,
 }
 
 /// Prints an amount in the units users write quotas in.
@@ -245,29 +249,23 @@ impl fmt::Display for QueueProblem {
                 f,
                 "ClusterQueue {cluster_queue} has no quota for {resource}: add it to a resourceGroup's coveredResources"
             ),
-            QueueProblem::Quota {
-                cluster_queue,
-                flavor,
-                resource,
-                need,
-                used,
-                nominal,
-                limit,
-                cohort_free,
-            } => {
-                let a = |v: i64| format_amount(resource, v);
+            QueueProblem::Quota(q) => {
+                let a = |v: i64| format_amount(&q.resource, v);
                 write!(
                     f,
-                    "quota: ClusterQueue {cluster_queue} flavor {flavor} needs {} more {resource}: {} in use of nominal {}",
-                    a(*need),
-                    a(*used),
-                    a(*nominal)
+                    "quota: ClusterQueue {} flavor {} needs {} more {}: {} in use of nominal {}",
+                    q.cluster_queue,
+                    q.flavor,
+                    a(q.need),
+                    q.resource,
+                    a(q.used),
+                    a(q.nominal)
                 )?;
-                if let Some(limit) = limit {
-                    write!(f, ", borrowing up to {}", a(*limit))?;
+                if let Some(limit) = q.limit {
+                    write!(f, ", borrowing up to {}", a(limit))?;
                 }
-                if let Some(free) = cohort_free {
-                    write!(f, ", cohort can lend {}", a(*free))?;
+                if let Some(free) = q.cohort_free {
+                    write!(f, ", cohort can lend {}", a(free))?;
                 }
                 Ok(())
             }
@@ -307,7 +305,7 @@ impl FlavorBook {
         self.nominal[i] - self.guaranteed(i)
     }
     /// What the queue takes from the cohort's pool.
-    fn from_pool(&self, i: usize, usage: i64) -> i64 {
+    fn pooled(&self, i: usize, usage: i64) -> i64 {
         (usage - self.guaranteed(i)).max(0)
     }
 }
@@ -609,7 +607,7 @@ impl QueueBook {
                 for f in g.flavors.iter().filter(|f| f.flavor == flavor) {
                     size += f.lendable(ri);
                     if id != cq {
-                        taken += f.from_pool(ri, f.usage[ri]);
+                        taken += f.pooled(ri, f.usage[ri]);
                     }
                 }
             }
@@ -698,15 +696,17 @@ impl QueueBook {
             if within_nominal && book.root.is_none() {
                 continue;
             }
-            let problem = |limit: Option<i64>, cohort_free: Option<i64>| QueueProblem::Quota {
-                cluster_queue: book.spec.name.clone(),
-                flavor: f.flavor.clone(),
-                resource: resource.clone(),
-                need,
-                used: f.usage[i],
-                nominal: f.nominal[i],
-                limit,
-                cohort_free,
+            let problem = |limit: Option<i64>, cohort_free: Option<i64>| {
+                QueueProblem::Quota(Box::new(QuotaShortfall {
+                    cluster_queue: book.spec.name.clone(),
+                    flavor: f.flavor.clone(),
+                    resource: resource.clone(),
+                    need,
+                    used: f.usage[i],
+                    nominal: f.nominal[i],
+                    limit,
+                    cohort_free,
+                }))
             };
             if book.root.is_none() {
                 return Err(problem(None, None));
@@ -715,9 +715,9 @@ impl QueueBook {
             // even inside nominal quota.
             let limit = f.borrowing_limit[i].map(|b| f.nominal[i] + b);
             let (pool, taken) = self.pool(cq, &f.flavor, resource);
-            let cohort_free = (pool - taken - f.from_pool(i, f.usage[i])).max(0);
+            let cohort_free = (pool - taken - f.pooled(i, f.usage[i])).max(0);
             let over_limit = !within_nominal && limit.is_some_and(|l| after > l);
-            if over_limit || taken + f.from_pool(i, after) > pool {
+            if over_limit || taken + f.pooled(i, after) > pool {
                 return Err(problem(limit, Some(cohort_free)));
             }
             if !within_nominal {

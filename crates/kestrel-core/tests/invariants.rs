@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Submit(PodSpec),
+    Submit(Box<PodSpec>),
     Schedule,
     /// Finish the n-th live pod (bound or pending).
     Finish(usize),
@@ -100,7 +100,7 @@ fn pod_strategy() -> impl Strategy<Value = PodSpec> {
 fn ops_strategy() -> impl Strategy<Value = (Vec<NodeSpec>, Vec<Op>)> {
     let nodes = (1usize..=6).prop_flat_map(|n| (0..n).map(node_strategy).collect::<Vec<_>>());
     let op = prop_oneof![
-        5 => pod_strategy().prop_map(Op::Submit),
+        5 => pod_strategy().prop_map(|p| Op::Submit(Box::new(p))),
         3 => Just(Op::Schedule),
         2 => (0usize..50).prop_map(Op::Finish),
         1 => (0usize..50).prop_map(Op::Unbind),
@@ -138,7 +138,7 @@ fn run(policy: Policy, nodes: &[NodeSpec], ops: &[Op]) -> Vec<String> {
             Op::Submit(pod) => {
                 let mut pod = pod.clone();
                 pod.name = format!("p{t}");
-                live.push(s.submit(pod, t as u64));
+                live.push(s.submit(*pod, t as u64));
             }
             Op::Schedule => {
                 let d = s.schedule(t as u64);
@@ -373,7 +373,7 @@ proptest! {
                     .filter(|(id, _)| s.could_place_on(pod, *id))
                     .map(|(id, _)| (s.node_rank(id), id))
                     .min();
-                let id = s.submit(pod.clone(), t as u64);
+                let id = s.submit((**pod).clone(), t as u64);
                 let d = s.schedule(t as u64);
                 match best {
                     None => prop_assert!(d.bindings.is_empty()),
