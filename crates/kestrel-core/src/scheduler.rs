@@ -823,7 +823,10 @@ impl Scheduler {
     fn release_reservation(&mut self) {
         if let Some(r) = self.reservation.take() {
             self.last_holder = Some(r.holder);
+            // What waited for the reserved nodes gets another look in this very cycle.
             self.capacity_may_have_grown();
+            self.active.extend(self.parked.drain(..));
+            self.parked_generation = self.generation;
         }
     }
 
