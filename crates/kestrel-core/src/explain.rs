@@ -188,6 +188,7 @@ impl Unschedulable {
                 QueueProblem::WaitingForVictims { .. } => "waiting for preemption".to_string(),
                 QueueProblem::PreemptionDelay { .. } => "preemption delay".to_string(),
                 QueueProblem::BehindHead { .. } => "behind StrictFIFO head".to_string(),
+                QueueProblem::BehindPreemptor { .. } => "behind a preemptor".to_string(),
                 QueueProblem::Stopped { .. } => "queue stopped".to_string(),
                 QueueProblem::NotCovered { resource, .. } => {
                     format!("queue has no quota for {resource}")

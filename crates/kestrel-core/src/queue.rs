@@ -182,6 +182,9 @@ pub enum QueueProblem {
     Quota(Box<QuotaShortfall>),
     /// A StrictFIFO queue whose head does not fit holds everything behind it.
     BehindHead { cluster_queue: String },
+    /// A workload of the queue at this priority or higher is making room by preemption;
+    /// the quota it frees is its own.
+    BehindPreemptor { cluster_queue: String },
     /// Victims were asked to leave for this workload; it starts when they are gone.
     WaitingForVictims { victims: u32 },
     /// The queue's preemption delay has not passed yet.
@@ -272,6 +275,10 @@ impl fmt::Display for QueueProblem {
             QueueProblem::BehindHead { cluster_queue } => write!(
                 f,
                 "waiting behind the head of StrictFIFO ClusterQueue {cluster_queue}"
+            ),
+            QueueProblem::BehindPreemptor { cluster_queue } => write!(
+                f,
+                "waiting: a workload of ClusterQueue {cluster_queue} with the same or higher priority is making room by preemption"
             ),
             QueueProblem::WaitingForVictims { victims } => write!(
                 f,

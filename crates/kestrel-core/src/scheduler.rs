@@ -936,6 +936,11 @@ impl Scheduler {
                         cluster_queue: self.queues.cqs[cq.0 as usize].spec.name.clone(),
                     });
                 }
+                if waiting.is_none() && self.preemptor_ahead(cq, pods) {
+                    return queue_failure(QueueProblem::BehindPreemptor {
+                        cluster_queue: self.queues.cqs[cq.0 as usize].spec.name.clone(),
+                    });
+                }
                 // Workloads alike that quota refused this cycle are refused again: usage
                 // only grows within a cycle.
                 let shape = match workload {
@@ -1083,6 +1088,27 @@ impl Scheduler {
             }
             self.pods[p.0 as usize].admission = admission.cloned();
         }
+    }
+
+    /// Whether a workload of `cq` with at least this priority waits for its victims: the
+    /// room they leave is its, not for those behind it.
+    fn preemptor_ahead(&self, cq: CqId, pods: &[PodId]) -> bool {
+        if self.awaiting.is_empty() {
+            return false;
+        }
+        let priority = self.pods[pods[0].0 as usize].spec.priority;
+        self.awaiting.keys().any(|w| {
+            let rep = match *w {
+                WorkloadKey::Pod(p) => Some(p),
+                WorkloadKey::Gang(g) => self.gangs.gangs[g.0 as usize].members.first().copied(),
+            };
+            rep.is_some_and(|p| {
+                let record = &self.pods[p.0 as usize];
+                record.link == QueueLink::Cq(cq)
+                    && record.phase == PodPhase::Pending
+                    && record.spec.priority >= priority
+            })
+        })
     }
 
     fn search_key(

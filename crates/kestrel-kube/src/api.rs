@@ -19,6 +19,20 @@ use std::sync::Arc;
 pub const FIELD_MANAGER: &str = "kestrel";
 /// Longest event note the API server accepts (events.k8s.io/v1: 1 kB).
 const MAX_NOTE: usize = 1024;
+/// Longest condition message the API server accepts (metav1.Condition: 32 kB).
+const MAX_CONDITION_MESSAGE: usize = 32 * 1024;
+
+/// `text` cut to at most `max` bytes (on a character boundary), marked with "...".
+fn truncated(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut cut = max - 3;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}...", &text[..cut])
+}
 
 /// Writes to the API server, rate limited.
 #[derive(Clone)]
@@ -183,15 +197,7 @@ impl ApiWriter {
         message: &str,
         now: Timestamp,
     ) -> Event {
-        let mut note = message.to_string();
-        if note.len() > MAX_NOTE {
-            let mut cut = MAX_NOTE - 3;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-            note.push_str("...");
-        }
+        let note = truncated(message, MAX_NOTE);
         let name = regarding.name.clone().unwrap_or_default();
         Event {
             metadata: ObjectMeta {
@@ -265,7 +271,7 @@ pub fn pod_group_status_patch(job: &GroupStatusJob, since: &Time) -> serde_json:
         "type": "Scheduled",
         "status": job.condition,
         "reason": job.reason,
-        "message": job.message,
+        "message": truncated(&job.message, MAX_CONDITION_MESSAGE),
         "lastTransitionTime": since,
     });
     if let Some(generation) = job.observed_generation {

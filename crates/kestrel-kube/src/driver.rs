@@ -4,8 +4,9 @@
 //! afresh (a new LIST of Pods, Nodes, PriorityClasses, RuntimeClasses, and Kestrel's
 //! PodGroups and Topologies), rebuilds the engine's state from that listing (pods bound by
 //! anyone count as used), and binds only after every listing is in. Where Kestrel's CRDs
-//! are not installed (or not readable), those two listings count as empty. On losing the lease it aborts the binds in flight, posts
-//! nothing more, and drops its state; taking the lease again starts over from a listing.
+//! are not installed (or not readable), those two listings count as empty. On losing the
+//! lease it aborts the binds in flight, posts nothing more, and drops its state; taking the
+//! lease again starts over from a listing.
 
 use crate::api::ApiWriter;
 use crate::crds::{PodGroup, Topology};
@@ -428,6 +429,7 @@ pub async fn lead(
                     _ => {}
                 }
                 let was_synced = synced.all();
+                state.set_time(started.elapsed().as_millis() as u64);
                 if apply_change(&mut state, &stores, change) {
                     dirty_since.get_or_insert_with(Instant::now);
                 }

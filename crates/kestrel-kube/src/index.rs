@@ -248,6 +248,8 @@ pub struct ClusterState {
     /// The message last reported per waiting pod (`namespace/name`), so that a pod's own
     /// status update does not report it again.
     reported: HashMap<String, String>,
+    /// The driver's clock ([`ClusterState::set_time`]): when pods arrive, for gang timeouts.
+    now: Millis,
 }
 
 impl ClusterState {
@@ -265,7 +267,14 @@ impl ClusterState {
             group_events: Vec::new(),
             levels: Vec::new(),
             reported: HashMap::new(),
+            now: 0,
         }
+    }
+
+    /// Sets the clock that pods applied from now on arrive at (a gang's
+    /// `scheduleTimeoutSeconds` counts from its first pod's arrival). Never goes back.
+    pub fn set_time(&mut self, now: Millis) {
+        self.now = self.now.max(now);
     }
 
     pub fn scheduler(&self) -> &Scheduler {
@@ -486,7 +495,7 @@ impl ClusterState {
                             .and_then(|g| g.problem().map(str::to_string));
                         match problem {
                             None => {
-                                let id = self.scheduler.submit(spec, 0);
+                                let id = self.scheduler.submit(spec, self.now);
                                 self.keys.insert(id, key.clone());
                                 self.set(&key, uid, PodState::Queued(id));
                             }
@@ -697,7 +706,7 @@ impl ClusterState {
                 gpus,
             };
         }
-        match self.scheduler.restore_bound(spec, &node, gpus, 0) {
+        match self.scheduler.restore_bound(spec, &node, gpus, self.now) {
             Ok(id) => {
                 self.keys.insert(id, key.to_string());
                 PodState::Bound { id, node }
@@ -708,6 +717,7 @@ impl ClusterState {
 
     /// One scheduling cycle: the binds and status reports to carry out.
     pub fn cycle(&mut self, now: Millis) -> CycleOutput {
+        self.set_time(now);
         let decisions = self.scheduler.schedule(now);
         let mut out = CycleOutput {
             binds: Vec::with_capacity(decisions.bindings.len()),
@@ -1075,7 +1085,7 @@ impl ClusterState {
                     else {
                         unreachable!()
                     };
-                    let id = self.scheduler.submit(*spec, 0);
+                    let id = self.scheduler.submit(*spec, self.now);
                     self.keys.insert(id, member.clone());
                     t.state = PodState::Queued(id);
                     self.reported.remove(&member);

@@ -299,10 +299,9 @@ fn validate(path: &str, schema: &Value, value: &Value, errors: &mut Vec<String>)
                 let sub = schema["properties"]
                     .get(k)
                     .or_else(|| schema.get("additionalProperties"));
-                match sub {
-                    Some(sub) => validate(&format!("{path}.{k}"), sub, v, errors),
-                    // Pruned by the API server, as unknown fields are.
-                    None => {}
+                // Unknown fields are pruned by the API server, not refused.
+                if let Some(sub) = sub {
+                    validate(&format!("{path}.{k}"), sub, v, errors);
                 }
             }
         }
@@ -769,9 +768,105 @@ fn a_failed_bind_of_a_member_requeues_it_and_the_status_says_so() {
     assert_eq!(status_of(&out, "pt").phase, PodGroupPhase::Scheduled);
 }
 
+#[test]
+fn a_gang_timeout_counts_from_its_first_pod_and_is_reported() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    // The scheduler has been leading for a day when the gang arrives.
+    let day = 86_400_000;
+    h.state.set_time(day);
+    h.group(pod_group(
+        "slow",
+        json!({"minMember": 2, "scheduleTimeoutSeconds": 60}),
+    ));
+    h.pod(member("slow-0", "slow", 1));
+    let out = h.state.cycle(day);
+    assert_eq!(
+        status_of(&out, "slow").reason,
+        "Incomplete",
+        "not timed out on arrival"
+    );
+    // Two minutes later something changes in the cluster and the gang is tried again.
+    h.state.set_time(day + 120_000);
+    h.state.apply_node(&node("gpu-1", 8, "r1")).unwrap();
+    let out = h.state.cycle(day + 120_000);
+    assert_eq!(h.state.pod_state("ml/slow-0"), Some(&PodState::Expired));
+    let s = status_of(&out, "slow");
+    assert_eq!(
+        (s.phase, s.reason.as_str()),
+        (PodGroupPhase::TimedOut, "TimedOut")
+    );
+    assert!(s.message.contains("timed out after 60 s"), "{}", s.message);
+    assert_eq!(out.unschedulable.len(), 1);
+    assert!(out.unschedulable[0].message.contains("timed out"));
+    assert_eq!(h.state.pending_by_reason()["gang"], 1);
+    // Deleting the pod releases nothing and panics nowhere.
+    h.state.delete_pod(&member("slow-0", "slow", 1));
+    assert!(h.state.pod_state("ml/slow-0").is_none());
+}
+
+#[test]
+fn kueue_plain_pod_groups_need_no_pod_group_and_foreign_pod_groups_are_explained() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    let kueue = |name: &str| {
+        let mut p = member(name, "unused", 1);
+        p.metadata.labels = Some(
+            [(
+                "kueue.x-k8s.io/pod-group-name".to_string(),
+                "kq".to_string(),
+            )]
+            .into(),
+        );
+        p.metadata.annotations = Some(
+            [(
+                "kueue.x-k8s.io/pod-group-total-count".to_string(),
+                "2".to_string(),
+            )]
+            .into(),
+        );
+        p
+    };
+    h.pod(kueue("kq-0"));
+    let out = h.state.cycle(0);
+    assert!(out.binds.is_empty());
+    assert!(
+        out.unschedulable[0].message.contains("1 of 2 pods exist"),
+        "{out:?}"
+    );
+    assert!(
+        out.group_status.is_empty(),
+        "no PodGroup object to write to"
+    );
+    h.pod(kueue("kq-1"));
+    assert_eq!(h.state.cycle(1).binds.len(), 2);
+    // A scheduler-plugins PodGroup label: the pod waits, saying what to use instead.
+    let mut p = member("sp-0", "unused", 1);
+    p.metadata.labels = Some(
+        [(
+            "scheduling.x-k8s.io/pod-group".to_string(),
+            "sp".to_string(),
+        )]
+        .into(),
+    );
+    h.pod(p);
+    let out = h.state.cycle(2);
+    assert!(matches!(
+        h.state.pod_state("ml/sp-0"),
+        Some(PodState::Invalid(_))
+    ));
+    assert_eq!(out.unschedulable[0].reason, "SchedulerError");
+    assert!(
+        out.unschedulable[0]
+            .message
+            .contains("scheduling.kestrel.dev/pod-group"),
+        "{out:?}"
+    );
+}
+
 // ---- The API: PodGroup status by server-side apply --------------------------------------
 
 type MockHandle = Handle<Request<Body>, Response<Body>>;
+/// Writes the scripted server saw: (method, path, body).
+type Writes = Arc<Mutex<Vec<(String, String, Value)>>>;
 
 fn mock_client() -> (Client, MockHandle) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
@@ -880,7 +975,7 @@ async fn scripted_server(
     pods: Vec<Value>,
     pod_groups: Option<Vec<Value>>,
     hold: usize,
-    writes: Arc<Mutex<Vec<(String, String, Value)>>>,
+    writes: Writes,
 ) {
     let mut hanging = Vec::new();
     let mut held = Vec::new();
@@ -964,10 +1059,7 @@ fn api_node(name: &str) -> Value {
         "status": {"allocatable": {"cpu": "200", "memory": "2000Gi", "pods": "110", "nvidia.com/gpu": "8"}}})
 }
 
-async fn wait_for(
-    writes: &Arc<Mutex<Vec<(String, String, Value)>>>,
-    what: impl Fn(&[(String, String, Value)]) -> bool,
-) {
+async fn wait_for(writes: &Writes, what: impl Fn(&[(String, String, Value)]) -> bool) {
     for _ in 0..500 {
         if what(&writes.lock().unwrap()) {
             return;

@@ -310,7 +310,11 @@ impl<'a> Simulation<'a> {
     /// whether the run still goes on at `t`: `false` when nothing was left to happen after
     /// [`Simulation::last_event_at`], which is earlier than `t` (the clock then stays there).
     pub fn run_to(&mut self, t: Millis) -> Result<bool, SimError> {
-        while self.queue.peek().is_some_and(|Reverse((at, _, _))| *at <= t) {
+        while self
+            .queue
+            .peek()
+            .is_some_and(|Reverse((at, _, _))| *at <= t)
+        {
             if !self.step()? {
                 break;
             }
@@ -339,7 +343,10 @@ impl<'a> Simulation<'a> {
 
     /// The bindings logged since the last call, in order.
     pub fn take_bindings(&mut self) -> Vec<(PodId, Millis)> {
-        self.bind_log.as_mut().map(std::mem::take).unwrap_or_default()
+        self.bind_log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// The job (an index into the workload's jobs) a pod was created for.
@@ -575,7 +582,6 @@ impl<'a> Simulation<'a> {
                 self.namespace_quota_release(job);
             }
         }
-        self.start_evictions(&decisions.preemptions);
         self.count_started_gangs(&decisions.bindings);
         for binding in decisions.bindings {
             self.report.bindings += 1;
@@ -609,6 +615,8 @@ impl<'a> Simulation<'a> {
             }
             self.track_gpu_load(binding.pod, 1.0);
         }
+        // After the bindings: a victim may have been bound earlier in the same cycle.
+        self.start_evictions(&decisions.preemptions);
     }
 
     /// Counts gangs that started in this cycle and how tightly they landed.

@@ -3,6 +3,7 @@
 mod bench;
 mod bench_queues;
 mod doctor;
+mod explain;
 mod serve;
 
 use anyhow::{bail, Context, Result};
@@ -33,7 +34,7 @@ enum Command {
     Sim(SimArgs),
     /// Benchmarks: the openb packing experiment, placement throughput.
     #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    Bench(explain::BenchCommand),
     /// Run the live scheduler against a Kubernetes cluster (see docs/live.md).
     Serve(serve::ServeArgs),
     /// Print the install manifests (deploy/kestrel.yaml), or the Helm chart's template.
@@ -43,6 +44,12 @@ enum Command {
     /// Diagnose a cluster's Nodes and Pods (a snapshot, or --live): GPUs, taints, node
     /// conditions, stuck pods. Exit code 2 when something needs attention.
     Doctor(doctor::DoctorArgs),
+    /// Why a pod, gang, ClusterQueue or node looks as it does at a moment of a simulated
+    /// run (same inputs as `sim`, plus --at), and when pending pods should start.
+    Explain(explain::ExplainArgs),
+    /// The pending queue at a moment of a simulated run: position, priority, wait, reason
+    /// and predicted start of each pending pod.
+    Queue(explain::QueueArgs),
 }
 
 #[derive(Args)]
@@ -103,11 +110,13 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(args) => run_sim(args),
-        Command::Bench(command) => bench::run(command),
+        Command::Bench(command) => explain::run_bench(command),
         Command::Serve(args) => serve::serve(args),
         Command::Manifests(args) => serve::manifests(args),
         Command::Crds => serve::crds(),
         Command::Doctor(args) => doctor::run(args),
+        Command::Explain(args) => explain::explain(args),
+        Command::Queue(args) => explain::queue(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

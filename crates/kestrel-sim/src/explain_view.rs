@@ -1,0 +1,1724 @@
+//! What `kestrel explain` and `kestrel queue` show: views of the engine's state at one
+//! moment of a simulated run, and their terminal rendering.
+//!
+//! A pending pod's explanation is the engine's own: the `Unschedulable` that the cycle which
+//! decided stored on the pod (`pending_reason`), never a second computation. Only "what would
+//! help" is computed here, in one pass over the nodes: the node that comes closest (the
+//! smallest missing share of a node) and the earliest node where running pods' ends (by
+//! estimated durations) free enough room.
+
+use crate::duration::format_duration;
+use crate::predict::{Predictions, StartPrediction};
+use crate::sim::Simulation;
+use kestrel_core::{
+    format_amount, quota_scale, Bytes, CqId, Demand, GangPhase, GpuAssignment, GpuRequest, Millis,
+    NodeId, NodeReason, NodeState, PodId, PodPhase, PodSpec, Scheduler, Unschedulable,
+    GPU_RESOURCE,
+};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+
+/// A moment as a clock time from the start (`10:00`, `26:30`, `09:05:30`), the form
+/// `--at` accepts.
+pub fn clock(ms: Millis) -> String {
+    let secs = ms / 1000;
+    let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
+    if s == 0 && ms % 1000 == 0 {
+        format!("{h:02}:{m:02}")
+    } else if ms % 1000 == 0 {
+        format!("{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{h:02}:{m:02}:{s:02}.{:03}", ms % 1000)
+    }
+}
+
+/// An estimated moment, to the minute (estimates carry no finer meaning).
+pub fn clock_approx(ms: Millis) -> String {
+    clock((ms + 30_000) / 60_000 * 60_000)
+}
+
+fn secs(ms: Millis) -> f64 {
+    ms as f64 / 1000.0
+}
+
+/// A name that does not resolve.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    #[error("{kind} {name:?} does not exist at {at}{hint}")]
+    NotFound {
+        kind: &'static str,
+        name: String,
+        at: String,
+        hint: String,
+    },
+    #[error(
+        "{kind} name {name:?} is ambiguous: it exists in {} namespaces; write one of: {}",
+        candidates.len(),
+        candidates.join(", ")
+    )]
+    Ambiguous {
+        kind: &'static str,
+        name: String,
+        candidates: Vec<String>,
+    },
+}
+
+/// Edit distance (Levenshtein), for "did you mean".
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(cur).min(row[j])
+            };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// Up to three known names close to `name`, as a "; did you mean ..." hint.
+fn did_you_mean<'n>(name: &str, known: impl Iterator<Item = &'n str>) -> String {
+    let limit = (name.chars().count() / 3).max(2);
+    let len = name.chars().count();
+    let mut close: Vec<(usize, &str)> = known
+        .filter(|k| k.chars().count().abs_diff(len) <= limit)
+        .map(|k| (distance(name, k), k))
+        .filter(|(d, _)| *d <= limit)
+        .collect();
+    close.sort();
+    close.dedup();
+    close.truncate(3);
+    if close.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = close.iter().map(|(_, k)| format!("{k:?}")).collect();
+    format!("; did you mean {}?", names.join(" or "))
+}
+
+/// Resolves `ns/name` or a bare `name` among (namespace, name) keys.
+fn resolve_namespaced(
+    kind: &'static str,
+    name: &str,
+    at: Millis,
+    keys: &BTreeSet<(String, String)>,
+) -> Result<(String, String), LookupError> {
+    let matches: Vec<&(String, String)> = match name.split_once('/') {
+        Some((ns, n)) => keys.iter().filter(|k| k.0 == ns && k.1 == n).collect(),
+        None => keys.iter().filter(|k| k.1 == name).collect(),
+    };
+    match matches.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => {
+            let full: Vec<String> = keys.iter().map(|(ns, n)| format!("{ns}/{n}")).collect();
+            let hint = if name.contains('/') {
+                did_you_mean(name, full.iter().map(String::as_str))
+            } else {
+                did_you_mean(name, keys.iter().map(|k| k.1.as_str()))
+            };
+            Err(LookupError::NotFound {
+                kind,
+                name: name.to_string(),
+                at: clock(at),
+                hint,
+            })
+        }
+        many => Err(LookupError::Ambiguous {
+            kind,
+            name: name.to_string(),
+            candidates: many.iter().map(|(ns, n)| format!("{ns}/{n}")).collect(),
+        }),
+    }
+}
+
+/// Finds a pod by `namespace/name`, or by `name` when one namespace has it. Of pods with
+/// the same name the one that exists now wins, else the latest. A pod that a Job creates
+/// later is named as such.
+pub fn find_pod(sim: &Simulation<'_>, name: &str) -> Result<PodId, LookupError> {
+    let scheduler = sim.scheduler();
+    let (want_ns, want_name) = match name.split_once('/') {
+        Some((ns, n)) => (Some(ns), n),
+        None => (None, name),
+    };
+    // One scan, no allocation per pod: names are compared in place.
+    let mut by_namespace: BTreeMap<&str, PodId> = BTreeMap::new();
+    for (id, record) in scheduler.pods() {
+        let spec = &record.spec;
+        if spec.name != want_name || want_ns.is_some_and(|ns| spec.namespace != ns) {
+            continue;
+        }
+        let keep_old = by_namespace
+            .get(spec.namespace.as_str())
+            .is_some_and(|&old| {
+                record.phase == PodPhase::Gone && scheduler.pod(old).phase != PodPhase::Gone
+            });
+        if !keep_old {
+            by_namespace.insert(spec.namespace.as_str(), id);
+        }
+    }
+    if by_namespace.len() == 1 {
+        return Ok(*by_namespace.values().next().expect("one entry"));
+    }
+    if by_namespace.len() > 1 {
+        return Err(LookupError::Ambiguous {
+            kind: "pod",
+            name: name.to_string(),
+            candidates: by_namespace
+                .keys()
+                .map(|ns| format!("{ns}/{want_name}"))
+                .collect(),
+        });
+    }
+    let hint = match created_later(sim, name) {
+        Some(later) => later,
+        None => {
+            let keys: BTreeSet<(String, String)> = scheduler
+                .pods()
+                .map(|(_, r)| (r.spec.namespace.clone(), r.spec.name.clone()))
+                .collect();
+            match resolve_namespaced("pod", name, sim.now(), &keys) {
+                Err(LookupError::NotFound { hint, .. }) => hint,
+                _ => String::new(),
+            }
+        }
+    };
+    Err(LookupError::NotFound {
+        kind: "pod",
+        name: name.to_string(),
+        at: clock(sim.now()),
+        hint,
+    })
+}
+
+/// "; it is created at 13:30 (Job llm/x arrives then)" for a pod of a job still to come.
+fn created_later(sim: &Simulation<'_>, name: &str) -> Option<String> {
+    let (ns, pod) = match name.split_once('/') {
+        Some((ns, pod)) => (Some(ns), pod),
+        None => (None, name),
+    };
+    let job = sim.workload().jobs.iter().find(|j| {
+        ns.is_none_or(|ns| j.namespace == ns)
+            && j.arrival > sim.now()
+            && (j.name == pod
+                || pod
+                    .strip_prefix(j.name.as_str())
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
+    })?;
+    Some(format!(
+        "; it is created later: {} {}/{} arrives at {}",
+        job.source_kind,
+        job.namespace,
+        job.name,
+        clock(job.arrival)
+    ))
+}
+
+/// Finds a gang (declared by a PodGroup, or named by pods) by `namespace/name` or `name`.
+pub fn find_gang(sim: &Simulation<'_>, name: &str) -> Result<(String, String), LookupError> {
+    let scheduler = sim.scheduler();
+    let mut keys: BTreeSet<(String, String)> = sim
+        .workload()
+        .gangs
+        .iter()
+        .map(|g| (g.namespace.clone(), g.name.clone()))
+        .collect();
+    for (_, record) in scheduler.pods() {
+        if let Some(m) = &record.spec.gang {
+            keys.insert((record.spec.namespace.clone(), m.gang.clone()));
+        }
+    }
+    keys.retain(|(ns, n)| scheduler.gang_id(ns, n).is_some());
+    resolve_namespaced("gang", name, sim.now(), &keys)
+}
+
+/// Finds a ClusterQueue by name.
+pub fn find_queue(sim: &Simulation<'_>, name: &str) -> Result<CqId, LookupError> {
+    let scheduler = sim.scheduler();
+    if let Some((id, _)) = scheduler.cluster_queues().find(|(_, q)| q.name == name) {
+        return Ok(id);
+    }
+    let names: Vec<&str> = scheduler
+        .cluster_queues()
+        .map(|(_, q)| q.name.as_str())
+        .collect();
+    let hint = if names.is_empty() {
+        "; the input declares no ClusterQueues".to_string()
+    } else {
+        did_you_mean(name, names.iter().copied())
+    };
+    Err(LookupError::NotFound {
+        kind: "ClusterQueue",
+        name: name.to_string(),
+        at: clock(sim.now()),
+        hint,
+    })
+}
+
+/// Finds a node by name.
+pub fn find_node(sim: &Simulation<'_>, name: &str) -> Result<NodeId, LookupError> {
+    let cluster = sim.scheduler().cluster();
+    if let Some(id) = cluster.id_of(name) {
+        return Ok(id);
+    }
+    let hint = did_you_mean(name, cluster.iter().map(|(_, n)| n.spec.name.as_str()));
+    Err(LookupError::NotFound {
+        kind: "node",
+        name: name.to_string(),
+        at: clock(sim.now()),
+        hint,
+    })
+}
+
+/// A queue or gang problem: its kind (the engine's variant name), its message, and the
+/// engine's fields.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Problem {
+    pub kind: String,
+    pub message: String,
+    pub detail: serde_json::Value,
+}
+
+impl Problem {
+    fn of<P: Serialize + std::fmt::Display>(problem: &P) -> Self {
+        let value = serde_json::to_value(problem).unwrap_or(serde_json::Value::Null);
+        let (kind, detail) = match value {
+            serde_json::Value::Object(map) if map.len() == 1 => {
+                let (k, v) = map.into_iter().next().expect("one entry");
+                (k, v)
+            }
+            serde_json::Value::String(s) => (s, serde_json::Value::Null),
+            other => (String::new(), other),
+        };
+        Problem {
+            kind,
+            message: problem.to_string(),
+            detail,
+        }
+    }
+}
+
+/// Nodes refused for one reason, as in "0/N nodes are available: 2 Insufficient ...".
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeReasonCount {
+    /// The reason in kube-scheduler's words.
+    pub reason: String,
+    /// `cordoned`, `taint`, `affinity`, `runtime-class`, `insufficient`, `too-many-pods`,
+    /// `gpu-fragmented`, `reserved` (held for the workload at the head of the queue).
+    pub kind: &'static str,
+    /// The resource, taint, RuntimeClass or reserving workload it names.
+    pub subject: Option<String>,
+    pub nodes: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fragmentation {
+    pub free_whole_gpus: u32,
+    pub most_on_one_node: u32,
+}
+
+/// The engine's typed explanation of why a pod is pending.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Explanation {
+    /// The full message (kube-scheduler's form).
+    pub message: String,
+    /// The reason that matters most, in a few words.
+    pub headline: String,
+    /// Capacity (not configuration, quota or the gang) keeps it waiting.
+    pub capacity: bool,
+    pub queue_problem: Option<Problem>,
+    pub gang_problem: Option<Problem>,
+    pub total_nodes: u32,
+    pub node_reasons: Vec<NodeReasonCount>,
+    pub gpu_fragmentation: Option<Fragmentation>,
+}
+
+impl Explanation {
+    pub fn of(u: &Unschedulable) -> Self {
+        let node_reasons = u
+            .reasons
+            .iter()
+            .map(|(reason, nodes)| {
+                let (kind, subject) = match reason {
+                    NodeReason::Cordoned => ("cordoned", None),
+                    NodeReason::UntoleratedTaint(t) => ("taint", Some(t.to_string())),
+                    NodeReason::AffinityMismatch => ("affinity", None),
+                    NodeReason::RuntimeClassMismatch(rc) => ("runtime-class", Some(rc.clone())),
+                    NodeReason::Insufficient(r) => ("insufficient", Some(r.clone())),
+                    NodeReason::TooManyPods => ("too-many-pods", None),
+                    NodeReason::GpuFragmented => ("gpu-fragmented", None),
+                    NodeReason::Reserved(holder) => ("reserved", Some(holder.clone())),
+                };
+                NodeReasonCount {
+                    reason: reason.to_string(),
+                    kind,
+                    subject,
+                    nodes: *nodes,
+                }
+            })
+            .collect();
+        Explanation {
+            message: u.to_string(),
+            headline: u.headline(),
+            capacity: u.is_capacity(),
+            queue_problem: u.queue.as_ref().map(Problem::of),
+            gang_problem: u.gang.as_ref().map(Problem::of),
+            total_nodes: u.total_nodes,
+            node_reasons,
+            gpu_fragmentation: u.gpu_fragmentation.map(|(free, best)| Fragmentation {
+                free_whole_gpus: free,
+                most_on_one_node: best,
+            }),
+        }
+    }
+}
+
+/// What a pod asks for, in the units users write.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Requests {
+    pub cpu: f64,
+    pub memory_bytes: i64,
+    pub ephemeral_storage_bytes: i64,
+    pub gpus: f64,
+    pub extended: BTreeMap<String, i64>,
+    /// One line: `4 nvidia.com/gpu, 32 cpu, 256Gi memory`.
+    pub summary: String,
+}
+
+fn gpu_text(gpu: GpuRequest) -> Option<String> {
+    match gpu {
+        GpuRequest::None => None,
+        GpuRequest::Whole(n) => Some(format!("{n} {GPU_RESOURCE}")),
+        GpuRequest::Shared { milli } => Some(format!("{} GPU (shared)", milli as f64 / 1000.0)),
+    }
+}
+
+impl Requests {
+    fn of(demand: &Demand) -> Self {
+        let r = &demand.resources;
+        let mut parts: Vec<String> = gpu_text(demand.gpu).into_iter().collect();
+        if r.cpu_milli > 0 {
+            parts.push(format!("{} cpu", format_amount("cpu", r.cpu_milli)));
+        }
+        if r.memory_bytes > 0 {
+            parts.push(format!("{} memory", Bytes(r.memory_bytes)));
+        }
+        if r.ephemeral_storage_bytes > 0 {
+            parts.push(format!(
+                "{} ephemeral-storage",
+                Bytes(r.ephemeral_storage_bytes)
+            ));
+        }
+        for (name, amount) in &r.extended {
+            parts.push(format!("{amount} {name}"));
+        }
+        Requests {
+            cpu: r.cpu_milli as f64 / 1000.0,
+            memory_bytes: r.memory_bytes,
+            ephemeral_storage_bytes: r.ephemeral_storage_bytes,
+            gpus: demand.gpu.milli() as f64 / 1000.0,
+            extended: r.extended.iter().cloned().collect(),
+            summary: if parts.is_empty() {
+                "nothing".to_string()
+            } else {
+                parts.join(", ")
+            },
+        }
+    }
+}
+
+/// Where a pending workload stands in its ClusterQueue (pods outside queues: among all
+/// pending workloads outside queues), in queue order: priority, then arrival. A gang counts
+/// once.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Position {
+    pub cluster_queue: Option<String>,
+    /// 1 for the head.
+    pub position: u32,
+    /// Pending workloads ahead of it.
+    pub ahead: u32,
+    /// Pending workloads in that queue.
+    pub pending_workloads: u32,
+}
+
+/// Queue positions of all pending pods, in queue order.
+fn positions(scheduler: &Scheduler) -> Vec<(PodId, Option<CqId>, u32, u32)> {
+    let mut counters: HashMap<Option<CqId>, u32> = HashMap::new();
+    let mut gang_positions: HashMap<(&str, &str), u32> = HashMap::new();
+    let mut out = Vec::new();
+    for id in scheduler.pending() {
+        let record = scheduler.pod(id);
+        let cq = scheduler.queue_of(id);
+        let counter = counters.entry(cq).or_default();
+        let position = match &record.spec.gang {
+            Some(m) => *gang_positions
+                .entry((record.spec.namespace.as_str(), m.gang.as_str()))
+                .or_insert_with(|| {
+                    *counter += 1;
+                    *counter
+                }),
+            None => {
+                *counter += 1;
+                *counter
+            }
+        };
+        out.push((id, cq, position, 0));
+    }
+    for entry in &mut out {
+        entry.3 = counters[&entry.1];
+    }
+    out
+}
+
+fn queue_name(scheduler: &Scheduler, cq: Option<CqId>) -> Option<String> {
+    let cq = cq?;
+    scheduler
+        .cluster_queues()
+        .find(|(id, _)| *id == cq)
+        .map(|(_, spec)| spec.name.clone())
+}
+
+/// A predicted start: the median of the forward runs, and their range.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PredictedStart {
+    /// Median over runs (seconds from the start); `null` when the median run never starts
+    /// it.
+    pub point_s: Option<f64>,
+    pub from_s: Option<f64>,
+    /// `null` when some run never starts it.
+    pub to_s: Option<f64>,
+    pub runs_s: Vec<Option<f64>>,
+    pub seeds: Vec<u64>,
+    /// The moment predicted from.
+    pub at_s: f64,
+}
+
+impl PredictedStart {
+    fn of(p: &StartPrediction, predictions: &Predictions) -> Self {
+        PredictedStart {
+            point_s: p.point().map(secs),
+            from_s: p.from().map(secs),
+            to_s: p.to().map(secs),
+            runs_s: p.runs.iter().map(|r| r.map(secs)).collect(),
+            seeds: predictions.seeds.clone(),
+            at_s: secs(predictions.at),
+        }
+    }
+
+    /// `13:20 (in 3h20m; 13:05-13:40 over 3 runs)`.
+    pub fn render(&self) -> String {
+        let ms = |s: f64| (s * 1000.0).round() as Millis;
+        let at = ms(self.at_s);
+        let runs = self.runs_s.len();
+        let range = match (self.from_s, self.to_s) {
+            (Some(from), Some(to)) if from == to => format!("the same in all {runs} runs"),
+            (Some(from), Some(to)) => {
+                format!(
+                    "{}-{} over {runs} runs",
+                    clock_approx(ms(from)),
+                    clock_approx(ms(to))
+                )
+            }
+            (Some(from), None) => format!(
+                "from {}; {} of {runs} runs never start it",
+                clock_approx(ms(from)),
+                self.runs_s.iter().filter(|r| r.is_none()).count()
+            ),
+            _ => String::new(),
+        };
+        match self.point_s {
+            Some(point) => format!(
+                "{} (in {}; {range})",
+                clock_approx(ms(point)),
+                format_duration((ms(point).saturating_sub(at) + 30_000) / 60_000 * 60_000)
+            ),
+            None if range.is_empty() => format!(
+                "none: with what is known at {}, nothing makes room for it (in any of {runs} runs)",
+                clock(at)
+            ),
+            None => format!(
+                "none in most runs: with what is known at {}, nothing makes room for it ({range})",
+                clock(at)
+            ),
+        }
+    }
+}
+
+/// One missing amount on a node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Lack {
+    pub resource: String,
+    /// In the resource's user units (GPUs, cores, bytes, a count).
+    pub missing: f64,
+    /// `2 more nvidia.com/gpu`.
+    pub text: String,
+}
+
+/// The node that comes closest to holding the pod.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Closest {
+    pub node: String,
+    pub lacks: Vec<Lack>,
+}
+
+/// A running pod whose end frees room.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ending {
+    pub pod: String,
+    /// Estimated end, seconds from the start.
+    pub ends_at_s: f64,
+    pub gpus: f64,
+}
+
+/// The earliest node where running pods' estimated ends free enough room for the pod.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Room {
+    pub node: String,
+    pub at_s: f64,
+    /// The pods on that node that end by then, in order.
+    pub ending: Vec<Ending>,
+}
+
+/// What would help a pod that capacity keeps waiting.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Help {
+    /// `None` when no node may take it at all (taints, selectors, cordons).
+    pub closest: Option<Closest>,
+    /// `None` when no known end makes room on a single node.
+    pub room: Option<Room>,
+}
+
+/// What is missing on a node for a demand (empty when it fits), with each lack as a share
+/// of the node's allocatable.
+fn lacks_on(node: &NodeState, demand: &Demand) -> (Vec<Lack>, f64) {
+    let mut lacks = Vec::new();
+    let mut share = 0.0;
+    let alloc = &node.spec.allocatable;
+    let mut add = |resource: &str, missing: i64, of: i64, text: String, amount: f64| {
+        if missing > 0 {
+            share += missing as f64 / of.max(1) as f64;
+            lacks.push(Lack {
+                resource: resource.to_string(),
+                missing: amount,
+                text,
+            });
+        }
+    };
+    match demand.gpu {
+        GpuRequest::None => {}
+        GpuRequest::Whole(n) => {
+            let missing = n.saturating_sub(node.free_whole_gpus()) as i64;
+            let text = format!("{missing} more GPU{}", if missing == 1 { "" } else { "s" });
+            add(
+                GPU_RESOURCE,
+                missing * 1000,
+                node.gpu_count() as i64 * 1000,
+                text,
+                missing as f64,
+            );
+        }
+        GpuRequest::Shared { milli } => {
+            let best = node
+                .gpus
+                .iter()
+                .filter(|g| !g.held_whole)
+                .map(|g| g.free_milli)
+                .max()
+                .unwrap_or(0);
+            let missing = milli.saturating_sub(best) as i64;
+            let text = format!("{} more of one GPU", format_amount(GPU_RESOURCE, missing));
+            add(
+                GPU_RESOURCE,
+                missing,
+                node.gpu_count() as i64 * 1000,
+                text,
+                missing as f64 / 1000.0,
+            );
+        }
+    }
+    let r = &demand.resources;
+    let missing = r.cpu_milli - node.free.cpu_milli;
+    add(
+        "cpu",
+        missing,
+        alloc.cpu_milli,
+        format!("{} more cpu", format_amount("cpu", missing)),
+        missing as f64 / 1000.0,
+    );
+    let missing = r.memory_bytes - node.free.memory_bytes;
+    add(
+        "memory",
+        missing,
+        alloc.memory_bytes,
+        format!("{} more memory", Bytes(missing)),
+        missing as f64,
+    );
+    let missing = r.ephemeral_storage_bytes - node.free.ephemeral_storage_bytes;
+    add(
+        "ephemeral-storage",
+        missing,
+        alloc.ephemeral_storage_bytes,
+        format!("{} more ephemeral-storage", Bytes(missing)),
+        missing as f64,
+    );
+    for (name, amount) in &r.extended {
+        let missing = amount - node.free.extended(name);
+        add(
+            name,
+            missing,
+            alloc.extended(name),
+            format!("{missing} more {name}"),
+            missing as f64,
+        );
+    }
+    if node.free_pods == 0 {
+        add(
+            "pods",
+            1,
+            node.spec.max_pods as i64,
+            "room for one more pod".to_string(),
+            1.0,
+        );
+    }
+    (lacks, share)
+}
+
+/// Frees what a bound pod holds on a copy of its node.
+fn release_on(node: &mut NodeState, spec: &PodSpec, gpus: &GpuAssignment) {
+    node.free.add(&spec.demand.resources);
+    node.free_pods += 1;
+    let position =
+        |node: &NodeState, index: u32| node.spec.gpus.iter().position(|g| g.index == index);
+    match gpus {
+        GpuAssignment::None => {}
+        GpuAssignment::Whole(indices) => {
+            for &index in indices {
+                if let Some(p) = position(node, index) {
+                    node.gpus[p].free_milli = 1000;
+                    node.gpus[p].held_whole = false;
+                }
+            }
+        }
+        GpuAssignment::Shared { index, milli } => {
+            if let Some(p) = position(node, *index) {
+                node.gpus[p].free_milli = (node.gpus[p].free_milli + milli).min(1000);
+            }
+        }
+    }
+}
+
+/// Of the pods whose ends make room on a node, those that are needed: each earlier one is
+/// left out when the room suffices without it (the last one is always needed).
+fn needed_ends(
+    node: &NodeState,
+    ends: &[(Millis, PodId)],
+    scheduler: &Scheduler,
+    demand: &Demand,
+) -> Vec<(Millis, PodId)> {
+    let fits_without = |kept: &[(Millis, PodId)]| {
+        let mut state = node.clone();
+        for (_, pod) in kept {
+            let record = scheduler.pod(*pod);
+            if let PodPhase::Bound { gpus, .. } = &record.phase {
+                release_on(&mut state, &record.spec, gpus);
+            }
+        }
+        state.fits(&demand.resources, demand.gpu)
+    };
+    let mut kept: Vec<(Millis, PodId)> = ends.to_vec();
+    let mut i = 0;
+    while i + 1 < kept.len() {
+        let mut without = kept.clone();
+        without.remove(i);
+        if fits_without(&without) {
+            kept = without;
+        } else {
+            i += 1;
+        }
+    }
+    kept
+}
+
+/// One pass over the nodes the pod may use (static predicates): the closest one by missing
+/// share, and the earliest one where running pods' ends (`durations`) make room.
+pub fn help_for(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -> Help {
+    let scheduler = sim.scheduler();
+    let spec = &scheduler.pod(id).spec;
+    let mut probe = spec.clone();
+    probe.demand = Demand::default();
+    let mut closest: Option<(f64, usize, &str, Vec<Lack>)> = None;
+    let mut room: Option<(Millis, usize, &str, Vec<(Millis, PodId)>)> = None;
+    for (node_id, node) in scheduler.cluster().iter() {
+        // Static predicates only: a pod with no demand fits wherever they pass.
+        if !scheduler.could_place_on(&probe, node_id) {
+            continue;
+        }
+        let (lacks, share) = lacks_on(node, &spec.demand);
+        if lacks.is_empty() {
+            continue;
+        }
+        let name = node.spec.name.as_str();
+        let key = (share, lacks.len(), name);
+        if closest
+            .as_ref()
+            .is_none_or(|(s, n, c, _)| key < (*s, *n, *c))
+        {
+            closest = Some((share, lacks.len(), name, lacks));
+        }
+        let mut ends: Vec<(Millis, PodId)> = node
+            .pods
+            .iter()
+            .filter_map(|&p| sim.end_of_running(p, durations).map(|e| (e, p)))
+            .collect();
+        if ends.is_empty()
+            || room
+                .as_ref()
+                .is_some_and(|(t, _, _, _)| ends.iter().all(|(e, _)| e > t))
+        {
+            continue;
+        }
+        ends.sort_unstable();
+        let mut state = node.clone();
+        for k in 0..ends.len() {
+            let (end, pod) = ends[k];
+            if room.as_ref().is_some_and(|(t, _, _, _)| end > *t) {
+                break;
+            }
+            let record = scheduler.pod(pod);
+            if let PodPhase::Bound { gpus, .. } = &record.phase {
+                release_on(&mut state, &record.spec, gpus);
+            }
+            if state.fits(&spec.demand.resources, spec.demand.gpu) {
+                let needed = needed_ends(node, &ends[..=k], scheduler, &spec.demand);
+                let key = (end, needed.len(), name);
+                if room.as_ref().is_none_or(|(t, n, c, _)| key < (*t, *n, *c)) {
+                    room = Some((end, needed.len(), name, needed));
+                }
+                break;
+            }
+        }
+    }
+    Help {
+        closest: closest.map(|(_, _, node, lacks)| Closest {
+            node: node.to_string(),
+            lacks,
+        }),
+        room: room.map(|(at, _, node, ending)| Room {
+            node: node.to_string(),
+            at_s: secs(at),
+            ending: ending
+                .into_iter()
+                .map(|(end, pod)| {
+                    let spec = &scheduler.pod(pod).spec;
+                    Ending {
+                        pod: spec.key(),
+                        ends_at_s: secs(end),
+                        gpus: spec.demand.gpu.milli() as f64 / 1000.0,
+                    }
+                })
+                .collect(),
+        }),
+    }
+}
+
+fn phase_name(scheduler: &Scheduler, id: PodId) -> &'static str {
+    let record = scheduler.pod(id);
+    match record.phase {
+        PodPhase::Pending => "Pending",
+        PodPhase::Bound { .. } => "Running",
+        PodPhase::Gone if record.pending_reason.is_some() => "Dropped",
+        PodPhase::Gone => "Finished",
+    }
+}
+
+/// `kestrel explain pod`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PodView {
+    #[serde(skip)]
+    pub id: PodId,
+    pub pod: String,
+    pub namespace: String,
+    pub name: String,
+    /// The moment shown, seconds from the start, and as a clock time.
+    pub at_s: f64,
+    pub at: String,
+    /// `Pending`, `Running`, `Finished`, or `Dropped` (its gang timed out).
+    pub phase: &'static str,
+    pub priority: i32,
+    pub created_at_s: f64,
+    pub requests: Requests,
+    pub gang: Option<String>,
+    pub node: Option<String>,
+    pub gpus: Vec<u32>,
+    pub bound_at_s: Option<f64>,
+    /// Pending: how long it has waited since it was created.
+    pub waiting_s: Option<f64>,
+    pub explanation: Option<Explanation>,
+    pub position: Option<Position>,
+    pub predicted_start: Option<PredictedStart>,
+    pub help: Option<Help>,
+}
+
+/// The view of one pod. `durations`: the estimated durations "what would help" uses.
+pub fn pod_view(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -> PodView {
+    let scheduler = sim.scheduler();
+    let now = sim.now();
+    let record = scheduler.pod(id);
+    let spec = &record.spec;
+    let (node, gpus, bound_at) = match &record.phase {
+        PodPhase::Bound { node, gpus, at } => (
+            Some(scheduler.cluster().node(*node).spec.name.clone()),
+            gpus.indices(),
+            Some(secs(*at)),
+        ),
+        _ => (None, Vec::new(), None),
+    };
+    let pending = record.phase == PodPhase::Pending;
+    // Bound pods have none; a dropped pod keeps the reason it was dropped for.
+    let explanation = record.pending_reason.as_deref().map(Explanation::of);
+    let position = pending
+        .then(|| {
+            positions(scheduler)
+                .into_iter()
+                .find(|p| p.0 == id)
+                .map(|(_, cq, position, total)| {
+                    // Ahead: every pending workload of that queue before it.
+                    Position {
+                        cluster_queue: queue_name(scheduler, cq),
+                        position,
+                        ahead: position - 1,
+                        pending_workloads: total,
+                    }
+                })
+        })
+        .flatten();
+    let help = (pending && explanation.as_ref().is_some_and(|e| e.capacity))
+        .then(|| help_for(sim, id, durations));
+    PodView {
+        id,
+        pod: spec.key(),
+        namespace: spec.namespace.clone(),
+        name: spec.name.clone(),
+        at_s: secs(now),
+        at: clock(now),
+        phase: phase_name(scheduler, id),
+        priority: spec.priority,
+        created_at_s: secs(record.submitted_at),
+        requests: Requests::of(&spec.demand),
+        gang: spec
+            .gang
+            .as_ref()
+            .map(|m| format!("{}/{}", spec.namespace, m.gang)),
+        node,
+        gpus,
+        bound_at_s: bound_at,
+        waiting_s: pending.then(|| secs(now.saturating_sub(record.submitted_at))),
+        explanation,
+        position,
+        predicted_start: None,
+        help,
+    }
+}
+
+impl PodView {
+    pub fn apply_predictions(&mut self, predictions: &Predictions) {
+        if let Some(p) = predictions.starts.get(&self.id) {
+            self.predicted_start = Some(PredictedStart::of(p, predictions));
+        }
+    }
+}
+
+/// A gang member.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Member {
+    pub pod: String,
+    pub phase: &'static str,
+    pub node: Option<String>,
+}
+
+/// `kestrel explain gang`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GangView {
+    pub gang: String,
+    pub at_s: f64,
+    pub at: String,
+    /// `Waiting`, `Running` or `TimedOut`.
+    pub phase: String,
+    /// Declared by a PodGroup (else only named by pods).
+    pub declared: bool,
+    pub min_member: Option<u32>,
+    pub total: Option<u32>,
+    /// Member pods that exist now, bound and pending.
+    pub exist: u32,
+    pub bound: u32,
+    pub pending: u32,
+    pub members: Vec<Member>,
+    /// Why it waits (from its first pending member's explanation).
+    pub problem: Option<Problem>,
+    pub first_pending: Option<String>,
+    pub first_pending_explanation: Option<Explanation>,
+    /// The latest predicted start of its pending members.
+    pub predicted_start: Option<PredictedStart>,
+    #[serde(skip)]
+    pub pending_ids: Vec<PodId>,
+}
+
+pub fn gang_view(sim: &Simulation<'_>, namespace: &str, name: &str) -> GangView {
+    let scheduler = sim.scheduler();
+    let now = sim.now();
+    let state = scheduler
+        .gang_id(namespace, name)
+        .map(|id| scheduler.gang(id));
+    let members: Vec<PodId> = state
+        .map(|s| s.members.iter().copied().collect())
+        .unwrap_or_default();
+    let order: HashMap<PodId, usize> = scheduler
+        .pending()
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| (p, i))
+        .collect();
+    let mut pending_ids: Vec<PodId> = members
+        .iter()
+        .copied()
+        .filter(|p| scheduler.pod(*p).phase == PodPhase::Pending)
+        .collect();
+    pending_ids.sort_by_key(|p| order.get(p).copied().unwrap_or(usize::MAX));
+    let first = pending_ids.first().copied();
+    let first_reason = first.and_then(|p| scheduler.pod(p).pending_reason.clone());
+    let spec = state.and_then(|s| s.spec.as_ref());
+    GangView {
+        gang: format!("{namespace}/{name}"),
+        at_s: secs(now),
+        at: clock(now),
+        phase: match state.map(|s| s.phase) {
+            Some(GangPhase::Running) => "Running",
+            Some(GangPhase::TimedOut) => "TimedOut",
+            _ => "Waiting",
+        }
+        .to_string(),
+        declared: spec.is_some(),
+        min_member: spec.map(|s| s.min_member),
+        total: spec.and_then(|s| s.total),
+        exist: members.len() as u32,
+        bound: members
+            .iter()
+            .filter(|p| matches!(scheduler.pod(**p).phase, PodPhase::Bound { .. }))
+            .count() as u32,
+        pending: pending_ids.len() as u32,
+        members: members
+            .iter()
+            .map(|&p| {
+                let record = scheduler.pod(p);
+                Member {
+                    pod: record.spec.key(),
+                    phase: phase_name(scheduler, p),
+                    node: match record.phase {
+                        PodPhase::Bound { node, .. } => {
+                            Some(scheduler.cluster().node(node).spec.name.clone())
+                        }
+                        _ => None,
+                    },
+                }
+            })
+            .collect(),
+        problem: first_reason
+            .as_ref()
+            .and_then(|r| r.gang.as_ref().map(Problem::of)),
+        first_pending: first.map(|p| scheduler.pod(p).spec.key()),
+        first_pending_explanation: first_reason.as_deref().map(Explanation::of),
+        predicted_start: None,
+        pending_ids,
+    }
+}
+
+impl GangView {
+    pub fn apply_predictions(&mut self, predictions: &Predictions) {
+        let latest = self
+            .pending_ids
+            .iter()
+            .filter_map(|p| predictions.starts.get(p))
+            .max_by_key(|p| p.point().unwrap_or(Millis::MAX));
+        self.predicted_start = latest.map(|p| PredictedStart::of(p, predictions));
+    }
+}
+
+/// One pending pod in a list.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PendingEntry {
+    #[serde(skip)]
+    pub id: PodId,
+    pub pod: String,
+    pub cluster_queue: Option<String>,
+    pub position: u32,
+    pub priority: i32,
+    pub waiting_s: f64,
+    pub gang: Option<String>,
+    /// The headline of its explanation (`not tried yet` when no cycle has looked at it).
+    pub reason: String,
+    pub message: String,
+    pub predicted_start: Option<PredictedStart>,
+}
+
+/// Pending pods in queue order, optionally of one ClusterQueue and/or one namespace.
+pub fn pending_list(
+    sim: &Simulation<'_>,
+    queue: Option<CqId>,
+    namespace: Option<&str>,
+) -> Vec<PendingEntry> {
+    let scheduler = sim.scheduler();
+    let now = sim.now();
+    let names: HashMap<CqId, String> = scheduler
+        .cluster_queues()
+        .map(|(id, spec)| (id, spec.name.clone()))
+        .collect();
+    positions(scheduler)
+        .into_iter()
+        .filter(|(_, cq, _, _)| queue.is_none() || *cq == queue)
+        .filter(|(id, _, _, _)| namespace.is_none_or(|ns| scheduler.pod(*id).spec.namespace == ns))
+        .map(|(id, cq, position, _)| {
+            let record = scheduler.pod(id);
+            let spec = &record.spec;
+            PendingEntry {
+                id,
+                pod: spec.key(),
+                cluster_queue: cq.and_then(|c| names.get(&c).cloned()),
+                position,
+                priority: spec.priority,
+                waiting_s: secs(now.saturating_sub(record.submitted_at)),
+                gang: spec
+                    .gang
+                    .as_ref()
+                    .map(|m| format!("{}/{}", spec.namespace, m.gang)),
+                reason: record
+                    .pending_reason
+                    .as_ref()
+                    .map_or_else(|| "not tried yet".to_string(), |r| r.headline()),
+                message: record
+                    .pending_reason
+                    .as_ref()
+                    .map_or_else(|| "not tried yet".to_string(), |r| r.to_string()),
+                predicted_start: None,
+            }
+        })
+        .collect()
+}
+
+/// Attaches predicted starts to a pending list.
+pub fn apply_list_predictions(list: &mut [PendingEntry], predictions: &Predictions) {
+    for entry in list {
+        if let Some(p) = predictions.starts.get(&entry.id) {
+            entry.predicted_start = Some(PredictedStart::of(p, predictions));
+        }
+    }
+}
+
+/// `kestrel queue`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueListView {
+    pub at_s: f64,
+    pub at: String,
+    pub cluster_queue: Option<String>,
+    pub namespace: Option<String>,
+    /// All pending pods (before the filters).
+    pub pending_total: usize,
+    pub pending: Vec<PendingEntry>,
+}
+
+/// Quota and usage of one resource in one flavor.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QuotaLine {
+    pub flavor: String,
+    pub resource: String,
+    /// In user units (GPUs, cores, bytes, a count).
+    pub nominal: f64,
+    pub used: f64,
+    pub borrowed: f64,
+    /// `8 / 16 (2 borrowed)` in the units users write.
+    pub text: String,
+}
+
+/// `kestrel explain queue`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueView {
+    pub cluster_queue: String,
+    pub at_s: f64,
+    pub at: String,
+    pub cohort: Option<String>,
+    pub queueing_strategy: String,
+    pub quota: Vec<QuotaLine>,
+    /// Pods pending in it, and pods it admitted that run now.
+    pub pending: u32,
+    pub admitted: u32,
+    pub pending_list: Vec<PendingEntry>,
+}
+
+pub fn queue_view(sim: &Simulation<'_>, cq: CqId) -> QueueView {
+    let scheduler = sim.scheduler();
+    let now = sim.now();
+    let spec = scheduler
+        .cluster_queues()
+        .find(|(id, _)| *id == cq)
+        .map(|(_, s)| s)
+        .expect("a ClusterQueue found by find_queue");
+    let quota = scheduler
+        .queue_usage(cq)
+        .into_iter()
+        .map(|u| {
+            let scale = quota_scale(&u.resource) as f64;
+            let a = |v: i64| format_amount(&u.resource, v);
+            let mut text = format!("{} used of {}", a(u.used), a(u.nominal));
+            if u.borrowed > 0 {
+                let _ = write!(text, " ({} borrowed)", a(u.borrowed));
+            }
+            QuotaLine {
+                flavor: u.flavor.clone(),
+                resource: u.resource.clone(),
+                nominal: u.nominal as f64 / scale,
+                used: u.used as f64 / scale,
+                borrowed: u.borrowed as f64 / scale,
+                text,
+            }
+        })
+        .collect();
+    let admitted = scheduler
+        .pods()
+        .filter(|(_, r)| matches!(r.phase, PodPhase::Bound { .. }))
+        .filter(|(_, r)| r.admission.as_ref().is_some_and(|a| a.cq == cq))
+        .count() as u32;
+    let pending_list = pending_list(sim, Some(cq), None);
+    QueueView {
+        cluster_queue: spec.name.clone(),
+        at_s: secs(now),
+        at: clock(now),
+        cohort: spec.cohort.clone(),
+        queueing_strategy: format!("{:?}", spec.queueing_strategy),
+        quota,
+        pending: pending_list.len() as u32,
+        admitted,
+        pending_list,
+    }
+}
+
+/// Amounts on a node, in user units.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Amounts {
+    pub cpu: f64,
+    pub memory_bytes: i64,
+    pub ephemeral_storage_bytes: i64,
+    pub pods: u32,
+    pub gpus: f64,
+    pub extended: BTreeMap<String, i64>,
+}
+
+/// One GPU device of a node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuView {
+    pub index: u32,
+    pub model: String,
+    pub memory_mib: u64,
+    pub numa_node: u32,
+    /// Thousandths of the device in use.
+    pub used_milli: u32,
+    pub held_whole: bool,
+    pub pods: Vec<String>,
+}
+
+/// A pod bound to a node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodePod {
+    pub pod: String,
+    pub priority: i32,
+    pub gpus: Vec<u32>,
+    pub requests: String,
+    pub bound_at_s: f64,
+    /// Estimated end (seconds from the start); `null`: runs to the end.
+    pub ends_at_s: Option<f64>,
+}
+
+/// `kestrel explain node`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeView {
+    pub node: String,
+    pub at_s: f64,
+    pub at: String,
+    pub cordoned: bool,
+    pub taints: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+    pub capacity: Amounts,
+    pub allocated: Amounts,
+    pub gpus: Vec<GpuView>,
+    pub pods: Vec<NodePod>,
+}
+
+pub fn node_view(sim: &Simulation<'_>, id: NodeId, durations: &[Option<Millis>]) -> NodeView {
+    let scheduler = sim.scheduler();
+    let now = sim.now();
+    let node = scheduler.cluster().node(id);
+    let alloc = &node.spec.allocatable;
+    let gpu_count = node.gpu_count();
+    let mut on_device: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    let mut pods = Vec::new();
+    for &p in &node.pods {
+        let record = scheduler.pod(p);
+        let (gpus, at) = match &record.phase {
+            PodPhase::Bound { gpus, at, .. } => (gpus.indices(), *at),
+            _ => (Vec::new(), 0),
+        };
+        for &g in &gpus {
+            on_device.entry(g).or_default().push(record.spec.key());
+        }
+        pods.push(NodePod {
+            pod: record.spec.key(),
+            priority: record.spec.priority,
+            gpus,
+            requests: Requests::of(&record.spec.demand).summary,
+            bound_at_s: secs(at),
+            ends_at_s: sim.end_of_running(p, durations).map(secs),
+        });
+    }
+    let free_milli: u64 = node.free_gpu_milli();
+    NodeView {
+        node: node.spec.name.clone(),
+        at_s: secs(now),
+        at: clock(now),
+        cordoned: node.spec.unschedulable,
+        taints: node.spec.taints.iter().map(|t| t.to_string()).collect(),
+        labels: node.spec.labels.clone(),
+        capacity: Amounts {
+            cpu: alloc.cpu_milli as f64 / 1000.0,
+            memory_bytes: alloc.memory_bytes,
+            ephemeral_storage_bytes: alloc.ephemeral_storage_bytes,
+            pods: node.spec.max_pods,
+            gpus: gpu_count as f64,
+            extended: alloc.extended.iter().cloned().collect(),
+        },
+        allocated: Amounts {
+            cpu: (alloc.cpu_milli - node.free.cpu_milli) as f64 / 1000.0,
+            memory_bytes: alloc.memory_bytes - node.free.memory_bytes,
+            ephemeral_storage_bytes: alloc.ephemeral_storage_bytes
+                - node.free.ephemeral_storage_bytes,
+            pods: node.spec.max_pods.saturating_sub(node.free_pods),
+            gpus: (gpu_count as u64 * 1000 - free_milli.min(gpu_count as u64 * 1000)) as f64
+                / 1000.0,
+            extended: alloc
+                .extended
+                .iter()
+                .map(|(n, a)| (n.clone(), a - node.free.extended(n)))
+                .collect(),
+        },
+        gpus: node
+            .spec
+            .gpus
+            .iter()
+            .zip(&node.gpus)
+            .map(|(device, usage)| GpuView {
+                index: device.index,
+                model: device.model.clone(),
+                memory_mib: device.memory_mib,
+                numa_node: device.numa_node,
+                used_milli: 1000 - usage.free_milli,
+                held_whole: usage.held_whole,
+                pods: on_device.remove(&device.index).unwrap_or_default(),
+            })
+            .collect(),
+        pods,
+    }
+}
+
+// ---- Terminal rendering ----
+
+/// The explanation's message after `first` (a label or an indent), continued at `indent`.
+fn render_explanation(out: &mut String, e: &Explanation, first: &str, indent: &str) {
+    let _ = writeln!(out, "{first}{}", e.message);
+    if e.queue_problem.is_some() {
+        let _ = writeln!(
+            out,
+            "{indent}(the queue holds it: no node was tried, and more nodes would not help)"
+        );
+    }
+}
+
+fn duration_s(s: f64) -> String {
+    format_duration((s * 1000.0).round() as Millis)
+}
+
+fn clock_s(s: f64) -> String {
+    clock((s * 1000.0).round() as Millis)
+}
+
+fn clock_approx_s(s: f64) -> String {
+    clock_approx((s * 1000.0).round() as Millis)
+}
+
+pub fn render_pod(v: &PodView) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "pod {} at {}", v.pod, v.at);
+    let mut phase = v.phase.to_string();
+    if let Some(w) = v.waiting_s {
+        let _ = write!(
+            phase,
+            " for {} (created {})",
+            duration_s(w),
+            clock_s(v.created_at_s)
+        );
+    }
+    let _ = writeln!(out, "  phase      {phase}, priority {}", v.priority);
+    let _ = writeln!(out, "  requests   {}", v.requests.summary);
+    if let Some(g) = &v.gang {
+        let _ = writeln!(out, "  gang       {g}");
+    }
+    if let Some(node) = &v.node {
+        let gpus = if v.gpus.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", GPUs {}",
+                v.gpus
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        };
+        let _ = writeln!(
+            out,
+            "  node       {node}{gpus} (bound at {})",
+            clock_s(v.bound_at_s.unwrap_or(0.0))
+        );
+    }
+    if let Some(p) = &v.position {
+        let queue = match &p.cluster_queue {
+            Some(q) => format!("ClusterQueue {q}"),
+            None => "no ClusterQueue".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  queue      {queue}: position {} of {} pending workloads ({} ahead)",
+            p.position, p.pending_workloads, p.ahead
+        );
+    }
+    if let Some(e) = &v.explanation {
+        let label = if v.phase == "Pending" {
+            "why"
+        } else {
+            "reason"
+        };
+        render_explanation(&mut out, e, &format!("  {label:<10} "), "             ");
+    } else if v.phase == "Pending" {
+        let _ = writeln!(out, "  why        not tried yet");
+    }
+    if let Some(p) = &v.predicted_start {
+        let _ = writeln!(out, "  start      {}", p.render());
+    }
+    if let Some(h) = &v.help {
+        render_help(&mut out, h, v.gang.is_some());
+    }
+    out
+}
+
+fn render_help(out: &mut String, h: &Help, gang: bool) {
+    match &h.closest {
+        Some(c) => {
+            let lacks: Vec<&str> = c.lacks.iter().map(|l| l.text.as_str()).collect();
+            let _ = writeln!(
+                out,
+                "  would help fits on node {} if {} were free",
+                c.node,
+                lacks.join(" and ")
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "  would help no node it may use lacks only capacity: see the reasons above"
+            );
+        }
+    }
+    if let Some(r) = &h.room {
+        let ending: Vec<String> = r
+            .ending
+            .iter()
+            .take(6)
+            .map(|e| {
+                let gpus = if e.gpus > 0.0 {
+                    format!(", {} GPU", e.gpus)
+                } else {
+                    String::new()
+                };
+                format!("{} ({}{gpus})", e.pod, clock_approx_s(e.ends_at_s))
+            })
+            .collect();
+        let more = r.ending.len().saturating_sub(6);
+        let _ = writeln!(
+            out,
+            "             room on {} from about {} when these end (estimated runtimes): {}{}",
+            r.node,
+            clock_approx_s(r.at_s),
+            ending.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        );
+        let _ = writeln!(
+            out,
+            "             (unless work ahead of it takes that room first{})",
+            if gang {
+                "; the gang needs room for all its pods"
+            } else {
+                ""
+            }
+        );
+    } else if h.closest.is_some() {
+        let _ = writeln!(
+            out,
+            "             no running pod with a known end frees enough room on one node"
+        );
+    }
+}
+
+pub fn render_gang(v: &GangView) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "gang {} at {}", v.gang, v.at);
+    let declared = if v.declared {
+        format!(
+            "minMember {}{}",
+            v.min_member.unwrap_or(0),
+            v.total
+                .map(|t| format!(", {t} pods expected"))
+                .unwrap_or_default()
+        )
+    } else {
+        "not declared by a PodGroup".to_string()
+    };
+    let _ = writeln!(out, "  phase      {} ({declared})", v.phase);
+    let expected = v.total.or(v.min_member).unwrap_or(v.exist);
+    let _ = writeln!(
+        out,
+        "  members    {} of {} exist, {} bound, {} pending",
+        v.exist, expected, v.bound, v.pending
+    );
+    for m in &v.members {
+        let _ = writeln!(
+            out,
+            "             {} {}{}",
+            m.pod,
+            m.phase,
+            m.node
+                .as_ref()
+                .map(|n| format!(" on {n}"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(p) = &v.problem {
+        let _ = writeln!(out, "  problem    {}", p.message);
+    }
+    if let (Some(first), Some(e)) = (&v.first_pending, &v.first_pending_explanation) {
+        let _ = writeln!(out, "  first pending member {first}:");
+        render_explanation(&mut out, e, "             ", "             ");
+    }
+    if let Some(p) = &v.predicted_start {
+        let _ = writeln!(out, "  start      {}", p.render());
+    }
+    out
+}
+
+fn pending_table(out: &mut String, list: &[PendingEntry]) {
+    if list.is_empty() {
+        let _ = writeln!(out, "  (nothing pending)");
+        return;
+    }
+    let width = list.iter().map(|e| e.pod.len()).max().unwrap_or(3).max(3);
+    let qwidth = list
+        .iter()
+        .map(|e| e.cluster_queue.as_deref().unwrap_or("-").len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let _ = writeln!(
+        out,
+        "  {:>4}  {:<width$}  {:<qwidth$}  {:>8}  {:>10}  {:<34}  REASON",
+        "POS", "POD", "QUEUE", "PRIORITY", "WAITING", "PREDICTED START (RANGE)"
+    );
+    for e in list {
+        let start = match &e.predicted_start {
+            Some(p) => {
+                let point = p
+                    .point_s
+                    .map(clock_approx_s)
+                    .unwrap_or_else(|| "none".to_string());
+                let range = match (p.from_s, p.to_s) {
+                    (Some(f), Some(t)) => format!("{}-{}", clock_approx_s(f), clock_approx_s(t)),
+                    (Some(f), None) => format!("{}-never", clock_approx_s(f)),
+                    _ => "never".to_string(),
+                };
+                format!("{point} ({range})")
+            }
+            None => "-".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:>4}  {:<width$}  {:<qwidth$}  {:>8}  {:>10}  {:<34}  {}",
+            e.position,
+            e.pod,
+            e.cluster_queue.as_deref().unwrap_or("-"),
+            e.priority,
+            duration_s(e.waiting_s),
+            start,
+            e.reason
+        );
+    }
+}
+
+pub fn render_queue_list(v: &QueueListView) -> String {
+    let mut out = String::new();
+    let mut filter = Vec::new();
+    if let Some(q) = &v.cluster_queue {
+        filter.push(format!("ClusterQueue {q}"));
+    }
+    if let Some(ns) = &v.namespace {
+        filter.push(format!("namespace {ns}"));
+    }
+    let _ = writeln!(
+        out,
+        "pending at {}: {} pod(s){}{}",
+        v.at,
+        v.pending.len(),
+        if filter.is_empty() {
+            String::new()
+        } else {
+            format!(" in {}", filter.join(", "))
+        },
+        if v.pending.len() != v.pending_total {
+            format!(" ({} in all)", v.pending_total)
+        } else {
+            String::new()
+        }
+    );
+    pending_table(&mut out, &v.pending);
+    out
+}
+
+pub fn render_queue(v: &QueueView) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "ClusterQueue {} at {}", v.cluster_queue, v.at);
+    let _ = writeln!(
+        out,
+        "  cohort     {}, {}",
+        v.cohort.as_deref().unwrap_or("none"),
+        v.queueing_strategy
+    );
+    let _ = writeln!(
+        out,
+        "  workloads  {} pod(s) pending, {} admitted and running",
+        v.pending, v.admitted
+    );
+    let _ = writeln!(out, "  quota");
+    for q in &v.quota {
+        let _ = writeln!(out, "    {:<16} {:<20} {}", q.flavor, q.resource, q.text);
+    }
+    pending_table(&mut out, &v.pending_list);
+    out
+}
+
+pub fn render_node(v: &NodeView) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "node {} at {}{}",
+        v.node,
+        v.at,
+        if v.cordoned { " (cordoned)" } else { "" }
+    );
+    let (c, a) = (&v.capacity, &v.allocated);
+    let _ = writeln!(
+        out,
+        "  allocated  cpu {}/{}, memory {}/{}, pods {}/{}, GPUs {}/{}",
+        a.cpu,
+        c.cpu,
+        Bytes(a.memory_bytes),
+        Bytes(c.memory_bytes),
+        a.pods,
+        c.pods,
+        a.gpus,
+        c.gpus
+    );
+    for (name, total) in &c.extended {
+        let _ = writeln!(
+            out,
+            "             {name} {}/{total}",
+            a.extended.get(name).copied().unwrap_or(0)
+        );
+    }
+    let taints = if v.taints.is_empty() {
+        "none".to_string()
+    } else {
+        v.taints.join(", ")
+    };
+    let _ = writeln!(out, "  taints     {taints}");
+    if !v.gpus.is_empty() {
+        let _ = writeln!(out, "  GPUs");
+        for g in &v.gpus {
+            let used = match (g.used_milli, g.held_whole) {
+                (0, _) => "free".to_string(),
+                (_, true) => "whole".to_string(),
+                (m, false) => format!("{} shared", m as f64 / 1000.0),
+            };
+            let _ = writeln!(
+                out,
+                "    {:>2} {} NUMA {} {:<10} {}",
+                g.index,
+                g.model,
+                g.numa_node,
+                used,
+                g.pods.join(", ")
+            );
+        }
+    }
+    let _ = writeln!(out, "  pods       {}", v.pods.len());
+    for p in &v.pods {
+        let _ = writeln!(
+            out,
+            "    {} (priority {}; {}; since {}, ends {})",
+            p.pod,
+            p.priority,
+            p.requests,
+            clock_s(p.bound_at_s),
+            p.ends_at_s
+                .map(|e| format!("about {}", clock_approx_s(e)))
+                .unwrap_or_else(|| "never (runs to the end)".to_string())
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_times_read_back_as_durations() {
+        assert_eq!(clock(36_000_000), "10:00");
+        assert_eq!(clock(93_600_000), "26:00");
+        assert_eq!(clock(34_230_000), "09:30:30");
+        for t in [0, 36_000_000, 34_230_000] {
+            assert_eq!(crate::duration::parse_duration(&clock(t)), Ok(t));
+        }
+    }
+
+    #[test]
+    fn did_you_mean_finds_close_names() {
+        let known = ["gpu-0", "gpu-1", "cpu-0", "control-plane"];
+        assert!(did_you_mean("gpu-9", known.iter().copied()).contains("\"gpu-0\""));
+        assert_eq!(did_you_mean("zzzzzzzz", known.iter().copied()), "");
+    }
+}

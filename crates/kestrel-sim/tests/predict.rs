@@ -1,0 +1,265 @@
+//! Start-time prediction: the simulator run forward from a moment with estimated runtimes
+//! and only what is known at that moment.
+
+use kestrel_core::*;
+use kestrel_sim::inputs::{load_cluster_file, load_workload_files, resolve_paths};
+use kestrel_sim::predict::{
+    estimated_durations, evaluate, evaluate_within, predict, predict_within, prediction_seeds,
+    ESTIMATE_ERROR,
+};
+use kestrel_sim::*;
+use std::path::PathBuf;
+
+const MIN: Millis = 60_000;
+const HOUR: Millis = 3_600_000;
+
+fn gpu_node(name: &str, gpus: u32) -> NodeSpec {
+    let mut node = NodeSpec::new(name, Resources::new(64_000, 512 << 30));
+    node.gpus = GpuTopology::Flat.devices("H100", 81_559, gpus).0;
+    node
+}
+
+fn pod_job(name: &str, gpus: u32, arrival: Millis, duration: Millis, priority: i32) -> SimJob {
+    let mut template = PodSpec::new(
+        "",
+        "",
+        Demand {
+            resources: Resources::new(1000, 1 << 30),
+            gpu: GpuRequest::Whole(gpus),
+        },
+    );
+    template.priority = priority;
+    SimJob {
+        kind: JobKind::Pod,
+        source_kind: "Pod".into(),
+        namespace: "team".into(),
+        name: name.into(),
+        arrival,
+        duration: Some(duration),
+        parallelism: 1,
+        completions: 1,
+        template,
+        gpu_utilization: 1.0,
+    }
+}
+
+fn one_node() -> SimCluster {
+    SimCluster {
+        nodes: vec![gpu_node("a", 8)],
+        events: vec![],
+    }
+}
+
+fn pod_id(sim: &Simulation<'_>, name: &str) -> PodId {
+    sim.scheduler()
+        .pods()
+        .find(|(_, r)| r.spec.name == name)
+        .map(|(id, _)| id)
+        .unwrap_or_else(|| panic!("no pod {name}"))
+}
+
+#[test]
+fn estimates_stay_within_twenty_percent_and_declared_ones_win() {
+    let mut declared = pod_job("declared", 1, 0, 2 * HOUR, 0);
+    declared.template.preemption.runtime_estimate = Some(45 * MIN);
+    let mut jobs: Vec<SimJob> = (0..200)
+        .map(|i| pod_job(&format!("p{i}"), 1, 0, HOUR, 0))
+        .collect();
+    jobs.push(declared);
+    let mut forever = pod_job("service", 1, 0, 0, 0);
+    forever.duration = None;
+    jobs.push(forever);
+    let workload = Workload {
+        jobs,
+        ..Default::default()
+    };
+    let a = estimated_durations(&workload, 42);
+    let b = estimated_durations(&workload, 43);
+    assert_eq!(a, estimated_durations(&workload, 42), "seeded");
+    assert_ne!(a, b, "another seed, other estimates");
+    let limit = (HOUR as f64 * ESTIMATE_ERROR).ceil() as Millis;
+    for d in &a[..200] {
+        let d = d.expect("a job with a duration has an estimate");
+        assert!(d.abs_diff(HOUR) <= limit, "{d} is not within 20% of 1 h");
+    }
+    let spread =
+        a[..200].iter().flatten().max().unwrap() - a[..200].iter().flatten().min().unwrap();
+    assert!(spread > limit, "estimates spread over the range: {spread}");
+    assert_eq!(
+        a[200],
+        Some(45 * MIN),
+        "the declared runtime estimate is used"
+    );
+    assert_eq!(a[201], None, "a pod that runs to the end has no estimate");
+}
+
+#[test]
+fn with_exact_runtimes_and_nothing_unknown_the_prediction_is_the_truth() {
+    // All jobs exist from the start: what the forward run does is what the true run does.
+    let jobs = vec![
+        pod_job("big-1", 8, 0, 3 * HOUR, 10),
+        pod_job("half-1", 4, 0, HOUR, 5),
+        pod_job("half-2", 4, 0, 2 * HOUR, 5),
+        pod_job("one-1", 1, 0, 30 * MIN, 1),
+        pod_job("big-2", 8, 0, HOUR, 0),
+    ];
+    let workload = Workload {
+        jobs,
+        ..Default::default()
+    };
+    let eval = evaluate_within(
+        &one_node(),
+        &workload,
+        &SimConfig::default(),
+        &[0, 90 * MIN, 4 * HOUR],
+        42,
+        0.0,
+    )
+    .unwrap();
+    assert!(eval.pods >= 6, "{eval:?}");
+    for d in &eval.details {
+        assert_eq!(d.predicted, Some(d.actual), "{d:?}");
+        assert!(d.runs.iter().all(|r| *r == Some(d.actual)), "{d:?}");
+    }
+    assert_eq!(eval.predictor_median_error_s, 0.0);
+    assert_eq!(eval.within_range, 1.0);
+}
+
+#[test]
+fn jobs_arriving_after_the_moment_are_not_known_to_the_predictor() {
+    // "low" waits for "first" (ends at 2 h); at 1 h an urgent job (that does not preempt)
+    // arrives and takes the room first, so "low" really starts at 3 h. From 30 min, the
+    // predictor cannot know that.
+    let mut urgent = pod_job("urgent", 8, HOUR, HOUR, 100);
+    urgent.template.preemption.never_preempt = true;
+    let workload = Workload {
+        jobs: vec![
+            pod_job("first", 8, 0, 2 * HOUR, 0),
+            pod_job("low", 8, 0, HOUR, 0),
+            urgent,
+        ],
+        ..Default::default()
+    };
+    let cluster = one_node();
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    assert!(sim.run_to(30 * MIN).unwrap());
+    let low = pod_id(&sim, "low");
+    assert!(
+        sim.scheduler().pod(low).pending_reason.is_some(),
+        "low is pending"
+    );
+    let predictions = predict_within(sim, &[low], &prediction_seeds(42), 0.0).unwrap();
+    assert_eq!(predictions.starts[&low].point(), Some(2 * HOUR));
+    let eval = evaluate_within(
+        &cluster,
+        &workload,
+        &SimConfig::default(),
+        &[30 * MIN],
+        42,
+        0.0,
+    )
+    .unwrap();
+    let d = &eval.details[0];
+    assert_eq!((d.actual, d.predicted), (3 * HOUR, Some(2 * HOUR)));
+}
+
+#[test]
+fn running_pods_end_at_their_estimate_but_not_before_the_moment() {
+    // "long" truly runs 3 h but declares 30 min; at 1 h it is still running. The predictor
+    // takes it to end now (not in the past), so "next" is predicted to start at 1 h.
+    let mut long = pod_job("long", 8, 0, 3 * HOUR, 0);
+    long.template.preemption.runtime_estimate = Some(30 * MIN);
+    let workload = Workload {
+        jobs: vec![long, pod_job("next", 8, 0, HOUR, 0)],
+        ..Default::default()
+    };
+    let cluster = one_node();
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    assert!(sim.run_to(HOUR).unwrap());
+    assert_eq!(sim.now(), HOUR);
+    let next = pod_id(&sim, "next");
+    let predictions = predict(sim, &[next], &prediction_seeds(7)).unwrap();
+    let p = &predictions.starts[&next];
+    assert_eq!(p.runs, vec![Some(HOUR); 3], "{p:?}");
+    assert_eq!(
+        (p.from(), p.point(), p.to()),
+        (Some(HOUR), Some(HOUR), Some(HOUR))
+    );
+}
+
+#[test]
+fn a_pod_nothing_known_makes_room_for_has_no_predicted_start() {
+    let mut service = pod_job("service", 8, 0, 0, 0);
+    service.duration = None;
+    let workload = Workload {
+        jobs: vec![service, pod_job("stuck", 1, 0, HOUR, 0)],
+        ..Default::default()
+    };
+    let cluster = one_node();
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    assert!(sim.run_to(0).unwrap());
+    assert!(
+        !sim.run_to(HOUR).unwrap(),
+        "nothing happens after the start"
+    );
+    let stuck = pod_id(&sim, "stuck");
+    let predictions = predict(sim, &[stuck], &prediction_seeds(42)).unwrap();
+    let p = &predictions.starts[&stuck];
+    assert_eq!((p.point(), p.from(), p.to()), (None, None, None));
+}
+
+#[test]
+fn run_to_says_when_the_moment_is_after_the_run() {
+    let workload = Workload {
+        jobs: vec![pod_job("only", 1, 0, HOUR, 0)],
+        ..Default::default()
+    };
+    let cluster = one_node();
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    assert!(sim.run_to(HOUR).unwrap(), "the run ends at 1 h: still on");
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    assert!(!sim.run_to(2 * HOUR).unwrap(), "nothing happens after 1 h");
+    assert_eq!(sim.last_event_at(), HOUR);
+}
+
+fn falcon_ai() -> Option<(SimCluster, Workload)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/falcon-ai");
+    if !dir.join("cluster.yaml").is_file() || !dir.join("workload.yaml").is_file() {
+        eprintln!("skipping: {} is absent", dir.display());
+        return None;
+    }
+    let files = resolve_paths(&[dir], None).unwrap();
+    let cluster = load_cluster_file(files.cluster.as_ref().unwrap()).unwrap();
+    let workload = load_workload_files(&files.workload).unwrap();
+    Some((cluster, workload))
+}
+
+#[test]
+fn on_the_falcon_ai_day_the_predictor_beats_work_ahead_over_capacity() {
+    let Some((cluster, workload)) = falcon_ai() else {
+        return;
+    };
+    let last = workload.jobs.iter().map(|j| j.arrival).max().unwrap();
+    let times: Vec<Millis> = (1..)
+        .map(|k| k * 2 * HOUR)
+        .take_while(|&t| t <= last)
+        .collect();
+    let eval = evaluate(&cluster, &workload, &SimConfig::default(), &times, 42).unwrap();
+    assert!(eval.pods >= 10, "enough pending pods to compare: {eval:?}");
+    assert_eq!(
+        eval.predicted, eval.pods,
+        "every pod that started was predicted to"
+    );
+    assert!(
+        eval.predictor_median_error_s < eval.naive_median_error_s,
+        "predictor {} s against naive {} s",
+        eval.predictor_median_error_s,
+        eval.naive_median_error_s
+    );
+    assert!(
+        eval.single_run_median_error_s < eval.naive_median_error_s,
+        "one forward run alone {} s against naive {} s",
+        eval.single_run_median_error_s,
+        eval.naive_median_error_s
+    );
+}
