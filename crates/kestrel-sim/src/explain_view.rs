@@ -24,9 +24,9 @@ use std::fmt::Write as _;
 pub fn clock(ms: Millis) -> String {
     let secs = ms / 1000;
     let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
-    if s == 0 && ms % 1000 == 0 {
+    if s == 0 && ms.is_multiple_of(1000) {
         format!("{h:02}:{m:02}")
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{h:02}:{m:02}:{s:02}")
     } else {
         format!("{h:02}:{m:02}:{s:02}.{:03}", ms % 1000)
@@ -754,6 +754,7 @@ pub fn help_for(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -
     let mut probe = spec.clone();
     probe.demand = Demand::default();
     let mut closest: Option<(f64, usize, &str, Vec<Lack>)> = None;
+    #[allow(clippy::type_complexity)]
     let mut room: Option<(Millis, usize, &str, Vec<(Millis, PodId)>)> = None;
     for (node_id, node) in scheduler.cluster().iter() {
         // Static predicates only: a pod with no demand fits wherever they pass.

@@ -289,6 +289,7 @@ pub fn evaluate_within(
     truth.record_bindings();
     let mut log: Vec<(PodId, Millis)> = Vec::new();
     // (moment, index into the log, pending pods, naive starts)
+    #[allow(clippy::type_complexity)]
     let mut snapshots: Vec<(Millis, usize, Vec<PodId>, HashMap<PodId, Millis>)> = Vec::new();
     let mut sorted = times.to_vec();
     sorted.sort_unstable();
