@@ -186,13 +186,15 @@ fn lent_quota_is_reclaimed_by_preempting_the_borrower() {
     let b_ids: Vec<PodId> = (0..3)
         .map(|i| s.submit(pod("team-b", &format!("b{i}"), "main", 1, 0), 1_000))
         .collect();
-    let d = s.schedule(1_000);
-    assert_eq!(d.preemptions.len(), 3, "one preemption per team-b pod");
-    let victims = evict_all(&mut s, &d);
-    assert_eq!(victims.len(), 3);
+    // One preemptor at a time per queue: the room it makes is its own.
+    let mut victims = Vec::new();
+    for t in 0..6 {
+        let d = s.schedule(1_000 + t);
+        assert!(d.preemptions.len() <= 1);
+        victims.extend(evict_all(&mut s, &d));
+    }
+    assert_eq!(victims.len(), 3, "one victim per team-b pod");
     assert!(victims.iter().all(|v| a.contains(v)));
-    assert!(reason(&s, b_ids[0]).is_empty() || bound(&s, &b_ids) == 0);
-    s.schedule(1_001);
     assert_eq!(bound(&s, &b_ids), 3, "team-b got its quota back");
     assert_eq!(gpu_used(&s, "team-a"), 5);
     // The evicted borrowers wait; team-a may not take back what team-b uses.
