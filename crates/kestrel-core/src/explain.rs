@@ -26,6 +26,9 @@ pub enum NodeReason {
     GpuFragmented,
     /// Held for the workload at the head of the queue (named) until it starts.
     Reserved(String),
+    /// Its free room is promised to a preempting pod (named) of no lower priority whose
+    /// victims are leaving (Kubernetes' nominated node), and this pod does not fit beside it.
+    Nominated(String),
 }
 
 impl NodeReason {
@@ -37,6 +40,7 @@ impl NodeReason {
                 | NodeReason::TooManyPods
                 | NodeReason::GpuFragmented
                 | NodeReason::Reserved(_)
+                | NodeReason::Nominated(_)
         )
     }
 }
@@ -70,6 +74,12 @@ impl fmt::Display for NodeReason {
                 write!(
                     f,
                     "node(s) had free GPU capacity split across shared devices"
+                )
+            }
+            NodeReason::Nominated(preemptor) => {
+                write!(
+                    f,
+                    "node(s) had room promised to preemptor {preemptor} whose victims are leaving"
                 )
             }
         }

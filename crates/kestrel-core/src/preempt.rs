@@ -467,6 +467,10 @@ impl Scheduler {
                 chosen = vec![single];
             }
         }
+        // The room the victims leave is promised to the preemptor where it would go.
+        if let Some(placement) = self.placement_without(&chosen, pods, gang, quota, now) {
+            self.hold_for(workload, &placement);
+        }
         let victims: Vec<PodId> = chosen.iter().flat_map(|c| c.pods.iter().copied()).collect();
         for &v in &victims {
             self.pods[v.0 as usize].evicting = true;
@@ -490,6 +494,20 @@ impl Scheduler {
         quota: &dyn Fn(&mut Scheduler, &[&Candidate]) -> QuotaVerdict,
         now: Millis,
     ) -> bool {
+        self.placement_without(chosen, pods, gang, quota, now)
+            .is_some()
+    }
+
+    /// Where the preemptor would go if `chosen` left (`None`: it would not be admitted
+    /// or placed). Nothing is changed when it returns.
+    fn placement_without(
+        &mut self,
+        chosen: &[&Candidate],
+        pods: &[PodId],
+        gang: GangPlan,
+        quota: &dyn Fn(&mut Scheduler, &[&Candidate]) -> QuotaVerdict,
+        now: Millis,
+    ) -> Option<Vec<(PodId, NodeId, GpuAssignment)>> {
         // Quota first, on the books alone: cheap, and most candidates fail it.
         let charged: Vec<(Admission, Vec<(String, i64)>)> = chosen
             .iter()
@@ -506,23 +524,21 @@ impl Scheduler {
         for (a, r) in &charged {
             self.queues.charge(a, r, 1);
         }
-        let Some(admission) = admission else {
-            return false;
-        };
+        let admission = admission?;
         let detached = self.detach(chosen.iter().flat_map(|c| c.pods.iter().copied()));
         self.probing = true;
         let placed = self.place_workload(pods, gang, admission.as_ref(), now);
         self.probing = false;
-        let fits = match placed {
+        let placement = match placed {
             Ok(placed) => {
                 self.rollback(&placed);
                 self.apply_admission(pods, None);
-                true
+                Some(placed)
             }
-            Err(_) => false,
+            Err(_) => None,
         };
         self.reattach(detached);
-        fits
+        placement
     }
 
     fn detach(&mut self, pods: impl Iterator<Item = PodId>) -> Vec<Detached> {

@@ -214,6 +214,18 @@ pub struct Scheduler {
     pub(crate) ready_preemptors: Vec<WorkloadKey>,
     /// When parked workloads should be retried for time's sake alone.
     pub(crate) wake_at: std::cell::Cell<Option<Millis>>,
+    /// Room promised to preemptors whose victims are leaving (Kubernetes' nominated
+    /// node): pods of no higher priority fit on these nodes only beside them, so the room
+    /// made by an eviction is not taken by the victim itself or others below.
+    pub(crate) holds: BTreeMap<NodeId, Vec<Hold>>,
+}
+
+/// One pod of a preempting workload, promised room on a node.
+#[derive(Debug, Clone)]
+pub(crate) struct Hold {
+    pub(crate) pod: PodId,
+    pub(crate) workload: WorkloadKey,
+    pub(crate) priority: i32,
 }
 
 /// Nodes held for the workload at the head of the queue until it fits or `until`.
@@ -290,6 +302,7 @@ impl Scheduler {
             now: 0,
             wake_at: std::cell::Cell::new(None),
             ready_preemptors: Vec::new(),
+            holds: BTreeMap::new(),
         }
     }
 
@@ -517,7 +530,7 @@ impl Scheduler {
                         ClassVerdict::Infeasible(_) => return None,
                     }
                 };
-                node.fits(&demand.resources, demand.gpu)
+                (node.fits(&demand.resources, demand.gpu) && self.fits_beside_holds(id, n))
                     .then_some((-score, node.slot.1, n))
             })
             .min();
@@ -528,6 +541,7 @@ impl Scheduler {
     pub(crate) fn explain_pod(&self, id: PodId) -> Unschedulable {
         let record = &self.pods[id.0 as usize];
         self.explain(
+            id,
             record.constraint,
             &record.spec.demand,
             self.may_use_reserved(id),
@@ -542,6 +556,7 @@ impl Scheduler {
             .id_of(name)
             .ok_or_else(|| ClusterError::UnknownNode(name.to_string()))?;
         let state = self.cluster.remove(id);
+        self.holds.remove(&id);
         self.nodes_changed();
         let evicted: Vec<PodId> = state.pods.iter().copied().collect();
         for &pod in &evicted {
@@ -619,6 +634,11 @@ impl Scheduler {
                 self.gangs.gangs[gang.0 as usize].members.remove(&id);
             }
         }
+        if matches!(record.phase, PodPhase::Pending) && !self.holds.is_empty() {
+            let workload = self.workload_of(id);
+            self.release_holds(workload);
+        }
+        let record = &mut self.pods[id.0 as usize];
         match std::mem::replace(&mut record.phase, PodPhase::Gone) {
             PodPhase::Gone => return Err(ClusterError::UnknownPod(id)),
             PodPhase::Pending => {
@@ -704,6 +724,93 @@ impl Scheduler {
         }
         let estimate = self.pods[id.0 as usize].spec.preemption.runtime_estimate;
         matches!((estimate, r.start_estimate), (Some(e), Some(start)) if self.now + e <= start)
+    }
+
+    /// Promises a preemptor the room of its planned placement until it binds or tries again.
+    pub(crate) fn hold_for(
+        &mut self,
+        workload: WorkloadKey,
+        placed: &[(PodId, NodeId, GpuAssignment)],
+    ) {
+        self.release_holds(workload);
+        for &(pod, node, _) in placed {
+            let priority = self.pods[pod.0 as usize].spec.priority;
+            self.holds.entry(node).or_default().push(Hold {
+                pod,
+                workload,
+                priority,
+            });
+        }
+    }
+
+    /// Drops a workload's promised room (it bound, left, or must choose again).
+    pub(crate) fn release_holds(&mut self, workload: WorkloadKey) {
+        if self.holds.is_empty() {
+            return;
+        }
+        let before: usize = self.holds.values().map(Vec::len).sum();
+        self.holds.retain(|_, held| {
+            held.retain(|h| h.workload != workload);
+            !held.is_empty()
+        });
+        if self.holds.values().map(Vec::len).sum::<usize>() != before {
+            self.capacity_may_have_grown();
+        }
+    }
+
+    /// The holds on a node that bind pod `id`: other workloads' of no lower priority.
+    fn holds_against(&self, id: PodId, node: NodeId) -> impl Iterator<Item = &Hold> {
+        let held = self.holds.get(&node).map_or(&[][..], Vec::as_slice);
+        let priority = self.pods[id.0 as usize].spec.priority;
+        let own = (!held.is_empty()).then(|| self.workload_of(id));
+        held.iter()
+            .filter(move |h| h.priority >= priority && Some(h.workload) != own)
+    }
+
+    /// Whether pod `id` (whose demand fits the node's free room) also fits beside the
+    /// room promised there to preemptors it may not overtake.
+    fn fits_beside_holds(&self, id: PodId, node_id: NodeId) -> bool {
+        if self.holds.is_empty() {
+            return true;
+        }
+        let demand = &self.pods[id.0 as usize].spec.demand;
+        let mut resources = demand.resources.clone();
+        let (mut whole, mut pods) = (0u32, 1u32);
+        for h in self.holds_against(id, node_id) {
+            let held = &self.pods[h.pod.0 as usize].spec.demand;
+            resources.add(&held.resources);
+            // A held share is counted as a whole device: its placement is not fixed yet.
+            whole += match held.gpu {
+                GpuRequest::None => 0,
+                GpuRequest::Whole(n) => n,
+                GpuRequest::Shared { .. } => 1,
+            };
+            pods += 1;
+        }
+        if pods == 1 {
+            return true;
+        }
+        let node = self.cluster.node(node_id);
+        let gpus = match demand.gpu {
+            GpuRequest::None => true,
+            GpuRequest::Whole(n) => node.free_whole_gpus() >= n + whole,
+            GpuRequest::Shared { milli } => {
+                node.gpus
+                    .iter()
+                    .any(|g| !g.held_whole && g.free_milli < 1000 && g.free_milli >= milli)
+                    || node.free_whole_gpus() > whole
+            }
+        };
+        node.free_pods >= pods && node.free.fits(&resources) && gpus
+    }
+
+    /// Whether any promised room can bind pod `id` (then failures are not shared by
+    /// pods of the same shape, whose priorities may differ).
+    fn held_against(&self, id: PodId) -> bool {
+        let priority = self.pods[id.0 as usize].spec.priority;
+        self.holds
+            .values()
+            .any(|held| held.iter().any(|h| h.priority >= priority))
     }
 
     pub(crate) fn workload_of(&self, id: PodId) -> WorkloadKey {
@@ -996,10 +1103,13 @@ impl Scheduler {
                 {
                     self.release_reservation();
                 }
+                self.release_holds(workload);
                 Attempt::Placed(placed)
             }
             Err(_) if waiting.is_some() => waiting_failure(waiting.unwrap_or_default()),
             Err(reason) => {
+                // Its victims are gone and it still does not fit: the promise is void.
+                self.release_holds(workload);
                 let cq = admission.as_ref().map(|a| a.cq);
                 let request = self.workload_request(pods);
                 let search = self.search_key(false, cq, pods, &request);
@@ -1358,8 +1468,9 @@ impl Scheduler {
         let record = &self.pods[id.0 as usize];
         let (constraint, signature) = (record.constraint, record.signature);
         let access = self.may_use_reserved(id);
+        let cacheable = !self.probing && !self.held_against(id);
         if let Some((generation, had_access, reason)) = &self.failed[signature as usize] {
-            if *generation == self.generation && *had_access == access && !self.probing {
+            if *generation == self.generation && *had_access == access && cacheable {
                 return Err(reason.clone());
             }
         }
@@ -1418,7 +1529,9 @@ impl Scheduler {
                     if per_bucket == 1 && !entry.per_node && best.is_some_and(|b| b <= candidate) {
                         break;
                     }
-                    if !node.fits(&demand.resources, demand.gpu) {
+                    if !node.fits(&demand.resources, demand.gpu)
+                        || !self.fits_beside_holds(id, node_id)
+                    {
                         continue;
                     }
                     if per_bucket > 1 {
@@ -1489,8 +1602,8 @@ impl Scheduler {
                 )))
             }
             None => {
-                let reason = Arc::new(self.explain(constraint, &demand.clone(), access));
-                if !self.probing {
+                let reason = Arc::new(self.explain(id, constraint, &demand.clone(), access));
+                if cacheable {
                     self.failed[signature as usize] =
                         Some((self.generation, access, reason.clone()));
                 }
@@ -1500,7 +1613,7 @@ impl Scheduler {
     }
 
     /// Counts, over all nodes, why a pod with these constraints and demand fits none.
-    fn explain(&self, constraint: u32, demand: &Demand, access: bool) -> Unschedulable {
+    fn explain(&self, id: PodId, constraint: u32, demand: &Demand, access: bool) -> Unschedulable {
         let entry = &self.constraints[constraint as usize];
         let reserved = self.reservation.as_ref().filter(|_| !access);
         let mut reasons: BTreeMap<NodeReason, u32> = BTreeMap::new();
@@ -1532,7 +1645,18 @@ impl Scheduler {
                     let free_whole = node.free_whole_gpus();
                     eligible_free_whole += free_whole;
                     best_free_whole = best_free_whole.max(free_whole);
-                    for reason in node_shortfalls(node, demand) {
+                    let short = node_shortfalls(node, demand);
+                    if short.is_empty() && !self.fits_beside_holds(id, node_id) {
+                        let preemptor =
+                            self.holds_against(id, node_id)
+                                .next()
+                                .map_or_else(String::new, |h| {
+                                    let spec = &self.pods[h.pod.0 as usize].spec;
+                                    format!("{}/{}", spec.namespace, spec.name)
+                                });
+                        *reasons.entry(NodeReason::Nominated(preemptor)).or_default() += 1;
+                    }
+                    for reason in short {
                         *reasons.entry(reason).or_default() += 1;
                     }
                 }

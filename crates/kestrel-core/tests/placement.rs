@@ -469,3 +469,40 @@ fn restored_pods_count_even_beyond_capacity_and_unbind_requeues() {
     assert!(s.unbind(old).is_err(), "not bound any more");
     assert_eq!(s.pending(), vec![old, waiting]);
 }
+
+#[test]
+fn room_made_by_preemption_is_held_for_the_preemptor() {
+    // cpu-only node of 16 cores: l1 (10) and low l2 (2) run, 4 free; low l3 (4) waits behind
+    // the high-priority pod p (6), which needs l2's room on top of the free 4.
+    let mut s = scheduler(Policy::BinPack, vec![cpu_node("n")]);
+    let mut first = pod("l1", 10_000, GpuRequest::None);
+    first.priority = 1000; // not a candidate victim
+    let l1 = s.submit(first, 0);
+    let l2 = s.submit(pod("l2", 2_000, GpuRequest::None), 0);
+    assert_eq!(s.schedule(0).bindings.len(), 2);
+    let mut high = pod("p", 6_000, GpuRequest::None);
+    high.priority = 1000;
+    let p = s.submit(high, 1);
+    let l3 = s.submit(pod("l3", 4_000, GpuRequest::None), 1);
+    let d = s.schedule(1);
+    assert_eq!(d.preemptions.len(), 1);
+    assert_eq!(d.preemptions[0].victims.len(), 1);
+    assert_eq!(d.preemptions[0].victims[0].pod, l2);
+    // l3 would fit the free 4 cores, but they are promised to p.
+    assert!(d.bindings.is_empty(), "{:?}", d.bindings);
+    let why = s.pod(l3).pending_reason.as_ref().unwrap().to_string();
+    assert!(why.contains("promised to preemptor team/p"), "{why}");
+    // The victim leaves (after its grace): p takes the room; l2 and l3 wait.
+    s.evict(l2).unwrap();
+    let d = s.schedule(2);
+    let bound: Vec<PodId> = d.bindings.iter().map(|b| b.pod).collect();
+    assert_eq!(bound, vec![p]);
+    assert!(d.preemptions.is_empty());
+    assert_eq!(node_of(&s, l1), "n");
+    // Once p is bound, the hold is gone: l2 fits the 2 cores that are left.
+    s.finish(l1).unwrap();
+    let d = s.schedule(3);
+    let mut bound: Vec<PodId> = d.bindings.iter().map(|b| b.pod).collect();
+    bound.sort();
+    assert_eq!(bound, vec![l2, l3]);
+}

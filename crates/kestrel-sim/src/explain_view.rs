@@ -355,6 +355,7 @@ impl Explanation {
                     NodeReason::TooManyPods => ("too-many-pods", None),
                     NodeReason::GpuFragmented => ("gpu-fragmented", None),
                     NodeReason::Reserved(holder) => ("reserved", Some(holder.clone())),
+                    NodeReason::Nominated(preemptor) => ("nominated", Some(preemptor.clone())),
                 };
                 NodeReasonCount {
                     reason: reason.to_string(),
@@ -477,6 +478,45 @@ fn positions(scheduler: &Scheduler) -> Vec<(PodId, Option<CqId>, u32, u32)> {
     out
 }
 
+/// Where one pending pod stands in its queue: one pass over the pending pods of that
+/// queue, counting workloads (a gang once).
+fn position_of(scheduler: &Scheduler, id: PodId) -> Option<Position> {
+    let cq = scheduler.queue_of(id);
+    let gang_of = |p: PodId| {
+        let spec = &scheduler.pod(p).spec;
+        spec.gang
+            .as_ref()
+            .map(|m| (spec.namespace.as_str(), m.gang.as_str()))
+    };
+    let own_gang = gang_of(id);
+    let mut gangs: BTreeSet<(&str, &str)> = BTreeSet::new();
+    let (mut total, mut position) = (0u32, None);
+    for p in scheduler.pending() {
+        if scheduler.queue_of(p) != cq {
+            continue;
+        }
+        let gang = gang_of(p);
+        let new_workload = match gang {
+            Some(g) => gangs.insert(g),
+            None => true,
+        };
+        if new_workload {
+            total += 1;
+        }
+        let same_workload = p == id || (own_gang.is_some() && gang == own_gang);
+        if position.is_none() && same_workload {
+            position = Some(total);
+        }
+    }
+    let position = position?;
+    Some(Position {
+        cluster_queue: queue_name(scheduler, cq),
+        position,
+        ahead: position - 1,
+        pending_workloads: total,
+    })
+}
+
 fn queue_name(scheduler: &Scheduler, cq: Option<CqId>) -> Option<String> {
     let cq = cq?;
     scheduler
@@ -595,35 +635,32 @@ pub struct Help {
     pub room: Option<Room>,
 }
 
-/// What is missing on a node for a demand (empty when it fits), with each lack as a share
-/// of the node's allocatable.
-fn lacks_on(node: &NodeState, demand: &Demand) -> (Vec<Lack>, f64) {
-    let mut lacks = Vec::new();
+/// One missing amount, in the engine's units, before it is put in words.
+struct Missing<'a> {
+    resource: &'a str,
+    amount: i64,
+}
+
+/// What is missing on a node for a demand (empty when it fits), and the sum of each
+/// missing amount as a share of the node's allocatable (the closeness measure).
+fn missing_on<'a>(node: &NodeState, demand: &'a Demand) -> (Vec<Missing<'a>>, f64) {
+    let mut missing = Vec::new();
     let mut share = 0.0;
     let alloc = &node.spec.allocatable;
-    let mut add = |resource: &str, missing: i64, of: i64, text: String, amount: f64| {
-        if missing > 0 {
-            share += missing as f64 / of.max(1) as f64;
-            lacks.push(Lack {
-                resource: resource.to_string(),
-                missing: amount,
-                text,
-            });
+    let mut add = |resource: &'a str, amount: i64, of: i64| {
+        if amount > 0 {
+            share += amount as f64 / of.max(1) as f64;
+            missing.push(Missing { resource, amount });
         }
     };
+    let gpu_total = node.gpu_count() as i64 * 1000;
     match demand.gpu {
         GpuRequest::None => {}
-        GpuRequest::Whole(n) => {
-            let missing = n.saturating_sub(node.free_whole_gpus()) as i64;
-            let text = format!("{missing} more GPU{}", if missing == 1 { "" } else { "s" });
-            add(
-                GPU_RESOURCE,
-                missing * 1000,
-                node.gpu_count() as i64 * 1000,
-                text,
-                missing as f64,
-            );
-        }
+        GpuRequest::Whole(n) => add(
+            GPU_RESOURCE,
+            n.saturating_sub(node.free_whole_gpus()) as i64 * 1000,
+            gpu_total,
+        ),
         GpuRequest::Shared { milli } => {
             let best = node
                 .gpus
@@ -632,87 +669,132 @@ fn lacks_on(node: &NodeState, demand: &Demand) -> (Vec<Lack>, f64) {
                 .map(|g| g.free_milli)
                 .max()
                 .unwrap_or(0);
-            let missing = milli.saturating_sub(best) as i64;
-            let text = format!("{} more of one GPU", format_amount(GPU_RESOURCE, missing));
-            add(
-                GPU_RESOURCE,
-                missing,
-                node.gpu_count() as i64 * 1000,
-                text,
-                missing as f64 / 1000.0,
-            );
+            add(GPU_RESOURCE, milli.saturating_sub(best) as i64, gpu_total);
         }
     }
     let r = &demand.resources;
-    let missing = r.cpu_milli - node.free.cpu_milli;
-    add(
-        "cpu",
-        missing,
-        alloc.cpu_milli,
-        format!("{} more cpu", format_amount("cpu", missing)),
-        missing as f64 / 1000.0,
-    );
-    let missing = r.memory_bytes - node.free.memory_bytes;
+    add("cpu", r.cpu_milli - node.free.cpu_milli, alloc.cpu_milli);
     add(
         "memory",
-        missing,
+        r.memory_bytes - node.free.memory_bytes,
         alloc.memory_bytes,
-        format!("{} more memory", Bytes(missing)),
-        missing as f64,
     );
-    let missing = r.ephemeral_storage_bytes - node.free.ephemeral_storage_bytes;
     add(
         "ephemeral-storage",
-        missing,
+        r.ephemeral_storage_bytes - node.free.ephemeral_storage_bytes,
         alloc.ephemeral_storage_bytes,
-        format!("{} more ephemeral-storage", Bytes(missing)),
-        missing as f64,
     );
     for (name, amount) in &r.extended {
-        let missing = amount - node.free.extended(name);
         add(
             name,
-            missing,
+            amount - node.free.extended(name),
             alloc.extended(name),
-            format!("{missing} more {name}"),
-            missing as f64,
         );
     }
     if node.free_pods == 0 {
-        add(
-            "pods",
-            1,
-            node.spec.max_pods as i64,
-            "room for one more pod".to_string(),
-            1.0,
-        );
+        add("pods", 1, node.spec.max_pods as i64);
     }
-    (lacks, share)
+    (missing, share)
 }
 
-/// Frees what a bound pod holds on a copy of its node.
-fn release_on(node: &mut NodeState, spec: &PodSpec, gpus: &GpuAssignment) {
-    node.free.add(&spec.demand.resources);
-    node.free_pods += 1;
-    let position =
-        |node: &NodeState, index: u32| node.spec.gpus.iter().position(|g| g.index == index);
-    match gpus {
-        GpuAssignment::None => {}
-        GpuAssignment::Whole(indices) => {
-            for &index in indices {
-                if let Some(p) = position(node, index) {
-                    node.gpus[p].free_milli = 1000;
-                    node.gpus[p].held_whole = false;
+/// A missing amount in words and user units.
+fn lack(m: &Missing<'_>, whole_gpus: bool) -> Lack {
+    let (missing, text) = match m.resource {
+        GPU_RESOURCE if whole_gpus => {
+            let n = m.amount / 1000;
+            (
+                n as f64,
+                format!("{n} more GPU{}", if n == 1 { "" } else { "s" }),
+            )
+        }
+        GPU_RESOURCE => (
+            m.amount as f64 / 1000.0,
+            format!("{} more of one GPU", format_amount(GPU_RESOURCE, m.amount)),
+        ),
+        "cpu" => (
+            m.amount as f64 / 1000.0,
+            format!("{} more cpu", format_amount("cpu", m.amount)),
+        ),
+        "memory" | "ephemeral-storage" => (
+            m.amount as f64,
+            format!("{} more {}", Bytes(m.amount), m.resource),
+        ),
+        "pods" => (1.0, "room for one more pod".to_string()),
+        other => (m.amount as f64, format!("{} more {other}", m.amount)),
+    };
+    Lack {
+        resource: m.resource.to_string(),
+        missing,
+        text,
+    }
+}
+
+/// The free amounts of a node, to play pods' ends forward on (cheaper than a copy of the
+/// whole node, labels and all).
+#[derive(Clone)]
+struct Free {
+    resources: kestrel_core::Resources,
+    pods: u32,
+    gpus: Vec<kestrel_core::GpuUse>,
+}
+
+impl Free {
+    fn of(node: &NodeState) -> Self {
+        Free {
+            resources: node.free.clone(),
+            pods: node.free_pods,
+            gpus: node.gpus.clone(),
+        }
+    }
+
+    /// As `NodeState::fits`.
+    fn fits(&self, demand: &Demand) -> bool {
+        let gpu_fits = match demand.gpu {
+            GpuRequest::None => true,
+            GpuRequest::Whole(n) => {
+                self.gpus.iter().filter(|g| g.free_milli == 1000).count() as u32 >= n
+            }
+            GpuRequest::Shared { milli } => self
+                .gpus
+                .iter()
+                .any(|g| !g.held_whole && g.free_milli >= milli),
+        };
+        self.pods >= 1 && self.resources.fits(&demand.resources) && gpu_fits
+    }
+
+    /// Frees what a bound pod holds.
+    fn release(&mut self, node: &NodeState, spec: &PodSpec, gpus: &GpuAssignment) {
+        self.resources.add(&spec.demand.resources);
+        self.pods += 1;
+        let position = |index: u32| node.spec.gpus.iter().position(|g| g.index == index);
+        match gpus {
+            GpuAssignment::None => {}
+            GpuAssignment::Whole(indices) => {
+                for &index in indices {
+                    if let Some(p) = position(index) {
+                        self.gpus[p].free_milli = 1000;
+                        self.gpus[p].held_whole = false;
+                    }
+                }
+            }
+            GpuAssignment::Shared { index, milli } => {
+                if let Some(p) = position(*index) {
+                    self.gpus[p].free_milli = (self.gpus[p].free_milli + milli).min(1000);
                 }
             }
         }
-        GpuAssignment::Shared { index, milli } => {
-            if let Some(p) = position(node, *index) {
-                node.gpus[p].free_milli = (node.gpus[p].free_milli + milli).min(1000);
-            }
+    }
+
+    fn release_pod(&mut self, node: &NodeState, scheduler: &Scheduler, pod: PodId) {
+        let record = scheduler.pod(pod);
+        if let PodPhase::Bound { gpus, .. } = &record.phase {
+            self.release(node, &record.spec, gpus);
         }
     }
 }
+
+/// Running pods with their estimated ends.
+type Ends = Vec<(Millis, PodId)>;
 
 /// Of the pods whose ends make room on a node, those that are needed: each earlier one is
 /// left out when the room suffices without it (the last one is always needed).
@@ -721,23 +803,20 @@ fn needed_ends(
     ends: &[(Millis, PodId)],
     scheduler: &Scheduler,
     demand: &Demand,
-) -> Vec<(Millis, PodId)> {
-    let fits_without = |kept: &[(Millis, PodId)]| {
-        let mut state = node.clone();
+) -> Ends {
+    let fits_after = |kept: &[(Millis, PodId)]| {
+        let mut free = Free::of(node);
         for (_, pod) in kept {
-            let record = scheduler.pod(*pod);
-            if let PodPhase::Bound { gpus, .. } = &record.phase {
-                release_on(&mut state, &record.spec, gpus);
-            }
+            free.release_pod(node, scheduler, *pod);
         }
-        state.fits(&demand.resources, demand.gpu)
+        free.fits(demand)
     };
-    let mut kept: Vec<(Millis, PodId)> = ends.to_vec();
+    let mut kept: Ends = ends.to_vec();
     let mut i = 0;
     while i + 1 < kept.len() {
         let mut without = kept.clone();
         without.remove(i);
-        if fits_without(&without) {
+        if fits_after(&without) {
             kept = without;
         } else {
             i += 1;
@@ -751,53 +830,51 @@ fn needed_ends(
 pub fn help_for(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -> Help {
     let scheduler = sim.scheduler();
     let spec = &scheduler.pod(id).spec;
+    let demand = &spec.demand;
     let mut probe = spec.clone();
     probe.demand = Demand::default();
-    let mut closest: Option<(f64, usize, &str, Vec<Lack>)> = None;
-    #[allow(clippy::type_complexity)]
-    let mut room: Option<(Millis, usize, &str, Vec<(Millis, PodId)>)> = None;
+    // (missing share, missing count, node name, node)
+    let mut closest: Option<(f64, usize, &str, NodeId)> = None;
+    // (time, pods that end, node name, the ends)
+    let mut room: Option<(Millis, usize, &str, Ends)> = None;
+    let mut ends: Ends = Vec::new();
     for (node_id, node) in scheduler.cluster().iter() {
         // Static predicates only: a pod with no demand fits wherever they pass.
         if !scheduler.could_place_on(&probe, node_id) {
             continue;
         }
-        let (lacks, share) = lacks_on(node, &spec.demand);
-        if lacks.is_empty() {
+        let (missing, share) = missing_on(node, demand);
+        if missing.is_empty() {
             continue;
         }
         let name = node.spec.name.as_str();
-        let key = (share, lacks.len(), name);
+        let key = (share, missing.len(), name);
         if closest
             .as_ref()
             .is_none_or(|(s, n, c, _)| key < (*s, *n, *c))
         {
-            closest = Some((share, lacks.len(), name, lacks));
+            closest = Some((share, missing.len(), name, node_id));
         }
-        let mut ends: Vec<(Millis, PodId)> = node
-            .pods
-            .iter()
-            .filter_map(|&p| sim.end_of_running(p, durations).map(|e| (e, p)))
-            .collect();
-        if ends.is_empty()
-            || room
-                .as_ref()
-                .is_some_and(|(t, _, _, _)| ends.iter().all(|(e, _)| e > t))
-        {
+        ends.clear();
+        ends.extend(
+            node.pods
+                .iter()
+                .filter_map(|&p| sim.end_of_running(p, durations).map(|e| (e, p))),
+        );
+        let best = room.as_ref().map(|r| r.0);
+        if ends.is_empty() || best.is_some_and(|t| ends.iter().all(|(e, _)| *e > t)) {
             continue;
         }
         ends.sort_unstable();
-        let mut state = node.clone();
+        let mut free = Free::of(node);
         for k in 0..ends.len() {
             let (end, pod) = ends[k];
-            if room.as_ref().is_some_and(|(t, _, _, _)| end > *t) {
+            if best.is_some_and(|t| end > t) {
                 break;
             }
-            let record = scheduler.pod(pod);
-            if let PodPhase::Bound { gpus, .. } = &record.phase {
-                release_on(&mut state, &record.spec, gpus);
-            }
-            if state.fits(&spec.demand.resources, spec.demand.gpu) {
-                let needed = needed_ends(node, &ends[..=k], scheduler, &spec.demand);
+            free.release_pod(node, scheduler, pod);
+            if free.fits(demand) {
+                let needed = needed_ends(node, &ends[..=k], scheduler, demand);
                 let key = (end, needed.len(), name);
                 if room.as_ref().is_none_or(|(t, n, c, _)| key < (*t, *n, *c)) {
                     room = Some((end, needed.len(), name, needed));
@@ -806,10 +883,15 @@ pub fn help_for(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -
             }
         }
     }
+    let whole = matches!(demand.gpu, GpuRequest::Whole(_));
     Help {
-        closest: closest.map(|(_, _, node, lacks)| Closest {
-            node: node.to_string(),
-            lacks,
+        closest: closest.map(|(_, _, name, node)| Closest {
+            node: name.to_string(),
+            lacks: missing_on(scheduler.cluster().node(node), demand)
+                .0
+                .iter()
+                .map(|m| lack(m, whole))
+                .collect(),
         }),
         room: room.map(|(at, _, node, ending)| Room {
             node: node.to_string(),
@@ -884,22 +966,7 @@ pub fn pod_view(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -
     let pending = record.phase == PodPhase::Pending;
     // Bound pods have none; a dropped pod keeps the reason it was dropped for.
     let explanation = record.pending_reason.as_deref().map(Explanation::of);
-    let position = pending
-        .then(|| {
-            positions(scheduler)
-                .into_iter()
-                .find(|p| p.0 == id)
-                .map(|(_, cq, position, total)| {
-                    // Ahead: every pending workload of that queue before it.
-                    Position {
-                        cluster_queue: queue_name(scheduler, cq),
-                        position,
-                        ahead: position - 1,
-                        pending_workloads: total,
-                    }
-                })
-        })
-        .flatten();
+    let position = pending.then(|| position_of(scheduler, id)).flatten();
     let help = (pending && explanation.as_ref().is_some_and(|e| e.capacity))
         .then(|| help_for(sim, id, durations));
     PodView {
@@ -1080,6 +1147,8 @@ pub fn pending_list(
         .cluster_queues()
         .map(|(id, spec)| (id, spec.name.clone()))
         .collect();
+    // Pods that failed alike share one explanation: put each in words once.
+    let mut words: HashMap<*const Unschedulable, (String, String)> = HashMap::new();
     positions(scheduler)
         .into_iter()
         .filter(|(_, cq, _, _)| queue.is_none() || *cq == queue)
@@ -1087,6 +1156,13 @@ pub fn pending_list(
         .map(|(id, cq, position, _)| {
             let record = scheduler.pod(id);
             let spec = &record.spec;
+            let (reason, message) = match &record.pending_reason {
+                Some(r) => words
+                    .entry(std::sync::Arc::as_ptr(r))
+                    .or_insert_with(|| (r.headline(), r.to_string()))
+                    .clone(),
+                None => ("not tried yet".to_string(), "not tried yet".to_string()),
+            };
             PendingEntry {
                 id,
                 pod: spec.key(),
@@ -1098,14 +1174,8 @@ pub fn pending_list(
                     .gang
                     .as_ref()
                     .map(|m| format!("{}/{}", spec.namespace, m.gang)),
-                reason: record
-                    .pending_reason
-                    .as_ref()
-                    .map_or_else(|| "not tried yet".to_string(), |r| r.headline()),
-                message: record
-                    .pending_reason
-                    .as_ref()
-                    .map_or_else(|| "not tried yet".to_string(), |r| r.to_string()),
+                reason,
+                message,
                 predicted_start: None,
             }
         })

@@ -245,6 +245,10 @@ pub struct PodOutcome {
     pub naive: Millis,
 }
 
+/// A moment of the true run: its time, where the binding log stood, the pods pending and
+/// their naive starts.
+type Snapshot = (Millis, usize, Vec<PodId>, HashMap<PodId, Millis>);
+
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -288,9 +292,7 @@ pub fn evaluate_within(
     let mut truth = Simulation::new(cluster, workload, config.clone())?;
     truth.record_bindings();
     let mut log: Vec<(PodId, Millis)> = Vec::new();
-    // (moment, index into the log, pending pods, naive starts)
-    #[allow(clippy::type_complexity)]
-    let mut snapshots: Vec<(Millis, usize, Vec<PodId>, HashMap<PodId, Millis>)> = Vec::new();
+    let mut snapshots: Vec<Snapshot> = Vec::new();
     let mut sorted = times.to_vec();
     sorted.sort_unstable();
     sorted.dedup();

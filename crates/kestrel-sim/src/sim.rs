@@ -65,7 +65,13 @@ pub enum SimError {
     NoNodes,
     #[error("{0}")]
     Queue(#[from] kestrel_core::QueueError),
+    #[error("the engine ran {cycles} cycles at t={at} ms without the clock moving (decisions that undo each other); this is a Kestrel bug: please report it with the cluster and workload files")]
+    NoProgress { at: Millis, cycles: u32 },
 }
+
+/// Cycles at one instant after which a run is stopped as stuck: evictions and bindings
+/// at one instant settle in a handful of cycles.
+const MAX_CYCLES_AT_ONE_INSTANT: u32 = 10_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
@@ -120,6 +126,8 @@ pub struct Simulation<'a> {
     integrals: Integrals,
     events_total: usize,
     events_done: usize,
+    /// Cycles run at the current instant (a guard against decisions that undo each other).
+    cycles_at_instant: u32,
     /// The wake-up already queued.
     wake_queued: Option<Millis>,
     /// Preemptor -> when its victims were chosen.
@@ -251,6 +259,7 @@ impl<'a> Simulation<'a> {
             integrals: Integrals::default(),
             events_total: 0,
             events_done: 0,
+            cycles_at_instant: 0,
             wake_queued: None,
             preempted_for: HashMap::new(),
             reclaim_latencies: Vec::new(),
@@ -404,6 +413,17 @@ impl<'a> Simulation<'a> {
         };
         if self.config.until.is_some_and(|until| at > until) {
             return Ok(false);
+        }
+        if at == self.now && self.report.cycles > 0 {
+            self.cycles_at_instant += 1;
+            if self.cycles_at_instant > MAX_CYCLES_AT_ONE_INSTANT {
+                return Err(SimError::NoProgress {
+                    at,
+                    cycles: self.cycles_at_instant,
+                });
+            }
+        } else {
+            self.cycles_at_instant = 0;
         }
         self.advance_to(at);
         let mut sample = false;
