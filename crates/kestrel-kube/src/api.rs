@@ -1,16 +1,21 @@
 //! The API writes a scheduler makes: the GPU annotation and the binding, the pod's
-//! `PodScheduled` condition, `FailedScheduling` events, and the status of Kestrel's
+//! `PodScheduled` condition, `FailedScheduling` events, preemption (checkpoint requests,
+//! `DisruptionTarget`, deletes, `Preempted` events), and the status of Kestrel's
 //! PodGroups (server-side apply) with Warning events on those it cannot use.
 
-use crate::convert::GPU_INDICES_ANNOTATION;
+use crate::convert::{CHECKPOINT_REQUEST_ANNOTATION, GPU_INDICES_ANNOTATION};
 use crate::crds::{PodGroup, API_VERSION};
-use crate::index::{BindJob, BindOutcome, GroupEventJob, GroupStatusJob, StatusJob};
+use crate::index::{
+    BindJob, BindOutcome, CheckpointJob, EvictJob, GroupEventJob, GroupStatusJob, StatusJob,
+};
 use crate::limiter::Limiter;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::Client;
 use serde_json::json;
 use std::sync::Arc;
@@ -171,14 +176,7 @@ impl ApiWriter {
 
     /// The `FailedScheduling` event for a pod (events.k8s.io/v1).
     pub fn event(&self, job: &StatusJob, now: Timestamp) -> Event {
-        let regarding = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(job.namespace.clone()),
-            name: Some(job.name.clone()),
-            uid: Some(job.uid.clone()).filter(|u| !u.is_empty()),
-            ..Default::default()
-        };
+        let regarding = pod_reference(&job.namespace, &job.name, &job.uid);
         self.warning(
             regarding,
             "Scheduling",
@@ -197,6 +195,19 @@ impl ApiWriter {
         message: &str,
         now: Timestamp,
     ) -> Event {
+        self.event_of("Warning", regarding, action, reason, message, now)
+    }
+
+    /// An event (events.k8s.io/v1) of a type (`Normal`, `Warning`) about an object.
+    fn event_of(
+        &self,
+        type_: &str,
+        regarding: ObjectReference,
+        action: &str,
+        reason: &str,
+        message: &str,
+        now: Timestamp,
+    ) -> Event {
         let note = truncated(message, MAX_NOTE);
         let name = regarding.name.clone().unwrap_or_default();
         Event {
@@ -208,13 +219,106 @@ impl ApiWriter {
             event_time: Some(MicroTime(now)),
             action: Some(action.into()),
             reason: Some(reason.into()),
-            type_: Some("Warning".into()),
+            type_: Some(type_.into()),
             note: Some(note),
             reporting_controller: Some(self.controller.clone()),
             reporting_instance: Some(self.instance.clone()),
             regarding: Some(regarding),
             ..Default::default()
         }
+    }
+
+    /// Asks a preemption victim to checkpoint: the `kestrel.dev/checkpoint-request`
+    /// annotation (merge patch, guarded by the pod's UID) and a `CheckpointRequested` event.
+    pub async fn request_checkpoint(&self, job: &CheckpointJob) -> Result<(), kube::Error> {
+        let patch = json!({
+            "metadata": {
+                "uid": job.uid,
+                "annotations": {CHECKPOINT_REQUEST_ANNOTATION: job.requested_at},
+            }
+        });
+        self.limiter.acquire().await;
+        match self
+            .pods(&job.namespace)
+            .patch(&job.name, &Self::params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            // Gone, or replaced by a pod of the same name (its UID differs, which the API
+            // refuses as a change of an immutable field): nothing to ask.
+            Err(e) if matches!(status_code(&e), Some(404 | 409 | 422)) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let note = format!(
+            "checkpoint within {}s, then the pod is evicted: {}",
+            job.grace_seconds, job.message
+        );
+        let event = self.event_of(
+            "Normal",
+            pod_reference(&job.namespace, &job.name, &job.uid),
+            "Preempting",
+            "CheckpointRequested",
+            &note,
+            Timestamp::now(),
+        );
+        self.limiter.acquire().await;
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &job.namespace);
+        events.create(&PostParams::default(), &event).await?;
+        Ok(())
+    }
+
+    /// Evicts a preemption victim as kube-scheduler does: the `DisruptionTarget`
+    /// condition (reason `PreemptionByScheduler`) on its status, then a delete guarded by
+    /// its UID (the pod's own termination grace period applies), then a `Preempted` event.
+    pub async fn evict(&self, job: &EvictJob) -> Result<(), kube::Error> {
+        let now = Timestamp::now();
+        let pods = self.pods(&job.namespace);
+        let condition = json!({
+            "status": {
+                "conditions": [{
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "PreemptionByScheduler",
+                    "message": truncated(&format!("{}: {}", self.controller, job.message), MAX_CONDITION_MESSAGE),
+                    "lastTransitionTime": Time(now),
+                }]
+            }
+        });
+        self.limiter.acquire().await;
+        match pods
+            .patch_status(&job.name, &Self::params(), &Patch::Strategic(&condition))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if status_code(&e) == Some(404) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(job.uid.clone()).filter(|u| !u.is_empty()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        self.limiter.acquire().await;
+        match pods.delete(&job.name, &params).await {
+            Ok(_) => {}
+            // Gone already, or a new pod of that name (the victim is gone): done.
+            Err(e) if matches!(status_code(&e), Some(404 | 409)) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let event = self.event_of(
+            "Normal",
+            pod_reference(&job.namespace, &job.name, &job.uid),
+            "Preempting",
+            "Preempted",
+            &job.message,
+            now,
+        );
+        self.limiter.acquire().await;
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &job.namespace);
+        events.create(&PostParams::default(), &event).await?;
+        Ok(())
     }
 
     /// Writes a PodGroup's status by server-side apply of the status subresource (field
@@ -262,6 +366,18 @@ impl ApiWriter {
         let events: Api<Event> = Api::namespaced(self.client.clone(), &job.namespace);
         events.create(&PostParams::default(), &event).await?;
         Ok(())
+    }
+}
+
+/// A reference to a pod, for events.
+fn pod_reference(namespace: &str, name: &str, uid: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(namespace.to_string()),
+        name: Some(name.to_string()),
+        uid: Some(uid.to_string()).filter(|u| !u.is_empty()),
+        ..Default::default()
     }
 }
 

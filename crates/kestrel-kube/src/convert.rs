@@ -16,6 +16,11 @@ use std::path::Path;
 /// can hand exactly those devices to the pod: `"0,1,2,3"` for whole GPUs, `"2:500"` for
 /// 500 thousandths of GPU 2.
 pub const GPU_INDICES_ANNOTATION: &str = "kestrel.dev/gpu-indices";
+/// Written by a workload: the RFC 3339 time of its last completed checkpoint.
+pub const LAST_CHECKPOINT_ANNOTATION: &str = "kestrel.dev/last-checkpoint";
+/// Written by Kestrel on a preemption victim that checkpoints on request: the RFC 3339
+/// time it was asked to checkpoint.
+pub const CHECKPOINT_REQUEST_ANNOTATION: &str = "kestrel.dev/checkpoint-request";
 
 /// What errors name as the source of an object read from the cluster.
 pub const API_SOURCE: &str = "cluster";

@@ -11,8 +11,8 @@
 use crate::api::ApiWriter;
 use crate::crds::{PodGroup, Topology};
 use crate::index::{
-    self, BindJob, BindOutcome, ClusterState, GroupEventJob, GroupKey, GroupStatusJob, StatusJob,
-    REASON_KINDS,
+    self, BindJob, BindOutcome, CheckpointJob, ClusterState, EvictJob, GroupEventJob, GroupKey,
+    GroupStatusJob, StatusJob, REASON_KINDS,
 };
 use crate::metrics::Metrics;
 use futures::StreamExt;
@@ -326,6 +326,8 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
 
 enum Done {
     Bind(BindJob, BindOutcome),
+    Evict(EvictJob, Result<(), String>),
+    CheckpointRequest(CheckpointJob, Result<(), String>),
     Report(StatusJob, Result<(), String>),
     GroupStatus(GroupStatusJob, Result<Time, String>),
     GroupEvent(GroupEventJob, Result<(), String>),
@@ -356,6 +358,9 @@ pub async fn lead(
     let mut watches = JoinSet::new();
     let (stores, mut changes) = start_watches(&client, &mut watches);
     let mut state = ClusterState::new(config.scheduler, &config.scheduler_name);
+    state.set_wall_origin(k8s_openapi::jiff::Timestamp::now().as_millisecond());
+    let mut evictions: VecDeque<EvictJob> = VecDeque::new();
+    let mut checkpoint_requests: VecDeque<CheckpointJob> = VecDeque::new();
     let mut synced = Synced::default();
     let mut binds: VecDeque<BindJob> = VecDeque::new();
     let mut reports: VecDeque<StatusJob> = VecDeque::new();
@@ -365,9 +370,16 @@ pub async fn lead(
     let started = Instant::now();
     let mut last_gauges = Instant::now() - Duration::from_secs(60);
     let ended = loop {
-        let deadline = dirty_since
-            .filter(|_| synced.all())
-            .map(|t| t + config.debounce);
+        // A cycle after a change (debounced), or when an eviction or an engine wake-up
+        // (a minimum runtime or preemption delay ending) is due.
+        let timer = state
+            .next_timer()
+            .map(|at| started + Duration::from_millis(at));
+        let deadline = match (dirty_since.map(|t| t + config.debounce), timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .filter(|_| synced.all());
         tokio::select! {
             biased;
             _ = leader.wait_for(|l| !*l) => break Ended::LostLease,
@@ -390,6 +402,22 @@ pub async fn lead(
                         // A requeued pod, or a gang whose status may now change.
                         if !bound || state.groups_changed() {
                             dirty_since.get_or_insert_with(Instant::now);
+                        }
+                    }
+                    Ok(Done::Evict(job, result)) => {
+                        let label = match &result {
+                            Ok(()) => "ok",
+                            Err(e) => {
+                                tracing::warn!(pod = %format!("{}/{}", job.namespace, job.name), error = %e, "could not evict the preemption victim; trying again shortly");
+                                "error"
+                            }
+                        };
+                        metrics.evictions.get_or_create(&vec![("result", label)]).inc();
+                        state.eviction_result(&job, result);
+                    }
+                    Ok(Done::CheckpointRequest(job, result)) => {
+                        if let Err(e) = result {
+                            tracing::warn!(pod = %format!("{}/{}", job.namespace, job.name), error = %e, "could not ask the victim to checkpoint; it is evicted when its grace is over");
                         }
                     }
                     Ok(Done::Report(job, result)) => {
@@ -454,6 +482,8 @@ pub async fn lead(
                     tracing::debug!(binds = out.binds.len(), unschedulable = out.unschedulable.len(), "cycle");
                 }
                 binds.extend(out.binds);
+                evictions.extend(out.evictions);
+                checkpoint_requests.extend(out.checkpoint_requests);
                 reports.extend(out.unschedulable);
                 group_writes.extend(out.group_events.into_iter().map(GroupWrite::Event));
                 group_writes.extend(out.group_status.into_iter().map(GroupWrite::Status));
@@ -467,7 +497,8 @@ pub async fn lead(
             }
         }
         // Keep the pipeline full: binds first (a gang's binds are consecutive, so they go out
-        // together, `max_in_flight` at a time), then reports; nothing once the lease is gone.
+        // together, `max_in_flight` at a time), then preemptions, then reports; nothing once
+        // the lease is gone.
         while in_flight.len() < config.max_in_flight && *leader.borrow() {
             if let Some(job) = binds.pop_front() {
                 let writer = writer.clone();
@@ -475,6 +506,21 @@ pub async fn lead(
                 in_flight.spawn(async move {
                     let outcome = writer.bind(&job, || *leader.borrow()).await;
                     Done::Bind(job, outcome)
+                });
+            } else if let Some(job) = checkpoint_requests.pop_front() {
+                let writer = writer.clone();
+                in_flight.spawn(async move {
+                    let result = writer
+                        .request_checkpoint(&job)
+                        .await
+                        .map_err(|e| e.to_string());
+                    Done::CheckpointRequest(job, result)
+                });
+            } else if let Some(job) = evictions.pop_front() {
+                let writer = writer.clone();
+                in_flight.spawn(async move {
+                    let result = writer.evict(&job).await.map_err(|e| e.to_string());
+                    Done::Evict(job, result)
                 });
             } else if let Some(job) = reports.pop_front() {
                 let writer = writer.clone();

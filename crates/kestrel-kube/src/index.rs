@@ -13,12 +13,13 @@
 //! or unusable waits outside the engine ([`PodState::GangWait`]) with that reason. Each
 //! cycle returns the PodGroup statuses that changed ([`GroupStatusJob`]).
 
-use crate::convert::{self, ConvertError, GPU_INDICES_ANNOTATION};
+use crate::convert::{self, ConvertError, GPU_INDICES_ANNOTATION, LAST_CHECKPOINT_ANNOTATION};
 use crate::crds::{PodGroupPhase, PodGroupStatus, API_VERSION};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kestrel_core::{
     GangPhase, GangProblem, GangSpec, GangTopology, GpuAssignment, Millis, PodId, PodPhase,
     PodSpec, Scheduler, SchedulerConfig, Unschedulable,
@@ -215,6 +216,46 @@ pub struct GroupEventJob {
     pub message: String,
 }
 
+/// A preemption victim to take off its node: marked `DisruptionTarget` and deleted (its
+/// own termination grace period applies), with a `Preempted` event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvictJob {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Who it makes room for and why.
+    pub message: String,
+}
+
+/// A victim that declared it checkpoints on request (`kestrel.dev/checkpoint-grace`): it
+/// is annotated `kestrel.dev/checkpoint-request` and evicted once it reports a checkpoint
+/// at or after the request (`kestrel.dev/last-checkpoint`) or its grace is over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointJob {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// RFC 3339 time of the request (the annotation's value).
+    pub requested_at: String,
+    pub grace_seconds: u64,
+    pub message: String,
+}
+
+/// A victim on its way out.
+#[derive(Debug, Clone)]
+struct Leaving {
+    /// When it is evicted at the latest (driver clock).
+    due: Millis,
+    /// The checkpoint request's wall time (Unix ms), if it was asked for one.
+    requested: Option<i64>,
+    /// The eviction has been handed to the driver.
+    sent: bool,
+    job: EvictJob,
+}
+
+/// How long a failed eviction waits before it is tried again.
+const EVICTION_RETRY: Millis = 5_000;
+
 /// What one cycle decided, as API work.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CycleOutput {
@@ -224,6 +265,10 @@ pub struct CycleOutput {
     pub group_status: Vec<GroupStatusJob>,
     /// Warning events on PodGroups Kestrel cannot use.
     pub group_events: Vec<GroupEventJob>,
+    /// Victims asked to checkpoint before they are evicted.
+    pub checkpoint_requests: Vec<CheckpointJob>,
+    /// Victims to evict now.
+    pub evictions: Vec<EvictJob>,
 }
 
 /// Pending pods per reason kind (the `reason` label of `kestrel_pending_pods`).
@@ -250,6 +295,10 @@ pub struct ClusterState {
     reported: HashMap<String, String>,
     /// The driver's clock ([`ClusterState::set_time`]): when pods arrive, for gang timeouts.
     now: Millis,
+    /// Wall time (Unix ms) at driver time 0, to read and write the checkpoint annotations.
+    wall_origin: i64,
+    /// Preemption victims still on their nodes, by `namespace/name`.
+    leaving: BTreeMap<String, Leaving>,
 }
 
 impl ClusterState {
@@ -268,6 +317,138 @@ impl ClusterState {
             levels: Vec::new(),
             reported: HashMap::new(),
             now: 0,
+            wall_origin: 0,
+            leaving: BTreeMap::new(),
+        }
+    }
+
+    /// Sets the wall time (Unix ms) at driver time 0: checkpoint times in annotations are
+    /// wall times.
+    pub fn set_wall_origin(&mut self, unix_ms: i64) {
+        self.wall_origin = unix_ms;
+    }
+
+    /// The earliest time (driver clock) something is due without any watch event: a
+    /// victim's eviction after its checkpoint grace, or the engine's own wake-up (a
+    /// minimum runtime or preemption delay ends).
+    pub fn next_timer(&self) -> Option<Millis> {
+        let eviction = self
+            .leaving
+            .values()
+            .filter(|l| !l.sent)
+            .map(|l| l.due)
+            .min();
+        match (eviction, self.scheduler.next_wakeup()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// What the API said to an eviction: on failure it is tried again shortly, unless the
+    /// pod is gone.
+    pub fn eviction_result(&mut self, job: &EvictJob, result: Result<(), String>) {
+        let key = format!("{}/{}", job.namespace, job.name);
+        if result.is_ok() {
+            return;
+        }
+        if let Some(l) = self.leaving.get_mut(&key).filter(|l| l.job.uid == job.uid) {
+            l.sent = false;
+            l.due = self.now + EVICTION_RETRY;
+        }
+    }
+
+    /// Victims chosen this cycle: asked to checkpoint or evicted at once.
+    fn start_evictions(
+        &mut self,
+        preemptions: &[kestrel_core::Preemption],
+        now: Millis,
+        out: &mut CycleOutput,
+    ) {
+        for p in preemptions {
+            let preemptor = p.preemptor.and_then(|id| self.keys.get(&id));
+            let message = match preemptor {
+                Some(k) => format!("{} (for {k})", p.reason),
+                None => p.reason.clone(),
+            };
+            for v in &p.victims {
+                let Some(key) = self.keys.get(&v.pod).cloned() else {
+                    continue;
+                };
+                if self.leaving.contains_key(&key) {
+                    continue;
+                }
+                let Some(t) = self.pods.get(&key) else {
+                    continue;
+                };
+                let (namespace, name) = key.split_once('/').expect("namespace/name");
+                let job = EvictJob {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    uid: t.uid.clone(),
+                    message: message.clone(),
+                };
+                let (due, requested) = match v.checkpoint_grace {
+                    Some(grace) => {
+                        let at = self.wall_origin + now as i64;
+                        out.checkpoint_requests.push(CheckpointJob {
+                            namespace: job.namespace.clone(),
+                            name: job.name.clone(),
+                            uid: job.uid.clone(),
+                            requested_at: rfc3339(at),
+                            grace_seconds: grace.div_ceil(1000),
+                            message: message.clone(),
+                        });
+                        (now + grace, Some(at))
+                    }
+                    None => (now, None),
+                };
+                self.leaving.insert(
+                    key,
+                    Leaving {
+                        due,
+                        requested,
+                        sent: false,
+                        job,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Evictions whose time has come, handed out once.
+    fn due_evictions(&mut self, now: Millis) -> Vec<EvictJob> {
+        self.leaving
+            .values_mut()
+            .filter(|l| !l.sent && l.due <= now)
+            .map(|l| {
+                l.sent = true;
+                l.job.clone()
+            })
+            .collect()
+    }
+
+    /// A bound pod's `kestrel.dev/last-checkpoint`: the engine prices its unsaved work
+    /// from it, and a victim that checkpointed after the request may go at once.
+    fn note_checkpoint(&mut self, key: &str, id: PodId, pod: &Pod) {
+        let Some(value) = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(LAST_CHECKPOINT_ANNOTATION))
+        else {
+            return;
+        };
+        let Ok(at) = value.trim().parse::<Timestamp>() else {
+            tracing::warn!(pod = %key, value = %value, "{LAST_CHECKPOINT_ANNOTATION} is not an RFC 3339 time; ignored");
+            return;
+        };
+        let wall = at.as_millisecond();
+        let driver_ms = (wall - self.wall_origin).clamp(0, self.now as i64) as Millis;
+        let _ = self.scheduler.record_checkpoint(id, driver_ms);
+        if let Some(l) = self.leaving.get_mut(key) {
+            if l.requested.is_some_and(|r| wall >= r) {
+                l.due = l.due.min(self.now);
+            }
         }
     }
 
@@ -438,8 +619,11 @@ impl ClusterState {
                 };
                 self.set(&key, uid, state);
             }
-            (Some(n), Some(PodState::Bound { node, .. } | PodState::Orphan { node, .. }))
-                if node == n => {}
+            (Some(n), Some(PodState::Bound { id, node })) if node == n => {
+                let id = *id;
+                self.note_checkpoint(&key, id, pod);
+            }
+            (Some(n), Some(PodState::Orphan { node, .. })) if node == n => {}
             (Some(n), _) => {
                 // Bound by someone else, or first seen bound: count it where it is.
                 self.forget(&key);
@@ -659,6 +843,7 @@ impl ClusterState {
 
     /// Drops a pod, releasing what it held in the engine.
     fn forget(&mut self, key: &str) {
+        self.leaving.remove(key);
         let Some(t) = self.pods.remove(key) else {
             return;
         };
@@ -724,7 +909,11 @@ impl ClusterState {
             unschedulable: self.take_reports(),
             group_status: Vec::new(),
             group_events: std::mem::take(&mut self.group_events),
+            checkpoint_requests: Vec::new(),
+            evictions: Vec::new(),
         };
+        self.start_evictions(&decisions.preemptions, now, &mut out);
+        out.evictions = self.due_evictions(now);
         // A gang's binds are consecutive: the binder sends them out together.
         for b in decisions.bindings {
             let Some(key) = self.keys.get(&b.pod).cloned() else {
@@ -1348,4 +1537,11 @@ pub fn node_names<'a>(nodes: impl IntoIterator<Item = &'a Arc<Node>>) -> HashSet
         .into_iter()
         .filter_map(|n| n.metadata.name.clone())
         .collect()
+}
+
+/// A wall time (Unix ms) in RFC 3339.
+fn rfc3339(unix_ms: i64) -> String {
+    Timestamp::from_millisecond(unix_ms)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
 }

@@ -96,7 +96,7 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "kestrel-scheduler", "labels": labels},
         "rules": [
-            rule(&[""], &["pods"], &["get", "list", "watch", "patch"]),
+            rule(&[""], &["pods"], &["get", "list", "watch", "patch", "delete"]),
             rule(&[""], &["pods/binding"], &["create"]),
             rule(&[""], &["pods/status"], &["patch"]),
             rule(&[""], &["nodes"], &["get", "list", "watch"]),

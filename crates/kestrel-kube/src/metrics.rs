@@ -24,6 +24,7 @@ pub struct Metrics {
     pub pending: Family<Labels, Gauge>,
     pub binds: Family<Labels, Counter>,
     pub status_reports: Family<Labels, Counter>,
+    pub evictions: Family<Labels, Counter>,
     pub leader: Gauge,
     /// Set once the watches have listed everything (and, on a leader, the state is built).
     pub ready: AtomicBool,
@@ -62,6 +63,12 @@ impl Metrics {
             "PodScheduled=False updates and FailedScheduling events, by result (ok, error)",
             status_reports.clone(),
         );
+        let evictions = Family::<Labels, Counter>::default();
+        registry.register(
+            "preemption_evictions",
+            "Preemption victims evicted (DisruptionTarget, then delete), by result (ok, error)",
+            evictions.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -74,6 +81,7 @@ impl Metrics {
             pending,
             binds,
             status_reports,
+            evictions,
             leader,
             ready: AtomicBool::new(false),
         }

@@ -198,3 +198,99 @@ fn an_unreadable_pod_is_reported_and_retried_when_classes_change() {
         out.unschedulable[0]
     );
 }
+
+fn prioritized(mut p: Pod, priority: i32, annotations: &[(&str, &str)]) -> Pod {
+    p.spec.as_mut().unwrap().priority = Some(priority);
+    let a = p.metadata.annotations.get_or_insert_with(Default::default);
+    for (k, v) in annotations {
+        a.insert(k.to_string(), v.to_string());
+    }
+    p
+}
+
+#[test]
+fn preemption_victims_are_evicted_or_asked_to_checkpoint_first() {
+    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    // Driver time 0 is 2026-11-30T12:00:00Z.
+    state.set_wall_origin(1_796_040_000_000);
+    state.apply_node(&node("gpu-0", 8)).unwrap();
+    let plain = prioritized(pod("sweep", 4, Some("gpu-0")), 0, &[]);
+    let ckpt = prioritized(
+        pod("train", 4, Some("gpu-0")),
+        0,
+        &[("kestrel.dev/checkpoint-grace", "60s")],
+    );
+    state.apply_pod(&plain);
+    state.apply_pod(&ckpt);
+    state.set_time(1_000);
+    state.apply_pod(&prioritized(pod("urgent", 8, None), 1000, &[]));
+    let out = state.cycle(1_000);
+    assert!(out.binds.is_empty());
+    assert_eq!(out.evictions.len(), 1, "{out:?}");
+    assert_eq!(out.evictions[0].name, "sweep");
+    assert_eq!(out.evictions[0].uid, "u-sweep");
+    assert!(
+        out.evictions[0].message.contains("for ml/urgent"),
+        "{}",
+        out.evictions[0].message
+    );
+    assert_eq!(out.checkpoint_requests.len(), 1);
+    let request = &out.checkpoint_requests[0];
+    assert_eq!(request.name, "train");
+    assert_eq!(request.requested_at, "2026-11-30T12:00:01Z");
+    assert_eq!(request.grace_seconds, 60);
+    // The checkpointing victim goes when its grace is over at the latest.
+    assert_eq!(state.next_timer(), Some(61_000));
+    // Nothing is handed out twice.
+    let again = state.cycle(2_000);
+    assert!(again.evictions.is_empty() && again.checkpoint_requests.is_empty());
+    // It reports a checkpoint after the request: it may go now.
+    state.set_time(5_000);
+    state.apply_pod(&prioritized(
+        pod("train", 4, Some("gpu-0")),
+        0,
+        &[
+            ("kestrel.dev/checkpoint-grace", "60s"),
+            ("kestrel.dev/last-checkpoint", "2026-11-30T12:00:04Z"),
+        ],
+    ));
+    let out = state.cycle(5_000);
+    assert_eq!(out.evictions.len(), 1);
+    assert_eq!(out.evictions[0].name, "train");
+    // Both leave; the preemptor is bound.
+    state.delete_pod(&plain);
+    state.delete_pod(&ckpt);
+    let out = state.cycle(6_000);
+    assert_eq!(out.binds.len(), 1);
+    assert_eq!(out.binds[0].name, "urgent");
+}
+
+#[test]
+fn a_failed_eviction_is_tried_again_and_an_early_checkpoint_does_not_hurry_it() {
+    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    state.set_wall_origin(1_796_040_000_000);
+    state.apply_node(&node("gpu-0", 8)).unwrap();
+    // Its last checkpoint is older than any request.
+    let ckpt = prioritized(
+        pod("train", 8, Some("gpu-0")),
+        0,
+        &[
+            ("kestrel.dev/checkpoint-grace", "30s"),
+            ("kestrel.dev/last-checkpoint", "2026-11-30T11:59:00Z"),
+        ],
+    );
+    state.apply_pod(&ckpt);
+    state.apply_pod(&prioritized(pod("urgent", 8, None), 1000, &[]));
+    let out = state.cycle(0);
+    assert_eq!(out.checkpoint_requests.len(), 1);
+    state.apply_pod(&ckpt);
+    assert!(
+        state.cycle(1_000).evictions.is_empty(),
+        "its checkpoint predates the request"
+    );
+    let out = state.cycle(30_000);
+    assert_eq!(out.evictions.len(), 1);
+    state.eviction_result(&out.evictions[0], Err("the server is busy".into()));
+    assert_eq!(state.next_timer(), Some(35_000));
+    assert_eq!(state.cycle(35_000).evictions.len(), 1);
+}

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kestrel_core::PodId;
 use kestrel_kube::api::ApiWriter;
 use kestrel_kube::driver::{self, DriverConfig, Ended};
-use kestrel_kube::index::{BindJob, BindOutcome, StatusJob};
+use kestrel_kube::index::{BindJob, BindOutcome, CheckpointJob, EvictJob, StatusJob};
 use kestrel_kube::leader::{LeaderElector, LeaseConfig};
 use kestrel_kube::limiter::Limiter;
 use kestrel_kube::metrics::Metrics;
@@ -627,4 +627,132 @@ async fn losing_the_lease_stops_binding_at_once() {
     );
     assert!(!writes.is_empty() && writes.len() <= 16, "{}", writes.len());
     let _: Option<Pod> = None;
+}
+
+#[tokio::test]
+async fn a_victim_gets_disruption_target_then_a_uid_guarded_delete_then_an_event() {
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        let (patch, send) = next(&mut handle).await;
+        assert_eq!(patch.method, "PATCH");
+        assert_eq!(
+            patch.uri,
+            "/api/v1/namespaces/ml/pods/sweep-3/status?&fieldManager=kestrel"
+        );
+        assert_eq!(
+            patch.content_type.as_deref(),
+            Some("application/strategic-merge-patch+json")
+        );
+        let condition = &patch.body["status"]["conditions"][0];
+        assert_eq!(condition["type"], "DisruptionTarget");
+        assert_eq!(condition["status"], "True");
+        assert_eq!(condition["reason"], "PreemptionByScheduler");
+        assert!(condition["message"]
+            .as_str()
+            .unwrap()
+            .contains("for ml/train-0"));
+        reply(
+            send,
+            200,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sweep-3"}}),
+        );
+
+        let (delete, send) = next(&mut handle).await;
+        assert_eq!(delete.method, "DELETE");
+        assert_eq!(delete.uri, "/api/v1/namespaces/ml/pods/sweep-3?");
+        assert_eq!(delete.body["preconditions"]["uid"], "uid-9");
+        assert!(
+            delete.body.get("gracePeriodSeconds").is_none(),
+            "the pod's own grace period applies: {}",
+            delete.body
+        );
+        reply(
+            send,
+            200,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sweep-3"}}),
+        );
+
+        let (event, send) = next(&mut handle).await;
+        assert_eq!(event.method, "POST");
+        assert_eq!(event.body["reason"], "Preempted");
+        assert_eq!(event.body["type"], "Normal");
+        assert_eq!(event.body["regarding"]["uid"], "uid-9");
+        reply(send, 201, event.body.clone());
+    });
+    let job = EvictJob {
+        namespace: "ml".into(),
+        name: "sweep-3".into(),
+        uid: "uid-9".into(),
+        message: "preempted to place a workload of priority 1000 (for ml/train-0)".into(),
+    };
+    writer(client).evict(&job).await.unwrap();
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_victim_that_is_already_gone_is_not_an_error() {
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        let (patch, send) = next(&mut handle).await;
+        assert_eq!(patch.method, "PATCH");
+        reply(send, 404, status(404, "NotFound"));
+    });
+    let job = EvictJob {
+        namespace: "ml".into(),
+        name: "sweep-3".into(),
+        uid: "uid-9".into(),
+        message: "preempted".into(),
+    };
+    writer(client).evict(&job).await.unwrap();
+    server.await.unwrap();
+    // A server error is reported, so the eviction is tried again.
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        let (_, send) = next(&mut handle).await;
+        reply(send, 500, status(500, "InternalError"));
+    });
+    assert!(writer(client).evict(&job).await.is_err());
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_checkpointing_victim_is_asked_by_annotation_and_event() {
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        let (patch, send) = next(&mut handle).await;
+        assert_eq!(patch.method, "PATCH");
+        assert_eq!(
+            patch.uri,
+            "/api/v1/namespaces/ml/pods/train-7?&fieldManager=kestrel"
+        );
+        assert_eq!(
+            patch.content_type.as_deref(),
+            Some("application/merge-patch+json")
+        );
+        assert_eq!(
+            patch.body,
+            json!({"metadata": {"uid": "uid-7",
+                "annotations": {"kestrel.dev/checkpoint-request": "2026-11-30T12:00:00Z"}}})
+        );
+        reply(
+            send,
+            200,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-7"}}),
+        );
+        let (event, send) = next(&mut handle).await;
+        assert_eq!(event.body["reason"], "CheckpointRequested");
+        assert_eq!(event.body["type"], "Normal");
+        assert!(event.body["note"].as_str().unwrap().contains("within 60s"));
+        reply(send, 201, event.body.clone());
+    });
+    let job = CheckpointJob {
+        namespace: "ml".into(),
+        name: "train-7".into(),
+        uid: "uid-7".into(),
+        requested_at: "2026-11-30T12:00:00Z".into(),
+        grace_seconds: 60,
+        message: "preempted".into(),
+    };
+    writer(client).request_checkpoint(&job).await.unwrap();
+    server.await.unwrap();
 }
