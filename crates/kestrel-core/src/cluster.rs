@@ -13,7 +13,7 @@ use crate::resources::Resources;
 use crate::rng::Rng;
 use crate::PodId;
 use serde::Serialize;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Labels that differ from node to node (identity and topology position). They are kept
 /// out of class keys so that a class groups many nodes; pods that select on them are
@@ -176,6 +176,43 @@ impl NodeState {
                     chosen.iter().map(|&i| self.spec.gpus[i].index).collect();
                 indices.sort_unstable();
                 GpuAssignment::Whole(indices)
+            }
+        }
+    }
+
+    /// Devices for a request with all its GPUs, and the NICs beside them, on one NUMA node
+    /// (the `single-numa-node` policy); `None` when the node cannot do that now. Whole GPUs
+    /// come from the fullest NUMA node that holds them, a share from the tightest device.
+    pub fn choose_gpus_single_numa(&self, gpu: GpuRequest) -> Option<GpuAssignment> {
+        let usable = |i: usize| self.spec.gpu_numa_local(i) && !self.gpus[i].held_whole;
+        match gpu {
+            GpuRequest::None | GpuRequest::Whole(0) => Some(self.choose_gpus(gpu, None)),
+            GpuRequest::Shared { milli } => (0..self.gpus.len())
+                .filter(|&i| usable(i) && self.gpus[i].free_milli >= milli)
+                .min_by_key(|&i| (self.gpus[i].free_milli, i))
+                .map(|i| GpuAssignment::Shared {
+                    index: self.spec.gpus[i].index,
+                    milli,
+                }),
+            GpuRequest::Whole(n) => {
+                let mut by_numa: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+                for i in (0..self.gpus.len()).filter(|&i| usable(i)) {
+                    if self.gpus[i].free_milli == 1000 {
+                        by_numa
+                            .entry(self.spec.gpus[i].numa_node)
+                            .or_default()
+                            .push(i);
+                    }
+                }
+                let mut chosen = by_numa
+                    .into_values()
+                    .filter(|v| v.len() >= n as usize)
+                    .min_by_key(Vec::len)?;
+                chosen.truncate(n as usize);
+                let mut indices: Vec<u32> =
+                    chosen.iter().map(|&i| self.spec.gpus[i].index).collect();
+                indices.sort_unstable();
+                Some(GpuAssignment::Whole(indices))
             }
         }
     }

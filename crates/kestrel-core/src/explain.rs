@@ -31,7 +31,16 @@ pub enum NodeReason {
     Nominated(String),
 }
 
+/// What a node lacks when a `single-numa-node` pod's GPUs (with their NICs) cannot all sit
+/// on one of its NUMA nodes, now or ever; counted as [`NodeReason::Insufficient`].
+pub const NUMA_ALIGNED_GPUS: &str = "nvidia.com/gpu on one NUMA node (single-numa-node)";
+
 impl NodeReason {
+    /// The node cannot hold the pod's GPUs on one NUMA node.
+    pub fn numa_unaligned() -> NodeReason {
+        NodeReason::Insufficient(NUMA_ALIGNED_GPUS.to_string())
+    }
+
     /// A shortfall of free capacity (as opposed to a node the pod may not use at all).
     pub fn is_capacity(&self) -> bool {
         matches!(
@@ -199,6 +208,7 @@ impl Unschedulable {
                 QueueProblem::PreemptionDelay { .. } => "preemption delay".to_string(),
                 QueueProblem::BehindHead { .. } => "behind StrictFIFO head".to_string(),
                 QueueProblem::BehindPreemptor { .. } => "behind a preemptor".to_string(),
+                QueueProblem::BehindReclaim { .. } => "behind a reclaim".to_string(),
                 QueueProblem::Stopped { .. } => "queue stopped".to_string(),
                 QueueProblem::NotCovered { resource, .. } => {
                     format!("queue has no quota for {resource}")

@@ -18,7 +18,7 @@ pub mod scheduler;
 pub mod topology;
 
 pub use cluster::{ClusterIndex, GpuAssignment, GpuUse, NodeId, NodeState};
-pub use explain::{GangProblem, NodeReason, Unschedulable};
+pub use explain::{GangProblem, NodeReason, Unschedulable, NUMA_ALIGNED_GPUS};
 pub use gang::{GangError, GangId, GangPhase, GangSpec, GangState, GangTopology};
 pub use model::*;
 pub use policy::Policy;

@@ -164,6 +164,24 @@ impl NodeSpec {
             .iter()
             .filter(move |n| switch.is_some() && n.pcie_switch == switch)
     }
+
+    /// Whether GPU `gpus[position]` and the NICs on its PCIe switch sit on one NUMA node.
+    pub fn gpu_numa_local(&self, position: usize) -> bool {
+        let g = &self.gpus[position];
+        self.nics_of_gpu(g.index)
+            .all(|n| n.numa_node == g.numa_node)
+    }
+
+    /// The most GPUs (each with its NICs on the same NUMA node) that one NUMA node holds.
+    pub fn max_gpus_on_one_numa(&self) -> u32 {
+        let mut per_numa: BTreeMap<u32, u32> = BTreeMap::new();
+        for (i, g) in self.gpus.iter().enumerate() {
+            if self.gpu_numa_local(i) {
+                *per_numa.entry(g.numa_node).or_default() += 1;
+            }
+        }
+        per_numa.into_values().max().unwrap_or(0)
+    }
 }
 
 /// How many GPUs a pod asks for.
@@ -303,6 +321,10 @@ pub struct PlacementConstraints {
     pub affinity: NodeAffinity,
     pub tolerations: Vec<Toleration>,
     pub runtime_class: Option<RuntimeClassScheduling>,
+    /// All the pod's GPUs, and the NICs on their PCIe switches, on one NUMA node
+    /// (kubelet's `single-numa-node` Topology Manager policy); nodes that cannot do that
+    /// are refused. Otherwise one NUMA node is preferred, not required.
+    pub single_numa_node: bool,
 }
 
 /// What a pod asks for.

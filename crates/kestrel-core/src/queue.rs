@@ -185,6 +185,9 @@ pub enum QueueProblem {
     /// A workload of the queue at this priority or higher is making room by preemption;
     /// the quota it frees is its own.
     BehindPreemptor { cluster_queue: String },
+    /// It would borrow, while a ClusterQueue of its cohort takes quota back by preemption:
+    /// the quota the victims free is that queue's, not for borrowers.
+    BehindReclaim { cluster_queue: String },
     /// Victims were asked to leave for this workload; it starts when they are gone.
     WaitingForVictims { victims: u32 },
     /// The queue's preemption delay has not passed yet.
@@ -279,6 +282,10 @@ impl fmt::Display for QueueProblem {
             QueueProblem::BehindPreemptor { cluster_queue } => write!(
                 f,
                 "waiting: a workload of ClusterQueue {cluster_queue} with the same or higher priority is making room by preemption"
+            ),
+            QueueProblem::BehindReclaim { cluster_queue } => write!(
+                f,
+                "waiting to borrow: ClusterQueue {cluster_queue} of its cohort is taking back its quota by preemption"
             ),
             QueueProblem::WaitingForVictims { victims } => write!(
                 f,
@@ -514,6 +521,15 @@ impl QueueBook {
         self.cohorts.insert(spec.name.clone(), spec);
         self.refresh_roots();
         Ok(())
+    }
+
+    /// Drops a cohort (its children then root where it stood); whether it existed.
+    pub(crate) fn remove_cohort(&mut self, name: &str) -> bool {
+        let existed = self.cohorts.remove(name).is_some();
+        if existed {
+            self.refresh_roots();
+        }
+        existed
     }
 
     fn root_of(&self, cohort: &str) -> String {

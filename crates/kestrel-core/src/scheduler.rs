@@ -530,11 +530,19 @@ impl Scheduler {
                         ClassVerdict::Infeasible(_) => return None,
                     }
                 };
-                (node.fits(&demand.resources, demand.gpu) && self.fits_beside_holds(id, n))
+                (fits_now(node, demand, &entry.constraints) && self.fits_beside_holds(id, n))
                     .then_some((-score, node.slot.1, n))
             })
             .min();
-        best.map(|(_, _, node)| (node, self.cluster.node(node).choose_gpus(demand.gpu, None)))
+        best.map(|(_, _, node)| {
+            let state = self.cluster.node(node);
+            let gpus = if entry.constraints.single_numa_node {
+                state.choose_gpus_single_numa(demand.gpu)
+            } else {
+                Some(state.choose_gpus(demand.gpu, None))
+            };
+            (node, gpus.expect("the node fits the pod"))
+        })
     }
 
     /// Why this pod fits no node now (the full per-node count).
@@ -859,8 +867,12 @@ impl Scheduler {
         };
         let eligible = |s: &Scheduler, n: NodeId| {
             let node = s.cluster.node(n);
-            static_check(&constraints, &node.spec).is_ok()
-                && node.gpu_count() as u64 * 1000 >= largest
+            let room = if constraints.single_numa_node {
+                node.spec.max_gpus_on_one_numa()
+            } else {
+                node.gpu_count()
+            };
+            static_check(&constraints, &node.spec).is_ok() && room as u64 * 1000 >= largest
         };
         let mut groups: Vec<Vec<NodeId>> = match gang.and_then(|g| g.topology.required.clone()) {
             Some(level) => self
@@ -1066,7 +1078,16 @@ impl Scheduler {
                         Some(admission)
                     }
                     QuotaFit::Borrowing(_) if !cycle.borrowing_phase => return Attempt::Deferred,
-                    QuotaFit::Borrowing(admission) => Some(admission),
+                    QuotaFit::Borrowing(admission) => {
+                        if waiting.is_none() {
+                            if let Some(cluster_queue) = self.reclaim_in_cohort(cq, workload) {
+                                return queue_failure(QueueProblem::BehindReclaim {
+                                    cluster_queue,
+                                });
+                            }
+                        }
+                        Some(admission)
+                    }
                     QuotaFit::No(_) if waiting.is_some() => {
                         return waiting_failure(waiting.unwrap_or_default())
                     }
@@ -1200,6 +1221,36 @@ impl Scheduler {
         }
     }
 
+    /// A ClusterQueue of `cq`'s cohort (another workload's) whose preemptor waits for
+    /// victims it chose to get its quota back: borrowers wait, or they would take that
+    /// quota again.
+    fn reclaim_in_cohort(&self, cq: CqId, workload: WorkloadKey) -> Option<String> {
+        if self.awaiting.is_empty() {
+            return None;
+        }
+        let root = self.queues.cqs[cq.0 as usize].root.as_ref()?;
+        self.awaiting
+            .keys()
+            .filter(|w| **w != workload)
+            .find_map(|w| {
+                let rep = match *w {
+                    WorkloadKey::Pod(p) => Some(p),
+                    WorkloadKey::Gang(g) => self.gangs.gangs[g.0 as usize].members.first().copied(),
+                }?;
+                let record = &self.pods[rep.0 as usize];
+                let QueueLink::Cq(other) = record.link else {
+                    return None;
+                };
+                let book = &self.queues.cqs[other.0 as usize];
+                let reclaiming = record.phase == PodPhase::Pending
+                    && book.root.as_ref() == Some(root)
+                    && !self
+                        .queues
+                        .is_borrowing(other, &self.workload_request(&[rep]));
+                reclaiming.then(|| book.spec.name.clone())
+            })
+    }
+
     /// Whether a workload of `cq` with at least this priority waits for its victims: the
     /// room they leave is its, not for those behind it.
     fn preemptor_ahead(&self, cq: CqId, pods: &[PodId]) -> bool {
@@ -1326,6 +1377,36 @@ impl Scheduler {
     pub fn add_flavor(&mut self, flavor: ResourceFlavor) {
         self.queues.flavors.insert(flavor.name.clone(), flavor);
         self.queues_changed();
+    }
+
+    /// Removes a ClusterQueue: its pending workloads wait, saying it is missing; what it
+    /// admitted stays charged until it ends.
+    pub fn remove_cluster_queue(&mut self, name: &str) {
+        if self.queues.cq_ids.remove(name).is_some() {
+            self.queues_changed();
+        }
+    }
+
+    /// Removes a LocalQueue: its pending workloads wait, saying it is missing.
+    pub fn remove_local_queue(&mut self, namespace: &str, name: &str) {
+        let key = (namespace.to_string(), name.to_string());
+        if self.queues.local.remove(&key).is_some() {
+            self.queues_changed();
+        }
+    }
+
+    /// Removes a Cohort: its quota no longer adds to its tree's pool.
+    pub fn remove_cohort(&mut self, name: &str) {
+        if self.queues.remove_cohort(name) {
+            self.queues_changed();
+        }
+    }
+
+    /// Removes a ResourceFlavor: admissions under it add no node labels or tolerations.
+    pub fn remove_flavor(&mut self, name: &str) {
+        if self.queues.flavors.remove(name).is_some() {
+            self.queues_changed();
+        }
     }
 
     /// A namespace's labels, for ClusterQueue namespaceSelectors.
@@ -1529,7 +1610,7 @@ impl Scheduler {
                     if per_bucket == 1 && !entry.per_node && best.is_some_and(|b| b <= candidate) {
                         break;
                     }
-                    if !node.fits(&demand.resources, demand.gpu)
+                    if !fits_now(node, demand, &entry.constraints)
                         || !self.fits_beside_holds(id, node_id)
                     {
                         continue;
@@ -1581,6 +1662,9 @@ impl Scheduler {
             Some(node) => {
                 let state = self.cluster.node(node);
                 let gpus = match policy {
+                    _ if entry.constraints.single_numa_node => state
+                        .choose_gpus_single_numa(demand.gpu)
+                        .expect("the node fits the pod"),
                     // The packing scorer puts a share on the device it scored.
                     Policy::Kestrel => self.packing.choose_gpus(state, demand),
                     _ => {
@@ -1645,7 +1729,7 @@ impl Scheduler {
                     let free_whole = node.free_whole_gpus();
                     eligible_free_whole += free_whole;
                     best_free_whole = best_free_whole.max(free_whole);
-                    let short = node_shortfalls(node, demand);
+                    let short = node_shortfalls(node, demand, &entry.constraints);
                     if short.is_empty() && !self.fits_beside_holds(id, node_id) {
                         let preemptor =
                             self.holds_against(id, node_id)
@@ -1679,7 +1763,7 @@ impl Scheduler {
     pub fn could_place_on(&self, spec: &PodSpec, node: NodeId) -> bool {
         let node = self.cluster.node(node);
         static_check(&spec.constraints, &node.spec).is_ok()
-            && node.fits(&spec.demand.resources, spec.demand.gpu)
+            && fits_now(node, &spec.demand, &spec.constraints)
     }
 
     /// The node's rank key under the configured policy (lower is better).
@@ -1727,8 +1811,15 @@ fn validate_node(spec: &NodeSpec) -> Result<(), ClusterError> {
     Ok(())
 }
 
+/// Whether the node can take the demand now, with its GPUs on one NUMA node when the
+/// constraints ask for that.
+fn fits_now(node: &NodeState, demand: &Demand, c: &PlacementConstraints) -> bool {
+    node.fits(&demand.resources, demand.gpu)
+        && (!c.single_numa_node || node.choose_gpus_single_numa(demand.gpu).is_some())
+}
+
 /// The resource reasons a node that passes static predicates cannot take the demand now.
-fn node_shortfalls(node: &NodeState, demand: &Demand) -> Vec<NodeReason> {
+fn node_shortfalls(node: &NodeState, demand: &Demand, c: &PlacementConstraints) -> Vec<NodeReason> {
     let mut out: Vec<NodeReason> = node
         .free
         .shortfalls(&demand.resources)
@@ -1744,6 +1835,8 @@ fn node_shortfalls(node: &NodeState, demand: &Demand) -> Vec<NodeReason> {
         } else {
             NodeReason::Insufficient(GPU_RESOURCE.to_string())
         });
+    } else if c.single_numa_node && node.choose_gpus_single_numa(demand.gpu).is_none() {
+        out.push(NodeReason::numa_unaligned());
     }
     out
 }

@@ -506,3 +506,151 @@ fn room_made_by_preemption_is_held_for_the_preemptor() {
     bound.sort();
     assert_eq!(bound, vec![l2, l3]);
 }
+
+#[test]
+fn mig_slices_are_extended_resources_apart_from_whole_gpus() {
+    const MIG: &str = "nvidia.com/mig-1g.10gb";
+    // A MIG node in the "mixed" strategy: 2 whole GPUs plus 7 slices of another.
+    let mut mig = gpu_node("mig-0", 2);
+    mig.allocatable.set_extended(MIG, 7);
+    let mut s = scheduler(Policy::Kestrel, vec![gpu_node("gpu-0", 8), mig]);
+    let slice = |name: &str| {
+        let mut p = pod(name, 100, GpuRequest::None);
+        p.constraints.tolerations.push(gpu_toleration());
+        p.demand.resources.set_extended(MIG, 1);
+        p
+    };
+    let slices: Vec<PodId> = (0..8)
+        .map(|i| s.submit(slice(&format!("s{i}")), 0))
+        .collect();
+    let whole = s.submit(pod("whole", 100, GpuRequest::Whole(2)), 0);
+    s.schedule(0);
+    for &id in &slices[..7] {
+        assert_eq!(node_of(&s, id), "mig-0", "only the node advertising slices");
+        match &s.pod(id).phase {
+            PodPhase::Bound { gpus, .. } => assert_eq!(*gpus, GpuAssignment::None),
+            other => panic!("{other:?}"),
+        }
+    }
+    // The eighth finds no slice left, though gpu-0 has 8 free whole GPUs.
+    let text = s.pod(slices[7]).pending_reason.clone().unwrap().to_string();
+    assert!(text.contains(&format!("2 Insufficient {MIG}")), "{text}");
+    // Slices took none of the node's whole GPUs, and whole GPUs none of its slices.
+    let mig_node = s.cluster().node(s.cluster().id_of("mig-0").unwrap());
+    assert_eq!(mig_node.free.extended(MIG), 0);
+    let whole_on = node_of(&s, whole);
+    let free_whole = |name: &str| {
+        s.cluster()
+            .node(s.cluster().id_of(name).unwrap())
+            .free_whole_gpus()
+    };
+    assert_eq!(
+        free_whole("mig-0") + free_whole("gpu-0"),
+        8,
+        "only the 2-GPU pod ({whole_on}) holds whole GPUs"
+    );
+}
+
+fn single_numa(name: &str, gpu: GpuRequest) -> PodSpec {
+    let mut p = pod(name, 100, gpu);
+    p.constraints.single_numa_node = true;
+    p
+}
+
+fn bound_gpus(s: &Scheduler, id: PodId) -> Vec<u32> {
+    match &s.pod(id).phase {
+        PodPhase::Bound { gpus, .. } => gpus.indices(),
+        other => panic!("not bound: {other:?}"),
+    }
+}
+
+#[test]
+fn single_numa_node_pods_wait_rather_than_straddle_sockets() {
+    let mut s = scheduler(Policy::Kestrel, vec![gpu_node("gpu-0", 8)]);
+    // Two GPUs in use on each NUMA node: four free, two per socket.
+    for (name, gpus) in [("x", vec![0, 1]), ("y", vec![4, 5])] {
+        s.restore_bound(
+            pod(name, 100, GpuRequest::Whole(2)),
+            "gpu-0",
+            Some(GpuAssignment::Whole(gpus)),
+            0,
+        )
+        .unwrap();
+    }
+    let aligned = s.submit(single_numa("aligned", GpuRequest::Whole(4)), 0);
+    s.schedule(0);
+    let reason = s.pod(aligned).pending_reason.clone().unwrap();
+    assert_eq!(reason.reasons, vec![(NodeReason::numa_unaligned(), 1)]);
+    assert!(reason.is_capacity());
+    let text = reason.to_string();
+    assert!(
+        text.contains("1 Insufficient nvidia.com/gpu on one NUMA node (single-numa-node)"),
+        "{text}"
+    );
+    assert!(!s.could_place_on(&s.pod(aligned).spec, s.cluster().id_of("gpu-0").unwrap()));
+    // Without the annotation the same request takes the four GPUs across both sockets.
+    let plain = s.submit(pod("plain", 100, GpuRequest::Whole(4)), 1);
+    s.schedule(1);
+    assert_eq!(bound_gpus(&s, plain), vec![2, 3, 6, 7]);
+    // A fresh node gives the aligned pod one socket's GPUs.
+    s.add_node(gpu_node("gpu-1", 8)).unwrap();
+    s.schedule(2);
+    assert_eq!(node_of(&s, aligned), "gpu-1");
+    let gpus = bound_gpus(&s, aligned);
+    assert!(gpus == [0, 1, 2, 3] || gpus == [4, 5, 6, 7], "{gpus:?}");
+}
+
+#[test]
+fn single_numa_node_requests_larger_than_a_socket_fit_nowhere() {
+    let mut s = scheduler(
+        Policy::BinPack,
+        vec![gpu_node("gpu-0", 8), gpu_node("gpu-1", 8)],
+    );
+    let eight = s.submit(single_numa("eight", GpuRequest::Whole(8)), 0);
+    let four = s.submit(single_numa("four", GpuRequest::Whole(4)), 0);
+    s.schedule(0);
+    let reason = s.pod(eight).pending_reason.clone().unwrap();
+    assert_eq!(reason.reasons, vec![(NodeReason::numa_unaligned(), 2)]);
+    assert_eq!(bound_gpus(&s, four).len(), 4);
+    assert!(bound_gpus(&s, four)
+        .iter()
+        .all(|g| g / 4 == bound_gpus(&s, four)[0] / 4));
+}
+
+#[test]
+fn single_numa_node_keeps_gpus_beside_their_nics() {
+    // A DGX-like node whose first switch's NICs hang off the other socket: GPUs 0 and 1
+    // cannot be NUMA-aligned with their NICs.
+    let mut node = gpu_node("odd", 8);
+    (node.gpus, node.nics) = GpuTopology::DgxH100.devices("H100", 81_559, 8);
+    for nic in node.nics.iter_mut().filter(|n| n.pcie_switch == Some(0)) {
+        nic.numa_node = 1;
+    }
+    assert_eq!(node.max_gpus_on_one_numa(), 4);
+    let mut s = scheduler(Policy::Kestrel, vec![node]);
+    let plain_share = s.submit(
+        pod("plain-share", 100, GpuRequest::Shared { milli: 500 }),
+        0,
+    );
+    s.schedule(0);
+    assert_eq!(
+        bound_gpus(&s, plain_share),
+        vec![0],
+        "no alignment asked: any device"
+    );
+    let share = s.submit(single_numa("share", GpuRequest::Shared { milli: 500 }), 0);
+    s.schedule(0);
+    assert_eq!(
+        bound_gpus(&s, share),
+        vec![2],
+        "the first device beside its NICs"
+    );
+    // Socket 0 keeps GPUs 2 and 3 usable by aligned pods (one holds a share); socket 1
+    // has four. A 4-GPU aligned pod takes socket 1; a second finds no socket.
+    let first = s.submit(single_numa("first", GpuRequest::Whole(4)), 1);
+    let second = s.submit(single_numa("second", GpuRequest::Whole(2)), 1);
+    s.schedule(1);
+    assert_eq!(bound_gpus(&s, first), vec![4, 5, 6, 7]);
+    let reason = s.pod(second).pending_reason.clone().unwrap();
+    assert_eq!(reason.reasons, vec![(NodeReason::numa_unaligned(), 1)]);
+}

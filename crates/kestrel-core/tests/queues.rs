@@ -558,3 +558,55 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn borrowers_wait_while_a_lender_takes_its_quota_back() {
+    // Two nodes: team-a borrows all 8 GPUs of team-b's idle quota on one node.
+    let mut s = scheduler(2, 8);
+    let mut b = cq("team-b", Some("org"), 8, None);
+    b.preemption.reclaim_within_cohort = ReclaimPolicy::Any;
+    with_queues(&mut s, vec![cq("team-a", Some("org"), 8, None), b]);
+    let a: Vec<PodId> = (0..16)
+        .map(|i| s.submit(pod("team-a", &format!("a{i}"), "main", 1, 100), 0))
+        .collect();
+    s.schedule(0);
+    assert_eq!(bound(&s, &a), 16);
+    // team-b wants 4 GPUs of its quota back: four victims, on their way out (their grace).
+    let b0 = s.submit(pod("team-b", "b0", "main", 4, 0), 1_000);
+    let d = s.schedule(1_000);
+    assert_eq!(d.preemptions.len(), 1);
+    let victims: Vec<PodId> = d.preemptions[0].victims.iter().map(|v| v.pod).collect();
+    assert_eq!(victims.len(), 4);
+    // Meanwhile a team-a pod that would borrow arrives and two other team-a pods end:
+    // the quota they free is not lent again while team-b reclaims.
+    let late = s.submit(pod("team-a", "late", "main", 1, 100), 1_001);
+    for &p in a.iter().filter(|p| !victims.contains(p)).take(2) {
+        s.finish(p).unwrap();
+    }
+    let d = s.schedule(1_002);
+    assert!(
+        !d.bindings.iter().any(|b| b.pod == late),
+        "{:?}",
+        d.bindings
+    );
+    assert!(
+        reason(&s, late).contains("ClusterQueue team-b of its cohort is taking back its quota"),
+        "{}",
+        reason(&s, late)
+    );
+    // The victims leave: team-b's pod starts, then team-a may borrow again.
+    for v in victims {
+        s.evict(v).unwrap();
+    }
+    s.schedule(1_003);
+    assert_eq!(bound(&s, &[b0]), 1);
+    s.schedule(1_004);
+    // What is left of the cohort is lent again, first to team-a's earlier pods (the
+    // evicted ones); late waits for quota, no longer for the reclaim.
+    assert_eq!(gpu_used(&s, "team-a") + gpu_used(&s, "team-b"), 16);
+    assert!(
+        reason(&s, late).contains("cohort can lend 0"),
+        "{}",
+        reason(&s, late)
+    );
+}

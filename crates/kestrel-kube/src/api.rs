@@ -4,9 +4,10 @@
 //! PodGroups (server-side apply) with Warning events on those it cannot use.
 
 use crate::convert::{CHECKPOINT_REQUEST_ANNOTATION, GPU_INDICES_ANNOTATION};
-use crate::crds::{PodGroup, API_VERSION};
+use crate::crds::{ClusterQueue, LocalQueue, PodGroup, API_VERSION};
 use crate::index::{
-    BindJob, BindOutcome, CheckpointJob, EvictJob, GroupEventJob, GroupStatusJob, StatusJob,
+    BindJob, BindOutcome, CheckpointJob, EvictJob, GroupEventJob, GroupStatusJob, QueueStatusJob,
+    StatusJob,
 };
 use crate::limiter::Limiter;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
@@ -341,6 +342,39 @@ impl ApiWriter {
             Ok(_) => Ok(since),
             // Deleted meanwhile: nothing to report on.
             Err(e) if status_code(&e) == Some(404) => Ok(since),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes a ClusterQueue's or LocalQueue's status by server-side apply of the status
+    /// subresource (field manager `kestrel`, forced).
+    pub async fn apply_queue_status(&self, job: &QueueStatusJob) -> Result<(), kube::Error> {
+        let resource = match job.kind {
+            "ClusterQueue" => ApiResource::erase::<ClusterQueue>(&()),
+            _ => ApiResource::erase::<LocalQueue>(&()),
+        };
+        let api: Api<DynamicObject> = match &job.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
+        let mut metadata = json!({"name": job.name});
+        if let Some(ns) = &job.namespace {
+            metadata["namespace"] = json!(ns);
+        }
+        let body = json!({
+            "apiVersion": API_VERSION,
+            "kind": job.kind,
+            "metadata": metadata,
+            "status": job.status,
+        });
+        self.limiter.acquire().await;
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        match api
+            .patch_status(&job.name, &params, &Patch::Apply(&body))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if status_code(&e) == Some(404) => Ok(()),
             Err(e) => Err(e),
         }
     }

@@ -1,22 +1,24 @@
 //! The live scheduler's loop: watches in, cycles on change, binds and reports out.
 //!
 //! A replica schedules only while it leads. On taking the lease it starts the watches
-//! afresh (a new LIST of Pods, Nodes, PriorityClasses, RuntimeClasses, and Kestrel's
-//! PodGroups and Topologies), rebuilds the engine's state from that listing (pods bound by
-//! anyone count as used), and binds only after every listing is in. Where Kestrel's CRDs
-//! are not installed (or not readable), those two listings count as empty. On losing the
+//! afresh (a new LIST of Pods, Nodes, PriorityClasses, RuntimeClasses, Namespaces, and
+//! Kestrel's PodGroups, Topologies and queue kinds), rebuilds the engine's state from that
+//! listing (pods bound by anyone count as used), and binds only after every listing is in.
+//! Where Kestrel's CRDs are not installed (or not readable), their listings count as empty.
+//! Preemptions the engine decides are carried out here: checkpoint requests, then
+//! evictions when due. On losing the
 //! lease it aborts the binds in flight, posts nothing more, and drops its state; taking the
 //! lease again starts over from a listing.
 
 use crate::api::ApiWriter;
-use crate::crds::{PodGroup, Topology};
+use crate::crds::{ClusterQueue, Cohort, LocalQueue, PodGroup, ResourceFlavor, Topology};
 use crate::index::{
     self, BindJob, BindOutcome, CheckpointJob, ClusterState, EvictJob, GroupEventJob, GroupKey,
-    GroupStatusJob, StatusJob, REASON_KINDS,
+    GroupStatusJob, QueueStatusJob, StatusJob, REASON_KINDS,
 };
 use crate::metrics::Metrics;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -73,6 +75,12 @@ pub enum Change {
     Topologies {
         listed: bool,
     },
+    /// A queue object (ClusterQueue, LocalQueue, Cohort, ResourceFlavor) or a Namespace
+    /// changed; `listed`: that kind's watch finished listing.
+    Queues {
+        kind: &'static str,
+        listed: bool,
+    },
     /// The API does not serve this kind (its CRD is not installed) or does not let
     /// Kestrel read it: its listing counts as empty until a watch succeeds.
     Unserved {
@@ -89,10 +97,23 @@ pub struct Stores {
     pub runtime_classes: Store<RuntimeClass>,
     pub pod_groups: Store<DynamicObject>,
     pub topologies: Store<DynamicObject>,
+    /// ClusterQueues, LocalQueues, Cohorts and ResourceFlavors, by kind.
+    pub queues: Vec<(&'static str, Store<DynamicObject>)>,
+    pub namespaces: Store<Namespace>,
 }
 
+/// The queue kinds the live scheduler reads (Kestrel's group), with the Namespaces their
+/// namespaceSelectors match.
+const QUEUE_WATCHES: [&str; 5] = [
+    "ClusterQueue",
+    "LocalQueue",
+    "Cohort",
+    "ResourceFlavor",
+    "Namespace",
+];
+
 /// Which listings are complete.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct Synced {
     pods: bool,
     nodes: bool,
@@ -100,6 +121,8 @@ struct Synced {
     runtime_classes: bool,
     pod_groups: bool,
     topologies: bool,
+    /// The queue kinds (and Namespaces) listed so far.
+    queues: std::collections::BTreeSet<&'static str>,
 }
 
 impl Synced {
@@ -110,6 +133,7 @@ impl Synced {
             && self.runtime_classes
             && self.pod_groups
             && self.topologies
+            && self.queues.len() == QUEUE_WATCHES.len()
     }
 }
 
@@ -227,11 +251,42 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         tasks,
         Api::<DynamicObject>::all_with(client.clone(), &topology),
         topology,
-        tx,
+        tx.clone(),
         |e| Change::Topologies {
             listed: matches!(e, Event::InitDone),
         },
         Some(Change::Unserved { kind: "Topology" }),
+    );
+    let mut queues = Vec::new();
+    for (kind, resource) in [
+        ("ClusterQueue", ApiResource::erase::<ClusterQueue>(&())),
+        ("LocalQueue", ApiResource::erase::<LocalQueue>(&())),
+        ("Cohort", ApiResource::erase::<Cohort>(&())),
+        ("ResourceFlavor", ApiResource::erase::<ResourceFlavor>(&())),
+    ] {
+        let store = spawn_watch(
+            tasks,
+            Api::<DynamicObject>::all_with(client.clone(), &resource),
+            resource,
+            tx.clone(),
+            move |e| Change::Queues {
+                kind,
+                listed: matches!(e, Event::InitDone),
+            },
+            Some(Change::Unserved { kind }),
+        );
+        queues.push((kind, store));
+    }
+    let namespaces = spawn_watch(
+        tasks,
+        Api::<Namespace>::all(client.clone()),
+        (),
+        tx,
+        |e| Change::Queues {
+            kind: "Namespace",
+            listed: matches!(e, Event::InitDone),
+        },
+        Some(Change::Unserved { kind: "Namespace" }),
     );
     (
         Stores {
@@ -241,6 +296,8 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
             runtime_classes,
             pod_groups,
             topologies,
+            queues,
+            namespaces,
         },
         rx,
     )
@@ -319,6 +376,27 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
                 tracing::warn!(error = %e, "Topology cannot be read; it is not used");
             }
         }
+        Change::Queues { .. } => {
+            let mut objects: Vec<serde_json::Value> = Vec::new();
+            for (kind, store) in &stores.queues {
+                for o in store.state() {
+                    let mut json = to_json(&o);
+                    // Listed items may come without their type; the parser needs it.
+                    json["apiVersion"] = serde_json::json!(crate::crds::API_VERSION);
+                    json["kind"] = serde_json::json!(kind);
+                    objects.push(json);
+                }
+            }
+            for ns in stores.namespaces.state() {
+                let mut json = serde_json::to_value(&*ns).unwrap_or_default();
+                json["apiVersion"] = serde_json::json!("v1");
+                json["kind"] = serde_json::json!("Namespace");
+                objects.push(json);
+            }
+            for e in state.set_queues(&objects) {
+                tracing::warn!(error = %e, "queue object cannot be used; its previous version (if any) stays in force");
+            }
+        }
         Change::Unserved { .. } => {}
     }
     true
@@ -331,12 +409,14 @@ enum Done {
     Report(StatusJob, Result<(), String>),
     GroupStatus(GroupStatusJob, Result<Time, String>),
     GroupEvent(GroupEventJob, Result<(), String>),
+    QueueStatus(QueueStatusJob, Result<(), String>),
 }
 
-/// PodGroup writes waiting for a slot.
+/// PodGroup and queue status writes waiting for a slot.
 enum GroupWrite {
     Status(GroupStatusJob),
     Event(GroupEventJob),
+    Queue(QueueStatusJob),
 }
 
 /// Why [`lead`] returned.
@@ -435,6 +515,12 @@ pub async fn lead(
                         });
                         state.group_status_result(&job, result);
                     }
+                    Ok(Done::QueueStatus(job, result)) => {
+                        if let Err(e) = &result {
+                            tracing::warn!(kind = job.kind, name = %job.name, error = %e, "could not write the queue status; written again shortly");
+                        }
+                        state.queue_status_result(&job, result.is_ok());
+                    }
                     Ok(Done::GroupEvent(job, result)) => {
                         if let Err(e) = result {
                             tracing::warn!(pod_group = %format!("{}/{}", job.namespace, job.name), error = %e, "could not post the PodGroup event");
@@ -453,7 +539,10 @@ pub async fn lead(
                     Change::PodGroup(e) if matches!(**e, Event::InitDone) => synced.pod_groups = true,
                     Change::Topologies { listed: true } => synced.topologies = true,
                     Change::Unserved { kind: "PodGroup" } => synced.pod_groups = true,
-                    Change::Unserved { .. } => synced.topologies = true,
+                    Change::Unserved { kind: "Topology" } => synced.topologies = true,
+                    Change::Queues { kind, listed: true } | Change::Unserved { kind } => {
+                        synced.queues.insert(kind);
+                    }
                     _ => {}
                 }
                 let was_synced = synced.all();
@@ -489,6 +578,7 @@ pub async fn lead(
                 group_writes.extend(out.group_status.into_iter().map(GroupWrite::Status));
                 if last_gauges.elapsed() >= Duration::from_secs(1) {
                     last_gauges = Instant::now();
+                    group_writes.extend(state.queue_statuses().into_iter().map(GroupWrite::Queue));
                     let pending = state.pending_by_reason();
                     for kind in REASON_KINDS {
                         metrics.pending.get_or_create(&vec![("reason", kind)]).set(pending[kind]);
@@ -541,6 +631,13 @@ pub async fn lead(
                                 .await
                                 .map_err(|e| e.to_string());
                             Done::GroupStatus(job, result)
+                        }
+                        GroupWrite::Queue(job) => {
+                            let result = writer
+                                .apply_queue_status(&job)
+                                .await
+                                .map_err(|e| e.to_string());
+                            Done::QueueStatus(job, result)
                         }
                         GroupWrite::Event(job) => {
                             let result = writer

@@ -26,7 +26,8 @@ use kestrel_core::{
 };
 use kestrel_sim::gang_sources::{self, GangDocument, KESTREL_GROUP, KESTREL_POD_GROUP_LABEL};
 use kestrel_sim::manifests::Catalog;
-use serde_json::Value;
+use kestrel_sim::queue_sources::{parse_queue_document, QueueDocument};
+use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -253,6 +254,19 @@ struct Leaving {
     job: EvictJob,
 }
 
+/// A ClusterQueue's or LocalQueue's status to write (server-side apply of the status
+/// subresource): workload counts and, for ClusterQueues, usage per flavor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueStatusJob {
+    /// `ClusterQueue` or `LocalQueue`.
+    pub kind: &'static str,
+    /// For LocalQueues.
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The `status` object.
+    pub status: Value,
+}
+
 /// How long a failed eviction waits before it is tried again.
 const EVICTION_RETRY: Millis = 5_000;
 
@@ -299,6 +313,11 @@ pub struct ClusterState {
     wall_origin: i64,
     /// Preemption victims still on their nodes, by `namespace/name`.
     leaving: BTreeMap<String, Leaving>,
+    /// Queue objects (ClusterQueue, LocalQueue, Cohort, ResourceFlavor, Namespace) as the
+    /// engine has them, by (kind, name).
+    queue_docs: BTreeMap<(&'static str, String), QueueDocument>,
+    /// Queue statuses last written, by (kind, name).
+    queue_status: HashMap<(&'static str, String), Value>,
 }
 
 impl ClusterState {
@@ -319,7 +338,208 @@ impl ClusterState {
             now: 0,
             wall_origin: 0,
             leaving: BTreeMap::new(),
+            queue_docs: BTreeMap::new(),
+            queue_status: HashMap::new(),
         }
+    }
+
+    /// The statuses of the declared ClusterQueues and LocalQueues that changed since they
+    /// were last written: pending and admitted workloads (a gang counts once) and the
+    /// ClusterQueue's usage per flavor and resource. One pass over all pods: the driver
+    /// calls it on a period, not every cycle.
+    pub fn queue_statuses(&mut self) -> Vec<QueueStatusJob> {
+        let declared: Vec<&(&'static str, String)> = self
+            .queue_docs
+            .keys()
+            .filter(|(kind, _)| matches!(*kind, "ClusterQueue" | "LocalQueue"))
+            .collect();
+        if declared.is_empty() {
+            return Vec::new();
+        }
+        let cq_names: HashMap<kestrel_core::CqId, String> = self
+            .scheduler
+            .cluster_queues()
+            .map(|(id, spec)| (id, spec.name.clone()))
+            .collect();
+        // (kind, name) -> (pending workloads, admitted workloads)
+        type Workloads = (BTreeSet<String>, BTreeSet<String>);
+        let mut counts: HashMap<(&'static str, String), Workloads> = HashMap::new();
+        for (id, record) in self.scheduler.pods() {
+            let spec = &record.spec;
+            let workload = match &spec.gang {
+                Some(m) => format!("{}/{}", spec.namespace, m.gang),
+                None => format!("{}", id.0),
+            };
+            let (pending, cq) = match &record.phase {
+                PodPhase::Pending => (true, self.scheduler.queue_of(id)),
+                PodPhase::Bound { .. } => (false, record.admission.as_ref().map(|a| a.cq)),
+                _ => continue,
+            };
+            let mut add = |key: (&'static str, String)| {
+                let entry = counts.entry(key).or_default();
+                let set = if pending { &mut entry.0 } else { &mut entry.1 };
+                set.insert(workload.clone());
+            };
+            if let Some(name) = cq.and_then(|cq| cq_names.get(&cq)) {
+                add(("ClusterQueue", name.clone()));
+            }
+            if let Some(local) = &spec.queue {
+                add(("LocalQueue", format!("{}/{local}", spec.namespace)));
+            }
+        }
+        let mut jobs = Vec::new();
+        for key in declared {
+            let (pending, admitted) = counts
+                .get(key)
+                .map(|(p, a)| (p.len(), a.len()))
+                .unwrap_or_default();
+            let mut status = json!({
+                "pendingWorkloads": pending,
+                "admittedWorkloads": admitted,
+            });
+            if key.0 == "ClusterQueue" {
+                status["reservingWorkloads"] = json!(admitted);
+                let id = cq_names
+                    .iter()
+                    .find(|(_, n)| **n == key.1)
+                    .map(|(id, _)| *id);
+                let mut flavors: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+                for u in id
+                    .map(|id| self.scheduler.queue_usage(id))
+                    .unwrap_or_default()
+                {
+                    flavors.entry(u.flavor.clone()).or_default().push(json!({
+                        "name": u.resource,
+                        "total": quantity(&u.resource, u.used),
+                        "borrowed": quantity(&u.resource, u.borrowed),
+                    }));
+                }
+                status["flavorsUsage"] = flavors
+                    .into_iter()
+                    .map(|(name, resources)| json!({"name": name, "resources": resources}))
+                    .collect();
+            }
+            if self.queue_status.get(key) == Some(&status) {
+                continue;
+            }
+            self.queue_status.insert(key.clone(), status.clone());
+            let (namespace, name) = match key.1.split_once('/') {
+                Some((ns, n)) => (Some(ns.to_string()), n.to_string()),
+                None => (None, key.1.clone()),
+            };
+            jobs.push(QueueStatusJob {
+                kind: key.0,
+                namespace,
+                name,
+                status,
+            });
+        }
+        jobs
+    }
+
+    /// What the API said to a queue status write: a failed one is written again at the
+    /// next period.
+    pub fn queue_status_result(&mut self, job: &QueueStatusJob, ok: bool) {
+        if !ok {
+            let name = match &job.namespace {
+                Some(ns) => format!("{ns}/{}", job.name),
+                None => job.name.clone(),
+            };
+            self.queue_status.remove(&(job.kind, name));
+        }
+    }
+
+    /// Replaces the queue objects: every ClusterQueue, LocalQueue, Cohort and
+    /// ResourceFlavor, and every Namespace (for namespaceSelectors), as JSON with `kind`
+    /// and `apiVersion` set. What changed is declared to the engine; what is gone is
+    /// removed. An object that cannot be read or that the engine refuses (a cohort cycle,
+    /// an invalid quota) is returned with the reason and not applied: its previous version,
+    /// if any, stays in force.
+    pub fn set_queues<'a>(&mut self, objects: impl IntoIterator<Item = &'a Value>) -> Vec<String> {
+        let mut errors = Vec::new();
+        let mut wanted: BTreeMap<(&'static str, String), QueueDocument> = BTreeMap::new();
+        for object in objects {
+            let name = object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            match parse_queue_document(Path::new(convert::API_SOURCE), name, object) {
+                Ok(doc) => {
+                    wanted.insert(doc.key(), doc);
+                }
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        // Removals first, then additions from the leaves of references up: flavors and
+        // cohorts before the ClusterQueues that name them, ClusterQueues before LocalQueues.
+        let gone: Vec<(&'static str, String)> = self
+            .queue_docs
+            .keys()
+            .filter(|k| !wanted.contains_key(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            match self.queue_docs.remove(&key) {
+                Some(QueueDocument::LocalQueue(q)) => {
+                    self.scheduler.remove_local_queue(&q.namespace, &q.name)
+                }
+                Some(QueueDocument::ClusterQueue(q)) => {
+                    self.scheduler.remove_cluster_queue(&q.name)
+                }
+                Some(QueueDocument::Cohort(c)) => self.scheduler.remove_cohort(&c.name),
+                Some(QueueDocument::Flavor(f)) => self.scheduler.remove_flavor(&f.name),
+                Some(QueueDocument::Namespace(n, _)) => {
+                    self.scheduler.set_namespace_labels(&n, Default::default())
+                }
+                _ => {}
+            }
+        }
+        let rank = |kind: &str| {
+            [
+                "ResourceFlavor",
+                "Cohort",
+                "ClusterQueue",
+                "LocalQueue",
+                "Namespace",
+            ]
+            .iter()
+            .position(|k| *k == kind)
+            .unwrap_or(usize::MAX)
+        };
+        let mut changed: Vec<((&'static str, String), QueueDocument)> = wanted
+            .into_iter()
+            .filter(|(k, doc)| self.queue_docs.get(k) != Some(doc))
+            .collect();
+        changed.sort_by_key(|((kind, _), _)| rank(kind));
+        for (key, doc) in changed {
+            let applied = match &doc {
+                QueueDocument::Flavor(f) => {
+                    self.scheduler.add_flavor(f.clone());
+                    Ok(())
+                }
+                QueueDocument::Cohort(c) => self.scheduler.add_cohort(c.clone()).map(|_| ()),
+                QueueDocument::ClusterQueue(q) => {
+                    self.scheduler.add_cluster_queue(q.clone()).map(|_| ())
+                }
+                QueueDocument::LocalQueue(q) => {
+                    self.scheduler.add_local_queue(q.clone());
+                    Ok(())
+                }
+                QueueDocument::Namespace(n, labels) => {
+                    self.scheduler.set_namespace_labels(n, labels.clone());
+                    Ok(())
+                }
+                // Not watched live: the API server enforces ResourceQuota and LimitRange.
+                QueueDocument::Quota(_) | QueueDocument::LimitRange(_) => continue,
+            };
+            match applied {
+                Ok(()) => {
+                    self.queue_docs.insert(key, doc);
+                }
+                Err(e) => errors.push(format!("{} {}: {e}", key.0, key.1)),
+            }
+        }
+        errors
     }
 
     /// Sets the wall time (Unix ms) at driver time 0: checkpoint times in annotations are
@@ -1537,6 +1757,15 @@ pub fn node_names<'a>(nodes: impl IntoIterator<Item = &'a Arc<Node>>) -> HashSet
         .into_iter()
         .filter_map(|n| n.metadata.name.clone())
         .collect()
+}
+
+/// An amount in the engine's units as a Kubernetes quantity.
+fn quantity(resource: &str, amount: i64) -> String {
+    match kestrel_core::quota_scale(resource) {
+        1 => amount.to_string(),
+        scale if amount % scale == 0 => (amount / scale).to_string(),
+        _ => format!("{amount}m"),
+    }
 }
 
 /// A wall time (Unix ms) in RFC 3339.

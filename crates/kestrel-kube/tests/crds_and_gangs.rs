@@ -3,7 +3,7 @@
 //! by server-side apply, and malformed PodGroups reported instead of crashing anything.
 
 use http::{Request, Response};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kestrel_core::SchedulerConfig;
@@ -476,6 +476,8 @@ struct Harness {
     pods: Writer<Pod>,
     groups: Writer<DynamicObject>,
     topologies: Writer<DynamicObject>,
+    queues: Vec<(&'static str, Writer<DynamicObject>)>,
+    namespaces: Writer<Namespace>,
 }
 
 impl Harness {
@@ -488,6 +490,17 @@ impl Harness {
         let rcs = Writer::default();
         let groups = Writer::new(pg);
         let topologies = Writer::new(topo);
+        let queues: Vec<(&'static str, Writer<DynamicObject>)> = vec![
+            (
+                "ClusterQueue",
+                Writer::new(ApiResource::erase::<crds::ClusterQueue>(&())),
+            ),
+            (
+                "LocalQueue",
+                Writer::new(ApiResource::erase::<crds::LocalQueue>(&())),
+            ),
+        ];
+        let namespaces = Writer::<Namespace>::default();
         let stores = Stores {
             pods: pods.as_reader(),
             nodes: node_store.as_reader(),
@@ -495,6 +508,8 @@ impl Harness {
             runtime_classes: rcs.as_reader(),
             pod_groups: groups.as_reader(),
             topologies: topologies.as_reader(),
+            queues: queues.iter().map(|(k, w)| (*k, w.as_reader())).collect(),
+            namespaces: namespaces.as_reader(),
         };
         let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
         for n in nodes {
@@ -506,6 +521,8 @@ impl Harness {
             pods,
             groups,
             topologies,
+            queues,
+            namespaces,
         }
     }
 
@@ -519,6 +536,37 @@ impl Harness {
         let e = Event::Apply(group);
         self.groups.apply_watcher_event(&e);
         driver::apply_change(&mut self.state, &self.stores, Change::PodGroup(Box::new(e)));
+    }
+
+    /// A queue object (as listed: no apiVersion or kind) applied or deleted.
+    fn queue(&mut self, kind: &'static str, object: Value, delete: bool) {
+        let o: DynamicObject = serde_json::from_value(object).unwrap();
+        let e = if delete {
+            Event::Delete(o)
+        } else {
+            Event::Apply(o)
+        };
+        let writer = &mut self.queues.iter_mut().find(|(k, _)| *k == kind).unwrap().1;
+        writer.apply_watcher_event(&e);
+        driver::apply_change(
+            &mut self.state,
+            &self.stores,
+            Change::Queues { kind, listed: true },
+        );
+    }
+
+    fn namespace(&mut self, name: &str, labels: Value) {
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap();
+        self.namespaces.apply_watcher_event(&Event::Apply(ns));
+        driver::apply_change(
+            &mut self.state,
+            &self.stores,
+            Change::Queues {
+                kind: "Namespace",
+                listed: true,
+            },
+        );
     }
 
     fn topology(&mut self, name: &str, levels: &[&str]) {
@@ -1004,7 +1052,22 @@ async fn scripted_server(
             ("GET", "/apis/node.k8s.io/v1/runtimeclasses") => {
                 Some(list("node.k8s.io/v1", "RuntimeClass", vec![]))
             }
-            ("GET", "/apis/scheduling.kestrel.dev/v1alpha1/podgroups") => match &pod_groups {
+            ("GET", "/api/v1/namespaces") => Some(list("v1", "Namespace", vec![])),
+            (
+                "GET",
+                "/apis/scheduling.kestrel.dev/v1alpha1/clusterqueues"
+                | "/apis/scheduling.kestrel.dev/v1alpha1/localqueues"
+                | "/apis/scheduling.kestrel.dev/v1alpha1/cohorts"
+                | "/apis/scheduling.kestrel.dev/v1alpha1/resourceflavors",
+            ) if pod_groups.is_some() => Some(list(kestrel, "List", vec![])),
+            (
+                "GET",
+                "/apis/scheduling.kestrel.dev/v1alpha1/podgroups"
+                | "/apis/scheduling.kestrel.dev/v1alpha1/clusterqueues"
+                | "/apis/scheduling.kestrel.dev/v1alpha1/localqueues"
+                | "/apis/scheduling.kestrel.dev/v1alpha1/cohorts"
+                | "/apis/scheduling.kestrel.dev/v1alpha1/resourceflavors",
+            ) => match &pod_groups {
                 Some(items) => Some(list(kestrel, "PodGroup", items.clone())),
                 None => {
                     send.send_response(
@@ -1181,4 +1244,111 @@ async fn without_kestrels_crds_plain_pods_are_still_scheduled() {
             .contains("gang ml/g does not exist"),
         "{waits:?}"
     );
+}
+
+// ---- Queues through the index -----------------------------------------------------------
+
+fn queued(name: &str, queue: &str, gpus: u32) -> Pod {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
+                     "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {"schedulerName": "kestrel", "priority": 0, "containers": [{"name": "c",
+            "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": gpus.to_string()}}}]},
+        "status": {"phase": "Pending"}}))
+    .unwrap()
+}
+
+fn cluster_queue(gpus: u32, selector: Value) -> Value {
+    json!({"metadata": {"name": "team-a"}, "spec": {
+        "namespaceSelector": selector,
+        "resourceGroups": [{"coveredResources": ["cpu", "nvidia.com/gpu"],
+            "flavors": [{"name": "default", "resources": [{"name": "cpu", "nominalQuota": 64},
+                {"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}})
+}
+
+#[test]
+fn live_queues_admit_by_quota_and_changes_apply_without_a_restart() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    h.pod(queued("a", "team", 4));
+    // No LocalQueue yet: the pod waits and says so.
+    let out = h.state.cycle(0);
+    assert!(out.binds.is_empty());
+    assert!(
+        out.unschedulable[0].message.contains("LocalQueue"),
+        "{:?}",
+        out.unschedulable
+    );
+    h.queue(
+        "LocalQueue",
+        json!({"metadata": {"name": "team", "namespace": "ml"}, "spec": {"clusterQueue": "team-a"}}),
+        false,
+    );
+    h.queue("ClusterQueue", cluster_queue(4, json!({})), false);
+    let out = h.state.cycle(1);
+    assert_eq!(out.binds.len(), 1, "{out:?}");
+    // Queue statuses: admitted and pending workloads, usage per flavor; written once.
+    let statuses = h.state.queue_statuses();
+    let cq = statuses.iter().find(|j| j.kind == "ClusterQueue").unwrap();
+    assert_eq!(cq.name, "team-a");
+    assert_eq!(cq.namespace, None);
+    assert_eq!(cq.status["admittedWorkloads"], 1);
+    assert_eq!(cq.status["pendingWorkloads"], 0);
+    let usage = &cq.status["flavorsUsage"][0];
+    assert_eq!(usage["name"], "default");
+    assert!(usage["resources"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({"name": "nvidia.com/gpu", "total": "4", "borrowed": "0"})));
+    let lq = statuses.iter().find(|j| j.kind == "LocalQueue").unwrap();
+    assert_eq!(
+        (lq.namespace.as_deref(), lq.name.as_str()),
+        (Some("ml"), "team")
+    );
+    assert_eq!(lq.status["admittedWorkloads"], 1);
+    assert!(
+        h.state.queue_statuses().is_empty(),
+        "unchanged: not written again"
+    );
+    // The quota is full: the next pod waits for quota although the node has room.
+    h.pod(queued("b", "team", 4));
+    let out = h.state.cycle(2);
+    assert!(out.binds.is_empty());
+    assert!(
+        out.unschedulable[0].message.contains("team-a"),
+        "{:?}",
+        out.unschedulable
+    );
+    // An invalid update is refused and the last good version stays in force.
+    let mut bad = cluster_queue(8, json!({}));
+    bad["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = json!("x");
+    h.queue("ClusterQueue", bad, false);
+    assert!(h.state.cycle(3).binds.is_empty());
+    // Raising the quota lets it in.
+    h.queue("ClusterQueue", cluster_queue(8, json!({})), false);
+    let out = h.state.cycle(4);
+    assert_eq!(out.binds.len(), 1, "{out:?}");
+    assert_eq!(out.binds[0].name, "b");
+    // A namespaceSelector that the namespace's labels do not match keeps new pods out,
+    // until the namespace gets the label.
+    h.queue(
+        "ClusterQueue",
+        cluster_queue(16, json!({"matchLabels": {"team": "a"}})),
+        false,
+    );
+    h.pod(queued("c", "team", 0));
+    let out = h.state.cycle(5);
+    assert!(out.binds.is_empty(), "{out:?}");
+    h.namespace("ml", json!({"team": "a"}));
+    let out = h.state.cycle(6);
+    assert_eq!(out.binds.len(), 1, "{out:?}");
+    // The LocalQueue is deleted: new pods wait for it again.
+    h.queue(
+        "LocalQueue",
+        json!({"metadata": {"name": "team", "namespace": "ml"}, "spec": {"clusterQueue": "team-a"}}),
+        true,
+    );
+    h.pod(queued("d", "team", 0));
+    let out = h.state.cycle(7);
+    assert!(out.binds.is_empty());
+    assert!(out.unschedulable[0].message.contains("LocalQueue"));
 }

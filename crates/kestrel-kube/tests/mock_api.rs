@@ -6,7 +6,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kestrel_core::PodId;
 use kestrel_kube::api::ApiWriter;
 use kestrel_kube::driver::{self, DriverConfig, Ended};
-use kestrel_kube::index::{BindJob, BindOutcome, CheckpointJob, EvictJob, StatusJob};
+use kestrel_kube::index::{
+    BindJob, BindOutcome, CheckpointJob, EvictJob, QueueStatusJob, StatusJob,
+};
 use kestrel_kube::leader::{LeaderElector, LeaseConfig};
 use kestrel_kube::limiter::Limiter;
 use kestrel_kube::metrics::Metrics;
@@ -475,6 +477,7 @@ async fn scripted_server(
         let body = match (method.as_str(), path.as_str()) {
             ("GET", "/api/v1/nodes") => list("Node", nodes.clone()),
             ("GET", "/api/v1/pods") => list("Pod", pods.clone()),
+            ("GET", "/api/v1/namespaces") => list("Namespace", vec![]),
             ("GET", "/apis/scheduling.k8s.io/v1/priorityclasses") => {
                 json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClassList", "metadata": {"resourceVersion": "1"}, "items": []})
             }
@@ -484,7 +487,11 @@ async fn scripted_server(
             (
                 "GET",
                 "/apis/scheduling.kestrel.dev/v1alpha1/podgroups"
-                | "/apis/scheduling.kestrel.dev/v1alpha1/topologies",
+                | "/apis/scheduling.kestrel.dev/v1alpha1/topologies"
+                | "/apis/scheduling.kestrel.dev/v1alpha1/clusterqueues"
+                | "/apis/scheduling.kestrel.dev/v1alpha1/localqueues"
+                | "/apis/scheduling.kestrel.dev/v1alpha1/cohorts"
+                | "/apis/scheduling.kestrel.dev/v1alpha1/resourceflavors",
             ) => {
                 json!({"apiVersion": "scheduling.kestrel.dev/v1alpha1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": []})
             }
@@ -754,5 +761,37 @@ async fn a_checkpointing_victim_is_asked_by_annotation_and_event() {
         message: "preempted".into(),
     };
     writer(client).request_checkpoint(&job).await.unwrap();
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn queue_statuses_are_written_by_server_side_apply() {
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        let (patch, send) = next(&mut handle).await;
+        assert_eq!(patch.method, "PATCH");
+        assert_eq!(
+            patch.uri,
+            "/apis/scheduling.kestrel.dev/v1alpha1/namespaces/ml/localqueues/team/status?&force=true&fieldManager=kestrel"
+        );
+        assert_eq!(
+            patch.content_type.as_deref(),
+            Some("application/apply-patch+yaml")
+        );
+        assert_eq!(
+            patch.body,
+            json!({"apiVersion": "scheduling.kestrel.dev/v1alpha1", "kind": "LocalQueue",
+                "metadata": {"name": "team", "namespace": "ml"},
+                "status": {"pendingWorkloads": 2, "admittedWorkloads": 1}})
+        );
+        reply(send, 200, patch.body.clone());
+    });
+    let job = QueueStatusJob {
+        kind: "LocalQueue",
+        namespace: Some("ml".into()),
+        name: "team".into(),
+        status: json!({"pendingWorkloads": 2, "admittedWorkloads": 1}),
+    };
+    writer(client).apply_queue_status(&job).await.unwrap();
     server.await.unwrap();
 }

@@ -11,13 +11,15 @@ use crate::duration::format_duration;
 use crate::predict::{Predictions, StartPrediction};
 use crate::sim::Simulation;
 use kestrel_core::{
-    format_amount, quota_scale, Bytes, CqId, Demand, GangPhase, GpuAssignment, GpuRequest, Millis,
-    NodeId, NodeReason, NodeState, PodId, PodPhase, PodSpec, Scheduler, Unschedulable,
-    GPU_RESOURCE,
+    format_amount, quota_scale, Bytes, CqId, Demand, GangPhase, GangProblem, GpuAssignment,
+    GpuRequest, Millis, NodeId, NodeReason, NodeState, PodId, PodPhase, PodSpec, Scheduler,
+    Unschedulable, GPU_RESOURCE,
 };
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 /// A moment as a clock time from the start (`10:00`, `26:30`, `09:05:30`), the form
 /// `--at` accepts.
@@ -449,71 +451,44 @@ pub struct Position {
     pub pending_workloads: u32,
 }
 
-/// Queue positions of all pending pods, in queue order.
-fn positions(scheduler: &Scheduler) -> Vec<(PodId, Option<CqId>, u32, u32)> {
-    let mut counters: HashMap<Option<CqId>, u32> = HashMap::new();
+/// Queue positions of all pending pods, in queue order: per ClusterQueue (pods outside
+/// queues together), a gang once, at its first pending pod.
+fn positions(scheduler: &Scheduler) -> Vec<(PodId, Option<CqId>, u32)> {
+    // Counters per ClusterQueue, indexed by its id + 1 (0: outside queues).
+    let mut counters = vec![0u32; scheduler.cluster_queues().count() + 1];
     let mut gang_positions: HashMap<(&str, &str), u32> = HashMap::new();
-    let mut out = Vec::new();
-    for id in scheduler.pending() {
-        let record = scheduler.pod(id);
-        let cq = scheduler.queue_of(id);
-        let counter = counters.entry(cq).or_default();
-        let position = match &record.spec.gang {
-            Some(m) => *gang_positions
-                .entry((record.spec.namespace.as_str(), m.gang.as_str()))
-                .or_insert_with(|| {
-                    *counter += 1;
-                    *counter
-                }),
-            None => {
+    scheduler
+        .pending()
+        .into_iter()
+        .map(|id| {
+            let spec = &scheduler.pod(id).spec;
+            let cq = scheduler.queue_of(id);
+            let counter = &mut counters[cq.map_or(0, |c| c.0 as usize + 1)];
+            let mut next = || {
                 *counter += 1;
                 *counter
-            }
-        };
-        out.push((id, cq, position, 0));
-    }
-    for entry in &mut out {
-        entry.3 = counters[&entry.1];
-    }
-    out
+            };
+            let position = match &spec.gang {
+                Some(m) => *gang_positions
+                    .entry((spec.namespace.as_str(), m.gang.as_str()))
+                    .or_insert_with(next),
+                None => next(),
+            };
+            (id, cq, position)
+        })
+        .collect()
 }
 
-/// Where one pending pod stands in its queue: one pass over the pending pods of that
-/// queue, counting workloads (a gang once).
+/// Where one pending pod stands in its queue.
 fn position_of(scheduler: &Scheduler, id: PodId) -> Option<Position> {
-    let cq = scheduler.queue_of(id);
-    let gang_of = |p: PodId| {
-        let spec = &scheduler.pod(p).spec;
-        spec.gang
-            .as_ref()
-            .map(|m| (spec.namespace.as_str(), m.gang.as_str()))
-    };
-    let own_gang = gang_of(id);
-    let mut gangs: BTreeSet<(&str, &str)> = BTreeSet::new();
-    let (mut total, mut position) = (0u32, None);
-    for p in scheduler.pending() {
-        if scheduler.queue_of(p) != cq {
-            continue;
-        }
-        let gang = gang_of(p);
-        let new_workload = match gang {
-            Some(g) => gangs.insert(g),
-            None => true,
-        };
-        if new_workload {
-            total += 1;
-        }
-        let same_workload = p == id || (own_gang.is_some() && gang == own_gang);
-        if position.is_none() && same_workload {
-            position = Some(total);
-        }
-    }
-    let position = position?;
+    let all = positions(scheduler);
+    let &(_, cq, position) = all.iter().find(|e| e.0 == id)?;
+    let pending_workloads = all.iter().filter(|e| e.1 == cq).map(|e| e.2).max()?;
     Some(Position {
         cluster_queue: queue_name(scheduler, cq),
         position,
         ahead: position - 1,
-        pending_workloads: total,
+        pending_workloads,
     })
 }
 
@@ -633,6 +608,9 @@ pub struct Help {
     pub closest: Option<Closest>,
     /// `None` when no known end makes room on a single node.
     pub room: Option<Room>,
+    /// Nodes it may use that have the room now but hold it for other work (reserved for
+    /// the head of the queue, or promised to a preemptor).
+    pub held: u32,
 }
 
 /// One missing amount, in the engine's units, before it is put in words.
@@ -838,6 +816,7 @@ pub fn help_for(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -
     // (time, pods that end, node name, the ends)
     let mut room: Option<(Millis, usize, &str, Ends)> = None;
     let mut ends: Ends = Vec::new();
+    let mut held = 0;
     for (node_id, node) in scheduler.cluster().iter() {
         // Static predicates only: a pod with no demand fits wherever they pass.
         if !scheduler.could_place_on(&probe, node_id) {
@@ -845,6 +824,7 @@ pub fn help_for(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -
         }
         let (missing, share) = missing_on(node, demand);
         if missing.is_empty() {
+            held += 1;
             continue;
         }
         let name = node.spec.name.as_str();
@@ -908,6 +888,7 @@ pub fn help_for(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -
                 })
                 .collect(),
         }),
+        held,
     }
 }
 
@@ -1124,15 +1105,104 @@ pub struct PendingEntry {
     #[serde(skip)]
     pub id: PodId,
     pub pod: String,
-    pub cluster_queue: Option<String>,
+    pub cluster_queue: Option<Shared>,
     pub position: u32,
     pub priority: i32,
     pub waiting_s: f64,
     pub gang: Option<String>,
     /// The headline of its explanation (`not tried yet` when no cycle has looked at it).
-    pub reason: String,
-    pub message: String,
+    pub reason: Shared,
+    pub message: Shared,
     pub predicted_start: Option<PredictedStart>,
+}
+
+/// A string that many list entries share (a queue's name, an explanation), cloned by
+/// reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shared(Arc<str>);
+
+impl From<&str> for Shared {
+    fn from(s: &str) -> Self {
+        Shared(s.into())
+    }
+}
+
+impl From<String> for Shared {
+    fn from(s: String) -> Self {
+        Shared(s.into())
+    }
+}
+
+impl std::ops::Deref for Shared {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Shared {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+/// An explanation in words: its headline and its message.
+type Said = (Shared, Shared);
+
+/// Explanations in words, each put in words once: the engine shares one `Arc` among pods
+/// that failed alike in a cycle, and equal explanations from other cycles are found by
+/// value, bucketed by a hash of what they name.
+#[derive(Default)]
+struct Words<'a> {
+    by_arc: HashMap<*const Unschedulable, Said>,
+    by_value: HashMap<u64, Vec<(&'a Unschedulable, Said)>>,
+}
+
+impl<'a> Words<'a> {
+    /// Equal explanations compared per bucket, at most this many (distinct ones that hash
+    /// alike are rare; past this they are simply formatted).
+    const BUCKET: usize = 8;
+
+    fn of(&mut self, reason: &'a Arc<Unschedulable>) -> Said {
+        if let Some(said) = self.by_arc.get(&Arc::as_ptr(reason)) {
+            return said.clone();
+        }
+        let u: &'a Unschedulable = reason;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (u.total_nodes, &u.reasons, u.gpu_fragmentation).hash(&mut hasher);
+        u.queue
+            .as_deref()
+            .map(std::mem::discriminant)
+            .hash(&mut hasher);
+        u.gang.as_ref().map(gang_named).hash(&mut hasher);
+        let bucket = self.by_value.entry(hasher.finish()).or_default();
+        if let Some((_, said)) = bucket.iter().find(|(known, _)| *known == u) {
+            return said.clone();
+        }
+        let said: Said = (u.headline().into(), u.to_string().into());
+        if bucket.len() < Self::BUCKET {
+            bucket.push((u, said.clone()));
+        }
+        self.by_arc.insert(Arc::as_ptr(reason), said.clone());
+        said
+    }
+}
+
+/// The gang a gang problem names.
+fn gang_named(problem: &GangProblem) -> &str {
+    match problem {
+        GangProblem::NotFound { gang }
+        | GangProblem::Incomplete { gang, .. }
+        | GangProblem::Unplaceable { gang, .. }
+        | GangProblem::NoDomain { gang, .. }
+        | GangProblem::TimedOut { gang, .. } => gang,
+    }
 }
 
 /// Pending pods in queue order, optionally of one ClusterQueue and/or one namespace.
@@ -1143,43 +1213,64 @@ pub fn pending_list(
 ) -> Vec<PendingEntry> {
     let scheduler = sim.scheduler();
     let now = sim.now();
-    let names: HashMap<CqId, String> = scheduler
+    let names: HashMap<CqId, Shared> = scheduler
         .cluster_queues()
-        .map(|(id, spec)| (id, spec.name.clone()))
+        .map(|(id, spec)| (id, spec.name.as_str().into()))
         .collect();
-    // Pods that failed alike share one explanation: put each in words once.
-    let mut words: HashMap<*const Unschedulable, (String, String)> = HashMap::new();
+    let not_tried = Shared::from("not tried yet");
+    let mut words = Words::default();
     positions(scheduler)
         .into_iter()
-        .filter(|(_, cq, _, _)| queue.is_none() || *cq == queue)
-        .filter(|(id, _, _, _)| namespace.is_none_or(|ns| scheduler.pod(*id).spec.namespace == ns))
-        .map(|(id, cq, position, _)| {
+        .filter(|(_, cq, _)| queue.is_none() || *cq == queue)
+        .filter(|(id, _, _)| namespace.is_none_or(|ns| scheduler.pod(*id).spec.namespace == ns))
+        .map(|(id, cq, position)| {
             let record = scheduler.pod(id);
             let spec = &record.spec;
             let (reason, message) = match &record.pending_reason {
-                Some(r) => words
-                    .entry(std::sync::Arc::as_ptr(r))
-                    .or_insert_with(|| (r.headline(), r.to_string()))
-                    .clone(),
-                None => ("not tried yet".to_string(), "not tried yet".to_string()),
+                Some(r) => words.of(r),
+                None => (not_tried.clone(), not_tried.clone()),
             };
             PendingEntry {
                 id,
-                pod: spec.key(),
+                pod: joined(&spec.namespace, &spec.name),
                 cluster_queue: cq.and_then(|c| names.get(&c).cloned()),
                 position,
                 priority: spec.priority,
                 waiting_s: secs(now.saturating_sub(record.submitted_at)),
-                gang: spec
-                    .gang
-                    .as_ref()
-                    .map(|m| format!("{}/{}", spec.namespace, m.gang)),
+                gang: spec.gang.as_ref().map(|m| joined(&spec.namespace, &m.gang)),
                 reason,
                 message,
                 predicted_start: None,
             }
         })
         .collect()
+}
+
+/// `namespace/name`, without the formatting machinery (lists have many).
+fn joined(namespace: &str, name: &str) -> String {
+    let mut key = String::with_capacity(namespace.len() + 1 + name.len());
+    key.push_str(namespace);
+    key.push('/');
+    key.push_str(name);
+    key
+}
+
+/// `kestrel queue`: pending pods in queue order, optionally of one ClusterQueue and/or
+/// one namespace.
+pub fn queue_list(
+    sim: &Simulation<'_>,
+    queue: Option<CqId>,
+    namespace: Option<&str>,
+) -> QueueListView {
+    let scheduler = sim.scheduler();
+    QueueListView {
+        at_s: secs(sim.now()),
+        at: clock(sim.now()),
+        cluster_queue: queue_name(scheduler, queue),
+        namespace: namespace.map(str::to_string),
+        pending_total: scheduler.pending_count(),
+        pending: pending_list(sim, queue, namespace),
+    }
 }
 
 /// Attaches predicted starts to a pending list.
@@ -1496,22 +1587,27 @@ pub fn render_pod(v: &PodView) -> String {
 }
 
 fn render_help(out: &mut String, h: &Help, gang: bool) {
+    let mut lines = Vec::new();
+    if h.held > 0 {
+        lines.push(format!(
+            "{} node(s) it may use have room now, held for other work (see the reasons \
+             above): it fits there once that work starts",
+            h.held
+        ));
+    }
     match &h.closest {
         Some(c) => {
             let lacks: Vec<&str> = c.lacks.iter().map(|l| l.text.as_str()).collect();
-            let _ = writeln!(
-                out,
-                "  would help fits on node {} if {} were free",
+            lines.push(format!(
+                "fits on node {} if {} were free",
                 c.node,
                 lacks.join(" and ")
-            );
+            ));
         }
-        None => {
-            let _ = writeln!(
-                out,
-                "  would help no node it may use lacks only capacity: see the reasons above"
-            );
+        None if h.held == 0 => {
+            lines.push("no node it may use lacks only capacity: see the reasons above".into())
         }
+        None => {}
     }
     if let Some(r) = &h.room {
         let ending: Vec<String> = r
@@ -1528,9 +1624,8 @@ fn render_help(out: &mut String, h: &Help, gang: bool) {
             })
             .collect();
         let more = r.ending.len().saturating_sub(6);
-        let _ = writeln!(
-            out,
-            "             room on {} from about {} when these end (estimated runtimes): {}{}",
+        lines.push(format!(
+            "room on {} from about {} when these end (estimated runtimes): {}{}",
             r.node,
             clock_approx_s(r.at_s),
             ending.join(", "),
@@ -1539,21 +1634,21 @@ fn render_help(out: &mut String, h: &Help, gang: bool) {
             } else {
                 String::new()
             }
-        );
-        let _ = writeln!(
-            out,
-            "             (unless work ahead of it takes that room first{})",
+        ));
+        lines.push(format!(
+            "(unless work ahead of it takes that room first{})",
             if gang {
                 "; the gang needs room for all its pods"
             } else {
                 ""
             }
-        );
+        ));
     } else if h.closest.is_some() {
-        let _ = writeln!(
-            out,
-            "             no running pod with a known end frees enough room on one node"
-        );
+        lines.push("no running pod with a known end frees enough room on one node".into());
+    }
+    for (i, line) in lines.iter().enumerate() {
+        let label = if i == 0 { "would help" } else { "" };
+        let _ = writeln!(out, "  {label:<10} {line}");
     }
 }
 

@@ -26,5 +26,5 @@ pub mod workload;
 
 pub use error::LoadError;
 pub use metrics::SimReport;
-pub use sim::{simulate, SimConfig, SimError, Simulation};
+pub use sim::{simulate, simulate_with_topology_blind, SimConfig, SimError, Simulation};
 pub use workload::{ClusterChange, ClusterEvent, JobKind, SimCluster, SimJob, Workload};

@@ -33,8 +33,10 @@
 //! scheduler reads the same through [`Catalog::pod_from_kube`].
 //!
 //! Simulation annotations, on the object or else on its pod template:
-//! [`ARRIVAL_ANNOTATION`], [`DURATION_ANNOTATION`], [`GPU_UTILIZATION_ANNOTATION`], and
-//! [`GPU_MILLI_ANNOTATION`] for a share of one GPU.
+//! [`ARRIVAL_ANNOTATION`], [`DURATION_ANNOTATION`], [`GPU_UTILIZATION_ANNOTATION`].
+//!
+//! A share of one GPU: [`GPU_MILLI_ANNOTATION`] or KAI's [`GPU_FRACTION_ANNOTATION`] (both
+//! read by the live scheduler too); NUMA alignment of its GPUs: [`NUMA_POLICY_ANNOTATION`].
 
 use crate::duration::parse_duration;
 use crate::error::LoadError;
@@ -68,6 +70,15 @@ pub const DURATION_ANNOTATION: &str = "kestrel.dev/sim-duration";
 pub const GPU_UTILIZATION_ANNOTATION: &str = "kestrel.dev/sim-gpu-utilization";
 /// A share of one GPU in thousandths (`1`..=`1000`) for a pod without `nvidia.com/gpu`.
 pub const GPU_MILLI_ANNOTATION: &str = "kestrel.dev/gpu-milli";
+/// KAI Scheduler's share of one GPU as a decimal in (0, 1] (`"0.5"`); the same request as
+/// [`GPU_MILLI_ANNOTATION`], rounded to thousandths.
+pub const GPU_FRACTION_ANNOTATION: &str = "gpu-fraction";
+/// KAI Scheduler's share of one GPU by memory (MiB); refused with a pointer to
+/// [`GPU_FRACTION_ANNOTATION`].
+pub const GPU_MEMORY_ANNOTATION: &str = "gpu-memory";
+/// kubelet's Topology Manager policy, per pod: `single-numa-node` puts all its GPUs (and
+/// their NICs) on one NUMA node or waits; `best-effort` and `none` only prefer that.
+pub const NUMA_POLICY_ANNOTATION: &str = "kestrel.dev/numa-policy";
 /// It may not be preempted before it ran this long (`30m`).
 pub const MIN_RUNTIME_ANNOTATION: &str = "kestrel.dev/min-runtime";
 /// It checkpoints this often from its start (`1h`).
@@ -321,7 +332,8 @@ impl Ctx<'_> {
                 let hint = if resource == GPU_RESOURCE {
                     format!(
                         "; for a share of one GPU drop {GPU_RESOURCE} and set the \
-                        annotation {GPU_MILLI_ANNOTATION}: \"500\""
+                        annotation {GPU_FRACTION_ANNOTATION}: \"0.5\" (or \
+                        {GPU_MILLI_ANNOTATION}: \"500\")"
                     )
                 } else {
                     String::new()
@@ -779,42 +791,7 @@ impl Catalog {
         }
 
         let whole_gpus = total.remove(GPU_RESOURCE).unwrap_or(0);
-        let gpu = match annotations.get(GPU_MILLI_ANNOTATION) {
-            Some((field, v)) => {
-                if whole_gpus > 0 {
-                    return Err(ctx.err(
-                        field,
-                        format!(
-                            "the pod also requests {whole_gpus} {GPU_RESOURCE}; keep the \
-                            request for whole GPUs or the annotation for a share, not \
-                            both"
-                        ),
-                    ));
-                }
-                match v.trim().parse::<u32>() {
-                    Ok(1000) => GpuRequest::Whole(1),
-                    Ok(milli @ 1..=999) => GpuRequest::Shared { milli },
-                    _ => {
-                        return Err(ctx.err(
-                            field,
-                            format!(
-                                "{v:?} is not a share of one GPU in thousandths; write 1 to \
-                                1000, e.g. \"500\" for half a GPU"
-                            ),
-                        ))
-                    }
-                }
-            }
-            None if whole_gpus > 0 => {
-                GpuRequest::Whole(u32::try_from(whole_gpus).map_err(|_| {
-                    ctx.err(
-                        format!("{sf}.containers"),
-                        format!("{whole_gpus} GPUs is too many"),
-                    )
-                })?)
-            }
-            None => GpuRequest::None,
-        };
+        let gpu = gpu_request(ctx, sf, whole_gpus, annotations)?;
         let mut resources = Resources::default();
         for (name, v) in total {
             match name.as_str() {
@@ -866,6 +843,7 @@ impl Catalog {
             tolerations: ctx
                 .tolerations(&format!("{sf}.tolerations"), spec.tolerations.as_ref())?,
             runtime_class: runtime.map(|rc| rc.scheduling.clone()),
+            single_numa_node: numa_policy(ctx, annotations)?,
         };
         // The object's labels first (Kueue labels the Job), then its pod template's.
         let queue = [KESTREL_QUEUE_LABEL, KUEUE_QUEUE_LABEL]
@@ -1040,6 +1018,106 @@ fn preemption_policy_never(
         Some(other) => Err(ctx.err(
             field,
             format!("unknown preemptionPolicy {other:?}; use PreemptLowerPriority or Never"),
+        )),
+    }
+}
+
+/// The pod's GPU request: whole GPUs from `nvidia.com/gpu`, or a share of one from
+/// [`GPU_MILLI_ANNOTATION`] or KAI's [`GPU_FRACTION_ANNOTATION`] (which must agree when
+/// both are set). KAI's [`GPU_MEMORY_ANNOTATION`] is refused: its share depends on the
+/// node's device memory, which a request fixed before placement cannot express.
+fn gpu_request(
+    ctx: &Ctx,
+    sf: &str,
+    whole_gpus: i64,
+    annotations: &Annotations,
+) -> Result<GpuRequest, LoadError> {
+    if let Some((field, v)) = annotations.get(GPU_MEMORY_ANNOTATION) {
+        return Err(ctx.err(
+            field,
+            format!(
+                "a GPU share by memory ({v:?} MiB) is not supported; ask for a share of \
+                one GPU instead with the annotation {GPU_FRACTION_ANNOTATION}: \"0.5\" (or \
+                {GPU_MILLI_ANNOTATION}: \"500\")"
+            ),
+        ));
+    }
+    let milli =
+        annotations
+            .get(GPU_MILLI_ANNOTATION)
+            .map(|(field, v)| match v.trim().parse::<u32>() {
+                Ok(m @ 1..=1000) => Ok((field, m)),
+                _ => Err(ctx.err(
+                    field,
+                    format!(
+                        "{v:?} is not a share of one GPU in thousandths; write 1 to 1000, e.g. \
+                    \"500\" for half a GPU"
+                    ),
+                )),
+            });
+    let fraction = annotations.get(GPU_FRACTION_ANNOTATION).map(|(field, v)| {
+        // Rounded to thousandths, the unit shares are counted in.
+        match v.trim().parse::<f64>() {
+            Ok(f) if f.is_finite() && f > 0.0 && f <= 1.0 && (f * 1000.0).round() >= 1.0 => {
+                Ok((field, (f * 1000.0).round() as u32))
+            }
+            _ => Err(ctx.err(
+                field,
+                format!(
+                    "{v:?} is not a fraction of one GPU; write a decimal above 0 and at \
+                    most 1 (at least 0.001), e.g. \"0.5\" for half a GPU"
+                ),
+            )),
+        }
+    });
+    let share = match (milli.transpose()?, fraction.transpose()?) {
+        (Some((_, m)), Some((field, f))) if m != f => {
+            return Err(ctx.err(
+                field,
+                format!(
+                    "{GPU_FRACTION_ANNOTATION} asks for {f} thousandths of a GPU but \
+                    {GPU_MILLI_ANNOTATION} asks for {m}; keep one of the two annotations"
+                ),
+            ))
+        }
+        (_, Some(share)) | (Some(share), None) => Some(share),
+        (None, None) => None,
+    };
+    match share {
+        Some((field, _)) if whole_gpus > 0 => Err(ctx.err(
+            field,
+            format!(
+                "the pod also requests {whole_gpus} {GPU_RESOURCE}; keep the request for \
+                whole GPUs or the annotation for a share, not both"
+            ),
+        )),
+        Some((_, 1000)) => Ok(GpuRequest::Whole(1)),
+        Some((_, milli)) => Ok(GpuRequest::Shared { milli }),
+        None if whole_gpus > 0 => Ok(GpuRequest::Whole(u32::try_from(whole_gpus).map_err(
+            |_| {
+                ctx.err(
+                    format!("{sf}.containers"),
+                    format!("{whole_gpus} GPUs is too many"),
+                )
+            },
+        )?)),
+        None => Ok(GpuRequest::None),
+    }
+}
+
+/// Whether [`NUMA_POLICY_ANNOTATION`] asks for `single-numa-node`.
+fn numa_policy(ctx: &Ctx, annotations: &Annotations) -> Result<bool, LoadError> {
+    match annotations.get(NUMA_POLICY_ANNOTATION) {
+        None => Ok(false),
+        Some((_, "single-numa-node")) => Ok(true),
+        // Kestrel prefers one NUMA node for every pod anyway.
+        Some((_, "best-effort" | "none")) => Ok(false),
+        Some((field, v)) => Err(ctx.err(
+            field,
+            format!(
+                "unknown NUMA policy {v:?}; write \"single-numa-node\" (all GPUs and their \
+                NICs on one NUMA node, or wait) or \"best-effort\" (prefer one; the default)"
+            ),
         )),
     }
 }
@@ -1790,6 +1868,119 @@ metadata: {name: platform}
         );
     }
 
+    /// A pod with the given annotations (`k: "v"` pairs) and container limits.
+    fn annotated_pod(annotations: &str, limits: &str) -> String {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, annotations: {{{annotations}}}}}\nspec:\n  containers: [{{name: a, resources: {{limits: {{{limits}}}}}}}]\n")
+    }
+
+    #[test]
+    fn kai_gpu_fraction_is_a_share_of_one_gpu() {
+        let gpu = |a: &str| one(&annotated_pod(a, "cpu: 1")).template.demand.gpu;
+        assert_eq!(
+            gpu("gpu-fraction: \"0.5\""),
+            GpuRequest::Shared { milli: 500 }
+        );
+        assert_eq!(
+            gpu("gpu-fraction: \"0.3333\""),
+            GpuRequest::Shared { milli: 333 },
+            "rounded to thousandths"
+        );
+        assert_eq!(gpu("gpu-fraction: \"1\""), GpuRequest::Whole(1));
+        assert_eq!(
+            gpu("gpu-fraction: \"0.25\", kestrel.dev/gpu-milli: \"250\""),
+            GpuRequest::Shared { milli: 250 },
+            "both annotations may be set when they agree"
+        );
+        for bad in ["0", "1.5", "-0.5", "half", "NaN", "0.0001"] {
+            assert_names(
+                &err(&annotated_pod(&format!("gpu-fraction: \"{bad}\""), "")),
+                &[
+                    "Pod default/p",
+                    "metadata.annotations[\"gpu-fraction\"]",
+                    bad,
+                    "above 0 and at most 1",
+                    "\"0.5\"",
+                ],
+            );
+        }
+        assert_names(
+            &err(&annotated_pod("gpu-fraction: \"0.5\"", "nvidia.com/gpu: 1")),
+            &[
+                "Pod default/p",
+                "gpu-fraction",
+                "requests 1 nvidia.com/gpu",
+                "not both",
+            ],
+        );
+        assert_names(
+            &err(&annotated_pod(
+                "gpu-fraction: \"0.5\", kestrel.dev/gpu-milli: \"250\"",
+                "",
+            )),
+            &[
+                "Pod default/p",
+                "metadata.annotations[\"gpu-fraction\"]",
+                "500",
+                "250",
+                "keep one",
+            ],
+        );
+        assert_names(
+            &err(&annotated_pod("gpu-memory: \"10240\"", "")),
+            &[
+                "Pod default/p",
+                "metadata.annotations[\"gpu-memory\"]",
+                "not supported",
+                "gpu-fraction: \"0.5\"",
+            ],
+        );
+    }
+
+    #[test]
+    fn numa_policy_annotation() {
+        let aligned = |a: &str| {
+            one(&annotated_pod(a, "nvidia.com/gpu: 2"))
+                .template
+                .constraints
+                .single_numa_node
+        };
+        assert!(aligned("kestrel.dev/numa-policy: single-numa-node"));
+        assert!(!aligned("kestrel.dev/numa-policy: best-effort"));
+        assert!(!aligned("kestrel.dev/numa-policy: none"));
+        assert!(!aligned(""));
+        for bad in ["restricted", "single"] {
+            assert_names(
+                &err(&annotated_pod(
+                    &format!("kestrel.dev/numa-policy: {bad}"),
+                    "",
+                )),
+                &[
+                    "Pod default/p",
+                    "metadata.annotations[\"kestrel.dev/numa-policy\"]",
+                    bad,
+                    "\"single-numa-node\"",
+                ],
+            );
+        }
+    }
+
+    #[test]
+    fn mig_profiles_are_plain_extended_resources() {
+        let j = one(&annotated_pod("", "nvidia.com/mig-1g.10gb: 1"));
+        assert_eq!(j.template.demand.gpu, GpuRequest::None);
+        assert_eq!(
+            j.template
+                .demand
+                .resources
+                .extended("nvidia.com/mig-1g.10gb"),
+            1
+        );
+        assert_names(
+            &err(&annotated_pod("", "nvidia.com/mig-1g.10gb: 500m")),
+            &["Pod default/p", "nvidia.com/mig-1g.10gb", "whole"],
+        );
+    }
+
     fn pod_spec(spec: &str) -> String {
         format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns}}\nspec:\n{spec}\n  containers: [{{name: a}}]\n")
     }
@@ -2204,7 +2395,8 @@ spec:
             "metadata": {
                 "name": "p", "namespace": "ml",
                 "labels": {"kueue.x-k8s.io/queue-name": "team"},
-                "annotations": {"kestrel.dev/checkpoint-interval": "45m", "kestrel.dev/min-runtime": "10m"}
+                "annotations": {"kestrel.dev/checkpoint-interval": "45m", "kestrel.dev/min-runtime": "10m",
+                    "gpu-fraction": "0.25"}
             },
             "spec": {"priority": 10, "priorityClassName": "sweep", "containers": [{"name": "a"}]}
         }))
@@ -2215,6 +2407,7 @@ spec:
         assert_eq!(spec.preemption.checkpoint_interval, Some(2_700_000));
         assert_eq!(spec.preemption.min_runtime, Some(600_000));
         assert_eq!(spec.preemption.termination_grace, 30_000);
+        assert_eq!(spec.demand.gpu, GpuRequest::Shared { milli: 250 });
         let bad: PriorityClass = serde_json::from_value(serde_json::json!({
             "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
             "metadata": {"name": "odd"}, "value": 1, "preemptionPolicy": "Maybe"

@@ -195,6 +195,10 @@ pub struct SimReport {
     pub bindings: u64,
     pub preemption: PreemptionStats,
     pub queues: Vec<QueueStats>,
+    /// How gangs fared in a second run of the same workload with their topology requests
+    /// dropped (`kestrel sim --compare-topology-blind`); `None` when not asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topology_blind_gangs: Option<GangCounts>,
     /// Jain's fairness index over queues of used share / entitled share (1 = each queue
     /// got exactly its entitlement); `None` without queues.
     pub queue_fairness: Option<f64>,

@@ -3,14 +3,16 @@
 //!
 //! From the state at time `at`, the simulation goes on with every duration replaced by an
 //! estimate: the true duration x (1 + e), with e drawn uniformly in [-20%, +20%] per job from
-//! a seed. This stands in for what a live cluster has: declared runtimes (the
+//! the run's seed. This stands in for what a live cluster has: declared runtimes (the
 //! `kestrel.dev/runtime-estimate` annotation) or each queue's history of similar jobs. A pod
 //! that declares `kestrel.dev/runtime-estimate` (`PodSpec.preemption.runtime_estimate`) runs
 //! for exactly that in the forward run. Running pods end at their start plus the estimate
 //! (not before `at`). Jobs that arrive after `at`, and cluster changes planned after it, are
 //! not known to the predictor, as a live scheduler would not know them: the prediction uses
 //! only what exists at `at`. A pending pod's predicted start is when it binds in that forward
-//! run; three estimate seeds give a range (their min and max) and a point (their median).
+//! run. Two more runs, with those estimates off by up to 20% again (never closer to the
+//! truth: one estimate per job is all a cluster has), give a range (their min and max) and
+//! a point (the median of the three).
 
 use crate::sim::{SimError, Simulation};
 use crate::workload::Workload;
@@ -24,7 +26,8 @@ pub const ESTIMATE_ERROR: f64 = 0.2;
 /// Forward runs per prediction (estimate seeds).
 pub const PREDICTION_RUNS: u64 = 3;
 
-/// The estimate seeds derived from a run's seed.
+/// The estimate seeds derived from a run's seed: the first draws the known estimates, the
+/// others how far they may be off.
 pub fn prediction_seeds(seed: u64) -> Vec<u64> {
     (0..PREDICTION_RUNS).map(|i| seed.wrapping_add(i)).collect()
 }
@@ -43,20 +46,50 @@ pub fn estimated_durations_within(
     seed: u64,
     error: f64,
 ) -> Vec<Option<Millis>> {
-    workload
-        .jobs
-        .iter()
+    let known = workload.jobs.iter().map(|job| {
+        job.template
+            .preemption
+            .runtime_estimate
+            .map(|declared| (declared, false))
+            .or(job.duration.map(|d| (d, true)))
+    });
+    jittered(known, seed, error)
+}
+
+/// Each duration x (1 + e), e uniform in [-error, +error] per job from `seed`, where the
+/// flag says so.
+fn jittered(
+    durations: impl Iterator<Item = Option<(Millis, bool)>>,
+    seed: u64,
+    error: f64,
+) -> Vec<Option<Millis>> {
+    durations
         .enumerate()
-        .map(|(i, job)| {
-            if let Some(declared) = job.template.preemption.runtime_estimate {
-                return Some(declared);
+        .map(|(i, d)| {
+            let (duration, jitter) = d?;
+            if !jitter {
+                return Some(duration);
             }
-            let duration = job.duration?;
             let mut rng = Rng::new(seed ^ (i as u64).wrapping_mul(0xA24B_AED4_963E_E407));
             let e = (rng.unit() * 2.0 - 1.0) * error;
             Some((duration as f64 * (1.0 + e)).round().max(0.0) as Millis)
         })
         .collect()
+}
+
+/// The estimates of each forward run: the known ones (`seeds[0]`), then for each further
+/// seed the known ones off by up to `error` again.
+fn run_estimates(workload: &Workload, seeds: &[u64], error: f64) -> Vec<Vec<Option<Millis>>> {
+    let Some((&first, rest)) = seeds.split_first() else {
+        return Vec::new();
+    };
+    let known = estimated_durations_within(workload, first, error);
+    let mut runs: Vec<Vec<Option<Millis>>> = rest
+        .iter()
+        .map(|&seed| jittered(known.iter().map(|d| d.map(|d| (d, true))), seed, error))
+        .collect();
+    runs.insert(0, known);
+    runs
 }
 
 /// One pod's predicted start over the forward runs.
@@ -120,8 +153,9 @@ pub fn run_forward(
 }
 
 /// Predicts the start of `targets` (pods pending now) from a simulation standing at its
-/// clock's time: this simulation runs forward with the first seed's estimates (it is used
-/// up), and a replay of the same inputs to the same time does so for each further seed.
+/// clock's time: this simulation runs forward with the known estimates (`seeds[0]`; it is
+/// used up), and a replay of the same inputs to the same time does so with each further
+/// seed's estimates off by up to 20% again.
 pub fn predict(
     sim: Simulation<'_>,
     targets: &[PodId],
@@ -140,8 +174,10 @@ pub fn predict_within(
     let at = sim.now();
     let (cluster, workload, config) = (sim.cluster_spec(), sim.workload(), sim.config().clone());
     let mut runs: Vec<HashMap<PodId, Millis>> = Vec::new();
-    for (i, &seed) in seeds.iter().enumerate() {
-        let durations = estimated_durations_within(workload, seed, error);
+    for (i, durations) in run_estimates(workload, seeds, error)
+        .into_iter()
+        .enumerate()
+    {
         if i == 0 {
             runs.push(run_forward(&mut sim, durations, targets)?);
         } else {
@@ -226,8 +262,8 @@ pub struct Evaluation {
     pub within_range: f64,
     /// Per moment: (time, pods pending, predictor median error s, naive median error s).
     pub per_time: Vec<(Millis, usize, f64, f64)>,
-    /// Median error when each forward run stands alone (one estimate draw per job, as a
-    /// cluster with one declared runtime per job would have), seconds and relative.
+    /// Median error of the first forward run alone (the known estimates, no range),
+    /// seconds and relative.
     pub single_run_median_error_s: f64,
     pub single_run_median_relative_error: f64,
     /// Every pod compared.
@@ -345,7 +381,7 @@ pub fn evaluate_within(
             let Some(point) = prediction.point() else {
                 continue;
             };
-            for run in prediction.runs.iter().flatten() {
+            if let Some(Some(run)) = prediction.runs.first() {
                 let error = (*run as f64 - actual_start as f64).abs() / 1000.0;
                 single.push(error);
                 single_relative.push(error / ((actual_start - t) as f64 / 1000.0).max(1.0));

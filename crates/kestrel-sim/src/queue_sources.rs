@@ -1037,7 +1037,7 @@ fn limit_range(
 
 impl QueueDocument {
     /// The kind and the name (`namespace/name` for namespaced kinds) it is known by.
-    fn key(&self) -> (&'static str, String) {
+    pub fn key(&self) -> (&'static str, String) {
         match self {
             QueueDocument::ClusterQueue(q) => ("ClusterQueue", q.name.clone()),
             QueueDocument::LocalQueue(q) => ("LocalQueue", format!("{}/{}", q.namespace, q.name)),

@@ -186,6 +186,21 @@ pub fn simulate(
     Ok(sim.finish())
 }
 
+/// [`simulate`], then the same run with every gang's topology request dropped
+/// ([`Workload::topology_blind`]), whose gang counts go in
+/// [`SimReport::topology_blind_gangs`]: what topology-aware placement gained.
+pub fn simulate_with_topology_blind(
+    cluster: &SimCluster,
+    workload: &Workload,
+    config: SimConfig,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<SimReport, SimError> {
+    let mut report = simulate(cluster, workload, config.clone(), progress)?;
+    let blind = simulate(cluster, &workload.topology_blind(), config, &mut |_, _| {})?;
+    report.topology_blind_gangs = Some(blind.gangs);
+    Ok(report)
+}
+
 impl<'a> Simulation<'a> {
     pub fn new(
         cluster: &'a SimCluster,

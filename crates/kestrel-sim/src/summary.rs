@@ -68,6 +68,17 @@ pub fn render_summary(r: &SimReport) -> String {
             g.timed_out
         );
     }
+    if let Some(b) = r.topology_blind_gangs.as_ref().filter(|_| g.declared > 0) {
+        let _ = writeln!(
+            s,
+            "{:<18}started {} ({} in one rack, {} in one NVLink domain), timed out {}",
+            "  topology-blind",
+            b.started,
+            b.started_in_one_rack,
+            b.started_in_one_nvlink_domain,
+            b.timed_out
+        );
+    }
     let _ = writeln!(
         s,
         "{:<18}allocated {}, utilized {}, fragmented {} of free",

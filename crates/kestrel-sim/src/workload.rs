@@ -1,8 +1,8 @@
 //! What the simulator runs: jobs (one per workload object) and timed cluster events.
 
 use kestrel_core::{
-    ClusterQueueSpec, CohortSpec, GangSpec, Labels, LocalQueueSpec, Millis, NodeSpec, PodSpec,
-    ResourceFlavor,
+    ClusterQueueSpec, CohortSpec, GangSpec, GangTopology, Labels, LocalQueueSpec, Millis, NodeSpec,
+    PodSpec, ResourceFlavor,
 };
 use serde::Serialize;
 
@@ -70,6 +70,18 @@ pub struct Workload {
     pub gangs: Vec<GangSpec>,
     pub topology_levels: Vec<String>,
     pub queues: QueueSetup,
+}
+
+impl Workload {
+    /// The same workload with every gang's topology request (required, preferred, slice)
+    /// dropped: gangs still start whole, wherever they fit.
+    pub fn topology_blind(&self) -> Workload {
+        let mut blind = self.clone();
+        for gang in &mut blind.gangs {
+            gang.topology = GangTopology::default();
+        }
+        blind
+    }
 }
 
 /// Team queues and namespace limits, from ClusterQueue, LocalQueue, Cohort,

@@ -336,3 +336,180 @@ fn a_gang_level_no_node_carries_is_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn single_numa_node_pods_from_manifests_wait_for_one_socket() {
+    let cluster = kestrel_sim::cluster_spec::load_cluster_spec(
+        std::path::Path::new("cluster.yaml"),
+        r#"
+apiVersion: sim.kestrel.dev/v1alpha1
+kind: SimCluster
+metadata: {name: one-dgx}
+spec:
+  pools:
+  - {name: gpu, count: 1, cpu: "224", memory: 2Ti, topology: dgx-h100,
+     gpu: {model: H100, count: 8, memoryMiB: 81559}}
+"#,
+    )
+    .unwrap();
+    // Two 3-GPU pods leave one free GPU on each socket until the first ends at 1 h.
+    let pod = |name: &str, gpus: u32, arrival: &str, extra: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  annotations:\n    kestrel.dev/sim-arrival: \"{arrival}\"\n    kestrel.dev/sim-duration: \"1h\"\n{extra}spec:\n  containers: [{{name: c, resources: {{limits: {{nvidia.com/gpu: {gpus}}}}}}}]\n"
+        )
+    };
+    let aligned = "    kestrel.dev/numa-policy: single-numa-node\n";
+    let text = [
+        pod("a", 3, "0", ""),
+        pod("b", 3, "0", ""),
+        pod("aligned", 2, "1m", aligned),
+        pod("plain", 2, "2m", ""),
+    ]
+    .join("---\n");
+    let workload = kestrel_sim::manifests::load_manifests(&[("w.yaml".into(), text)]).unwrap();
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(5 * 60_000).unwrap();
+    let placed = |sim: &Simulation, name: &str| {
+        sim.placements()
+            .into_iter()
+            .find(|(key, _, _)| key == &format!("default/{name}"))
+            .map(|(_, _, gpus)| gpus.indices())
+    };
+    // The plain pod takes the two stray GPUs across sockets; the aligned one waits.
+    assert_eq!(placed(&sim, "plain").unwrap().len(), 2);
+    assert_eq!(placed(&sim, "aligned"), None);
+    let reason = sim
+        .scheduler()
+        .pods()
+        .find(|(_, p)| p.spec.name == "aligned")
+        .and_then(|(_, p)| p.pending_reason.clone())
+        .unwrap();
+    assert!(reason.to_string().contains("on one NUMA node"), "{reason}");
+    sim.run_to(3_600_000).unwrap();
+    let gpus = placed(&sim, "aligned").expect("starts when a socket frees up");
+    assert!(gpus.iter().all(|g| g / 4 == gpus[0] / 4), "{gpus:?}");
+}
+
+#[test]
+fn topology_blind_comparison_counts_gangs_both_ways() {
+    // Two racks of two nodes, one NVLink clique per rack.
+    let cluster = SimCluster {
+        nodes: (0..4)
+            .map(|i| {
+                let mut n = gpu_node(&format!("n{i}"), 8);
+                n.labels.insert(RACK_LABEL.into(), format!("r{}", i / 2));
+                n.labels
+                    .insert(GPU_CLIQUE_LABEL.into(), format!("c{}", i / 2));
+                n
+            })
+            .collect(),
+        events: vec![],
+    };
+    // A 4-GPU pod takes half of n0 first; then a 2 x 8-GPU gang that prefers one rack.
+    let text = r#"
+apiVersion: kueue.x-k8s.io/v1alpha1
+kind: Topology
+metadata: {name: default}
+spec:
+  levels:
+  - nodeLabel: topology.kestrel.dev/rack
+  - nodeLabel: kubernetes.io/hostname
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: small, annotations: {kestrel.dev/sim-duration: "2h"}}
+spec:
+  containers: [{name: c, resources: {limits: {nvidia.com/gpu: 4}}}]
+---
+apiVersion: scheduling.kestrel.dev/v1alpha1
+kind: PodGroup
+metadata: {name: train}
+spec:
+  minMember: 2
+  topology: {preferred: topology.kestrel.dev/rack}
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: train
+  annotations: {kestrel.dev/sim-duration: "1h", kestrel.dev/sim-arrival: "1m"}
+spec:
+  parallelism: 2
+  completions: 2
+  completionMode: Indexed
+  template:
+    metadata:
+      labels: {scheduling.kestrel.dev/pod-group: train}
+    spec:
+      containers: [{name: c, resources: {limits: {nvidia.com/gpu: 8}}}]
+"#;
+    let workload =
+        kestrel_sim::manifests::load_manifests(&[("w.yaml".into(), text.to_string())]).unwrap();
+    let compare = || {
+        simulate_with_topology_blind(&cluster, &workload, SimConfig::default(), &mut |_, _| {})
+            .unwrap()
+    };
+    let r = compare();
+    assert_eq!(r, compare(), "deterministic");
+    assert_eq!(
+        r.gangs,
+        run(&cluster, &workload).gangs,
+        "the first run is the plain one"
+    );
+    let g = &r.gangs;
+    assert_eq!(
+        (
+            g.started,
+            g.started_in_one_rack,
+            g.started_in_one_nvlink_domain
+        ),
+        (1, 1, 1)
+    );
+    // Blind to racks, the gang takes the first empty node (n1) and the next (n2).
+    let b = r.topology_blind_gangs.as_ref().unwrap();
+    assert_eq!(
+        (
+            b.started,
+            b.started_in_one_rack,
+            b.started_in_one_nvlink_domain
+        ),
+        (1, 0, 0)
+    );
+    let text = kestrel_sim::summary::render_summary(&r);
+    assert!(
+        text.contains(
+            "Gangs             declared 1, started 1 (1 in one rack, 1 in one NVLink domain)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("  topology-blind  started 1 (0 in one rack, 0 in one NVLink domain)"),
+        "{text}"
+    );
+    // Without the comparison, neither the field nor the line.
+    let plain = run(&cluster, &workload);
+    assert_eq!(plain.topology_blind_gangs, None);
+    assert!(!kestrel_sim::summary::render_summary(&plain).contains("topology-blind"));
+    assert!(!serde_json::to_string(&plain)
+        .unwrap()
+        .contains("topology_blind"));
+}
+
+#[test]
+fn topology_blind_drops_every_gang_topology_request_only() {
+    let workload =
+        kestrel_sim::manifests::load_manifests(&[("w.yaml".into(), GANG_WORKLOAD.to_string())])
+            .unwrap();
+    let blind = workload.topology_blind();
+    assert!(workload
+        .gangs
+        .iter()
+        .any(|g| g.topology != GangTopology::default()));
+    assert!(blind
+        .gangs
+        .iter()
+        .all(|g| g.topology == GangTopology::default()));
+    assert_eq!(blind.jobs, workload.jobs);
+    assert_eq!(blind.gangs.len(), workload.gangs.len());
+    assert_eq!(blind.topology_levels, workload.topology_levels);
+}

@@ -30,6 +30,12 @@ pub enum BenchCommand {
     /// A contended day of four teams in one cohort: shares against entitlements (Jain's
     /// index), borrowed GPU-hours, reclaim latency.
     Fairness(crate::bench_queues::FairnessArgs),
+    /// Start-time prediction against the naive "work ahead / capacity" estimate: median
+    /// errors over the pods pending at several moments (default: examples/falcon-ai).
+    Predict(crate::bench_explain::PredictArgs),
+    /// Time to explain a pod, a gang, a ClusterQueue and a node, and to list the queue, on
+    /// a large cluster (default 5,000 nodes x 8 GPUs, 50,000 pending pods).
+    Explain(crate::bench_explain::ExplainArgs),
 }
 
 #[derive(Args)]
@@ -109,6 +115,8 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Kueue(args) => crate::bench_queues::run_kueue(args),
         BenchCommand::Preemption(args) => crate::bench_queues::run_preemption(args),
         BenchCommand::Fairness(args) => crate::bench_queues::run_fairness(args),
+        BenchCommand::Predict(args) => crate::bench_explain::run_predict(args),
+        BenchCommand::Explain(args) => crate::bench_explain::run_explain(args),
     }
 }
 

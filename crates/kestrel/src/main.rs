@@ -1,6 +1,7 @@
 //! `kestrel`: the one binary. `sim` runs the embedded simulator; `bench` measures.
 
 mod bench;
+mod bench_explain;
 mod bench_queues;
 mod doctor;
 mod explain;
@@ -12,7 +13,7 @@ use kestrel_core::Policy;
 use kestrel_sim::duration::parse_duration;
 use kestrel_sim::generator::{generate, GeneratorConfig};
 use kestrel_sim::inputs::{load_cluster_file, load_workload_files, resolve_paths};
-use kestrel_sim::{report, simulate, summary, SimConfig};
+use kestrel_sim::{report, simulate, simulate_with_topology_blind, summary, SimConfig};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -34,7 +35,7 @@ enum Command {
     Sim(SimArgs),
     /// Benchmarks: the openb packing experiment, placement throughput.
     #[command(subcommand)]
-    Bench(explain::BenchCommand),
+    Bench(bench::BenchCommand),
     /// Run the live scheduler against a Kubernetes cluster (see docs/live.md).
     Serve(serve::ServeArgs),
     /// Print the install manifests (deploy/kestrel.yaml), or the Helm chart's template.
@@ -104,13 +105,17 @@ struct SimArgs {
     /// the reserved start may backfill. Default: no reservations.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     head_reservation: u64,
+    /// Run the workload a second time with every gang's topology request dropped and
+    /// report how many gangs landed in one rack / one NVLink domain both ways.
+    #[arg(long)]
+    compare_topology_blind: bool,
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(args) => run_sim(args),
-        Command::Bench(command) => explain::run_bench(command),
+        Command::Bench(command) => bench::run(command),
         Command::Serve(args) => serve::serve(args),
         Command::Manifests(args) => serve::manifests(args),
         Command::Crds => serve::crds(),
@@ -124,7 +129,26 @@ fn main() {
     }
 }
 
-fn run_sim(args: SimArgs) -> Result<()> {
+/// The inputs of a run, read as `kestrel sim` reads them.
+pub(crate) struct Inputs {
+    cluster: kestrel_sim::SimCluster,
+    workload: kestrel_sim::Workload,
+    config: SimConfig,
+}
+
+impl Inputs {
+    fn last_arrival(&self) -> kestrel_core::Millis {
+        self.workload
+            .jobs
+            .iter()
+            .map(|j| j.arrival)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Reads the cluster and workload of `kestrel sim`'s arguments, and its run configuration.
+pub(crate) fn load_inputs(args: &SimArgs) -> Result<Inputs> {
     let files = resolve_paths(&args.paths, args.cluster.clone())?;
     let Some(cluster_path) = files.cluster.clone() else {
         bail!(
@@ -167,6 +191,19 @@ fn run_sim(args: SimArgs) -> Result<()> {
         checkpoint_duration: args.checkpoint_duration,
         head_reservation: args.head_reservation,
     };
+    Ok(Inputs {
+        cluster,
+        workload,
+        config,
+    })
+}
+
+fn run_sim(args: SimArgs) -> Result<()> {
+    let Inputs {
+        cluster,
+        workload,
+        config,
+    } = load_inputs(&args)?;
     let started = Instant::now();
     let show_progress = std::io::stderr().is_terminal();
     let mut progress = |done: usize, total: usize| {
@@ -177,7 +214,11 @@ fn run_sim(args: SimArgs) -> Result<()> {
             let _ = std::io::stderr().flush();
         }
     };
-    let report = simulate(&cluster, &workload, config, &mut progress)?;
+    let report = if args.compare_topology_blind {
+        simulate_with_topology_blind(&cluster, &workload, config, &mut progress)?
+    } else {
+        simulate(&cluster, &workload, config, &mut progress)?
+    };
     let elapsed = started.elapsed();
     if show_progress && elapsed.as_millis() > 500 {
         eprintln!();

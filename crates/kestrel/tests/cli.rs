@@ -149,3 +149,25 @@ fn bench_openb_prints_each_policy() {
         assert_eq!(r["summary"]["runs"].as_array().unwrap().len(), 1);
     }
 }
+
+#[test]
+fn sim_compares_gang_placement_with_a_topology_blind_run() {
+    let args = [
+        "sim",
+        "examples/falcon-ai-32",
+        "--synthetic",
+        "60",
+        "--compare-topology-blind",
+    ];
+    let out = kestrel(&args);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let gangs = stdout.find("Gangs ").expect(&stdout);
+    let blind = stdout.find("  topology-blind  started ").expect(&stdout);
+    assert!(blind > gangs, "{stdout}");
+    let out = kestrel(&[&args[..], &["--json"]].concat());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let (aware, blind) = (&json["gangs"], &json["topology_blind_gangs"]);
+    assert_eq!(aware["declared"], blind["declared"]);
+    assert!(blind["started_in_one_rack"].is_u64(), "{blind}");
+}

@@ -428,3 +428,33 @@ fn a_time_beyond_the_run_and_run_only_flags_are_refused() {
     assert!(!out.status.success());
     assert!(stderr.contains("\"soon\""), "{stderr}");
 }
+
+#[test]
+fn the_explain_benchmark_answers_for_every_kind_on_a_small_cluster() {
+    let v = json(&[
+        "bench",
+        "explain",
+        "--nodes",
+        "20",
+        "--pending",
+        "200",
+        "--repeat",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(v["pending"], 200);
+    let kinds: Vec<&str> = v["explain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["pod", "gang", "queue", "node"]);
+    assert!(v["explain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["json_bytes"].as_u64().unwrap() > 100));
+    let e = fails(&["bench", "explain", "--pending", "3"]);
+    assert!(e.contains("--pending"), "{e}");
+}
