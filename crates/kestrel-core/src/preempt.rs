@@ -438,7 +438,10 @@ impl Scheduler {
         let mut found = false;
         for c in &candidates {
             chosen.push(c);
-            if self.fits_without(&chosen, pods, gang, quota, now) {
+            if self
+                .placement_without(&chosen, pods, gang, quota, now)
+                .is_some()
+            {
                 found = true;
                 break;
             }
@@ -452,7 +455,10 @@ impl Scheduler {
             i -= 1;
             let mut without = chosen.clone();
             without.remove(i);
-            if self.fits_without(&without, pods, gang, quota, now) {
+            if self
+                .placement_without(&without, pods, gang, quota, now)
+                .is_some()
+            {
                 chosen = without;
             }
         }
@@ -462,7 +468,10 @@ impl Scheduler {
             let single = candidates
                 .iter()
                 .filter(|c| c.priority <= worst && c.cost <= total)
-                .find(|c| self.fits_without(&[c], pods, gang, quota, now));
+                .find(|c| {
+                    self.placement_without(&[c], pods, gang, quota, now)
+                        .is_some()
+                });
             if let Some(single) = single {
                 chosen = vec![single];
             }
@@ -482,20 +491,6 @@ impl Scheduler {
             .preemptions
             .push(self.preemption_notice(Some(pods[0]), victims, reason, now));
         Some(count)
-    }
-
-    /// Whether the preemptor would be admitted and placed if `chosen` left. Nothing is
-    /// changed when it returns.
-    fn fits_without(
-        &mut self,
-        chosen: &[&Candidate],
-        pods: &[PodId],
-        gang: GangPlan,
-        quota: &dyn Fn(&mut Scheduler, &[&Candidate]) -> QuotaVerdict,
-        now: Millis,
-    ) -> bool {
-        self.placement_without(chosen, pods, gang, quota, now)
-            .is_some()
     }
 
     /// Where the preemptor would go if `chosen` left (`None`: it would not be admitted
