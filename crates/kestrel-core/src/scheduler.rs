@@ -751,6 +751,14 @@ impl Scheduler {
         }
     }
 
+    /// The node whose room is held for a preempting pod (Kubernetes' nominated node).
+    pub fn nominated_node(&self, pod: PodId) -> Option<NodeId> {
+        self.holds
+            .iter()
+            .find(|(_, held)| held.iter().any(|h| h.pod == pod))
+            .map(|(node, _)| *node)
+    }
+
     /// Drops a workload's promised room (it bound, left, or must choose again).
     pub(crate) fn release_holds(&mut self, workload: WorkloadKey) {
         if self.holds.is_empty() {

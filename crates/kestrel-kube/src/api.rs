@@ -6,8 +6,8 @@
 use crate::convert::{CHECKPOINT_REQUEST_ANNOTATION, GPU_INDICES_ANNOTATION};
 use crate::crds::{ClusterQueue, LocalQueue, PodGroup, API_VERSION};
 use crate::index::{
-    BindJob, BindOutcome, CheckpointJob, EvictJob, GroupEventJob, GroupStatusJob, QueueStatusJob,
-    StatusJob,
+    BindJob, BindOutcome, CheckpointJob, EvictJob, GroupEventJob, GroupStatusJob, NominationJob,
+    QueueStatusJob, StatusJob,
 };
 use crate::limiter::Limiter;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
@@ -266,6 +266,22 @@ impl ApiWriter {
         let events: Api<Event> = Api::namespaced(self.client.clone(), &job.namespace);
         events.create(&PostParams::default(), &event).await?;
         Ok(())
+    }
+
+    /// Writes a preemptor's `status.nominatedNodeName` (status subresource, strategic
+    /// merge), as kube-scheduler does.
+    pub async fn nominate(&self, job: &NominationJob) -> Result<(), kube::Error> {
+        let patch = json!({"status": {"nominatedNodeName": job.node}});
+        self.limiter.acquire().await;
+        match self
+            .pods(&job.namespace)
+            .patch_status(&job.name, &Self::params(), &Patch::Strategic(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if status_code(&e) == Some(404) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Evicts a preemption victim as kube-scheduler does: the `DisruptionTarget`

@@ -14,7 +14,7 @@ use crate::api::ApiWriter;
 use crate::crds::{ClusterQueue, Cohort, LocalQueue, PodGroup, ResourceFlavor, Topology};
 use crate::index::{
     self, BindJob, BindOutcome, CheckpointJob, ClusterState, EvictJob, GroupEventJob, GroupKey,
-    GroupStatusJob, QueueStatusJob, StatusJob, REASON_KINDS,
+    GroupStatusJob, NominationJob, QueueStatusJob, StatusJob, REASON_KINDS,
 };
 use crate::metrics::Metrics;
 use futures::StreamExt;
@@ -406,6 +406,7 @@ enum Done {
     Bind(BindJob, BindOutcome),
     Evict(EvictJob, Result<(), String>),
     CheckpointRequest(CheckpointJob, Result<(), String>),
+    Nomination(NominationJob, Result<(), String>),
     Report(StatusJob, Result<(), String>),
     GroupStatus(GroupStatusJob, Result<Time, String>),
     GroupEvent(GroupEventJob, Result<(), String>),
@@ -441,6 +442,7 @@ pub async fn lead(
     state.set_wall_origin(k8s_openapi::jiff::Timestamp::now().as_millisecond());
     let mut evictions: VecDeque<EvictJob> = VecDeque::new();
     let mut checkpoint_requests: VecDeque<CheckpointJob> = VecDeque::new();
+    let mut nominations: VecDeque<NominationJob> = VecDeque::new();
     let mut synced = Synced::default();
     let mut binds: VecDeque<BindJob> = VecDeque::new();
     let mut reports: VecDeque<StatusJob> = VecDeque::new();
@@ -494,6 +496,11 @@ pub async fn lead(
                         };
                         metrics.evictions.get_or_create(&vec![("result", label)]).inc();
                         state.eviction_result(&job, result);
+                    }
+                    Ok(Done::Nomination(job, result)) => {
+                        if let Err(e) = result {
+                            tracing::warn!(pod = %format!("{}/{}", job.namespace, job.name), node = %job.node, error = %e, "could not write the nominated node");
+                        }
                     }
                     Ok(Done::CheckpointRequest(job, result)) => {
                         if let Err(e) = result {
@@ -573,6 +580,7 @@ pub async fn lead(
                 binds.extend(out.binds);
                 evictions.extend(out.evictions);
                 checkpoint_requests.extend(out.checkpoint_requests);
+                nominations.extend(out.nominations);
                 reports.extend(out.unschedulable);
                 group_writes.extend(out.group_events.into_iter().map(GroupWrite::Event));
                 group_writes.extend(out.group_status.into_iter().map(GroupWrite::Status));
@@ -605,6 +613,12 @@ pub async fn lead(
                         .await
                         .map_err(|e| e.to_string());
                     Done::CheckpointRequest(job, result)
+                });
+            } else if let Some(job) = nominations.pop_front() {
+                let writer = writer.clone();
+                in_flight.spawn(async move {
+                    let result = writer.nominate(&job).await.map_err(|e| e.to_string());
+                    Done::Nomination(job, result)
                 });
             } else if let Some(job) = evictions.pop_front() {
                 let writer = writer.clone();

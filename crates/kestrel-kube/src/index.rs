@@ -228,6 +228,15 @@ pub struct EvictJob {
     pub message: String,
 }
 
+/// A preempting pod's `status.nominatedNodeName`: where the room its victims leave is
+/// held for it, so that other schedulers and autoscalers see the claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NominationJob {
+    pub namespace: String,
+    pub name: String,
+    pub node: String,
+}
+
 /// A victim that declared it checkpoints on request (`kestrel.dev/checkpoint-grace`): it
 /// is annotated `kestrel.dev/checkpoint-request` and evicted once it reports a checkpoint
 /// at or after the request (`kestrel.dev/last-checkpoint`) or its grace is over.
@@ -283,6 +292,8 @@ pub struct CycleOutput {
     pub checkpoint_requests: Vec<CheckpointJob>,
     /// Victims to evict now.
     pub evictions: Vec<EvictJob>,
+    /// Preemptors' nominated nodes to write.
+    pub nominations: Vec<NominationJob>,
 }
 
 /// Pending pods per reason kind (the `reason` label of `kestrel_pending_pods`).
@@ -586,6 +597,15 @@ impl ClusterState {
     ) {
         for p in preemptions {
             let preemptor = p.preemptor.and_then(|id| self.keys.get(&id));
+            let nominated = p.preemptor.and_then(|id| self.scheduler.nominated_node(id));
+            if let (Some(key), Some(node)) = (preemptor, nominated) {
+                let (namespace, name) = key.split_once('/').expect("namespace/name");
+                out.nominations.push(NominationJob {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    node: self.scheduler.cluster().node(node).spec.name.clone(),
+                });
+            }
             let message = match preemptor {
                 Some(k) => format!("{} (for {k})", p.reason),
                 None => p.reason.clone(),
@@ -1131,6 +1151,7 @@ impl ClusterState {
             group_events: std::mem::take(&mut self.group_events),
             checkpoint_requests: Vec::new(),
             evictions: Vec::new(),
+            nominations: Vec::new(),
         };
         self.start_evictions(&decisions.preemptions, now, &mut out);
         out.evictions = self.due_evictions(now);

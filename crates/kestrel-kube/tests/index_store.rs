@@ -226,6 +226,14 @@ fn preemption_victims_are_evicted_or_asked_to_checkpoint_first() {
     state.apply_pod(&prioritized(pod("urgent", 8, None), 1000, &[]));
     let out = state.cycle(1_000);
     assert!(out.binds.is_empty());
+    assert_eq!(out.nominations.len(), 1, "{out:?}");
+    assert_eq!(
+        (
+            out.nominations[0].name.as_str(),
+            out.nominations[0].node.as_str()
+        ),
+        ("urgent", "gpu-0")
+    );
     assert_eq!(out.evictions.len(), 1, "{out:?}");
     assert_eq!(out.evictions[0].name, "sweep");
     assert_eq!(out.evictions[0].uid, "u-sweep");

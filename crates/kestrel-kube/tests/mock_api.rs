@@ -7,7 +7,7 @@ use kestrel_core::PodId;
 use kestrel_kube::api::ApiWriter;
 use kestrel_kube::driver::{self, DriverConfig, Ended};
 use kestrel_kube::index::{
-    BindJob, BindOutcome, CheckpointJob, EvictJob, QueueStatusJob, StatusJob,
+    BindJob, BindOutcome, CheckpointJob, EvictJob, NominationJob, QueueStatusJob, StatusJob,
 };
 use kestrel_kube::leader::{LeaderElector, LeaseConfig};
 use kestrel_kube::limiter::Limiter;
@@ -793,5 +793,38 @@ async fn queue_statuses_are_written_by_server_side_apply() {
         status: json!({"pendingWorkloads": 2, "admittedWorkloads": 1}),
     };
     writer(client).apply_queue_status(&job).await.unwrap();
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_preemptor_gets_its_nominated_node_on_its_status() {
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        let (patch, send) = next(&mut handle).await;
+        assert_eq!(patch.method, "PATCH");
+        assert_eq!(
+            patch.uri,
+            "/api/v1/namespaces/ml/pods/train-0/status?&fieldManager=kestrel"
+        );
+        assert_eq!(
+            patch.content_type.as_deref(),
+            Some("application/strategic-merge-patch+json")
+        );
+        assert_eq!(
+            patch.body,
+            json!({"status": {"nominatedNodeName": "gpu-3"}})
+        );
+        reply(
+            send,
+            200,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-0"}}),
+        );
+    });
+    let job = NominationJob {
+        namespace: "ml".into(),
+        name: "train-0".into(),
+        node: "gpu-3".into(),
+    };
+    writer(client).nominate(&job).await.unwrap();
     server.await.unwrap();
 }
