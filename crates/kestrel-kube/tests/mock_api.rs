@@ -61,6 +61,22 @@ async fn next(handle: &mut MockHandle) -> (Seen, SendResponse<Response<Body>>) {
     )
 }
 
+/// The next request, checked for its method, path and query, and content type.
+async fn expect(
+    handle: &mut MockHandle,
+    method: &str,
+    uri: &str,
+    content_type: Option<&str>,
+) -> (Seen, SendResponse<Response<Body>>) {
+    let (seen, send) = next(handle).await;
+    assert_eq!(seen.method, method);
+    assert_eq!(seen.uri, uri);
+    if content_type.is_some() {
+        assert_eq!(seen.content_type.as_deref(), content_type);
+    }
+    (seen, send)
+}
+
 fn reply(send: SendResponse<Response<Body>>, code: u16, body: Value) {
     send.send_response(
         Response::builder()
@@ -99,16 +115,13 @@ fn job(gpus: Option<&str>) -> BindJob {
 async fn bind_writes_the_gpu_annotation_then_posts_the_binding() {
     let (client, mut handle) = mock_client();
     let server = tokio::spawn(async move {
-        let (patch, send) = next(&mut handle).await;
-        assert_eq!(patch.method, "PATCH");
-        assert_eq!(
-            patch.uri,
-            "/api/v1/namespaces/ml/pods/train-0?&fieldManager=kestrel"
-        );
-        assert_eq!(
-            patch.content_type.as_deref(),
-            Some("application/merge-patch+json")
-        );
+        let (patch, send) = expect(
+            &mut handle,
+            "PATCH",
+            "/api/v1/namespaces/ml/pods/train-0?&fieldManager=kestrel",
+            Some("application/merge-patch+json"),
+        )
+        .await;
         assert_eq!(
             patch.body,
             json!({"metadata": {"annotations": {"kestrel.dev/gpu-indices": "0,1,2,3"}}})
@@ -230,16 +243,13 @@ async fn unschedulable_pods_get_the_condition_and_an_event() {
     let (client, mut handle) = mock_client();
     let message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.";
     let server = tokio::spawn(async move {
-        let (patch, send) = next(&mut handle).await;
-        assert_eq!(patch.method, "PATCH");
-        assert_eq!(
-            patch.uri,
-            "/api/v1/namespaces/ml/pods/train-0/status?&fieldManager=kestrel"
-        );
-        assert_eq!(
-            patch.content_type.as_deref(),
-            Some("application/strategic-merge-patch+json")
-        );
+        let (patch, send) = expect(
+            &mut handle,
+            "PATCH",
+            "/api/v1/namespaces/ml/pods/train-0/status?&fieldManager=kestrel",
+            Some("application/strategic-merge-patch+json"),
+        )
+        .await;
         let condition = &patch.body["status"]["conditions"][0];
         assert_eq!(condition["type"], "PodScheduled");
         assert_eq!(condition["status"], "False");
@@ -640,16 +650,13 @@ async fn losing_the_lease_stops_binding_at_once() {
 async fn a_victim_gets_disruption_target_then_a_uid_guarded_delete_then_an_event() {
     let (client, mut handle) = mock_client();
     let server = tokio::spawn(async move {
-        let (patch, send) = next(&mut handle).await;
-        assert_eq!(patch.method, "PATCH");
-        assert_eq!(
-            patch.uri,
-            "/api/v1/namespaces/ml/pods/sweep-3/status?&fieldManager=kestrel"
-        );
-        assert_eq!(
-            patch.content_type.as_deref(),
-            Some("application/strategic-merge-patch+json")
-        );
+        let (patch, send) = expect(
+            &mut handle,
+            "PATCH",
+            "/api/v1/namespaces/ml/pods/sweep-3/status?&fieldManager=kestrel",
+            Some("application/strategic-merge-patch+json"),
+        )
+        .await;
         let condition = &patch.body["status"]["conditions"][0];
         assert_eq!(condition["type"], "DisruptionTarget");
         assert_eq!(condition["status"], "True");
@@ -726,16 +733,13 @@ async fn a_victim_that_is_already_gone_is_not_an_error() {
 async fn a_checkpointing_victim_is_asked_by_annotation_and_event() {
     let (client, mut handle) = mock_client();
     let server = tokio::spawn(async move {
-        let (patch, send) = next(&mut handle).await;
-        assert_eq!(patch.method, "PATCH");
-        assert_eq!(
-            patch.uri,
-            "/api/v1/namespaces/ml/pods/train-7?&fieldManager=kestrel"
-        );
-        assert_eq!(
-            patch.content_type.as_deref(),
-            Some("application/merge-patch+json")
-        );
+        let (patch, send) = expect(
+            &mut handle,
+            "PATCH",
+            "/api/v1/namespaces/ml/pods/train-7?&fieldManager=kestrel",
+            Some("application/merge-patch+json"),
+        )
+        .await;
         assert_eq!(
             patch.body,
             json!({"metadata": {"uid": "uid-7",
@@ -768,16 +772,8 @@ async fn a_checkpointing_victim_is_asked_by_annotation_and_event() {
 async fn queue_statuses_are_written_by_server_side_apply() {
     let (client, mut handle) = mock_client();
     let server = tokio::spawn(async move {
-        let (patch, send) = next(&mut handle).await;
-        assert_eq!(patch.method, "PATCH");
-        assert_eq!(
-            patch.uri,
-            "/apis/scheduling.kestrel.dev/v1alpha1/namespaces/ml/localqueues/team/status?&force=true&fieldManager=kestrel"
-        );
-        assert_eq!(
-            patch.content_type.as_deref(),
-            Some("application/apply-patch+yaml")
-        );
+        let (patch, send) =
+            expect(&mut handle, "PATCH", "/apis/scheduling.kestrel.dev/v1alpha1/namespaces/ml/localqueues/team/status?&force=true&fieldManager=kestrel", Some("application/apply-patch+yaml")).await;
         assert_eq!(
             patch.body,
             json!({"apiVersion": "scheduling.kestrel.dev/v1alpha1", "kind": "LocalQueue",
@@ -800,16 +796,13 @@ async fn queue_statuses_are_written_by_server_side_apply() {
 async fn a_preemptor_gets_its_nominated_node_on_its_status() {
     let (client, mut handle) = mock_client();
     let server = tokio::spawn(async move {
-        let (patch, send) = next(&mut handle).await;
-        assert_eq!(patch.method, "PATCH");
-        assert_eq!(
-            patch.uri,
-            "/api/v1/namespaces/ml/pods/train-0/status?&fieldManager=kestrel"
-        );
-        assert_eq!(
-            patch.content_type.as_deref(),
-            Some("application/strategic-merge-patch+json")
-        );
+        let (patch, send) = expect(
+            &mut handle,
+            "PATCH",
+            "/api/v1/namespaces/ml/pods/train-0/status?&fieldManager=kestrel",
+            Some("application/strategic-merge-patch+json"),
+        )
+        .await;
         assert_eq!(
             patch.body,
             json!({"status": {"nominatedNodeName": "gpu-3"}})
