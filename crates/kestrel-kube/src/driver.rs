@@ -71,6 +71,12 @@ pub enum Change {
     },
     /// A Kestrel PodGroup changed.
     PodGroup(Box<Event<DynamicObject>>),
+    /// A scheduler-plugins or Volcano PodGroup changed (`kind`: which); `listed`: that
+    /// watch finished listing.
+    ForeignPodGroup {
+        kind: &'static str,
+        event: Box<Event<DynamicObject>>,
+    },
     /// A Kestrel Topology changed; `listed`: that watch finished listing.
     Topologies {
         listed: bool,
@@ -99,8 +105,20 @@ pub struct Stores {
     pub topologies: Store<DynamicObject>,
     /// ClusterQueues, LocalQueues, Cohorts and ResourceFlavors, by kind.
     pub queues: Vec<(&'static str, Store<DynamicObject>)>,
+    /// scheduler-plugins' and Volcano's PodGroups, by kind.
+    pub foreign_pod_groups: Vec<(&'static str, Store<DynamicObject>)>,
     pub namespaces: Store<Namespace>,
 }
+
+/// Other projects' PodGroups the live scheduler reads: (name, group, version).
+const FOREIGN_POD_GROUPS: [(&str, &str, &str); 2] = [
+    (
+        "scheduler-plugins PodGroup",
+        index::PLUGINS_GROUP,
+        "v1alpha1",
+    ),
+    ("Volcano PodGroup", index::VOLCANO_GROUP, "v1beta1"),
+];
 
 /// The queue kinds the live scheduler reads (Kestrel's group), with the Namespaces their
 /// namespaceSelectors match.
@@ -123,6 +141,8 @@ struct Synced {
     topologies: bool,
     /// The queue kinds (and Namespaces) listed so far.
     queues: std::collections::BTreeSet<&'static str>,
+    /// The foreign PodGroup kinds listed so far.
+    foreign_pod_groups: std::collections::BTreeSet<&'static str>,
 }
 
 impl Synced {
@@ -134,6 +154,7 @@ impl Synced {
             && self.pod_groups
             && self.topologies
             && self.queues.len() == QUEUE_WATCHES.len()
+            && self.foreign_pod_groups.len() == FOREIGN_POD_GROUPS.len()
     }
 }
 
@@ -277,6 +298,23 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         );
         queues.push((kind, store));
     }
+    let mut foreign_pod_groups = Vec::new();
+    for (kind, group, version) in FOREIGN_POD_GROUPS {
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, "PodGroup");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "podgroups");
+        let store = spawn_watch(
+            tasks,
+            Api::<DynamicObject>::all_with(client.clone(), &resource),
+            resource,
+            tx.clone(),
+            move |e| Change::ForeignPodGroup {
+                kind,
+                event: Box::new(e),
+            },
+            Some(Change::Unserved { kind }),
+        );
+        foreign_pod_groups.push((kind, store));
+    }
     let namespaces = spawn_watch(
         tasks,
         Api::<Namespace>::all(client.clone()),
@@ -297,6 +335,7 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
             pod_groups,
             topologies,
             queues,
+            foreign_pod_groups,
             namespaces,
         },
         rx,
@@ -364,6 +403,25 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
             }
             Event::Init => return false,
             Event::InitDone => state.retain_pod_groups(&pod_group_keys(&stores.pod_groups.state())),
+        },
+        Change::ForeignPodGroup { event, .. } => match *event {
+            Event::Apply(o) | Event::InitApply(o) => {
+                let mut json = to_json(&o);
+                if json.get("apiVersion").is_none() {
+                    // Listed items may come without their type.
+                    json["apiVersion"] = serde_json::json!(o
+                        .types
+                        .as_ref()
+                        .map(|t| t.api_version.clone())
+                        .unwrap_or_default());
+                }
+                state.apply_pod_group(&json)
+            }
+            Event::Delete(o) => {
+                let namespace = o.metadata.namespace.as_deref().unwrap_or("default");
+                state.delete_pod_group(namespace, o.metadata.name.as_deref().unwrap_or_default());
+            }
+            Event::Init | Event::InitDone => return false,
         },
         Change::Topologies { .. } => {
             let objects: Vec<serde_json::Value> = stores
@@ -547,6 +605,12 @@ pub async fn lead(
                     Change::Topologies { listed: true } => synced.topologies = true,
                     Change::Unserved { kind: "PodGroup" } => synced.pod_groups = true,
                     Change::Unserved { kind: "Topology" } => synced.topologies = true,
+                    Change::ForeignPodGroup { kind, event } if matches!(**event, Event::InitDone) => {
+                        synced.foreign_pod_groups.insert(kind);
+                    }
+                    Change::Unserved { kind } if kind.ends_with("PodGroup") => {
+                        synced.foreign_pod_groups.insert(kind);
+                    }
                     Change::Queues { kind, listed: true } | Change::Unserved { kind } => {
                         synced.queues.insert(kind);
                     }

@@ -8,13 +8,15 @@
 //!
 //! Gangs: Kestrel's `PodGroup` objects ([`ClusterState::apply_pod_group`]) and the
 //! cluster's `Topology` ([`ClusterState::set_topologies`]) are read with the simulator's
-//! parser and declared to the engine; pods labelled `scheduling.kestrel.dev/pod-group`
-//! (or Kueue's plain-pod group label) are its members. A member whose PodGroup is missing
+//! parser and declared to the engine, as are scheduler-plugins' and Volcano's PodGroups
+//! (whose status Kestrel leaves alone); pods labelled `scheduling.kestrel.dev/pod-group`
+//! (or the other projects' label or annotation, or Kueue's plain-pod group label) are
+//! its members. A member whose PodGroup is missing
 //! or unusable waits outside the engine ([`PodState::GangWait`]) with that reason. Each
 //! cycle returns the PodGroup statuses that changed ([`GroupStatusJob`]).
 
 use crate::convert::{self, ConvertError, GPU_INDICES_ANNOTATION, LAST_CHECKPOINT_ANNOTATION};
-use crate::crds::{PodGroupPhase, PodGroupStatus, API_VERSION};
+use crate::crds::{PodGroupPhase, PodGroupStatus};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -24,7 +26,7 @@ use kestrel_core::{
     GangPhase, GangProblem, GangSpec, GangTopology, GpuAssignment, Millis, PodId, PodPhase,
     PodSpec, Scheduler, SchedulerConfig, Unschedulable,
 };
-use kestrel_sim::gang_sources::{self, GangDocument, KESTREL_GROUP, KESTREL_POD_GROUP_LABEL};
+use kestrel_sim::gang_sources::{self, GangDocument, KESTREL_GROUP};
 use kestrel_sim::manifests::Catalog;
 use kestrel_sim::queue_sources::{parse_queue_document, QueueDocument};
 use serde_json::{json, Value};
@@ -62,6 +64,11 @@ pub enum PodState {
     Expired,
 }
 
+/// scheduler-plugins' PodGroup API group, read as well as Kestrel's own.
+pub const PLUGINS_GROUP: &str = "scheduling.x-k8s.io";
+/// Volcano's PodGroup API group, read as well as Kestrel's own.
+pub const VOLCANO_GROUP: &str = "scheduling.volcano.sh";
+
 /// A gang's (namespace, name).
 pub type GroupKey = (String, String);
 
@@ -78,9 +85,12 @@ struct Tracked {
 /// A gang as the live scheduler knows it.
 #[derive(Debug, Clone)]
 struct Group {
-    /// Declared by a Kestrel PodGroup (whose status Kestrel writes); otherwise implied by
-    /// its pods (Kueue's plain-pod groups) or only named by them.
+    /// Declared by a PodGroup; otherwise implied by its pods (Kueue's plain-pod groups) or
+    /// only named by them.
     declared: bool,
+    /// Declared by a scheduler-plugins or Volcano PodGroup: read, but its status and
+    /// events belong to that project's controllers, so Kestrel writes none.
+    foreign: bool,
     uid: String,
     generation: Option<i64>,
     /// The gang as declared, or why there is none to schedule (no PodGroup, or the
@@ -105,6 +115,7 @@ impl Group {
     fn new(declared: bool, spec: Result<GangSpec, String>) -> Self {
         Group {
             declared,
+            foreign: false,
             uid: String::new(),
             generation: None,
             spec,
@@ -984,21 +995,9 @@ impl ClusterState {
             return Ok(None);
         };
         let key: GroupKey = (spec.namespace.clone(), gang.membership.gang.clone());
-        let kestrel = pod
-            .metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.contains_key(KESTREL_POD_GROUP_LABEL));
-        if !kestrel && gang.implied.is_none() {
-            return Err(ConvertError {
-                object: Some(format!("Pod {}", convert::pod_key(pod))),
-                field: Some("metadata".into()),
-                message: format!(
-                    "the pod names gang {:?} the scheduler-plugins or Volcano way, and the live scheduler reads only Kestrel's PodGroups: label the pod {KESTREL_POD_GROUP_LABEL}: {:?} and create a {API_VERSION} PodGroup",
-                    gang.membership.gang, gang.membership.gang
-                ),
-            });
-        }
+        // A gang named by a Kueue plain-pod group is implied by its pods; the others
+        // (Kestrel's, scheduler-plugins' and Volcano's) wait for their PodGroup.
+        let kestrel = gang.implied.is_none();
         let entry = self
             .groups
             .entry(key.clone())
@@ -1319,10 +1318,15 @@ impl ClusterState {
     /// simulator's parser; a PodGroup that cannot be read or scheduled is reported (a
     /// Warning event on it, the reason on its pods, its status) and its pods wait.
     pub fn apply_pod_group(&mut self, object: &Value) {
-        let api_version = object.get("apiVersion").and_then(Value::as_str);
-        if api_version.and_then(|v| v.split('/').next()) != Some(KESTREL_GROUP) {
-            return;
-        }
+        let group = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .and_then(|v| v.split('/').next());
+        let foreign = match group {
+            Some(KESTREL_GROUP) => false,
+            Some(PLUGINS_GROUP | VOLCANO_GROUP) => true,
+            _ => return,
+        };
         let meta = object.get("metadata");
         let text = |field: &str| {
             meta.and_then(|m| m.get(field))
@@ -1361,6 +1365,7 @@ impl ClusterState {
             entry.bind_error = None;
         }
         entry.declared = true;
+        entry.foreign = foreign;
         entry.spec = spec;
         entry.generation = generation;
         self.settle_group(&key);
@@ -1391,7 +1396,7 @@ impl ClusterState {
         let gone: Vec<GroupKey> = self
             .groups
             .iter()
-            .filter(|(k, g)| g.declared && !present.contains(*k))
+            .filter(|(k, g)| g.declared && !g.foreign && !present.contains(*k))
             .map(|(k, _)| k.clone())
             .collect();
         for (namespace, name) in gone {
@@ -1486,7 +1491,7 @@ impl ClusterState {
             }
         }
         let problem = group.problem().map(str::to_string);
-        if group.declared {
+        if group.declared && !group.foreign {
             match &problem {
                 Some(why) if group.warned.as_ref() != Some(why) => {
                     group.warned = Some(why.clone());
@@ -1573,7 +1578,7 @@ impl ClusterState {
     /// results decide it) or for gangs without a PodGroup.
     fn group_status(&self, key: &GroupKey) -> Option<GroupStatusJob> {
         let g = self.groups.get(key)?;
-        if !g.declared {
+        if !g.declared || g.foreign {
             return None;
         }
         let (mut bound, mut running, mut binding, mut expired, mut invalid) = (0, 0, 0, 0, 0);

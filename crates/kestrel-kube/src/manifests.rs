@@ -105,6 +105,11 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             rule(&["scheduling.k8s.io"], &["priorityclasses"], &["list", "watch"]),
             rule(&["node.k8s.io"], &["runtimeclasses"], &["list", "watch"]),
             rule(&[crds::GROUP], &KESTREL_KINDS, &["get", "list", "watch"]),
+            rule(
+                &["scheduling.x-k8s.io", "scheduling.volcano.sh"],
+                &["podgroups"],
+                &["get", "list", "watch"],
+            ),
             rule(&[crds::GROUP], &KESTREL_STATUS, &["patch"]),
         ]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

@@ -509,6 +509,7 @@ impl Harness {
             pod_groups: groups.as_reader(),
             topologies: topologies.as_reader(),
             queues: queues.iter().map(|(k, w)| (*k, w.as_reader())).collect(),
+            foreign_pod_groups: Vec::new(),
             namespaces: namespaces.as_reader(),
         };
         let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
@@ -853,7 +854,7 @@ fn a_gang_timeout_counts_from_its_first_pod_and_is_reported() {
 }
 
 #[test]
-fn kueue_plain_pod_groups_need_no_pod_group_and_foreign_pod_groups_are_explained() {
+fn kueue_plain_pod_groups_need_no_pod_group_and_others_wait_for_theirs() {
     let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
     let kueue = |name: &str| {
         let mut p = member(name, "unused", 1);
@@ -886,7 +887,7 @@ fn kueue_plain_pod_groups_need_no_pod_group_and_foreign_pod_groups_are_explained
     );
     h.pod(kueue("kq-1"));
     assert_eq!(h.state.cycle(1).binds.len(), 2);
-    // A scheduler-plugins PodGroup label: the pod waits, saying what to use instead.
+    // A scheduler-plugins PodGroup label without its PodGroup: the pod waits for it.
     let mut p = member("sp-0", "unused", 1);
     p.metadata.labels = Some(
         [(
@@ -899,13 +900,13 @@ fn kueue_plain_pod_groups_need_no_pod_group_and_foreign_pod_groups_are_explained
     let out = h.state.cycle(2);
     assert!(matches!(
         h.state.pod_state("ml/sp-0"),
-        Some(PodState::Invalid(_))
+        Some(PodState::GangWait { .. })
     ));
-    assert_eq!(out.unschedulable[0].reason, "SchedulerError");
+    assert_eq!(out.unschedulable[0].reason, "Unschedulable");
     assert!(
         out.unschedulable[0]
             .message
-            .contains("scheduling.kestrel.dev/pod-group"),
+            .contains("gang ml/sp does not exist"),
         "{out:?}"
     );
 }
@@ -1053,6 +1054,20 @@ async fn scripted_server(
                 Some(list("node.k8s.io/v1", "RuntimeClass", vec![]))
             }
             ("GET", "/api/v1/namespaces") => Some(list("v1", "Namespace", vec![])),
+            (
+                "GET",
+                "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
+                | "/apis/scheduling.volcano.sh/v1beta1/podgroups",
+            ) => {
+                send.send_response(
+                    Response::builder()
+                        .status(404)
+                        .body(Body::from(serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                            "status": "Failure", "reason": "NotFound", "message": "the server could not find the requested resource", "code": 404})).unwrap()))
+                        .unwrap(),
+                );
+                continue;
+            }
             (
                 "GET",
                 "/apis/scheduling.kestrel.dev/v1alpha1/clusterqueues"
@@ -1351,4 +1366,55 @@ fn live_queues_admit_by_quota_and_changes_apply_without_a_restart() {
     let out = h.state.cycle(7);
     assert!(out.binds.is_empty());
     assert!(out.unschedulable[0].message.contains("LocalQueue"));
+}
+
+#[test]
+fn scheduler_plugins_and_volcano_pod_groups_make_gangs_without_status_writes() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1"), node("gpu-1", 8, "r1")]);
+    let plugins = json!({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "sp", "namespace": "ml", "uid": "pg-sp"}, "spec": {"minMember": 2}});
+    driver::apply_change(
+        &mut h.state,
+        &h.stores,
+        Change::ForeignPodGroup {
+            kind: "scheduler-plugins PodGroup",
+            event: Box::new(Event::Apply(serde_json::from_value(plugins).unwrap())),
+        },
+    );
+    let mut first: Value = serde_json::to_value(member("sp-0", "x", 4)).unwrap();
+    first["metadata"]["labels"] = json!({"scheduling.x-k8s.io/pod-group": "sp"});
+    h.pod(serde_json::from_value(first.clone()).unwrap());
+    let out = h.state.cycle(0);
+    assert!(out.binds.is_empty(), "1 of 2: {out:?}");
+    assert!(
+        out.group_status.is_empty(),
+        "its status is not Kestrel's to write"
+    );
+    let mut second = first.clone();
+    second["metadata"]["name"] = json!("sp-1");
+    second["metadata"]["uid"] = json!("uid-sp-1");
+    h.pod(serde_json::from_value(second).unwrap());
+    let out = h.state.cycle(1);
+    assert_eq!(out.binds.len(), 2, "the whole gang: {out:?}");
+    assert!(out.group_status.is_empty() && out.group_events.is_empty());
+
+    // Volcano: pods name their PodGroup by annotation.
+    let volcano = json!({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "vc", "namespace": "ml", "uid": "pg-vc"}, "spec": {"minMember": 2}});
+    driver::apply_change(
+        &mut h.state,
+        &h.stores,
+        Change::ForeignPodGroup {
+            kind: "Volcano PodGroup",
+            event: Box::new(Event::Apply(serde_json::from_value(volcano).unwrap())),
+        },
+    );
+    for i in 0..2 {
+        let mut p: Value = serde_json::to_value(member(&format!("vc-{i}"), "x", 4)).unwrap();
+        p["metadata"]["labels"] = json!({});
+        p["metadata"]["annotations"] = json!({"scheduling.k8s.io/group-name": "vc"});
+        h.pod(serde_json::from_value(p).unwrap());
+    }
+    let out = h.state.cycle(2);
+    assert_eq!(out.binds.len(), 2, "{out:?}");
 }

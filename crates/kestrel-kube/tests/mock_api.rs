@@ -488,6 +488,14 @@ async fn scripted_server(
             ("GET", "/api/v1/nodes") => list("Node", nodes.clone()),
             ("GET", "/api/v1/pods") => list("Pod", pods.clone()),
             ("GET", "/api/v1/namespaces") => list("Namespace", vec![]),
+            (
+                "GET",
+                "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
+                | "/apis/scheduling.volcano.sh/v1beta1/podgroups",
+            ) => {
+                reply(send, 404, status(404, "NotFound"));
+                continue;
+            }
             ("GET", "/apis/scheduling.k8s.io/v1/priorityclasses") => {
                 json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClassList", "metadata": {"resourceVersion": "1"}, "items": []})
             }
