@@ -167,7 +167,8 @@ pub struct StatusJob {
     pub namespace: String,
     pub name: String,
     pub uid: String,
-    /// `Unschedulable` (no node fits) or `SchedulerError` (the pod cannot be read).
+    /// `Unschedulable` (no node fits), `WaitingForQueue` ([`QUEUE_WAIT_REASON`]) or
+    /// `SchedulerError` (the pod cannot be read).
     pub reason: &'static str,
     pub message: String,
 }
@@ -286,6 +287,10 @@ pub struct QueueStatusJob {
     /// The `status` object.
     pub status: Value,
 }
+
+/// The `PodScheduled=False` reason of a pod its queue holds back (not `Unschedulable`, so
+/// that cluster autoscalers do not add nodes for quota).
+pub const QUEUE_WAIT_REASON: &str = "WaitingForQueue";
 
 /// How long a failed eviction waits before it is tried again.
 const EVICTION_RETRY: Millis = 5_000;
@@ -1187,11 +1192,18 @@ impl ClusterState {
                 self.dirty_groups.insert(g.clone());
             }
             let (namespace, name) = key.split_once('/').expect("namespace/name");
+            // Cluster autoscalers add nodes for `Unschedulable` pods: a pod held by its
+            // queue (quota, its turn, a reclaim) says so under another reason.
+            let reason_kind = if reason.queue.is_some() {
+                QUEUE_WAIT_REASON
+            } else {
+                "Unschedulable"
+            };
             out.unschedulable.push(StatusJob {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
                 uid: t.uid.clone(),
-                reason: "Unschedulable",
+                reason: reason_kind,
                 message: reason.to_string(),
             });
         }

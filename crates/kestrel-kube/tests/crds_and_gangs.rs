@@ -1324,10 +1324,12 @@ fn live_queues_admit_by_quota_and_changes_apply_without_a_restart() {
         h.state.queue_statuses().is_empty(),
         "unchanged: not written again"
     );
-    // The quota is full: the next pod waits for quota although the node has room.
+    // The quota is full: the next pod waits for quota although the node has room, under
+    // a reason cluster autoscalers do not scale up for.
     h.pod(queued("b", "team", 4));
     let out = h.state.cycle(2);
     assert!(out.binds.is_empty());
+    assert_eq!(out.unschedulable[0].reason, "WaitingForQueue");
     assert!(
         out.unschedulable[0].message.contains("team-a"),
         "{:?}",
