@@ -357,6 +357,10 @@ pub(crate) struct QueueBook {
     pub(crate) cohorts: HashMap<String, CohortSpec>,
     pub(crate) flavors: HashMap<String, ResourceFlavor>,
     pub(crate) namespace_labels: HashMap<String, Labels>,
+    /// Per ClusterQueue: its borrowed share averaged over time (decaying with a
+    /// half-life), when fair share counts history; and when it was last updated.
+    pub(crate) recent_share: Vec<f64>,
+    pub(crate) recent_at: Millis,
     /// Per cohort root: quota the cohorts themselves hold, per (flavor, resource).
     cohort_quota: HashMap<String, HashMap<(String, String), i64>>,
 }
@@ -779,7 +783,34 @@ impl QueueBook {
 
     /// Weighted dominant share of what the queue borrows: the largest fraction of a
     /// cohort pool it uses beyond its nominal quota, divided by its weight.
+    /// Moves each queue's recent share towards its share now: by half over each
+    /// `half_life` that passed since the last update.
+    pub(crate) fn decay_shares(&mut self, now: Millis, half_life: Millis) {
+        let kept = 0.5f64.powf(now.saturating_sub(self.recent_at) as f64 / half_life as f64);
+        self.recent_at = now;
+        let current: Vec<f64> = (0..self.cqs.len())
+            .map(|i| self.borrowed_share(CqId(i as u32)))
+            .collect();
+        self.recent_share.resize(current.len(), 0.0);
+        for (recent, now) in self.recent_share.iter_mut().zip(current) {
+            *recent = *recent * kept + now * (1.0 - kept);
+        }
+    }
+
+    /// Weighted dominant share of what a queue borrows (now, plus its recent share when
+    /// history counts): the borrowing phase serves the lowest first.
     pub(crate) fn fair_share(&self, cq: CqId) -> f64 {
+        let share =
+            self.borrowed_share(cq) + self.recent_share.get(cq.0 as usize).copied().unwrap_or(0.0);
+        let weight = self.cqs[cq.0 as usize].spec.fair_weight;
+        if weight <= 0.0 {
+            return if share > 0.0 { f64::INFINITY } else { 0.0 };
+        }
+        share / weight
+    }
+
+    /// Dominant share of the cohort pool a queue borrows now (unweighted).
+    fn borrowed_share(&self, cq: CqId) -> f64 {
         let book = &self.cqs[cq.0 as usize];
         if book.root.is_none() {
             return 0.0;
@@ -797,10 +828,7 @@ impl QueueBook {
                 }
             }
         }
-        if book.spec.fair_weight <= 0.0 {
-            return if share > 0.0 { f64::INFINITY } else { 0.0 };
-        }
-        share / book.spec.fair_weight
+        share
     }
 
     /// The flavors' node labels and tolerations for an admission (empty when none).

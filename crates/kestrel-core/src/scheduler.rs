@@ -94,6 +94,9 @@ pub struct SchedulerConfig {
     /// Longest hold of a reservation for the highest-priority workload that does not fit
     /// (so small work cannot starve a big gang forever); 0: no reservations.
     pub head_reservation: Millis,
+    /// Fair share counts recent borrowing too: each queue's borrowed share decays with
+    /// this half-life and adds to what it borrows now; 0: only what it borrows now.
+    pub fair_share_half_life: Millis,
 }
 
 impl Default for SchedulerConfig {
@@ -103,6 +106,7 @@ impl Default for SchedulerConfig {
             seed: 42,
             victim_order: VictimOrder::CheckpointAware,
             head_reservation: 0,
+            fair_share_half_life: 0,
         }
     }
 }
@@ -689,6 +693,10 @@ impl Scheduler {
         if self.parked_generation != self.generation {
             self.active.extend(self.parked.drain(..));
             self.parked_generation = self.generation;
+        }
+        if self.config.fair_share_half_life > 0 {
+            self.queues
+                .decay_shares(now, self.config.fair_share_half_life);
         }
         let mut decisions = Decisions::default();
         self.drain_stopped_queues(now, &mut decisions);

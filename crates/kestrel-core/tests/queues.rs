@@ -610,3 +610,51 @@ fn borrowers_wait_while_a_lender_takes_its_quota_back() {
         reason(&s, late)
     );
 }
+
+/// Team-a borrows for an hour, then team-a and team-b both want the one GPU left to
+/// borrow: which gets it, with fair share counting history (`half_life`) or not (0).
+fn last_gpu_after_a_borrowing_hour(half_life: u64) -> (usize, usize) {
+    let mut s = Scheduler::new(SchedulerConfig {
+        fair_share_half_life: half_life,
+        ..Default::default()
+    });
+    s.add_node(node("n0", 8)).unwrap();
+    with_queues(
+        &mut s,
+        vec![
+            cq("team-a", Some("org"), 2, None),
+            cq("team-b", Some("org"), 2, None),
+            cq("team-c", Some("org"), 4, None),
+        ],
+    );
+    // team-c runs 3 of its 4: one GPU of its quota stays lendable.
+    for i in 0..3 {
+        s.submit(pod("team-c", &format!("c{i}"), "main", 1, 0), 0);
+    }
+    let early: Vec<PodId> = (0..5)
+        .map(|i| s.submit(pod("team-a", &format!("early{i}"), "main", 1, 0), 0))
+        .collect();
+    for t in [0, 1_800_000, 3_600_000] {
+        s.schedule(t);
+    }
+    assert_eq!(bound(&s, &early), 5, "team-a borrowed 3 for an hour");
+    for p in early {
+        s.finish(p).unwrap();
+    }
+    let a: Vec<PodId> = (0..3)
+        .map(|i| s.submit(pod("team-a", &format!("a{i}"), "main", 1, 0), 3_600_001))
+        .collect();
+    let b: Vec<PodId> = (0..3)
+        .map(|i| s.submit(pod("team-b", &format!("b{i}"), "main", 1, 0), 3_600_001))
+        .collect();
+    s.schedule(3_600_002);
+    (bound(&s, &a), bound(&s, &b))
+}
+
+#[test]
+fn fair_share_can_count_recent_borrowing() {
+    // Borrowing now alone: a tie, so arrival order gives the GPU to team-a.
+    assert_eq!(last_gpu_after_a_borrowing_hour(0), (3, 2));
+    // With an hour's half-life, team-a's recent borrowing puts team-b first.
+    assert_eq!(last_gpu_after_a_borrowing_hour(3_600_000), (2, 3));
+}

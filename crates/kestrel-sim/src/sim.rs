@@ -34,6 +34,8 @@ pub struct SimConfig {
     pub checkpoint_duration: Millis,
     /// Longest hold of a head-of-queue reservation; 0: none.
     pub head_reservation: Millis,
+    /// Half-life of the borrowing history fair share counts; 0: only borrowing now.
+    pub fair_share_half_life: Millis,
 }
 
 impl Default for SimConfig {
@@ -49,6 +51,7 @@ impl Default for SimConfig {
             control_latency: 0,
             checkpoint_duration: 20_000,
             head_reservation: 0,
+            fair_share_half_life: 0,
         }
     }
 }
@@ -215,6 +218,7 @@ impl<'a> Simulation<'a> {
             seed: config.seed,
             victim_order: config.victim_order,
             head_reservation: config.head_reservation,
+            fair_share_half_life: config.fair_share_half_life,
         });
         for node in &cluster.nodes {
             scheduler.add_node(node.clone())?;

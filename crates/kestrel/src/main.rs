@@ -105,6 +105,10 @@ struct SimArgs {
     /// the reserved start may backfill. Default: no reservations.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     head_reservation: u64,
+    /// Fair share counts borrowing history: each queue's borrowed share decays with this
+    /// half-life (e.g. 1h) and adds to what it borrows now. Default: only borrowing now.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    fair_share_half_life: u64,
     /// Run the workload a second time with every gang's topology request dropped and
     /// report how many gangs landed in one rack / one NVLink domain both ways.
     #[arg(long)]
@@ -190,6 +194,7 @@ pub(crate) fn load_inputs(args: &SimArgs) -> Result<Inputs> {
         control_latency: args.control_latency,
         checkpoint_duration: args.checkpoint_duration,
         head_reservation: args.head_reservation,
+        fair_share_half_life: args.fair_share_half_life,
     };
     Ok(Inputs {
         cluster,
