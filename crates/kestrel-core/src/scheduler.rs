@@ -1237,6 +1237,14 @@ impl Scheduler {
         }
     }
 
+    /// The pod that stands for a workload (a gang's first member) in queue checks.
+    fn representative(&self, workload: WorkloadKey) -> Option<PodId> {
+        match workload {
+            WorkloadKey::Pod(p) => Some(p),
+            WorkloadKey::Gang(g) => self.gangs.gangs[g.0 as usize].members.first().copied(),
+        }
+    }
+
     /// A ClusterQueue of `cq`'s cohort (another workload's) whose preemptor waits for
     /// victims it chose to get its quota back: borrowers wait, or they would take that
     /// quota again.
@@ -1249,10 +1257,7 @@ impl Scheduler {
             .keys()
             .filter(|w| **w != workload)
             .find_map(|w| {
-                let rep = match *w {
-                    WorkloadKey::Pod(p) => Some(p),
-                    WorkloadKey::Gang(g) => self.gangs.gangs[g.0 as usize].members.first().copied(),
-                }?;
+                let rep = self.representative(*w)?;
                 let record = &self.pods[rep.0 as usize];
                 let QueueLink::Cq(other) = record.link else {
                     return None;
@@ -1275,11 +1280,7 @@ impl Scheduler {
         }
         let priority = self.pods[pods[0].0 as usize].spec.priority;
         self.awaiting.keys().any(|w| {
-            let rep = match *w {
-                WorkloadKey::Pod(p) => Some(p),
-                WorkloadKey::Gang(g) => self.gangs.gangs[g.0 as usize].members.first().copied(),
-            };
-            rep.is_some_and(|p| {
+            self.representative(*w).is_some_and(|p| {
                 let record = &self.pods[p.0 as usize];
                 record.link == QueueLink::Cq(cq)
                     && record.phase == PodPhase::Pending

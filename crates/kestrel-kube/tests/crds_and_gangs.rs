@@ -1059,13 +1059,7 @@ async fn scripted_server(
                 "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
                 | "/apis/scheduling.volcano.sh/v1beta1/podgroups",
             ) => {
-                send.send_response(
-                    Response::builder()
-                        .status(404)
-                        .body(Body::from(serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                            "status": "Failure", "reason": "NotFound", "message": "the server could not find the requested resource", "code": 404})).unwrap()))
-                        .unwrap(),
-                );
+                send.send_response(not_found());
                 continue;
             }
             (
@@ -1085,13 +1079,7 @@ async fn scripted_server(
             ) => match &pod_groups {
                 Some(items) => Some(list(kestrel, "PodGroup", items.clone())),
                 None => {
-                    send.send_response(
-                        Response::builder()
-                            .status(404)
-                            .body(Body::from(serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                "status": "Failure", "reason": "NotFound", "message": "the server could not find the requested resource", "code": 404})).unwrap()))
-                            .unwrap(),
-                    );
+                    send.send_response(not_found());
                     continue;
                 }
             },
@@ -1130,6 +1118,15 @@ async fn scripted_server(
         }
         send.send_response(ok(&answer));
     }
+}
+
+/// The API server's answer for a kind it does not serve (its CRD is not installed).
+fn not_found() -> Response<Body> {
+    Response::builder()
+        .status(404)
+        .body(Body::from(serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "reason": "NotFound", "message": "the server could not find the requested resource", "code": 404})).unwrap()))
+        .unwrap()
 }
 
 fn api_node(name: &str) -> Value {
