@@ -296,24 +296,12 @@ impl Scheduler {
             .flatten()
             .copied()
             .collect();
-        match policy.within_cluster_queue {
-            WithinQueuePreemption::Never => {}
-            WithinQueuePreemption::LowerPriority => {
-                candidates
-                    .extend(self.candidates(own.into_iter(), 1, None, now, &|p, _| p < priority))
-            }
-            WithinQueuePreemption::LowerOrNewerEqualPriority => {
-                candidates.extend(
-                    self.candidates(own.into_iter(), 1, None, now, &|p, started| {
-                        p < priority || (p == priority && started > rep_seq_time)
-                    }),
-                )
-            }
-        }
+        let accept = within_queue_victim(policy.within_cluster_queue, priority, rep_seq_time);
+        candidates.extend(self.candidates(own.into_iter(), 1, None, now, &accept));
         let threshold = policy
             .borrow_within_cohort
             .map(|b| b.max_priority_threshold);
-        candidates.extend(self.reclaim_candidates(cq, request, priority, threshold, now));
+        candidates.extend(self.reclaim_candidates(cq, request, priority, true, threshold, now));
         if candidates.is_empty() {
             return None;
         }
@@ -343,19 +331,26 @@ impl Scheduler {
     }
 
     /// Workloads of cohort queues that borrow in a resource of `request`, which `cq`'s
-    /// policy lets it take back (reclaim), or preempt to borrow in turn (`threshold`).
+    /// policy lets it take back (reclaim, when `may_reclaim`), or preempt to borrow in turn
+    /// (`threshold`).
     fn reclaim_candidates(
         &self,
         cq: CqId,
         request: &[(String, i64)],
         priority: i32,
+        may_reclaim: bool,
         threshold: Option<Option<i32>>,
         now: Millis,
     ) -> Vec<Candidate> {
-        let reclaim = self.queues.cqs[cq.0 as usize]
-            .spec
-            .preemption
-            .reclaim_within_cohort;
+        let reclaim = match may_reclaim {
+            true => {
+                self.queues.cqs[cq.0 as usize]
+                    .spec
+                    .preemption
+                    .reclaim_within_cohort
+            }
+            false => ReclaimPolicy::Never,
+        };
         let others: Vec<CqId> = self
             .queues
             .cohort_members(cq)
@@ -379,8 +374,13 @@ impl Scheduler {
         out
     }
 
-    /// Quota admits the workload but no node holds it: preempt lower-priority workloads,
-    /// and, when it is inside its queue's nominal quota, take back what borrowers hold.
+    /// Quota admits the workload but no node holds it: preempt as its queue's policy
+    /// allows. A queued preemptor takes lower-priority work of its own queue (by
+    /// `withinClusterQueue`), what cohort queues borrow (reclaim when it is inside its
+    /// nominal quota, else by `borrowWithinCohort`) and lower-priority pods outside any
+    /// queue; never work another queue runs inside its nominal quota, which that queue
+    /// would take straight back. A preemptor outside any queue preempts lower-priority
+    /// workloads anywhere, as kube-scheduler does.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn preempt_for_capacity(
         &mut self,
@@ -393,20 +393,39 @@ impl Scheduler {
         decisions: &mut Decisions,
     ) -> Option<u32> {
         let priority = self.may_preempt(pods, admission.map(|a| a.cq), now)?;
-        let mut candidates = match (admission, within_nominal) {
-            (Some(a), true) => {
+        let mut candidates = match admission {
+            Some(a) => {
                 let request = self.workload_request(pods);
-                self.reclaim_candidates(a.cq, &request, priority, None, now)
+                let policy = self.queues.cqs[a.cq.0 as usize].spec.preemption;
+                let threshold = policy
+                    .borrow_within_cohort
+                    .map(|b| b.max_priority_threshold);
+                self.reclaim_candidates(a.cq, &request, priority, within_nominal, threshold, now)
             }
-            _ => Vec::new(),
+            None => Vec::new(),
         };
+        let own_queue = admission.map(|a| a.cq);
+        let within_queue = own_queue.map(|cq| self.queues.cqs[cq.0 as usize].spec.preemption);
+        let rep_seq_time = self.pods[pods[0].0 as usize].submitted_at;
         let lower: Vec<PodId> = self
             .bound_by_priority
-            .range(..(priority, PodId(0)))
+            .range(..(priority.saturating_add(1), PodId(0)))
             .map(|&(_, p)| p)
             .filter(|p| !candidates.iter().any(|c| c.pods.contains(p)))
+            .filter(|p| {
+                let victim_queue = self.pods[p.0 as usize].admission.as_ref().map(|a| a.cq);
+                own_queue.is_none() || victim_queue.is_none() || victim_queue == own_queue
+            })
             .collect();
-        candidates.extend(self.candidates(lower.into_iter(), 1, None, now, &|p, _| p < priority));
+        let (by_queue, by_priority): (Vec<PodId>, Vec<PodId>) = lower
+            .into_iter()
+            .partition(|p| own_queue.is_some() && self.pods[p.0 as usize].admission.is_some());
+        if let Some(policy) = within_queue {
+            let accept = within_queue_victim(policy.within_cluster_queue, priority, rep_seq_time);
+            candidates.extend(self.candidates(by_queue.into_iter(), 1, None, now, &accept));
+        }
+        candidates
+            .extend(self.candidates(by_priority.into_iter(), 1, None, now, &|p, _| p < priority));
         if candidates.is_empty() {
             return None;
         }
@@ -555,6 +574,22 @@ impl Scheduler {
         for (p, node, gpus, at, admission) in detached.into_iter().rev() {
             self.pods[p.0 as usize].admission = admission;
             self.bind(p, node, gpus, at);
+        }
+    }
+}
+
+/// Which workloads of its own queue a preemptor of `priority`, submitted at
+/// `submitted_at`, may preempt under `withinClusterQueue` (by their priority and start).
+fn within_queue_victim(
+    policy: WithinQueuePreemption,
+    priority: i32,
+    submitted_at: Millis,
+) -> impl Fn(i32, Millis) -> bool {
+    move |p, started| match policy {
+        WithinQueuePreemption::Never => false,
+        WithinQueuePreemption::LowerPriority => p < priority,
+        WithinQueuePreemption::LowerOrNewerEqualPriority => {
+            p < priority || (p == priority && started > submitted_at)
         }
     }
 }

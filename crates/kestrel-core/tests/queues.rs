@@ -658,3 +658,42 @@ fn fair_share_can_count_recent_borrowing() {
     // With an hour's half-life, team-a's recent borrowing puts team-b first.
     assert_eq!(last_gpu_after_a_borrowing_hour(3_600_000), (2, 3));
 }
+
+#[test]
+fn capacity_preemption_spares_other_queues_inside_their_nominal_quota() {
+    // Quota admits a's new pod, but the node is full: b's work inside b's nominal quota is
+    // not a victim (b would take it straight back); a lower-priority pod outside any queue is.
+    let mut s = scheduler(1, 8);
+    with_queues(&mut s, vec![cq("a", None, 4, None), cq("b", None, 4, None)]);
+    let b_work = s.submit(pod("b", "b-work", "main", 4, 0), 0);
+    let a_work = s.submit(pod("a", "a-work", "main", 2, 0), 0);
+    let mut web = pod("web", "web", "main", 2, 50);
+    web.queue = None;
+    let web = s.submit(web, 0);
+    s.schedule(0);
+    assert_eq!(bound(&s, &[b_work, a_work, web]), 3);
+
+    let urgent = s.submit(pod("a", "urgent", "main", 2, 100), 10);
+    let d = s.schedule(10);
+    let victims: Vec<PodId> = d
+        .preemptions
+        .iter()
+        .flat_map(|p| p.victims.iter().map(|v| v.pod))
+        .collect();
+    assert_eq!(victims, vec![web], "{:?}", d.preemptions);
+    evict_all(&mut s, &d);
+    s.schedule(11);
+    assert_eq!(bound(&s, &[urgent, b_work, a_work]), 3);
+
+    // With nothing outside a queue to take, the next one of a's waits for capacity.
+    let next = s.submit(pod("a", "next", "main", 2, 100), 20);
+    let d = s.schedule(20);
+    let victims: Vec<PodId> = d
+        .preemptions
+        .iter()
+        .flat_map(|p| p.victims.iter().map(|v| v.pod))
+        .collect();
+    assert!(!victims.contains(&b_work), "{:?}", d.preemptions);
+    assert_eq!(bound(&s, &[b_work]), 1);
+    assert_eq!(bound(&s, &[next]), 0);
+}

@@ -115,7 +115,10 @@ pub struct PreemptionStats {
     pub checkpoint_requests: u64,
     /// GPU-hours of work lost: victims' progress since their last checkpoint.
     pub lost_gpu_hours: f64,
-    /// Preemption decision to the preemptor's start.
+    /// Preemption decision to the preemptor's start, every preemption.
+    pub start_latency: Percentiles,
+    /// The same for reclaims only: preemptors whose victims include workloads of other
+    /// ClusterQueues (lent quota taken back).
     pub reclaim_latency: Percentiles,
 }
 

@@ -134,7 +134,10 @@ pub struct Simulation<'a> {
     /// The wake-up already queued.
     wake_queued: Option<Millis>,
     /// Preemptor -> when its victims were chosen.
-    preempted_for: HashMap<PodId, Millis>,
+    /// Preemptors not started yet: their first preemption decision, and their first that
+    /// reclaimed from another queue.
+    preempted_for: HashMap<PodId, (Millis, Option<Millis>)>,
+    start_latencies: Vec<f64>,
     reclaim_latencies: Vec<f64>,
     /// Per ClusterQueue: (main resource, used and borrowed integrals).
     queue_integrals: Vec<(String, f64, f64)>,
@@ -281,6 +284,7 @@ impl<'a> Simulation<'a> {
             cycles_at_instant: 0,
             wake_queued: None,
             preempted_for: HashMap::new(),
+            start_latencies: Vec::new(),
             reclaim_latencies: Vec::new(),
             queue_integrals: Vec::new(),
             namespace_quota: NamespaceQuotas::default(),
@@ -648,9 +652,13 @@ impl<'a> Simulation<'a> {
                 let remaining = duration.saturating_sub(done_work);
                 self.push(run_start + remaining, Event::PodDone(binding.pod, epoch));
             }
-            if let Some(chosen_at) = self.preempted_for.remove(&binding.pod) {
-                self.reclaim_latencies
-                    .push((self.now + self.config.control_latency - chosen_at) as f64 / 1000.0);
+            if let Some((chosen_at, reclaimed_at)) = self.preempted_for.remove(&binding.pod) {
+                let started = self.now + self.config.control_latency;
+                let seconds = |since: Millis| (started - since) as f64 / 1000.0;
+                self.start_latencies.push(seconds(chosen_at));
+                if let Some(at) = reclaimed_at {
+                    self.reclaim_latencies.push(seconds(at));
+                }
             }
             self.track_gpu_load(binding.pod, 1.0);
         }
@@ -799,7 +807,18 @@ impl<'a> Simulation<'a> {
         for p in preemptions {
             self.report.preemption.preemptions += 1;
             if let Some(preemptor) = p.preemptor {
-                self.preempted_for.entry(preemptor).or_insert(self.now);
+                let own = self.scheduler.queue_of(preemptor);
+                let reclaim = p.victims.iter().any(|v| {
+                    let victim_queue = self.scheduler.pod(v.pod).admission.as_ref().map(|a| a.cq);
+                    victim_queue.is_some() && victim_queue != own
+                });
+                let first = self
+                    .preempted_for
+                    .entry(preemptor)
+                    .or_insert((self.now, None));
+                if reclaim && first.1.is_none() {
+                    first.1 = Some(self.now);
+                }
             }
             for v in &p.victims {
                 let Some(state) = self.pods.get_mut(&v.pod) else {
@@ -1016,6 +1035,7 @@ impl<'a> Simulation<'a> {
             .collect();
         totals.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         report.pending_reasons = totals;
+        report.preemption.start_latency = Percentiles::of(&mut self.start_latencies);
         report.preemption.reclaim_latency = Percentiles::of(&mut self.reclaim_latencies);
         self.queue_report(end, &waits_by_pod);
         self.report

@@ -210,11 +210,13 @@ fn queue_table(s: &mut String, r: &SimReport) {
         let _ = writeln!(
             s,
             "Preemptions: {} ({} pods evicted, {} asked to checkpoint first)\n  \
-             {:.2} GPU-hours of work lost; preemptor started within {} (p99)",
+             {:.2} GPU-hours of work lost; preemptor started within {} (p99), \
+             after a reclaim within {} (p99)",
             p.preemptions,
             p.victim_pods,
             p.checkpoint_requests,
             p.lost_gpu_hours,
+            fmt_pct_secs(&p.start_latency, p.start_latency.p99),
             fmt_pct_secs(&p.reclaim_latency, p.reclaim_latency.p99)
         );
     }

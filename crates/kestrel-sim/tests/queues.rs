@@ -66,6 +66,11 @@ fn contended_day_shares_follow_entitlements() {
     assert!(a.queues.iter().map(|q| q.borrowed_hours).sum::<f64>() > 0.0);
     assert_eq!(a.pods.pending_at_end, 0);
     assert!(a.preemption.checkpoint_requests > 0);
+    // Lent quota comes back within a cycle plus the victims' grace (30 s, or 60 s to
+    // checkpoint): reclaims never chain.
+    let reclaim = &a.preemption.reclaim_latency;
+    assert!(reclaim.count > 0);
+    assert!(reclaim.p99 <= 61.0, "reclaim p99 {} s", reclaim.p99);
 }
 
 #[test]

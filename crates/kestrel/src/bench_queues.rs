@@ -199,6 +199,7 @@ pub fn run_fairness(args: FairnessArgs) -> Result<()> {
                 "jain_index": report.queue_fairness,
                 "borrowed_gpu_hours": report.queues.iter().map(|q| q.borrowed_hours).sum::<f64>(),
                 "reclaim_latency_p99_seconds": report.preemption.reclaim_latency.p99,
+                "preemptor_start_latency_p99_seconds": report.preemption.start_latency.p99,
                 "preemptions": report.preemption.preemptions,
                 "gpu_allocation": report.gpu_allocation_mean,
             }))?
@@ -220,12 +221,23 @@ pub fn run_fairness(args: FairnessArgs) -> Result<()> {
         );
     }
     println!(
-        "Jain's index {:.3}, borrowed {:.1} GPU-h, reclaim latency p99 {:.1} s, {} preemptions, GPU allocation {:.1}%",
+        "Jain's index {:.3}, borrowed {:.1} GPU-h, {} preemptions, GPU allocation {:.1}%",
         report.queue_fairness.unwrap_or(0.0),
         report.queues.iter().map(|q| q.borrowed_hours).sum::<f64>(),
-        report.preemption.reclaim_latency.p99,
         report.preemption.preemptions,
         report.gpu_allocation_mean * 100.0
+    );
+    let p = &report.preemption;
+    println!(
+        "reclaim decision -> preemptor start: p50 {:.0} s, p95 {:.0} s, p99 {:.0} s ({} reclaims)",
+        p.reclaim_latency.p50,
+        p.reclaim_latency.p95,
+        p.reclaim_latency.p99,
+        p.reclaim_latency.count
+    );
+    println!(
+        "any preemption -> preemptor start:  p50 {:.0} s, p95 {:.0} s, p99 {:.0} s ({} preemptors)",
+        p.start_latency.p50, p.start_latency.p95, p.start_latency.p99, p.start_latency.count
     );
     Ok(())
 }
