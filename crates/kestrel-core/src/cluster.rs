@@ -55,6 +55,15 @@ impl GpuAssignment {
             GpuAssignment::Shared { index, .. } => vec![*index],
         }
     }
+
+    /// Thousandths of a device the binding holds (a share by memory: its converted share).
+    pub fn milli(&self) -> u64 {
+        match self {
+            GpuAssignment::None => 0,
+            GpuAssignment::Whole(v) => 1000 * v.len() as u64,
+            GpuAssignment::Shared { milli, .. } => *milli as u64,
+        }
+    }
 }
 
 /// A node and what is in use on it.
@@ -113,10 +122,52 @@ impl NodeState {
         match gpu {
             GpuRequest::None => true,
             GpuRequest::Whole(n) => self.free_whole_gpus() >= n,
-            GpuRequest::Shared { milli } => self
-                .gpus
-                .iter()
-                .any(|g| !g.held_whole && g.free_milli >= milli),
+            GpuRequest::Shared { .. } | GpuRequest::Memory { .. } => {
+                (0..self.gpus.len()).any(|i| self.share_fits(i, gpu).is_some())
+            }
+        }
+    }
+
+    /// The thousandths a share (by thousandths or by memory) takes on device `position`
+    /// (in `spec.gpus` order) if it fits there now: not held whole, enough memory, enough
+    /// free. `None` for other requests.
+    pub fn share_fits(&self, position: usize, gpu: GpuRequest) -> Option<u32> {
+        let g = &self.gpus[position];
+        let milli = gpu.share_on(self.spec.gpus[position].memory_mib)?;
+        (!g.held_whole && g.free_milli >= milli).then_some(milli)
+    }
+
+    /// Whether some device of the node has at least `mib` MiB of memory.
+    pub fn has_device_memory(&self, mib: u64) -> bool {
+        self.spec.gpus.iter().any(|g| g.memory_mib >= mib)
+    }
+
+    /// Where a share goes among the devices `usable` allows: the fitting device with the
+    /// least room left (in thousandths for shares, in MiB for shares by memory, so a
+    /// small request fills a small device first), or a random fitting one when `random` is
+    /// given. `(position, thousandths)`.
+    fn choose_share(
+        &self,
+        gpu: GpuRequest,
+        usable: impl Fn(usize) -> bool,
+        random: Option<&mut Rng>,
+    ) -> Option<(usize, u32)> {
+        let fitting = (0..self.gpus.len())
+            .filter(|&i| usable(i))
+            .filter_map(|i| self.share_fits(i, gpu).map(|milli| (i, milli)));
+        match random {
+            Some(rng) => {
+                let all: Vec<(usize, u32)> = fitting.collect();
+                (!all.is_empty()).then(|| all[rng.below(all.len() as u64) as usize])
+            }
+            None => fitting.min_by_key(|&(i, milli)| {
+                let left = (self.gpus[i].free_milli - milli) as u64;
+                let room = match gpu {
+                    GpuRequest::Memory { .. } => left * self.spec.gpus[i].memory_mib,
+                    _ => left,
+                };
+                (room, i)
+            }),
         }
     }
 
@@ -127,28 +178,10 @@ impl NodeState {
     pub fn choose_gpus(&self, gpu: GpuRequest, random: Option<&mut Rng>) -> GpuAssignment {
         match gpu {
             GpuRequest::None => GpuAssignment::None,
-            GpuRequest::Shared { milli } => {
-                let fitting = self
-                    .gpus
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, g)| !g.held_whole && g.free_milli >= milli);
-                let i = match random {
-                    Some(rng) => {
-                        let all: Vec<usize> = fitting.map(|(i, _)| i).collect();
-                        assert!(
-                            !all.is_empty(),
-                            "choose_gpus called on a node that does not fit"
-                        );
-                        all[rng.below(all.len() as u64) as usize]
-                    }
-                    None => {
-                        fitting
-                            .min_by_key(|(i, g)| (g.free_milli, *i))
-                            .expect("choose_gpus called on a node that does not fit")
-                            .0
-                    }
-                };
+            GpuRequest::Shared { .. } | GpuRequest::Memory { .. } => {
+                let (i, milli) = self
+                    .choose_share(gpu, |_| true, random)
+                    .expect("choose_gpus called on a node that does not fit");
                 GpuAssignment::Shared {
                     index: self.spec.gpus[i].index,
                     milli,
@@ -187,10 +220,9 @@ impl NodeState {
         let usable = |i: usize| self.spec.gpu_numa_local(i) && !self.gpus[i].held_whole;
         match gpu {
             GpuRequest::None | GpuRequest::Whole(0) => Some(self.choose_gpus(gpu, None)),
-            GpuRequest::Shared { milli } => (0..self.gpus.len())
-                .filter(|&i| usable(i) && self.gpus[i].free_milli >= milli)
-                .min_by_key(|&i| (self.gpus[i].free_milli, i))
-                .map(|i| GpuAssignment::Shared {
+            GpuRequest::Shared { .. } | GpuRequest::Memory { .. } => self
+                .choose_share(gpu, usable, None)
+                .map(|(i, milli)| GpuAssignment::Shared {
                     index: self.spec.gpus[i].index,
                     milli,
                 }),
@@ -331,6 +363,8 @@ pub struct ClusterIndex {
     /// Largest allocatable cpu of any node (normalises BestFit keys).
     pub(crate) max_node_cpu: i64,
     live: usize,
+    /// Devices of the live nodes, counted by memory (MiB).
+    device_memory: BTreeMap<u64, u32>,
 }
 
 impl ClusterIndex {
@@ -354,6 +388,38 @@ impl ClusterIndex {
 
     pub fn is_empty(&self) -> bool {
         self.live == 0
+    }
+
+    /// The most thousandths a share of `mib` MiB of device memory takes on any device of
+    /// the cluster that can hold it (the one with the least memory that is enough);
+    /// `None` when no device has that much memory.
+    pub fn memory_share_milli(&self, mib: u64) -> Option<u32> {
+        let (&smallest, _) = self.device_memory.range(mib.max(1)..).next()?;
+        crate::model::memory_share_milli(mib, smallest)
+    }
+
+    /// How many different device memory sizes the cluster has.
+    pub(crate) fn device_memory_sizes(&self) -> usize {
+        self.device_memory.len()
+    }
+
+    /// The memory of the cluster's largest device (MiB).
+    pub fn largest_device_memory(&self) -> Option<u64> {
+        self.device_memory.keys().next_back().copied()
+    }
+
+    fn count_devices(&mut self, memory: impl IntoIterator<Item = u64>, add: bool) {
+        for mib in memory {
+            let count = self.device_memory.entry(mib).or_default();
+            if add {
+                *count += 1;
+            } else {
+                *count -= 1;
+                if *count == 0 {
+                    self.device_memory.remove(&mib);
+                }
+            }
+        }
     }
 
     /// Live nodes in id order.
@@ -397,6 +463,7 @@ impl ClusterIndex {
         let id = NodeId(self.nodes.len() as u32);
         self.by_name.insert(spec.name.clone(), id);
         self.max_node_cpu = self.max_node_cpu.max(spec.allocatable.cpu_milli);
+        self.count_devices(spec.gpus.iter().map(|g| g.memory_mib), true);
         self.nodes.push(Some(NodeState::new(spec, class)));
         self.live += 1;
         self.classes[class.0 as usize].len += 1;
@@ -408,6 +475,7 @@ impl ClusterIndex {
     pub(crate) fn remove(&mut self, id: NodeId) -> NodeState {
         self.unindex(id);
         let state = self.nodes[id.0 as usize].take().expect("live node");
+        self.count_devices(state.spec.gpus.iter().map(|g| g.memory_mib), false);
         self.by_name.remove(&state.spec.name);
         self.classes[state.class.0 as usize].len -= 1;
         self.live -= 1;
@@ -430,6 +498,15 @@ impl ClusterIndex {
         self.classes[old_class.0 as usize].len -= 1;
         self.classes[class.0 as usize].len += 1;
         self.max_node_cpu = self.max_node_cpu.max(spec.allocatable.cpu_milli);
+        let old: Vec<u64> = self
+            .node(id)
+            .spec
+            .gpus
+            .iter()
+            .map(|g| g.memory_mib)
+            .collect();
+        self.count_devices(old, false);
+        self.count_devices(spec.gpus.iter().map(|g| g.memory_mib), true);
         let mut fresh = NodeState::new(spec, class);
         for (pod, resources, gpus) in bound {
             let gpus = fresh.known_devices(gpus);

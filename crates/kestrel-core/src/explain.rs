@@ -41,6 +41,12 @@ impl NodeReason {
         NodeReason::Insufficient(NUMA_ALIGNED_GPUS.to_string())
     }
 
+    /// No device of the node has the memory a share by memory asks for (`mib` MiB), now
+    /// or ever: "Insufficient GPU memory on one device (needs 20480 MiB)".
+    pub fn gpu_memory_short(mib: u64) -> NodeReason {
+        NodeReason::Insufficient(format!("GPU memory on one device (needs {mib} MiB)"))
+    }
+
     /// A shortfall of free capacity (as opposed to a node the pod may not use at all).
     pub fn is_capacity(&self) -> bool {
         matches!(

@@ -390,10 +390,11 @@ impl Scheduler {
         let topology = &spec.topology;
         // The most pods any attempt placed, where, and its first pod that did not fit.
         let mut best: (usize, Option<AttemptStop>) = (0, None);
+        // The least they take (domains with less free are skipped).
         let gpus_needed: u64 = pods
             .iter()
             .take(needed)
-            .map(|&p| self.pods[p.0 as usize].spec.demand.gpu.milli())
+            .map(|&p| self.least_gpu_milli(p))
             .sum();
         let mut attempt = |s: &mut Scheduler, nodes: Option<&[NodeId]>| -> Option<Vec<Placed>> {
             let (placed, failed) = s.try_place(topology, pods, nodes, needed, now);
@@ -569,10 +570,7 @@ impl Scheduler {
         let mut placed = Vec::new();
         let mut failed = None;
         for chunk in pods.chunks(size) {
-            let gpus: u64 = chunk
-                .iter()
-                .map(|&p| self.pods[p.0 as usize].spec.demand.gpu.milli())
-                .sum();
+            let gpus: u64 = chunk.iter().map(|&p| self.least_gpu_milli(p)).sum();
             let domains = self.domains(level, nodes);
             let mut done = false;
             for (_, domain) in self.by_tightness(domains, gpus) {

@@ -194,15 +194,36 @@ pub enum GpuRequest {
     /// A share of one device in thousandths (1..=999); shares never sit on a device that a
     /// whole-GPU pod holds.
     Shared { milli: u32 },
+    /// A share of one device given as device memory in MiB (KAI Scheduler's `gpu-memory`):
+    /// it fits only devices with at least `mib` MiB, and on a device of `M` MiB it takes
+    /// `ceil(mib * 1000 / M)` thousandths ([`memory_share_milli`]), which the binding
+    /// records as a share. Like shares, never on a device that a whole-GPU pod holds; a
+    /// request of a device's full memory takes it all as a share (1000 thousandths).
+    Memory { mib: u64 },
+}
+
+/// The thousandths of a device with `device_mib` MiB that a share of `mib` MiB takes:
+/// `ceil(mib * 1000 / device_mib)`, at least 1; `None` when the device has less memory.
+pub fn memory_share_milli(mib: u64, device_mib: u64) -> Option<u32> {
+    if device_mib == 0 || device_mib < mib {
+        return None;
+    }
+    let milli = (mib as u128 * 1000).div_ceil(device_mib as u128);
+    Some(milli.clamp(1, 1000) as u32)
 }
 
 impl GpuRequest {
-    /// GPU demand in thousandths of a device.
+    /// GPU demand in thousandths of a device. A [`GpuRequest::Memory`] share depends on
+    /// the device it gets; without a cluster to look at it counts as the most it can ever
+    /// take, one device (it only fits devices with at least its memory). The scheduler
+    /// counts it closer ([`crate::Scheduler::gpu_milli`]): pending, its share of the
+    /// smallest device in the cluster that holds it; bound, what its device holds.
     pub fn milli(self) -> u64 {
         match self {
             GpuRequest::None => 0,
             GpuRequest::Whole(n) => 1000 * n as u64,
             GpuRequest::Shared { milli } => milli as u64,
+            GpuRequest::Memory { .. } => 1000,
         }
     }
 
@@ -210,6 +231,16 @@ impl GpuRequest {
         match self {
             GpuRequest::Whole(n) => n,
             _ => 0,
+        }
+    }
+
+    /// The thousandths a share takes on a device of `device_mib` MiB (`None`: the device
+    /// cannot hold it, or the request is not a share).
+    pub fn share_on(self, device_mib: u64) -> Option<u32> {
+        match self {
+            GpuRequest::Shared { milli } => Some(milli),
+            GpuRequest::Memory { mib } => memory_share_milli(mib, device_mib),
+            GpuRequest::None | GpuRequest::Whole(_) => None,
         }
     }
 }

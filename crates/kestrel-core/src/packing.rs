@@ -167,10 +167,12 @@ impl PackingScorer {
         let (loss, taken) = match demand.gpu {
             GpuRequest::None => (0, 0),
             GpuRequest::Whole(n) => (0, DEVICE as i64 * n as i64),
-            GpuRequest::Shared { milli } => (
-                self.best_device(node, milli).map_or(0, |(_, loss)| loss),
-                milli as i64,
-            ),
+            share @ (GpuRequest::Shared { .. } | GpuRequest::Memory { .. }) => {
+                match self.best_device(node, share) {
+                    Some((_, milli, loss)) => (loss, milli as i64),
+                    None => (0, share.milli() as i64),
+                }
+            }
         };
         if self.gpus_per_cpu.is_none() && self.gpus_per_byte.is_none() {
             return -loss;
@@ -189,30 +191,34 @@ impl PackingScorer {
 
     /// The devices for a pod on a node that fits it: a share goes on the device where it
     /// loses least packing value (then the fullest, then the first); whole GPUs as
-    /// [`NodeState::choose_gpus`] picks them.
+    /// [`NodeState::choose_gpus`] picks them. A share by memory is priced on each device
+    /// at the thousandths it takes there.
     pub fn choose_gpus(&self, node: &NodeState, demand: &Demand) -> GpuAssignment {
         match demand.gpu {
-            GpuRequest::Shared { milli } => match self.best_device(node, milli) {
-                Some((i, _)) => GpuAssignment::Shared {
-                    index: node.spec.gpus[i].index,
-                    milli,
-                },
-                None => node.choose_gpus(demand.gpu, None),
-            },
+            share @ (GpuRequest::Shared { .. } | GpuRequest::Memory { .. }) => {
+                match self.best_device(node, share) {
+                    Some((i, milli, _)) => GpuAssignment::Shared {
+                        index: node.spec.gpus[i].index,
+                        milli,
+                    },
+                    None => node.choose_gpus(share, None),
+                }
+            }
             gpu => node.choose_gpus(gpu, None),
         }
     }
 
-    /// The device a share of `milli` should take on this node (position in `node.gpus`)
-    /// and the packing value it loses there.
-    fn best_device(&self, node: &NodeState, milli: u32) -> Option<(usize, i64)> {
-        node.gpus
-            .iter()
-            .enumerate()
-            .filter(|(_, g)| !g.held_whole && g.free_milli >= milli)
-            .map(|(i, g)| (self.share_loss(g.free_milli, milli), g.free_milli, i))
+    /// The device a share should take on this node (position in `node.gpus`), the
+    /// thousandths it takes there and the packing value it loses there.
+    fn best_device(&self, node: &NodeState, share: GpuRequest) -> Option<(usize, u32, i64)> {
+        (0..node.gpus.len())
+            .filter_map(|i| {
+                let milli = node.share_fits(i, share)?;
+                let free = node.gpus[i].free_milli;
+                Some((self.share_loss(free, milli), free - milli, i, milli))
+            })
             .min()
-            .map(|(loss, _, i)| (i, loss))
+            .map(|(loss, _, i, milli)| (i, milli, loss))
     }
 
     /// Packing value lost by putting a share of `size` on a device with `free` thousandths.

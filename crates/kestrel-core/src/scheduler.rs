@@ -58,7 +58,9 @@ pub struct PodRecord {
     /// When it last checkpointed (reported by the workload), for victim cost.
     pub last_checkpoint: Option<Millis>,
     pub(crate) link: QueueLink,
-    /// What it counts against queue quota, per resource name.
+    /// What it counts against queue quota, per resource name. A share by GPU memory has
+    /// its `nvidia.com/gpu` entry only while bound: the share its device holds (pending,
+    /// it counts the most it could take, see [`Scheduler::workload_request`]).
     pub(crate) quota_request: Vec<(String, i64)>,
     seq: u64,
     pub(crate) constraint: u32,
@@ -322,6 +324,42 @@ impl Scheduler {
         &self.pods[id.0 as usize]
     }
 
+    /// The GPU thousandths a pod counts: bound, what its devices hold; pending, its
+    /// request, where a share by GPU memory counts the most it could take on the cluster's
+    /// devices (0 when no device has the memory: it cannot be placed).
+    pub fn gpu_milli(&self, id: PodId) -> u64 {
+        let record = &self.pods[id.0 as usize];
+        match (&record.phase, record.spec.demand.gpu) {
+            (PodPhase::Bound { gpus, .. }, GpuRequest::Memory { .. }) => gpus.milli(),
+            (_, gpu) => self.gpu_milli_bounds(gpu).1,
+        }
+    }
+
+    /// The least GPU thousandths a pending pod may take on the cluster's devices (a share
+    /// by memory: its share of the largest device).
+    pub(crate) fn least_gpu_milli(&self, id: PodId) -> u64 {
+        self.gpu_milli_bounds(self.pods[id.0 as usize].spec.demand.gpu)
+            .0
+    }
+
+    /// The least and the most GPU thousandths a request may take on the cluster's devices:
+    /// equal but for a share by GPU memory (its share on the largest device and on the
+    /// smallest one that holds it; `(0, 0)` when none does).
+    pub(crate) fn gpu_milli_bounds(&self, gpu: GpuRequest) -> (u64, u64) {
+        match gpu {
+            GpuRequest::Memory { mib } => {
+                let most = self.cluster.memory_share_milli(mib).map_or(0, u64::from);
+                let least = self
+                    .cluster
+                    .largest_device_memory()
+                    .and_then(|m| crate::model::memory_share_milli(mib, m))
+                    .map_or(0, u64::from);
+                (least, most)
+            }
+            gpu => (gpu.milli(), gpu.milli()),
+        }
+    }
+
     pub fn pods(&self) -> impl Iterator<Item = (PodId, &PodRecord)> {
         self.pods
             .iter()
@@ -493,6 +531,9 @@ impl Scheduler {
                 set.remove(&id);
             }
         }
+        if let GpuRequest::Memory { .. } = record.spec.demand.gpu {
+            set_quota_gpu(&mut record.quota_request, 0);
+        }
         self.bound_by_priority.remove(&(record.spec.priority, id));
         record.evicting = false;
         if let Some(preemptor) = self.preemptor_of.remove(&id) {
@@ -567,9 +608,15 @@ impl Scheduler {
             .cluster
             .id_of(name)
             .ok_or_else(|| ClusterError::UnknownNode(name.to_string()))?;
+        let sizes = self.cluster.device_memory_sizes();
         let state = self.cluster.remove(id);
         self.holds.remove(&id);
         self.nodes_changed();
+        if self.cluster.device_memory_sizes() < sizes {
+            // The most a pending share by memory could take may have shrunk: it may now
+            // fit its queue's quota.
+            self.capacity_may_have_grown();
+        }
         let evicted: Vec<PodId> = state.pods.iter().copied().collect();
         for &pod in &evicted {
             self.unaccount(pod);
@@ -585,7 +632,23 @@ impl Scheduler {
     pub fn submit(&mut self, spec: PodSpec, now: Millis) -> PodId {
         let constraint = self.intern_constraints(&spec.constraints);
         let signature = self.intern_signature(constraint, spec.demand.clone());
-        self.packing.observe(&spec.demand);
+        match spec.demand.gpu {
+            // The mix learns a share by memory as the share it takes on the cluster's
+            // smallest device that holds it.
+            GpuRequest::Memory { mib } => {
+                if let Some(milli) = self.cluster.memory_share_milli(mib) {
+                    let gpu = match milli {
+                        1000 => GpuRequest::Whole(1),
+                        milli => GpuRequest::Shared { milli },
+                    };
+                    self.packing.observe(&Demand {
+                        resources: spec.demand.resources.clone(),
+                        gpu,
+                    });
+                }
+            }
+            _ => self.packing.observe(&spec.demand),
+        }
         let id = PodId(self.pods.len() as u32);
         let link = self.link_of(&spec);
         let quota_request = quota_request(&spec);
@@ -807,7 +870,7 @@ impl Scheduler {
             whole += match held.gpu {
                 GpuRequest::None => 0,
                 GpuRequest::Whole(n) => n,
-                GpuRequest::Shared { .. } => 1,
+                GpuRequest::Shared { .. } | GpuRequest::Memory { .. } => 1,
             };
             pods += 1;
         }
@@ -818,11 +881,11 @@ impl Scheduler {
         let gpus = match demand.gpu {
             GpuRequest::None => true,
             GpuRequest::Whole(n) => node.free_whole_gpus() >= n + whole,
-            GpuRequest::Shared { milli } => {
-                node.gpus
-                    .iter()
-                    .any(|g| !g.held_whole && g.free_milli < 1000 && g.free_milli >= milli)
-                    || node.free_whole_gpus() > whole
+            share @ (GpuRequest::Shared { .. } | GpuRequest::Memory { .. }) => {
+                let fits = |i: usize| node.share_fits(i, share).is_some();
+                let free = |i: usize| node.gpus[i].free_milli == 1000;
+                (0..node.gpus.len()).any(|i| !free(i) && fits(i))
+                    || (0..node.gpus.len()).filter(|&i| free(i) && fits(i)).count() as u32 > whole
             }
         };
         node.free_pods >= pods && node.free.fits(&resources) && gpus
@@ -861,18 +924,19 @@ impl Scheduler {
         {
             return;
         }
-        let need: u64 = pods
-            .iter()
-            .map(|p| self.pods[p.0 as usize].spec.demand.gpu.milli())
-            .sum();
-        let largest = pods
-            .iter()
-            .map(|p| self.pods[p.0 as usize].spec.demand.gpu.milli())
-            .max()
-            .unwrap_or(0);
+        let need: u64 = pods.iter().map(|&p| self.gpu_milli(p)).sum();
+        let largest = pods.iter().map(|&p| self.gpu_milli(p)).max().unwrap_or(0);
         if need == 0 {
             return;
         }
+        // Shares by memory need a device with that much memory.
+        let device_memory = pods
+            .iter()
+            .filter_map(|p| match self.pods[p.0 as usize].spec.demand.gpu {
+                GpuRequest::Memory { mib } => Some(mib),
+                _ => None,
+            })
+            .max();
         let rep = &self.pods[pods[0].0 as usize];
         let constraints = self.constraints[rep.constraint as usize]
             .constraints
@@ -888,7 +952,9 @@ impl Scheduler {
             } else {
                 node.gpu_count()
             };
-            static_check(&constraints, &node.spec).is_ok() && room as u64 * 1000 >= largest
+            static_check(&constraints, &node.spec).is_ok()
+                && room as u64 * 1000 >= largest
+                && device_memory.is_none_or(|mib| node.has_device_memory(mib))
         };
         let mut groups: Vec<Vec<NodeId>> = match gang.and_then(|g| g.topology.required.clone()) {
             Some(level) => self
@@ -1305,12 +1371,23 @@ impl Scheduler {
         (quota, cq, priority, request.to_vec(), rep.constraint)
     }
 
-    /// The workload's total quota request.
+    /// The workload's total quota request. A pending share by GPU memory counts the most
+    /// it could take on the cluster's devices now (the share on the smallest device that
+    /// holds it), so what its binding charges, its device's share, is never more.
     pub(crate) fn workload_request(&self, pods: &[PodId]) -> Vec<(String, i64)> {
         let mut total: BTreeMap<&str, i64> = BTreeMap::new();
         for &p in pods {
-            for (r, a) in &self.pods[p.0 as usize].quota_request {
+            let record = &self.pods[p.0 as usize];
+            for (r, a) in &record.quota_request {
                 *total.entry(r.as_str()).or_default() += a;
+            }
+            if let (GpuRequest::Memory { .. }, PodPhase::Pending) =
+                (record.spec.demand.gpu, &record.phase)
+            {
+                let most = self.gpu_milli_bounds(record.spec.demand.gpu).1;
+                if most > 0 {
+                    *total.entry(GPU_RESOURCE).or_default() += most as i64;
+                }
             }
         }
         total.into_iter().map(|(r, a)| (r.to_string(), a)).collect()
@@ -1498,6 +1575,21 @@ impl Scheduler {
 
     pub(crate) fn bind(&mut self, id: PodId, node: NodeId, gpus: GpuAssignment, now: Millis) {
         let key = self.node_key();
+        if let GpuRequest::Memory { .. } = self.pods[id.0 as usize].spec.demand.gpu {
+            // Charged what its device holds; a restored pod whose device is unknown counts
+            // the most it could take (one device if no device here holds it).
+            let milli = match &gpus {
+                GpuAssignment::Shared { milli, .. } => *milli as u64,
+                _ => match self
+                    .gpu_milli_bounds(self.pods[id.0 as usize].spec.demand.gpu)
+                    .1
+                {
+                    0 => 1000,
+                    most => most,
+                },
+            };
+            set_quota_gpu(&mut self.pods[id.0 as usize].quota_request, milli);
+        }
         let record = &mut self.pods[id.0 as usize];
         self.cluster.unindex(node);
         self.cluster
@@ -1845,8 +1937,31 @@ fn node_shortfalls(node: &NodeState, demand: &Demand, c: &PlacementConstraints) 
     if node.free_pods == 0 {
         out.push(NodeReason::TooManyPods);
     }
-    if !node.gpu_fits(demand.gpu) {
-        let enough_in_total = node.free_gpu_milli() >= demand.gpu.milli();
+    let memory_short = match demand.gpu {
+        GpuRequest::Memory { mib } if !node.has_device_memory(mib) => Some(mib),
+        _ => None,
+    };
+    if let Some(mib) = memory_short {
+        out.push(NodeReason::gpu_memory_short(mib));
+    } else if !node.gpu_fits(demand.gpu) {
+        let enough_in_total = match demand.gpu {
+            // Free thousandths on the devices with the memory, against the least share
+            // it takes on one of them.
+            GpuRequest::Memory { mib } => {
+                let (free, need) = node
+                    .spec
+                    .gpus
+                    .iter()
+                    .zip(&node.gpus)
+                    .filter_map(|(d, g)| {
+                        crate::model::memory_share_milli(mib, d.memory_mib)
+                            .map(|m| (g.free_milli as u64, m as u64))
+                    })
+                    .fold((0, u64::MAX), |(f, n), (free, m)| (f + free, n.min(m)));
+                free >= need
+            }
+            gpu => node.free_gpu_milli() >= gpu.milli(),
+        };
         out.push(if enough_in_total {
             NodeReason::GpuFragmented
         } else {
@@ -1939,7 +2054,8 @@ fn names_per_node_labels(c: &PlacementConstraints) -> bool {
         || c.affinity.preferred.iter().any(|(_, t)| term_names(t))
 }
 
-/// What a pod counts against queue quota: each resource it requests, and one pod.
+/// What a pod counts against queue quota: each resource it requests, and one pod. A share
+/// by GPU memory gets its `nvidia.com/gpu` amount when bound (see [`set_quota_gpu`]).
 fn quota_request(spec: &PodSpec) -> Vec<(String, i64)> {
     let r = &spec.demand.resources;
     let mut out: Vec<(String, i64)> = vec![(PODS_RESOURCE.to_string(), 1)];
@@ -1947,7 +2063,13 @@ fn quota_request(spec: &PodSpec) -> Vec<(String, i64)> {
         ("cpu", r.cpu_milli),
         ("memory", r.memory_bytes),
         ("ephemeral-storage", r.ephemeral_storage_bytes),
-        (GPU_RESOURCE, spec.demand.gpu.milli() as i64),
+        (
+            GPU_RESOURCE,
+            match spec.demand.gpu {
+                GpuRequest::Memory { .. } => 0,
+                gpu => gpu.milli() as i64,
+            },
+        ),
     ] {
         if amount > 0 {
             out.push((name.to_string(), amount));
@@ -1955,4 +2077,12 @@ fn quota_request(spec: &PodSpec) -> Vec<(String, i64)> {
     }
     out.extend(r.extended.iter().filter(|(_, a)| *a > 0).cloned());
     out
+}
+
+/// Sets the `nvidia.com/gpu` amount of a quota request (0: none).
+fn set_quota_gpu(request: &mut Vec<(String, i64)>, milli: u64) {
+    request.retain(|(r, _)| r != GPU_RESOURCE);
+    if milli > 0 {
+        request.push((GPU_RESOURCE.to_string(), milli as i64));
+    }
 }

@@ -30,13 +30,15 @@ fn node_strategy(i: usize) -> impl Strategy<Value = NodeSpec> {
         any::<bool>(),
         prop_oneof![Just("a"), Just("b")],
         1u32..=20,
+        // Device memory (MiB): shares by memory convert differently on each.
+        prop_oneof![Just(16_384u64), Just(40_960), Just(81_920)],
     )
-        .prop_map(move |(gpus, cpu, tainted, zone, max_pods)| {
+        .prop_map(move |(gpus, cpu, tainted, zone, max_pods, memory)| {
             let mut node = NodeSpec::new(format!("n{i}"), Resources::new(cpu * 1000, cpu << 30));
             node.max_pods = max_pods;
             node.labels.insert("zone".into(), zone.into());
             node.labels.insert(RACK_LABEL.into(), format!("r{}", i % 3));
-            node.gpus = GpuTopology::Flat.devices("H100", 80_000, gpus).0;
+            node.gpus = GpuTopology::Flat.devices("H100", memory, gpus).0;
             for gpu in &mut node.gpus {
                 gpu.numa_node = gpu.index / 4;
             }
@@ -57,6 +59,8 @@ fn pod_strategy() -> impl Strategy<Value = PodSpec> {
             Just(GpuRequest::None),
             (1u32..=8).prop_map(GpuRequest::Whole),
             (1u32..1000).prop_map(|milli| GpuRequest::Shared { milli }),
+            // Up to more than the largest device holds (such pods wait, with a reason).
+            (1u64..=90_000).prop_map(|mib| GpuRequest::Memory { mib }),
         ],
         1i64..=8000,
         any::<bool>(),
@@ -252,6 +256,15 @@ fn check_accounting(s: &Scheduler, live: &[PodId]) {
                         assert_eq!(*milli, m);
                         let d = &mut entry.2[pos(*index)];
                         assert!(!d.1, "share on a whole-held device");
+                        d.0 += milli;
+                    }
+                    (GpuAssignment::Shared { index, milli }, GpuRequest::Memory { mib }) => {
+                        let device = n.spec.gpus[pos(*index)].memory_mib;
+                        assert!(device >= mib, "{mib} MiB share on a {device} MiB device");
+                        assert_eq!(Some(*milli), memory_share_milli(mib, device));
+                        assert_eq!(s.gpu_milli(pod), *milli as u64, "counted as held");
+                        let d = &mut entry.2[pos(*index)];
+                        assert!(!d.1, "share by memory on a whole-held device");
                         d.0 += milli;
                     }
                     other => panic!("assignment does not match request: {other:?}"),

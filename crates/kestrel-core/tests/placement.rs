@@ -654,3 +654,156 @@ fn single_numa_node_keeps_gpus_beside_their_nics() {
     let reason = s.pod(second).pending_reason.clone().unwrap();
     assert_eq!(reason.reasons, vec![(NodeReason::numa_unaligned(), 1)]);
 }
+
+/// A GPU node whose devices have `memory_mib` each.
+fn memory_node(name: &str, gpus: u32, memory_mib: u64) -> NodeSpec {
+    let mut node = gpu_node(name, gpus);
+    for gpu in &mut node.gpus {
+        gpu.memory_mib = memory_mib;
+    }
+    node
+}
+
+fn gpu_memory(mib: u64) -> GpuRequest {
+    GpuRequest::Memory { mib }
+}
+
+fn assignment(s: &Scheduler, id: PodId) -> GpuAssignment {
+    match &s.pod(id).phase {
+        PodPhase::Bound { gpus, .. } => gpus.clone(),
+        other => panic!("not bound: {other:?}"),
+    }
+}
+
+#[test]
+fn memory_shares_convert_at_the_device_memory() {
+    assert_eq!(memory_share_milli(20_480, 81_920), Some(250));
+    assert_eq!(memory_share_milli(20_480, 40_960), Some(500));
+    assert_eq!(memory_share_milli(20_480, 16_384), None);
+    assert_eq!(memory_share_milli(30_000, 81_920), Some(367), "rounded up");
+    assert_eq!(
+        memory_share_milli(1, 81_920),
+        Some(1),
+        "at least one thousandth"
+    );
+    assert_eq!(memory_share_milli(81_920, 81_920), Some(1000));
+    for (memory, milli) in [(81_920, 250), (40_960, 500)] {
+        for policy in Policy::ALL {
+            let mut s = scheduler(policy, vec![memory_node("gpu-0", 2, memory)]);
+            let p = s.submit(pod("p", 100, gpu_memory(20_480)), 0);
+            s.schedule(0);
+            let GpuAssignment::Shared { milli: got, .. } = assignment(&s, p) else {
+                panic!("a share by memory is bound as a share");
+            };
+            assert_eq!(got, milli, "{policy} on {memory} MiB");
+            assert_eq!(s.gpu_milli(p), milli as u64);
+        }
+    }
+}
+
+#[test]
+fn memory_shares_wait_for_a_device_with_the_memory_and_say_so() {
+    let mut s = scheduler(
+        Policy::Kestrel,
+        vec![
+            memory_node("t4-0", 4, 16_384),
+            memory_node("t4-1", 1, 16_384),
+        ],
+    );
+    let big = s.submit(pod("big", 100, gpu_memory(20_480)), 0);
+    let small = s.submit(pod("small", 100, gpu_memory(8_192)), 0);
+    s.schedule(0);
+    assert_eq!(s.pod(big).phase, PodPhase::Pending);
+    assert_eq!(
+        assignment(&s, small),
+        GpuAssignment::Shared {
+            index: 0,
+            milli: 500
+        }
+    );
+    let reason = s.pod(big).pending_reason.clone().unwrap();
+    assert_eq!(
+        reason.reasons,
+        vec![(NodeReason::gpu_memory_short(20_480), 2)]
+    );
+    assert_eq!(
+        reason.to_string(),
+        "0/2 nodes are available: 2 Insufficient GPU memory on one device (needs 20480 MiB)."
+    );
+    // A node with enough memory per device arrives: it goes there.
+    s.add_node(memory_node("a100", 1, 40_960)).unwrap();
+    s.schedule(1);
+    assert_eq!(node_of(&s, big), "a100");
+    assert_eq!(s.gpu_milli(big), 500);
+}
+
+#[test]
+fn memory_shares_never_join_a_whole_gpu_and_release_exactly() {
+    let mut s = scheduler(Policy::Kestrel, vec![memory_node("gpu-0", 2, 81_920)]);
+    let whole = s.submit(pod("whole", 100, GpuRequest::Whole(1)), 0);
+    let m1 = s.submit(pod("m1", 100, gpu_memory(30_000)), 0);
+    let m2 = s.submit(pod("m2", 100, gpu_memory(40_960)), 0);
+    s.schedule(0);
+    let device = |s: &Scheduler, id: PodId| assignment(s, id).indices()[0];
+    assert_ne!(
+        device(&s, whole),
+        device(&s, m1),
+        "never beside a whole GPU"
+    );
+    assert_eq!(
+        device(&s, m1),
+        device(&s, m2),
+        "shares pack onto one device"
+    );
+    let node_id = s.cluster().id_of("gpu-0").unwrap();
+    let shared = device(&s, m1) as usize;
+    assert_eq!(
+        s.cluster().node(node_id).gpus[shared].free_milli,
+        1000 - 367 - 500
+    );
+    // 133 thousandths (10.9 GB) are left on the shared device: 20 GiB fits nowhere, and
+    // the whole GPU is taken.
+    let m3 = s.submit(pod("m3", 100, gpu_memory(20_480)), 1);
+    s.schedule(1);
+    let reason = s.pod(m3).pending_reason.clone().unwrap().to_string();
+    assert!(reason.contains("1 Insufficient nvidia.com/gpu"), "{reason}");
+    // Nor does a whole GPU fit on the device with shares on it.
+    let whole2 = s.submit(pod("whole2", 100, GpuRequest::Whole(1)), 1);
+    s.schedule(1);
+    assert_eq!(s.pod(whole2).phase, PodPhase::Pending);
+    // Each share releases exactly what it took: then m3 fits, and when the shares are
+    // gone the device is whole again.
+    s.finish(m2).unwrap();
+    assert_eq!(s.cluster().node(node_id).gpus[shared].free_milli, 633);
+    s.schedule(2);
+    assert_eq!(assignment(&s, m3).indices()[0] as usize, shared);
+    assert_eq!(s.cluster().node(node_id).gpus[shared].free_milli, 633 - 250);
+    s.finish(m1).unwrap();
+    s.finish(m3).unwrap();
+    assert_eq!(s.cluster().node(node_id).gpus[shared].free_milli, 1000);
+    s.schedule(3);
+    assert_eq!(node_of(&s, whole2), "gpu-0");
+}
+
+#[test]
+fn memory_shares_fill_the_smallest_device_that_holds_them() {
+    // One node with an 80 GiB and a 40 GiB device: 20 GiB goes to the 40 GiB device,
+    // keeping the big one whole for 60 GiB, which only it holds.
+    let mut node = memory_node("mixed", 2, 81_920);
+    node.gpus[1].memory_mib = 40_960;
+    for policy in [
+        Policy::Kestrel,
+        Policy::BinPack,
+        Policy::Spread,
+        Policy::BestFit,
+    ] {
+        let mut s = scheduler(policy, vec![node.clone()]);
+        let small = s.submit(pod("small", 100, gpu_memory(20_480)), 0);
+        s.schedule(0);
+        let big = s.submit(pod("big", 100, gpu_memory(61_440)), 1);
+        s.schedule(1);
+        let share = |index, milli| GpuAssignment::Shared { index, milli };
+        assert_eq!(assignment(&s, small), share(1, 500), "{policy}");
+        assert_eq!(assignment(&s, big), share(0, 750), "{policy}");
+    }
+}

@@ -14,7 +14,7 @@ use std::path::Path;
 
 /// Pod annotation with the GPUs Kestrel chose, written before the bind so the node agent
 /// can hand exactly those devices to the pod: `"0,1,2,3"` for whole GPUs, `"2:500"` for
-/// 500 thousandths of GPU 2.
+/// 500 thousandths of GPU 2 (`"2:1000"`: a share by memory of all of GPU 2's memory).
 pub const GPU_INDICES_ANNOTATION: &str = "kestrel.dev/gpu-indices";
 /// Written by a workload: the RFC 3339 time of its last completed checkpoint.
 pub const LAST_CHECKPOINT_ANNOTATION: &str = "kestrel.dev/last-checkpoint";
@@ -45,7 +45,7 @@ pub fn parse_gpu_indices(value: &str) -> Option<GpuAssignment> {
     if let Some((index, milli)) = value.split_once(':') {
         let index = index.trim().parse::<u32>().ok()?;
         let milli = milli.trim().parse::<u32>().ok()?;
-        return (1..=999)
+        return (1..=1000)
             .contains(&milli)
             .then_some(GpuAssignment::Shared { index, milli });
     }
@@ -181,6 +181,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn live_pods_ask_for_a_share_by_gpu_memory_as_manifests_do() {
+        let pod = |annotations: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ml", "annotations": annotations},
+                "spec": {"containers": [{"name": "a"}]},
+            }))
+            .unwrap()
+        };
+        let spec = pod_spec(
+            &Catalog::new(),
+            &pod(serde_json::json!({"gpu-memory": "20480"})),
+        )
+        .unwrap();
+        assert_eq!(
+            spec.demand.gpu,
+            kestrel_core::GpuRequest::Memory { mib: 20480 }
+        );
+        let e = pod_spec(
+            &Catalog::new(),
+            &pod(serde_json::json!({"gpu-memory": "20480", "gpu-fraction": "0.5"})),
+        )
+        .unwrap_err();
+        assert_eq!(e.object.as_deref(), Some("Pod ml/p"));
+        assert_eq!(
+            e.field.as_deref(),
+            Some("metadata.annotations[\"gpu-memory\"]")
+        );
+        assert!(e.message.contains("not both"), "{}", e.message);
+    }
+
+    #[test]
     fn gpu_indices_round_trip() {
         for a in [
             GpuAssignment::Whole(vec![0, 1, 2, 3]),
@@ -188,6 +219,11 @@ mod tests {
             GpuAssignment::Shared {
                 index: 2,
                 milli: 500,
+            },
+            // A share by memory of a device's whole memory.
+            GpuAssignment::Shared {
+                index: 0,
+                milli: 1000,
             },
         ] {
             let s = format_gpu_indices(&a).unwrap();
@@ -217,7 +253,7 @@ mod tests {
             "1,,2",
             "-1",
             "1:0",
-            "1:1000",
+            "1:1001",
             "1:x",
             ":",
             "99999999999",

@@ -11,9 +11,9 @@ use crate::duration::format_duration;
 use crate::predict::{Predictions, StartPrediction};
 use crate::sim::Simulation;
 use kestrel_core::{
-    format_amount, quota_scale, Bytes, CqId, Demand, GangPhase, GangProblem, GpuAssignment,
-    GpuRequest, Millis, NodeId, NodeReason, NodeState, PodId, PodPhase, PodSpec, Scheduler,
-    Unschedulable, GPU_RESOURCE,
+    format_amount, memory_share_milli, quota_scale, Bytes, CqId, Demand, GangPhase, GangProblem,
+    GpuAssignment, GpuRequest, Millis, NodeId, NodeReason, NodeState, PodId, PodPhase, PodSpec,
+    Scheduler, Unschedulable, GPU_RESOURCE,
 };
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -400,11 +400,14 @@ fn gpu_text(gpu: GpuRequest) -> Option<String> {
         GpuRequest::None => None,
         GpuRequest::Whole(n) => Some(format!("{n} {GPU_RESOURCE}")),
         GpuRequest::Shared { milli } => Some(format!("{} GPU (shared)", milli as f64 / 1000.0)),
+        GpuRequest::Memory { mib } => Some(format!("{mib} MiB of one GPU (shared)")),
     }
 }
 
 impl Requests {
-    fn of(demand: &Demand) -> Self {
+    /// `gpu_milli`: the GPU thousandths the pod counts ([`Scheduler::gpu_milli`]: a share
+    /// by memory differs by device).
+    fn of(demand: &Demand, gpu_milli: u64) -> Self {
         let r = &demand.resources;
         let mut parts: Vec<String> = gpu_text(demand.gpu).into_iter().collect();
         if r.cpu_milli > 0 {
@@ -426,7 +429,7 @@ impl Requests {
             cpu: r.cpu_milli as f64 / 1000.0,
             memory_bytes: r.memory_bytes,
             ephemeral_storage_bytes: r.ephemeral_storage_bytes,
-            gpus: demand.gpu.milli() as f64 / 1000.0,
+            gpus: gpu_milli as f64 / 1000.0,
             extended: r.extended.iter().cloned().collect(),
             summary: if parts.is_empty() {
                 "nothing".to_string()
@@ -649,6 +652,26 @@ fn missing_on<'a>(node: &NodeState, demand: &'a Demand) -> (Vec<Missing<'a>>, f6
                 .unwrap_or(0);
             add(GPU_RESOURCE, milli.saturating_sub(best) as i64, gpu_total);
         }
+        GpuRequest::Memory { mib } => {
+            // The least missing on a device with the memory; none: the memory it lacks.
+            let short = node
+                .spec
+                .gpus
+                .iter()
+                .zip(&node.gpus)
+                .filter_map(|(d, g)| {
+                    memory_share_milli(mib, d.memory_mib).map(|m| m.saturating_sub(g.free_milli))
+                })
+                .min();
+            match short {
+                Some(short) => add(GPU_RESOURCE, short as i64, gpu_total),
+                None => {
+                    let largest = node.spec.gpus.iter().map(|d| d.memory_mib).max();
+                    let lacks = mib - largest.unwrap_or(0);
+                    add(GPU_MEMORY, lacks as i64, mib as i64);
+                }
+            }
+        }
     }
     let r = &demand.resources;
     add("cpu", r.cpu_milli - node.free.cpu_milli, alloc.cpu_milli);
@@ -675,6 +698,10 @@ fn missing_on<'a>(node: &NodeState, demand: &'a Demand) -> (Vec<Missing<'a>>, f6
     (missing, share)
 }
 
+/// What a node lacks, in MiB, when none of its devices has the memory a share by memory
+/// asks for.
+const GPU_MEMORY: &str = "gpu-memory";
+
 /// A missing amount in words and user units.
 fn lack(m: &Missing<'_>, whole_gpus: bool) -> Lack {
     let (missing, text) = match m.resource {
@@ -688,6 +715,10 @@ fn lack(m: &Missing<'_>, whole_gpus: bool) -> Lack {
         GPU_RESOURCE => (
             m.amount as f64 / 1000.0,
             format!("{} more of one GPU", format_amount(GPU_RESOURCE, m.amount)),
+        ),
+        GPU_MEMORY => (
+            m.amount as f64,
+            format!("{} MiB more memory on one GPU", m.amount),
         ),
         "cpu" => (
             m.amount as f64 / 1000.0,
@@ -714,6 +745,8 @@ struct Free {
     resources: kestrel_core::Resources,
     pods: u32,
     gpus: Vec<kestrel_core::GpuUse>,
+    /// Each device's memory (MiB), for shares by memory.
+    memory: Vec<u64>,
 }
 
 impl Free {
@@ -722,6 +755,7 @@ impl Free {
             resources: node.free.clone(),
             pods: node.free_pods,
             gpus: node.gpus.clone(),
+            memory: node.spec.gpus.iter().map(|d| d.memory_mib).collect(),
         }
     }
 
@@ -732,10 +766,13 @@ impl Free {
             GpuRequest::Whole(n) => {
                 self.gpus.iter().filter(|g| g.free_milli == 1000).count() as u32 >= n
             }
-            GpuRequest::Shared { milli } => self
-                .gpus
-                .iter()
-                .any(|g| !g.held_whole && g.free_milli >= milli),
+            share @ (GpuRequest::Shared { .. } | GpuRequest::Memory { .. }) => {
+                self.gpus.iter().zip(&self.memory).any(|(g, &mib)| {
+                    share
+                        .share_on(mib)
+                        .is_some_and(|milli| !g.held_whole && g.free_milli >= milli)
+                })
+            }
         };
         self.pods >= 1 && self.resources.fits(&demand.resources) && gpu_fits
     }
@@ -883,7 +920,7 @@ pub fn help_for(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -
                     Ending {
                         pod: spec.key(),
                         ends_at_s: secs(end),
-                        gpus: spec.demand.gpu.milli() as f64 / 1000.0,
+                        gpus: scheduler.gpu_milli(pod) as f64 / 1000.0,
                     }
                 })
                 .collect(),
@@ -960,7 +997,7 @@ pub fn pod_view(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -
         phase: phase_name(scheduler, id),
         priority: spec.priority,
         created_at_s: secs(record.submitted_at),
-        requests: Requests::of(&spec.demand),
+        requests: Requests::of(&spec.demand, scheduler.gpu_milli(id)),
         gang: spec
             .gang
             .as_ref()
@@ -1441,7 +1478,7 @@ pub fn node_view(sim: &Simulation<'_>, id: NodeId, durations: &[Option<Millis>])
             pod: record.spec.key(),
             priority: record.spec.priority,
             gpus,
-            requests: Requests::of(&record.spec.demand).summary,
+            requests: Requests::of(&record.spec.demand, scheduler.gpu_milli(p)).summary,
             bound_at_s: secs(at),
             ends_at_s: sim.end_of_running(p, durations).map(secs),
         });

@@ -35,8 +35,9 @@
 //! Simulation annotations, on the object or else on its pod template:
 //! [`ARRIVAL_ANNOTATION`], [`DURATION_ANNOTATION`], [`GPU_UTILIZATION_ANNOTATION`].
 //!
-//! A share of one GPU: [`GPU_MILLI_ANNOTATION`] or KAI's [`GPU_FRACTION_ANNOTATION`] (both
-//! read by the live scheduler too); NUMA alignment of its GPUs: [`NUMA_POLICY_ANNOTATION`].
+//! A share of one GPU: [`GPU_MILLI_ANNOTATION`] or KAI's [`GPU_FRACTION_ANNOTATION`], or by
+//! device memory KAI's [`GPU_MEMORY_ANNOTATION`] (all read by the live scheduler too); NUMA
+//! alignment of its GPUs: [`NUMA_POLICY_ANNOTATION`].
 
 use crate::duration::parse_duration;
 use crate::error::LoadError;
@@ -73,8 +74,9 @@ pub const GPU_MILLI_ANNOTATION: &str = "kestrel.dev/gpu-milli";
 /// KAI Scheduler's share of one GPU as a decimal in (0, 1] (`"0.5"`); the same request as
 /// [`GPU_MILLI_ANNOTATION`], rounded to thousandths.
 pub const GPU_FRACTION_ANNOTATION: &str = "gpu-fraction";
-/// KAI Scheduler's share of one GPU by memory (MiB); refused with a pointer to
-/// [`GPU_FRACTION_ANNOTATION`].
+/// KAI Scheduler's share of one GPU by device memory, in MiB (`"20480"`): the pod goes on a
+/// device with at least that much memory and takes the share of it that the memory is
+/// ([`GpuRequest::Memory`]).
 pub const GPU_MEMORY_ANNOTATION: &str = "gpu-memory";
 /// kubelet's Topology Manager policy, per pod: `single-numa-node` puts all its GPUs (and
 /// their NICs) on one NUMA node or waits; `best-effort` and `none` only prefer that.
@@ -1024,8 +1026,7 @@ fn preemption_policy_never(
 
 /// The pod's GPU request: whole GPUs from `nvidia.com/gpu`, or a share of one from
 /// [`GPU_MILLI_ANNOTATION`] or KAI's [`GPU_FRACTION_ANNOTATION`] (which must agree when
-/// both are set). KAI's [`GPU_MEMORY_ANNOTATION`] is refused: its share depends on the
-/// node's device memory, which a request fixed before placement cannot express.
+/// both are set), or by device memory from KAI's [`GPU_MEMORY_ANNOTATION`] (alone).
 fn gpu_request(
     ctx: &Ctx,
     sf: &str,
@@ -1033,14 +1034,7 @@ fn gpu_request(
     annotations: &Annotations,
 ) -> Result<GpuRequest, LoadError> {
     if let Some((field, v)) = annotations.get(GPU_MEMORY_ANNOTATION) {
-        return Err(ctx.err(
-            field,
-            format!(
-                "a GPU share by memory ({v:?} MiB) is not supported; ask for a share of \
-                one GPU instead with the annotation {GPU_FRACTION_ANNOTATION}: \"0.5\" (or \
-                {GPU_MILLI_ANNOTATION}: \"500\")"
-            ),
-        ));
+        return gpu_memory_request(ctx, field, v, whole_gpus, annotations);
     }
     let milli =
         annotations
@@ -1103,6 +1097,51 @@ fn gpu_request(
         )?)),
         None => Ok(GpuRequest::None),
     }
+}
+
+/// A share of one GPU by device memory ([`GPU_MEMORY_ANNOTATION`] = `v` at `field`): a
+/// whole number of MiB above 0, with no other GPU request beside it.
+fn gpu_memory_request(
+    ctx: &Ctx,
+    field: String,
+    v: &str,
+    whole_gpus: i64,
+    annotations: &Annotations,
+) -> Result<GpuRequest, LoadError> {
+    let mib = match v.trim().parse::<u64>() {
+        Ok(mib) if mib > 0 => mib,
+        _ => {
+            return Err(ctx.err(
+                field,
+                format!(
+                    "{v:?} is not an amount of GPU memory; write a whole number of MiB above \
+                    0, e.g. \"20480\" for 20 GiB of one GPU"
+                ),
+            ))
+        }
+    };
+    if whole_gpus > 0 {
+        return Err(ctx.err(
+            field,
+            format!(
+                "the pod also requests {whole_gpus} {GPU_RESOURCE}; keep the request for \
+                whole GPUs or {GPU_MEMORY_ANNOTATION} for a share of one, not both"
+            ),
+        ));
+    }
+    for other in [GPU_FRACTION_ANNOTATION, GPU_MILLI_ANNOTATION] {
+        if let Some((other_field, _)) = annotations.get(other) {
+            return Err(ctx.err(
+                field,
+                format!(
+                    "the pod also sets {other_field}; a share of one GPU is asked for by \
+                    memory ({GPU_MEMORY_ANNOTATION}) or by fraction ({other}), not both: \
+                    keep one of the two annotations"
+                ),
+            ));
+        }
+    }
+    Ok(GpuRequest::Memory { mib })
 }
 
 /// Whether [`NUMA_POLICY_ANNOTATION`] asks for `single-numa-node`.
@@ -1925,15 +1964,55 @@ metadata: {name: platform}
                 "keep one",
             ],
         );
+    }
+
+    #[test]
+    fn kai_gpu_memory_is_a_share_of_one_gpu_by_memory() {
+        let gpu = |a: &str| one(&annotated_pod(a, "cpu: 1")).template.demand.gpu;
+        assert_eq!(
+            gpu("gpu-memory: \"10240\""),
+            GpuRequest::Memory { mib: 10240 }
+        );
+        assert_eq!(
+            gpu("gpu-memory: \" 81920 \""),
+            GpuRequest::Memory { mib: 81920 }
+        );
+        for bad in ["0", "-1024", "10Gi", "1.5", "half", ""] {
+            assert_names(
+                &err(&annotated_pod(&format!("gpu-memory: \"{bad}\""), "")),
+                &[
+                    "Pod default/p",
+                    "metadata.annotations[\"gpu-memory\"]",
+                    &format!("{bad:?}"),
+                    "whole number of MiB above 0",
+                    "\"20480\"",
+                ],
+            );
+        }
         assert_names(
-            &err(&annotated_pod("gpu-memory: \"10240\"", "")),
+            &err(&annotated_pod("gpu-memory: \"10240\"", "nvidia.com/gpu: 2")),
             &[
                 "Pod default/p",
                 "metadata.annotations[\"gpu-memory\"]",
-                "not supported",
-                "gpu-fraction: \"0.5\"",
+                "requests 2 nvidia.com/gpu",
+                "not both",
             ],
         );
+        for (other, value) in [("gpu-fraction", "0.5"), ("kestrel.dev/gpu-milli", "500")] {
+            assert_names(
+                &err(&annotated_pod(
+                    &format!("gpu-memory: \"10240\", {other}: \"{value}\""),
+                    "",
+                )),
+                &[
+                    "Pod default/p",
+                    "metadata.annotations[\"gpu-memory\"]",
+                    &format!("metadata.annotations[\"{other}\"]"),
+                    "not both",
+                    "keep one",
+                ],
+            );
+        }
     }
 
     #[test]
@@ -2464,6 +2543,7 @@ spec:
             GpuRequest::None => true,
             GpuRequest::Whole(n) => node.gpus.len() as u32 >= n,
             GpuRequest::Shared { .. } => !node.gpus.is_empty(),
+            GpuRequest::Memory { mib } => node.gpus.iter().any(|g| g.memory_mib >= mib),
         };
         node.taints
             .iter()

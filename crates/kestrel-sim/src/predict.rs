@@ -218,7 +218,7 @@ pub fn naive_starts(sim: &Simulation<'_>, durations: &[Option<Millis>]) -> HashM
     for (id, record) in scheduler.pods() {
         if matches!(record.phase, PodPhase::Bound { .. }) {
             if let Some(end) = sim.end_of_running(id, durations) {
-                work += record.spec.demand.gpu.milli() as f64 * (end - at) as f64;
+                work += scheduler.gpu_milli(id) as f64 * (end - at) as f64;
             }
         }
     }
@@ -230,7 +230,7 @@ pub fn naive_starts(sim: &Simulation<'_>, durations: &[Option<Millis>]) -> HashM
             at + (work / (gpus as f64 * 1000.0)).round() as Millis
         };
         out.insert(pod, start);
-        let demand = scheduler.pod(pod).spec.demand.gpu.milli() as f64;
+        let demand = scheduler.gpu_milli(pod) as f64;
         if let Some(Some(d)) = sim.job_of(pod).map(|j| durations[j]) {
             work += demand * d as f64;
         }
