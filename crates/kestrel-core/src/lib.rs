@@ -22,7 +22,7 @@ pub use explain::{GangProblem, NodeReason, Unschedulable, NUMA_ALIGNED_GPUS};
 pub use gang::{GangError, GangId, GangPhase, GangSpec, GangState, GangTopology};
 pub use model::*;
 pub use policy::Policy;
-pub use preempt::{Preemption, VictimOrder};
+pub use preempt::{DisruptionBudget, DisruptionLimit, IntOrPercent, Preemption, VictimOrder};
 pub use queue::{
     format_amount, quota_scale, Admission, BorrowWithinCohort, ClusterQueueSpec, CohortSpec, CqId,
     FlavorQuotas, LocalQueueSpec, QueueError, QueuePreemption, QueueProblem, QueueingStrategy,

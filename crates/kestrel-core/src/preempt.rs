@@ -8,7 +8,9 @@
 //! - capacity: quota admits it but no node holds it; candidates are workloads of lower
 //!   priority anywhere, as kube-scheduler's priority preemption.
 //!
-//! Candidates are ranked (see [`VictimOrder`]), added until the preemptor fits (quota and
+//! Candidates are ranked (see [`VictimOrder`]; workloads whose eviction would take a
+//! PodDisruptionBudget below its floor go after all others of their tier, as
+//! kube-scheduler prefers victims that violate no budget), added until the preemptor fits (quota and
 //! a real placement attempt, then undone), and each is then let off again if the rest
 //! suffice; one victim that suffices alone beats several. Workloads that ran less than
 //! their minimum runtime are not candidates, and a preemptor waits out its queue's
@@ -16,11 +18,69 @@
 
 use crate::cluster::{GpuAssignment, NodeId};
 use crate::gang::{GangId, GangSpec};
+use crate::model::{Labels, Requirement};
 use crate::queue::{Admission, CqId, QuotaFit, ReclaimPolicy, WithinQueuePreemption};
 use crate::scheduler::{Decisions, Millis, PodId, PodPhase, Scheduler};
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
+
+/// A PodDisruptionBudget (`policy/v1`): how many of the pods it selects must stay up.
+/// Preemption prefers victims that keep every budget; like kube-scheduler, it still
+/// evicts against a budget when nothing else makes room.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DisruptionBudget {
+    pub namespace: String,
+    pub name: String,
+    /// `spec.selector` as requirements (`matchLabels` become `In`). As in `policy/v1`, an
+    /// empty selector selects every pod of the namespace and none (`None`) selects none.
+    pub selector: Option<Vec<Requirement>>,
+    pub limit: DisruptionLimit,
+}
+
+/// `spec.minAvailable` or `spec.maxUnavailable`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum DisruptionLimit {
+    MinAvailable(IntOrPercent),
+    MaxUnavailable(IntOrPercent),
+}
+
+/// A count, or a percentage of the pods the budget selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum IntOrPercent {
+    Int(u32),
+    Percent(u32),
+}
+
+impl IntOrPercent {
+    /// The count out of `total`, percentages rounded up (as the disruption controller).
+    fn of(self, total: u32) -> u32 {
+        match self {
+            IntOrPercent::Int(n) => n,
+            IntOrPercent::Percent(p) => (p as u64 * total as u64).div_ceil(100) as u32,
+        }
+    }
+}
+
+impl DisruptionBudget {
+    pub fn selects(&self, namespace: &str, labels: &Labels) -> bool {
+        self.namespace == namespace
+            && self
+                .selector
+                .as_ref()
+                .is_some_and(|s| s.iter().all(|r| r.matches(labels)))
+    }
+
+    /// Disruptions it allows with `expected` pods selected, `healthy` of them running:
+    /// the pods above its floor (`status.disruptionsAllowed`).
+    pub fn allowed(&self, expected: u32, healthy: u32) -> u32 {
+        let floor = match self.limit {
+            DisruptionLimit::MinAvailable(n) => n.of(expected),
+            DisruptionLimit::MaxUnavailable(n) => expected.saturating_sub(n.of(expected)),
+        };
+        healthy.saturating_sub(floor)
+    }
+}
 
 /// A workload: one pod, or a gang.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -83,6 +143,8 @@ struct Candidate {
     started: Millis,
     /// Its queue, when it is in another queue than the preemptor's.
     other_queue: Option<CqId>,
+    /// Evicting it would take a PodDisruptionBudget below its floor.
+    breaks_budget: bool,
 }
 
 type Detached = (PodId, NodeId, GpuAssignment, Millis, Option<Admission>);
@@ -184,6 +246,7 @@ impl Scheduler {
             };
             by_workload.insert(key, members);
         }
+        let allowances = self.budget_allowances();
         let mut out = Vec::new();
         for pods in by_workload.into_values() {
             if pods.is_empty() {
@@ -219,6 +282,16 @@ impl Scheduler {
                 started = started.max(at);
             }
             if ok && accept_priority(priority, started) {
+                let breaks_budget = allowances.iter().any(|(budget, allowed)| {
+                    let taken = pods
+                        .iter()
+                        .filter(|p| {
+                            let spec = &self.pods[p.0 as usize].spec;
+                            budget.selects(&spec.namespace, &spec.labels)
+                        })
+                        .count();
+                    taken as u32 > *allowed
+                });
                 out.push(Candidate {
                     pods,
                     tier,
@@ -226,10 +299,52 @@ impl Scheduler {
                     cost,
                     started,
                     other_queue,
+                    breaks_budget,
                 });
             }
         }
         out
+    }
+
+    /// Adds or replaces a PodDisruptionBudget.
+    pub fn set_disruption_budget(&mut self, budget: DisruptionBudget) {
+        let key = (budget.namespace.clone(), budget.name.clone());
+        self.disruption_budgets.insert(key, budget);
+    }
+
+    pub fn disruption_budgets(&self) -> impl Iterator<Item = &DisruptionBudget> {
+        self.disruption_budgets.values()
+    }
+
+    pub fn remove_disruption_budget(&mut self, namespace: &str, name: &str) {
+        self.disruption_budgets
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    /// Each budget with the disruptions it allows now: its pods are those it selects that
+    /// have not ended, the healthy ones those bound and not already leaving.
+    fn budget_allowances(&self) -> Vec<(&DisruptionBudget, u32)> {
+        if self.disruption_budgets.is_empty() {
+            return Vec::new();
+        }
+        let mut counts = vec![(0u32, 0u32); self.disruption_budgets.len()];
+        for record in &self.pods {
+            if record.phase == PodPhase::Gone {
+                continue;
+            }
+            let healthy = matches!(record.phase, PodPhase::Bound { .. }) && !record.evicting;
+            for (i, budget) in self.disruption_budgets.values().enumerate() {
+                if budget.selects(&record.spec.namespace, &record.spec.labels) {
+                    counts[i].0 += 1;
+                    counts[i].1 += healthy as u32;
+                }
+            }
+        }
+        self.disruption_budgets
+            .values()
+            .zip(counts)
+            .map(|(b, (expected, healthy))| (b, b.allowed(expected, healthy)))
+            .collect()
     }
 
     fn rank(&self, candidates: &mut [Candidate]) {
@@ -237,6 +352,7 @@ impl Scheduler {
             VictimOrder::CheckpointAware => candidates.sort_by_key(|c| {
                 (
                     c.tier,
+                    c.breaks_budget,
                     c.priority,
                     c.cost,
                     c.pods.len(),
@@ -244,9 +360,15 @@ impl Scheduler {
                     c.pods[0],
                 )
             }),
-            VictimOrder::LowestPriority => {
-                candidates.sort_by_key(|c| (c.tier, c.priority, Reverse(c.started), c.pods[0]))
-            }
+            VictimOrder::LowestPriority => candidates.sort_by_key(|c| {
+                (
+                    c.tier,
+                    c.breaks_budget,
+                    c.priority,
+                    Reverse(c.started),
+                    c.pods[0],
+                )
+            }),
         }
     }
 

@@ -205,6 +205,8 @@ pub struct Scheduler {
     /// Bound pods per ClusterQueue and by priority: preemption candidates.
     pub(crate) bound_by_cq: BTreeMap<CqId, BTreeSet<PodId>>,
     pub(crate) bound_by_priority: BTreeSet<(i32, PodId)>,
+    /// PodDisruptionBudgets by (namespace, name): victims that would break one go last.
+    pub(crate) disruption_budgets: BTreeMap<(String, String), crate::preempt::DisruptionBudget>,
     /// Victims still to leave, per preemptor.
     pub(crate) awaiting: HashMap<WorkloadKey, u32>,
     pub(crate) preemptor_of: HashMap<PodId, WorkloadKey>,
@@ -300,6 +302,7 @@ impl Scheduler {
             queues: QueueBook::default(),
             bound_by_cq: BTreeMap::new(),
             bound_by_priority: BTreeSet::new(),
+            disruption_budgets: BTreeMap::new(),
             awaiting: HashMap::new(),
             preemptor_of: HashMap::new(),
             probing: false,

@@ -697,3 +697,90 @@ fn capacity_preemption_spares_other_queues_inside_their_nominal_quota() {
     assert_eq!(bound(&s, &[b_work]), 1);
     assert_eq!(bound(&s, &[next]), 0);
 }
+
+#[test]
+fn victims_that_break_a_disruption_budget_go_last() {
+    let mut s = scheduler(1, 2);
+    let unqueued = |name: &str, app: &str, priority: i32| {
+        let mut p = pod("web", name, "main", 1, priority);
+        p.queue = None;
+        p.labels.insert("app".into(), app.into());
+        p
+    };
+    let batch = s.submit(unqueued("batch", "batch", 0), 0);
+    s.schedule(0);
+    // Newer, so it would be the victim without its budget.
+    let db = s.submit(unqueued("db", "db", 0), 10);
+    s.schedule(10);
+    s.set_disruption_budget(DisruptionBudget {
+        namespace: "web".into(),
+        name: "db".into(),
+        selector: Some(vec![Requirement {
+            key: "app".into(),
+            operator: SelectorOperator::In,
+            values: vec!["db".into()],
+        }]),
+        limit: DisruptionLimit::MinAvailable(IntOrPercent::Int(1)),
+    });
+    let urgent = s.submit(unqueued("urgent", "api", 100), 20);
+    let d = s.schedule(20);
+    assert_eq!(evict_all(&mut s, &d), vec![batch]);
+    s.schedule(21);
+    assert_eq!(bound(&s, &[urgent, db]), 2);
+
+    // Only the budget's pod is left to take: it is evicted all the same, as kube-scheduler
+    // does when nothing else makes room.
+    let second = s.submit(unqueued("second", "api", 100), 30);
+    let d = s.schedule(30);
+    assert_eq!(evict_all(&mut s, &d), vec![db]);
+    s.schedule(31);
+    assert_eq!(bound(&s, &[second]), 1);
+
+    // Removed, it protects nothing.
+    s.remove_disruption_budget("web", "db");
+    assert!(s.pods().all(|(_, p)| p.phase != PodPhase::Gone));
+}
+
+#[test]
+fn disruption_budget_allowance_follows_policy_v1() {
+    let budget = |limit| DisruptionBudget {
+        namespace: "ns".into(),
+        name: "b".into(),
+        selector: Some(vec![]),
+        limit,
+    };
+    use IntOrPercent::*;
+    // (expected, healthy) -> disruptions allowed
+    assert_eq!(
+        budget(DisruptionLimit::MinAvailable(Int(2))).allowed(4, 4),
+        2
+    );
+    assert_eq!(
+        budget(DisruptionLimit::MinAvailable(Int(2))).allowed(4, 1),
+        0
+    );
+    assert_eq!(
+        budget(DisruptionLimit::MinAvailable(Percent(50))).allowed(5, 5),
+        2
+    );
+    assert_eq!(
+        budget(DisruptionLimit::MaxUnavailable(Int(1))).allowed(4, 4),
+        1
+    );
+    assert_eq!(
+        budget(DisruptionLimit::MaxUnavailable(Int(1))).allowed(4, 3),
+        0
+    );
+    assert_eq!(
+        budget(DisruptionLimit::MaxUnavailable(Percent(30))).allowed(10, 10),
+        3
+    );
+    assert!(budget(DisruptionLimit::MinAvailable(Int(0))).selects("ns", &Labels::new()));
+    assert!(!budget(DisruptionLimit::MinAvailable(Int(0))).selects("other", &Labels::new()));
+    let mut no_selector = budget(DisruptionLimit::MinAvailable(Int(0)));
+    no_selector.selector = None;
+    assert!(
+        !no_selector.selects("ns", &Labels::new()),
+        "policy/v1: a null selector selects none"
+    );
+}

@@ -1,8 +1,8 @@
 //! The live scheduler's loop: watches in, cycles on change, binds and reports out.
 //!
 //! A replica schedules only while it leads. On taking the lease it starts the watches
-//! afresh (a new LIST of Pods, Nodes, PriorityClasses, RuntimeClasses, Namespaces, and
-//! Kestrel's PodGroups, Topologies and queue kinds), rebuilds the engine's state from that
+//! afresh (a new LIST of Pods, Nodes, PriorityClasses, RuntimeClasses, Namespaces,
+//! PodDisruptionBudgets, and Kestrel's PodGroups, Topologies and queue kinds), rebuilds the engine's state from that
 //! listing (pods bound by anyone count as used), and binds only after every listing is in.
 //! Where Kestrel's CRDs are not installed (or not readable), their listings count as empty.
 //! Preemptions the engine decides are carried out here: checkpoint requests, then
@@ -20,6 +20,7 @@ use crate::metrics::Metrics;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
@@ -108,6 +109,7 @@ pub struct Stores {
     /// scheduler-plugins' and Volcano's PodGroups, by kind.
     pub foreign_pod_groups: Vec<(&'static str, Store<DynamicObject>)>,
     pub namespaces: Store<Namespace>,
+    pub disruption_budgets: Store<PodDisruptionBudget>,
 }
 
 /// Other projects' PodGroups the live scheduler reads: (name, group, version).
@@ -121,13 +123,14 @@ const FOREIGN_POD_GROUPS: [(&str, &str, &str); 2] = [
 ];
 
 /// The queue kinds the live scheduler reads (Kestrel's group), with the Namespaces their
-/// namespaceSelectors match.
-const QUEUE_WATCHES: [&str; 5] = [
+/// namespaceSelectors match and the PodDisruptionBudgets preemption respects.
+const QUEUE_WATCHES: [&str; 6] = [
     "ClusterQueue",
     "LocalQueue",
     "Cohort",
     "ResourceFlavor",
     "Namespace",
+    "PodDisruptionBudget",
 ];
 
 /// Which listings are complete.
@@ -319,12 +322,25 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         tasks,
         Api::<Namespace>::all(client.clone()),
         (),
-        tx,
+        tx.clone(),
         |e| Change::Queues {
             kind: "Namespace",
             listed: matches!(e, Event::InitDone),
         },
         Some(Change::Unserved { kind: "Namespace" }),
+    );
+    let disruption_budgets = spawn_watch(
+        tasks,
+        Api::<PodDisruptionBudget>::all(client.clone()),
+        (),
+        tx,
+        |e| Change::Queues {
+            kind: "PodDisruptionBudget",
+            listed: matches!(e, Event::InitDone),
+        },
+        Some(Change::Unserved {
+            kind: "PodDisruptionBudget",
+        }),
     );
     (
         Stores {
@@ -337,6 +353,7 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
             queues,
             foreign_pod_groups,
             namespaces,
+            disruption_budgets,
         },
         rx,
     )
@@ -445,11 +462,18 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
                     objects.push(json);
                 }
             }
+            let typed = |mut json: serde_json::Value, api_version: &str, kind: &str| {
+                json["apiVersion"] = serde_json::json!(api_version);
+                json["kind"] = serde_json::json!(kind);
+                json
+            };
             for ns in stores.namespaces.state() {
-                let mut json = serde_json::to_value(&*ns).unwrap_or_default();
-                json["apiVersion"] = serde_json::json!("v1");
-                json["kind"] = serde_json::json!("Namespace");
-                objects.push(json);
+                let json = serde_json::to_value(&*ns).unwrap_or_default();
+                objects.push(typed(json, "v1", "Namespace"));
+            }
+            for pdb in stores.disruption_budgets.state() {
+                let json = serde_json::to_value(&*pdb).unwrap_or_default();
+                objects.push(typed(json, "policy/v1", "PodDisruptionBudget"));
             }
             for e in state.set_queues(&objects) {
                 tracing::warn!(error = %e, "queue object cannot be used; its previous version (if any) stays in force");

@@ -28,7 +28,7 @@ use kestrel_core::{
 };
 use kestrel_sim::gang_sources::{self, GangDocument, KESTREL_GROUP};
 use kestrel_sim::manifests::Catalog;
-use kestrel_sim::queue_sources::{parse_queue_document, QueueDocument};
+use kestrel_sim::queue_sources::{parse_queue_document, queue_document_key, QueueDocument};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
@@ -494,7 +494,15 @@ impl ClusterState {
                 Ok(doc) => {
                     wanted.insert(doc.key(), doc);
                 }
-                Err(e) => errors.push(e.to_string()),
+                Err(e) => {
+                    errors.push(e.to_string());
+                    // The version in force stays until a readable one replaces it.
+                    let previous = queue_document_key(object)
+                        .and_then(|key| Some((key.clone(), self.queue_docs.get(&key)?.clone())));
+                    if let Some((key, doc)) = previous {
+                        wanted.insert(key, doc);
+                    }
+                }
             }
         }
         // Removals first, then additions from the leaves of references up: flavors and
@@ -518,6 +526,9 @@ impl ClusterState {
                 Some(QueueDocument::Namespace(n, _)) => {
                     self.scheduler.set_namespace_labels(&n, Default::default())
                 }
+                Some(QueueDocument::DisruptionBudget(b)) => self
+                    .scheduler
+                    .remove_disruption_budget(&b.namespace, &b.name),
                 _ => {}
             }
         }
@@ -554,6 +565,10 @@ impl ClusterState {
                 }
                 QueueDocument::Namespace(n, labels) => {
                     self.scheduler.set_namespace_labels(n, labels.clone());
+                    Ok(())
+                }
+                QueueDocument::DisruptionBudget(b) => {
+                    self.scheduler.set_disruption_budget(b.clone());
                     Ok(())
                 }
                 // Not watched live: the API server enforces ResourceQuota and LimitRange.

@@ -101,6 +101,7 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             rule(&[""], &["pods/status"], &["patch"]),
             rule(&[""], &["nodes"], &["get", "list", "watch"]),
             rule(&[""], &["namespaces"], &["list", "watch"]),
+            rule(&["policy"], &["poddisruptionbudgets"], &["list", "watch"]),
             rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
             rule(&["scheduling.k8s.io"], &["priorityclasses"], &["list", "watch"]),
             rule(&["node.k8s.io"], &["runtimeclasses"], &["list", "watch"]),

@@ -511,6 +511,7 @@ impl Harness {
             queues: queues.iter().map(|(k, w)| (*k, w.as_reader())).collect(),
             foreign_pod_groups: Vec::new(),
             namespaces: namespaces.as_reader(),
+            disruption_budgets: Writer::default().as_reader(),
         };
         let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
         for n in nodes {
@@ -1054,6 +1055,9 @@ async fn scripted_server(
                 Some(list("node.k8s.io/v1", "RuntimeClass", vec![]))
             }
             ("GET", "/api/v1/namespaces") => Some(list("v1", "Namespace", vec![])),
+            ("GET", "/apis/policy/v1/poddisruptionbudgets") => {
+                Some(list("policy/v1", "PodDisruptionBudget", vec![]))
+            }
             (
                 "GET",
                 "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"

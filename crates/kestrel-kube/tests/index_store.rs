@@ -302,3 +302,51 @@ fn a_failed_eviction_is_tried_again_and_an_early_checkpoint_does_not_hurry_it() 
     assert_eq!(state.next_timer(), Some(35_000));
     assert_eq!(state.cycle(35_000).evictions.len(), 1);
 }
+
+#[test]
+fn disruption_budgets_steer_victims_and_bad_ones_are_reported() {
+    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    state.apply_node(&node("gpu-0", 8)).unwrap();
+    let labelled = |name: &str, app: &str| {
+        let mut p = prioritized(pod(name, 4, Some("gpu-0")), 0, &[]);
+        p.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("app".into(), app.into());
+        p
+    };
+    state.apply_pod(&labelled("batch", "batch"));
+    state.set_time(500);
+    // Newer: the victim it would be without its budget.
+    state.apply_pod(&labelled("db", "db"));
+    let budget = |spec: serde_json::Value| {
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+               "metadata": {"name": "db", "namespace": "ml"}, "spec": spec})
+    };
+    let good = budget(json!({"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}));
+    assert!(state.set_queues([&good]).is_empty());
+    assert_eq!(state.scheduler().disruption_budgets().count(), 1);
+
+    // A malformed version is reported and the one in force stays.
+    let bad = budget(json!({"minAvailable": 1, "maxUnavailable": "10%"}));
+    let errors = state.set_queues([&bad]);
+    assert_eq!(errors.len(), 1);
+    assert!(
+        errors[0].contains("PodDisruptionBudget ml/db")
+            && errors[0].contains("spec.maxUnavailable"),
+        "{}",
+        errors[0]
+    );
+    assert_eq!(state.scheduler().disruption_budgets().count(), 1);
+
+    state.set_time(1_000);
+    state.apply_pod(&prioritized(pod("urgent", 4, None), 1000, &[]));
+    let out = state.cycle(1_000);
+    assert_eq!(out.evictions.len(), 1, "{out:?}");
+    assert_eq!(out.evictions[0].name, "batch");
+
+    // Deleted from the listing, it is gone.
+    let none: [&serde_json::Value; 0] = [];
+    assert!(state.set_queues(none).is_empty());
+    assert_eq!(state.scheduler().disruption_budgets().count(), 0);
+}

@@ -9,6 +9,7 @@
 //! | `Namespace` | `v1` | its labels, for ClusterQueue `namespaceSelector`s |
 //! | `ResourceQuota` | `v1` | [`NamespaceQuota`] |
 //! | `LimitRange` | `v1` | default container requests per namespace ([`LimitRangeDefaults`]) |
+//! | `PodDisruptionBudget` | `policy/v1` | [`DisruptionBudget`]: preemption takes victims that keep it first |
 //!
 //! Field names are Kueue's. A ClusterQueue reads `spec.cohort` (Kueue v1beta1) or
 //! `spec.cohortName`, `namespaceSelector` (`matchLabels`, `matchExpressions`; `{}` selects
@@ -49,10 +50,11 @@ use crate::workload::{NamespaceQuota, QueueSetup};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kestrel_core::{
-    parse_quantity, quota_scale, BorrowWithinCohort, ClusterQueueSpec, CohortSpec, FlavorQuotas,
-    Labels, LocalQueueSpec, Millis, QueuePreemption, QueueingStrategy, ReclaimPolicy, Requirement,
-    ResourceFlavor, ResourceGroup, ResourceQuota, SelectorOperator, StopPolicy, Taint, TaintEffect,
-    WithinQueuePreemption, PODS_RESOURCE,
+    parse_quantity, quota_scale, BorrowWithinCohort, ClusterQueueSpec, CohortSpec,
+    DisruptionBudget, DisruptionLimit, FlavorQuotas, IntOrPercent, Labels, LocalQueueSpec, Millis,
+    QueuePreemption, QueueingStrategy, ReclaimPolicy, Requirement, ResourceFlavor, ResourceGroup,
+    ResourceQuota, SelectorOperator, StopPolicy, Taint, TaintEffect, WithinQueuePreemption,
+    PODS_RESOURCE,
 };
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -67,7 +69,7 @@ pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 /// Kestrel's label naming the LocalQueue; wins over Kueue's when both are set.
 pub const KESTREL_QUEUE_LABEL: &str = "kestrel.dev/queue";
 /// The kinds this module reads.
-pub const QUEUE_KINDS: [&str; 7] = [
+pub const QUEUE_KINDS: [&str; 8] = [
     "ClusterQueue",
     "LocalQueue",
     "Cohort",
@@ -75,6 +77,7 @@ pub const QUEUE_KINDS: [&str; 7] = [
     "Namespace",
     "ResourceQuota",
     "LimitRange",
+    "PodDisruptionBudget",
 ];
 
 /// Whether documents of this kind belong to this module (whatever their apiVersion; a
@@ -93,6 +96,7 @@ pub enum QueueDocument {
     Namespace(String, Labels),
     Quota(NamespaceQuota),
     LimitRange(LimitRangeDefaults),
+    DisruptionBudget(DisruptionBudget),
 }
 
 /// What a LimitRange fills in for containers without requests.
@@ -669,7 +673,10 @@ fn reader<'a>(path: &'a Path, position: &str, doc: &Value) -> Reader<'a> {
 }
 
 fn namespaced(kind: &str) -> bool {
-    matches!(kind, "LocalQueue" | "ResourceQuota" | "LimitRange")
+    matches!(
+        kind,
+        "LocalQueue" | "ResourceQuota" | "LimitRange" | "PodDisruptionBudget"
+    )
 }
 
 fn namespace_of(doc: &Value) -> String {
@@ -693,6 +700,7 @@ pub fn parse_queue_document(
     let api_version = doc.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let accepted: Vec<String> = match kind {
         "Namespace" | "ResourceQuota" | "LimitRange" => vec!["v1".into()],
+        "PodDisruptionBudget" => vec!["policy/v1".into()],
         _ => {
             let kueue = if kind == "Cohort" {
                 &["v1alpha1", "v1beta1", "v1beta2"][..]
@@ -770,6 +778,9 @@ pub fn parse_queue_document(
         ),
         "ResourceQuota" => QueueDocument::Quota(resource_quota(&r, doc, namespace, name)?),
         "LimitRange" => QueueDocument::LimitRange(limit_range(&r, doc, namespace, name)?),
+        "PodDisruptionBudget" => {
+            QueueDocument::DisruptionBudget(disruption_budget(&r, s, namespace, name)?)
+        }
         other => {
             return Err(r.err(
                 "kind",
@@ -981,6 +992,67 @@ fn resource_quota(
     })
 }
 
+/// A PodDisruptionBudget: `spec.selector` and one of `spec.minAvailable` and
+/// `spec.maxUnavailable` (a count or a percentage such as `"50%"`).
+fn disruption_budget(
+    r: &Reader,
+    s: &Map<String, Value>,
+    namespace: String,
+    name: String,
+) -> Result<DisruptionBudget, LoadError> {
+    let amount = |field: &str| -> Result<Option<IntOrPercent>, LoadError> {
+        let f = format!("spec.{field}");
+        let parsed = match s.get(field) {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(IntOrPercent::Int),
+            Some(Value::String(text)) => match text.strip_suffix('%') {
+                Some(p) => p
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|p| *p <= 100)
+                    .map(IntOrPercent::Percent),
+                None => text.parse::<u32>().ok().map(IntOrPercent::Int),
+            },
+            Some(_) => None,
+        };
+        match parsed {
+            Some(a) => Ok(Some(a)),
+            None => Err(r.err(
+                f,
+                format!(
+                    "{} is not a pod count or a percentage; write e.g. 1 or \"50%\"",
+                    s[field]
+                ),
+            )),
+        }
+    };
+    let limit = match (amount("minAvailable")?, amount("maxUnavailable")?) {
+        (Some(_), Some(_)) => {
+            return Err(r.err(
+                "spec.maxUnavailable",
+                "is set with spec.minAvailable; a PodDisruptionBudget takes one of the two",
+            ))
+        }
+        (Some(n), None) => DisruptionLimit::MinAvailable(n),
+        (None, Some(n)) => DisruptionLimit::MaxUnavailable(n),
+        (None, None) => {
+            return Err(r.err(
+                "spec",
+                "sets neither minAvailable nor maxUnavailable; set one, e.g. minAvailable: 1",
+            ))
+        }
+    };
+    Ok(DisruptionBudget {
+        namespace,
+        name,
+        selector: r.selector(s.get("selector"), "spec.selector")?,
+        limit,
+    })
+}
+
 fn limit_range(
     r: &Reader,
     doc: &Value,
@@ -1035,6 +1107,19 @@ fn limit_range(
     })
 }
 
+/// The key [`QueueDocument::key`] gives an object of a queue kind, read from its
+/// metadata alone (so an object that does not parse can still be matched with its
+/// previous version); `None` for other kinds or without a name.
+pub fn queue_document_key(doc: &Value) -> Option<(&'static str, String)> {
+    let kind = doc.get("kind").and_then(Value::as_str)?;
+    let kind = QUEUE_KINDS.iter().find(|k| **k == kind)?;
+    let name = doc.pointer("/metadata/name").and_then(Value::as_str)?;
+    Some(match namespaced(kind) {
+        true => (kind, format!("{}/{name}", namespace_of(doc))),
+        false => (kind, name.to_string()),
+    })
+}
+
 impl QueueDocument {
     /// The kind and the name (`namespace/name` for namespaced kinds) it is known by.
     pub fn key(&self) -> (&'static str, String) {
@@ -1046,6 +1131,9 @@ impl QueueDocument {
             QueueDocument::Namespace(n, _) => ("Namespace", n.clone()),
             QueueDocument::Quota(q) => ("ResourceQuota", format!("{}/{}", q.namespace, q.name)),
             QueueDocument::LimitRange(l) => ("LimitRange", format!("{}/{}", l.namespace, l.name)),
+            QueueDocument::DisruptionBudget(b) => {
+                ("PodDisruptionBudget", format!("{}/{}", b.namespace, b.name))
+            }
         }
     }
 }
@@ -1100,6 +1188,7 @@ impl QueueCollector {
             QueueDocument::Namespace(n, l) => s.namespaces.push((n, l)),
             QueueDocument::Quota(q) => s.resource_quotas.push(q),
             QueueDocument::LimitRange(l) => self.limit_ranges.push(l),
+            QueueDocument::DisruptionBudget(b) => s.disruption_budgets.push(b),
         }
         Ok(())
     }
@@ -1649,5 +1738,65 @@ spec:
         assert_eq!(setup.cluster_queues.len(), 1);
         assert_eq!(setup.local_queues[0].cluster_queue, "later");
         assert_eq!(setup.namespaces.len(), 1);
+    }
+
+    #[test]
+    fn pod_disruption_budgets_are_read_as_policy_v1_defines_them() {
+        let pdb = |spec: &str| {
+            format!(
+                "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: db, namespace: ml}}\nspec: {spec}\n"
+            )
+        };
+        let QueueDocument::DisruptionBudget(b) = parse(&pdb(
+            "{minAvailable: 2, selector: {matchLabels: {app: db}}}",
+        ))
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!((b.namespace.as_str(), b.name.as_str()), ("ml", "db"));
+        assert_eq!(b.limit, DisruptionLimit::MinAvailable(IntOrPercent::Int(2)));
+        let mut labels = Labels::new();
+        labels.insert("app".into(), "db".into());
+        assert!(b.selects("ml", &labels) && !b.selects("ml", &Labels::new()));
+        let QueueDocument::DisruptionBudget(b) =
+            parse(&pdb("{maxUnavailable: \"25%\", selector: {}}")).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            b.limit,
+            DisruptionLimit::MaxUnavailable(IntOrPercent::Percent(25))
+        );
+        assert!(b.selects("ml", &Labels::new()), "{{}} selects every pod");
+        let QueueDocument::DisruptionBudget(b) = parse(&pdb("{minAvailable: \"1\"}")).unwrap()
+        else {
+            panic!()
+        };
+        assert!(!b.selects("ml", &Labels::new()), "no selector selects none");
+
+        assert_names(
+            &err(&pdb("{minAvailable: 1, maxUnavailable: 1}")),
+            &[
+                "PodDisruptionBudget ml/db",
+                "spec.maxUnavailable",
+                "one of the two",
+            ],
+        );
+        assert_names(
+            &err(&pdb("{selector: {}}")),
+            &["PodDisruptionBudget ml/db", "spec", "minAvailable: 1"],
+        );
+        assert_names(
+            &err(&pdb("{minAvailable: \"150%\"}")),
+            &["spec.minAvailable", "\"150%\"", "\"50%\""],
+        );
+        assert_names(
+            &err(&pdb("{maxUnavailable: -1}")),
+            &["spec.maxUnavailable", "-1"],
+        );
+        assert_names(
+            &err("apiVersion: policy/v1beta1\nkind: PodDisruptionBudget\nmetadata: {name: db}\nspec: {minAvailable: 1}\n"),
+            &["apiVersion", "policy/v1"],
+        );
     }
 }

@@ -725,6 +725,9 @@ impl<'a> Simulation<'a> {
             self.scheduler
                 .set_namespace_labels(namespace, labels.clone());
         }
+        for budget in &queues.disruption_budgets {
+            self.scheduler.set_disruption_budget(budget.clone());
+        }
         Ok(())
     }
 

@@ -1,8 +1,8 @@
 //! What the simulator runs: jobs (one per workload object) and timed cluster events.
 
 use kestrel_core::{
-    ClusterQueueSpec, CohortSpec, GangSpec, GangTopology, Labels, LocalQueueSpec, Millis, NodeSpec,
-    PodSpec, ResourceFlavor,
+    ClusterQueueSpec, CohortSpec, DisruptionBudget, GangSpec, GangTopology, Labels, LocalQueueSpec,
+    Millis, NodeSpec, PodSpec, ResourceFlavor,
 };
 use serde::Serialize;
 
@@ -95,6 +95,7 @@ pub struct QueueSetup {
     /// Namespace labels (for ClusterQueue namespaceSelectors).
     pub namespaces: Vec<(String, Labels)>,
     pub resource_quotas: Vec<NamespaceQuota>,
+    pub disruption_budgets: Vec<DisruptionBudget>,
 }
 
 /// A namespace's ResourceQuota: the API server refuses pod creations beyond `hard`.
