@@ -173,7 +173,7 @@ impl Scheduler {
         if let Some(reported) = record.last_checkpoint {
             saved = saved.max(reported.min(now));
         }
-        let gpu = record.spec.demand.gpu.milli();
+        let gpu = self.gpu_milli(pod);
         let since = now.saturating_sub(saved);
         if gpu > 0 {
             gpu * since
@@ -195,7 +195,7 @@ impl Scheduler {
                 .into_iter()
                 .map(|pod| {
                     let terms = &self.pods[pod.0 as usize].spec.preemption;
-                    let gpu_ms = match self.pods[pod.0 as usize].spec.demand.gpu.milli() {
+                    let gpu_ms = match self.gpu_milli(pod) {
                         0 => 0,
                         _ => self.lost_work(pod, now),
                     };

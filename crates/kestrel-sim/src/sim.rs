@@ -109,6 +109,8 @@ struct PodState {
     run_start: Millis,
     /// Asked to leave; `Some(t)`: asked to checkpoint at `t` first.
     evicting: Option<Option<Millis>>,
+    /// GPU thousandths its current binding holds (a share by memory depends on the device).
+    gpu_milli: u64,
 }
 
 /// A run in progress. Use [`simulate`] unless you need to step it.
@@ -561,6 +563,7 @@ impl<'a> Simulation<'a> {
                 done_work: 0,
                 run_start: 0,
                 evicting: None,
+                gpu_milli: 0,
             },
         );
         self.report.pods.created += 1;
@@ -610,8 +613,9 @@ impl<'a> Simulation<'a> {
     /// Adds (`sign` 1) or removes (-1) a bound pod's GPUs, and their busy share, from the
     /// running totals the time-weighted means integrate.
     fn track_gpu_load(&mut self, pod: PodId, sign: f64) {
-        let job = &self.workload.jobs[self.pods[&pod].job];
-        let milli = sign * job.template.demand.gpu.milli() as f64;
+        let state = &self.pods[&pod];
+        let job = &self.workload.jobs[state.job];
+        let milli = sign * state.gpu_milli as f64;
         self.integrals.gpu_milli_allocated += milli;
         self.integrals.gpu_milli_utilized += milli * job.gpu_utilization;
     }
@@ -637,6 +641,7 @@ impl<'a> Simulation<'a> {
                 self.report.pods.scheduled += 1;
             }
             state.running = true;
+            state.gpu_milli = binding.gpus.milli();
             state.run_start = self.now + self.config.control_latency;
             let epoch = state.epoch;
             let job = &self.workload.jobs[state.job];
@@ -867,7 +872,7 @@ impl<'a> Simulation<'a> {
         state.epoch += 1;
         state.running = false;
         state.evicting = None;
-        let gpus = self.scheduler.pod(pod).spec.demand.gpu.milli() as f64 / 1000.0;
+        let gpus = self.scheduler.gpu_milli(pod) as f64 / 1000.0;
         self.report.preemption.lost_gpu_hours += gpus * (ran - saved) as f64 / 3_600_000.0;
         self.report.preemption.victim_pods += 1;
         self.track_gpu_load(pod, -1.0);
