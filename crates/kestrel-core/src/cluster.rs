@@ -7,7 +7,8 @@
 //! whole cluster.
 
 use crate::model::{
-    GpuRequest, Labels, NodeSpec, Taint, BLOCK_LABEL, GPU_CLIQUE_LABEL, HOSTNAME_LABEL, RACK_LABEL,
+    Demand, GpuRequest, Labels, NodeSpec, PlacementConstraints, Taint, BLOCK_LABEL,
+    GPU_CLIQUE_LABEL, HOSTNAME_LABEL, RACK_LABEL,
 };
 use crate::resources::Resources;
 use crate::rng::Rng;
@@ -216,6 +217,34 @@ impl NodeState {
     /// Devices for a request with all its GPUs, and the NICs beside them, on one NUMA node
     /// (the `single-numa-node` policy); `None` when the node cannot do that now. Whole GPUs
     /// come from the fullest NUMA node that holds them, a share from the tightest device.
+    /// Whether a pod fits now: its amounts, and its GPUs on one NUMA node when it asks for
+    /// `single-numa-node` (static predicates aside).
+    pub fn fits_pod(&self, demand: &Demand, constraints: &PlacementConstraints) -> bool {
+        self.fits(&demand.resources, demand.gpu)
+            && (!constraints.single_numa_node || self.choose_gpus_single_numa(demand.gpu).is_some())
+    }
+
+    /// Free whole GPUs (positions) per NUMA node, of those whose NICs are local to it.
+    fn free_whole_by_numa(&self) -> BTreeMap<u32, Vec<usize>> {
+        let mut by_numa: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for i in 0..self.gpus.len() {
+            let g = &self.gpus[i];
+            if self.spec.gpu_numa_local(i) && !g.held_whole && g.free_milli == 1000 {
+                by_numa
+                    .entry(self.spec.gpus[i].numa_node)
+                    .or_default()
+                    .push(i);
+            }
+        }
+        by_numa
+    }
+
+    /// The most free whole GPUs one NUMA node offers (for `single-numa-node` pods).
+    pub fn free_whole_gpus_on_one_numa(&self) -> u32 {
+        let by_numa = self.free_whole_by_numa();
+        by_numa.values().map(Vec::len).max().unwrap_or(0) as u32
+    }
+
     pub fn choose_gpus_single_numa(&self, gpu: GpuRequest) -> Option<GpuAssignment> {
         let usable = |i: usize| self.spec.gpu_numa_local(i) && !self.gpus[i].held_whole;
         match gpu {
@@ -227,16 +256,8 @@ impl NodeState {
                     milli,
                 }),
             GpuRequest::Whole(n) => {
-                let mut by_numa: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-                for i in (0..self.gpus.len()).filter(|&i| usable(i)) {
-                    if self.gpus[i].free_milli == 1000 {
-                        by_numa
-                            .entry(self.spec.gpus[i].numa_node)
-                            .or_default()
-                            .push(i);
-                    }
-                }
-                let mut chosen = by_numa
+                let mut chosen = self
+                    .free_whole_by_numa()
                     .into_values()
                     .filter(|v| v.len() >= n as usize)
                     .min_by_key(Vec::len)?;
@@ -277,7 +298,9 @@ impl NodeState {
         self.apply_gpus(gpus, true);
     }
 
-    pub(crate) fn release(&mut self, pod: PodId, resources: &Resources, gpus: &GpuAssignment) {
+    /// Frees what a bound pod holds (on the index's own nodes through the scheduler; on a
+    /// copy, to play pods' ends forward).
+    pub fn release(&mut self, pod: PodId, resources: &Resources, gpus: &GpuAssignment) {
         self.free.add(resources);
         self.free_pods += 1;
         self.pods.remove(&pod);

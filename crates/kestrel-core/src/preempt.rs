@@ -1,7 +1,8 @@
 //! Preemption: making room for a workload by asking others to leave.
 //!
-//! Victims are whole workloads (a pod, or every running pod of a gang), never a pod here
-//! and a pod there. Two triggers:
+//! Victims are whole workloads (a pod, every running pod of a gang, or the members of an
+//! elastic gang above its minimum, highest ranks first), never a pod here and a pod there.
+//! Two triggers:
 //! - quota: the workload's ClusterQueue lacks quota; candidates follow the queue's
 //!   `preemption` policy (lower priority in the same queue; workloads of cohort queues
 //!   that borrow, to reclaim lent quota; lower-priority borrowers to borrow in turn);
@@ -246,9 +247,20 @@ impl Scheduler {
             };
             by_workload.insert(key, members);
         }
+        // An elastic gang above its minimum offers the part above it too.
+        let mut groups: Vec<Vec<PodId>> = Vec::with_capacity(by_workload.len());
+        for (key, members) in by_workload {
+            if let WorkloadKey::Gang(g) = key {
+                let surplus = self.gang_surplus(g, &members);
+                if !surplus.is_empty() && surplus.len() < members.len() {
+                    groups.push(surplus);
+                }
+            }
+            groups.push(members);
+        }
         let allowances = self.budget_allowances();
         let mut out = Vec::new();
-        for pods in by_workload.into_values() {
+        for pods in groups {
             if pods.is_empty() {
                 continue;
             }
@@ -304,6 +316,53 @@ impl Scheduler {
             }
         }
         out
+    }
+
+    /// The bound members of an elastic gang above its `minMember` (and each role's
+    /// minimum), highest ranks and newest first: the part that may leave while the rest
+    /// runs on. Empty for a gang at its minimum.
+    fn gang_surplus(&self, g: GangId, bound: &[PodId]) -> Vec<PodId> {
+        let Some(spec) = &self.gang(g).spec else {
+            return Vec::new();
+        };
+        let role = |p: PodId| {
+            let m = self.pods[p.0 as usize].spec.gang.as_ref();
+            m.and_then(|m| m.role.clone()).unwrap_or_default()
+        };
+        let mut left: BTreeMap<String, u32> = BTreeMap::new();
+        for &p in bound {
+            *left.entry(role(p)).or_default() += 1;
+        }
+        let mut order = bound.to_vec();
+        order.sort_by_key(|&p| {
+            let record = &self.pods[p.0 as usize];
+            let rank = record.spec.gang.as_ref().and_then(|m| m.rank);
+            let at = match record.phase {
+                PodPhase::Bound { at, .. } => at,
+                _ => 0,
+            };
+            Reverse((rank, at, p))
+        });
+        let mut surplus = Vec::new();
+        let mut running = bound.len() as u32;
+        for p in order {
+            if running <= spec.min_member {
+                break;
+            }
+            let r = role(p);
+            let floor = spec
+                .role_minimums
+                .iter()
+                .find(|(name, _)| *name == r)
+                .map_or(0, |(_, min)| *min);
+            let have = left.get_mut(&r).expect("counted above");
+            if *have > floor {
+                *have -= 1;
+                running -= 1;
+                surplus.push(p);
+            }
+        }
+        surplus
     }
 
     /// Adds or replaces a PodDisruptionBudget.
@@ -578,6 +637,13 @@ impl Scheduler {
         let mut chosen: Vec<&Candidate> = Vec::new();
         let mut found = false;
         for c in &candidates {
+            // A whole gang replaces the part of it already chosen; a part of one chosen
+            // whole adds nothing.
+            let covers = |a: &Candidate, b: &Candidate| b.pods.iter().all(|p| a.pods.contains(p));
+            if chosen.iter().any(|k| covers(k, c)) {
+                continue;
+            }
+            chosen.retain(|k| !covers(c, k));
             chosen.push(c);
             if self
                 .placement_without(&chosen, pods, gang, quota, now)

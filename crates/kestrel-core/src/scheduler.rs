@@ -578,7 +578,7 @@ impl Scheduler {
                         ClassVerdict::Infeasible(_) => return None,
                     }
                 };
-                (fits_now(node, demand, &entry.constraints) && self.fits_beside_holds(id, n))
+                (node.fits_pod(demand, &entry.constraints) && self.fits_beside_holds(id, n))
                     .then_some((-score, node.slot.1, n))
             })
             .min();
@@ -1722,7 +1722,7 @@ impl Scheduler {
                     if per_bucket == 1 && !entry.per_node && best.is_some_and(|b| b <= candidate) {
                         break;
                     }
-                    if !fits_now(node, demand, &entry.constraints)
+                    if !node.fits_pod(demand, &entry.constraints)
                         || !self.fits_beside_holds(id, node_id)
                     {
                         continue;
@@ -1875,7 +1875,7 @@ impl Scheduler {
     pub fn could_place_on(&self, spec: &PodSpec, node: NodeId) -> bool {
         let node = self.cluster.node(node);
         static_check(&spec.constraints, &node.spec).is_ok()
-            && fits_now(node, &spec.demand, &spec.constraints)
+            && node.fits_pod(&spec.demand, &spec.constraints)
     }
 
     /// The node's rank key under the configured policy (lower is better).
@@ -1921,13 +1921,6 @@ fn validate_node(spec: &NodeSpec) -> Result<(), ClusterError> {
         ));
     }
     Ok(())
-}
-
-/// Whether the node can take the demand now, with its GPUs on one NUMA node when the
-/// constraints ask for that.
-fn fits_now(node: &NodeState, demand: &Demand, c: &PlacementConstraints) -> bool {
-    node.fits(&demand.resources, demand.gpu)
-        && (!c.single_numa_node || node.choose_gpus_single_numa(demand.gpu).is_some())
 }
 
 /// The resource reasons a node that passes static predicates cannot take the demand now.

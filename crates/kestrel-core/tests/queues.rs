@@ -784,3 +784,44 @@ fn disruption_budget_allowance_follows_policy_v1() {
         "policy/v1: a null selector selects none"
     );
 }
+
+#[test]
+fn an_elastic_gang_gives_up_only_what_is_above_its_minimum() {
+    let mut s = scheduler(1, 4);
+    let mut q = cq("team-a", None, 4, None);
+    q.preemption.within_cluster_queue = WithinQueuePreemption::LowerPriority;
+    with_queues(&mut s, vec![q]);
+    s.add_gang(GangSpec {
+        namespace: "team-a".into(),
+        name: "elastic".into(),
+        min_member: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    let members: Vec<PodId> = (0..4)
+        .map(|i| {
+            let mut p = gang_member("team-a", "elastic", &format!("w{i}"), "main", 0);
+            p.gang.as_mut().unwrap().rank = Some(i);
+            s.submit(p, 0)
+        })
+        .collect();
+    s.schedule(0);
+    assert_eq!(bound(&s, &members), 4);
+    // Two GPUs: the two highest ranks go, the gang runs on at its minimum.
+    let high = s.submit(pod("team-a", "high", "main", 2, 100), 10_000);
+    let d = s.schedule(10_000);
+    let mut victims = evict_all(&mut s, &d);
+    victims.sort();
+    assert_eq!(victims, vec![members[2], members[3]], "{:?}", d.preemptions);
+    s.schedule(10_001);
+    assert_eq!(bound(&s, &[high]), 1);
+    assert_eq!(bound(&s, &members[..2]), 2);
+    // Three more GPUs: at its minimum, the gang can only go whole.
+    let all = s.submit(pod("team-a", "all", "main", 3, 200), 20_000);
+    let d = s.schedule(20_000);
+    let victims = evict_all(&mut s, &d);
+    assert!(victims.contains(&members[0]) && victims.contains(&members[1]));
+    s.schedule(20_001);
+    assert_eq!(bound(&s, &[all]), 1);
+    assert_eq!(bound(&s, &members), 0, "no gang left below its minimum");
+}

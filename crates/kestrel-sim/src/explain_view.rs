@@ -12,8 +12,8 @@ use crate::predict::{Predictions, StartPrediction};
 use crate::sim::Simulation;
 use kestrel_core::{
     format_amount, memory_share_milli, quota_scale, Bytes, CqId, Demand, GangPhase, GangProblem,
-    GpuAssignment, GpuRequest, Millis, NodeId, NodeReason, NodeState, PodId, PodPhase, PodSpec,
-    Scheduler, Unschedulable, GPU_RESOURCE,
+    GpuRequest, Millis, NodeId, NodeReason, NodeState, PlacementConstraints, PodId, PodPhase,
+    PodSpec, Scheduler, Unschedulable, GPU_RESOURCE,
 };
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -624,7 +624,11 @@ struct Missing<'a> {
 
 /// What is missing on a node for a demand (empty when it fits), and the sum of each
 /// missing amount as a share of the node's allocatable (the closeness measure).
-fn missing_on<'a>(node: &NodeState, demand: &'a Demand) -> (Vec<Missing<'a>>, f64) {
+fn missing_on<'a>(
+    node: &NodeState,
+    demand: &'a Demand,
+    constraints: &PlacementConstraints,
+) -> (Vec<Missing<'a>>, f64) {
     let mut missing = Vec::new();
     let mut share = 0.0;
     let alloc = &node.spec.allocatable;
@@ -637,11 +641,18 @@ fn missing_on<'a>(node: &NodeState, demand: &'a Demand) -> (Vec<Missing<'a>>, f6
     let gpu_total = node.gpu_count() as i64 * 1000;
     match demand.gpu {
         GpuRequest::None => {}
-        GpuRequest::Whole(n) => add(
-            GPU_RESOURCE,
-            n.saturating_sub(node.free_whole_gpus()) as i64 * 1000,
-            gpu_total,
-        ),
+        GpuRequest::Whole(n) => {
+            // A single-numa-node pod counts only the GPUs one NUMA node offers.
+            let free = match constraints.single_numa_node {
+                true => node.free_whole_gpus_on_one_numa(),
+                false => node.free_whole_gpus(),
+            };
+            add(
+                GPU_RESOURCE,
+                n.saturating_sub(free) as i64 * 1000,
+                gpu_total,
+            )
+        }
         GpuRequest::Shared { milli } => {
             let best = node
                 .gpus
@@ -738,73 +749,11 @@ fn lack(m: &Missing<'_>, whole_gpus: bool) -> Lack {
     }
 }
 
-/// The free amounts of a node, to play pods' ends forward on (cheaper than a copy of the
-/// whole node, labels and all).
-#[derive(Clone)]
-struct Free {
-    resources: kestrel_core::Resources,
-    pods: u32,
-    gpus: Vec<kestrel_core::GpuUse>,
-    /// Each device's memory (MiB), for shares by memory.
-    memory: Vec<u64>,
-}
-
-impl Free {
-    fn of(node: &NodeState) -> Self {
-        Free {
-            resources: node.free.clone(),
-            pods: node.free_pods,
-            gpus: node.gpus.clone(),
-            memory: node.spec.gpus.iter().map(|d| d.memory_mib).collect(),
-        }
-    }
-
-    /// As `NodeState::fits`.
-    fn fits(&self, demand: &Demand) -> bool {
-        let gpu_fits = match demand.gpu {
-            GpuRequest::None => true,
-            GpuRequest::Whole(n) => {
-                self.gpus.iter().filter(|g| g.free_milli == 1000).count() as u32 >= n
-            }
-            share @ (GpuRequest::Shared { .. } | GpuRequest::Memory { .. }) => {
-                self.gpus.iter().zip(&self.memory).any(|(g, &mib)| {
-                    share
-                        .share_on(mib)
-                        .is_some_and(|milli| !g.held_whole && g.free_milli >= milli)
-                })
-            }
-        };
-        self.pods >= 1 && self.resources.fits(&demand.resources) && gpu_fits
-    }
-
-    /// Frees what a bound pod holds.
-    fn release(&mut self, node: &NodeState, spec: &PodSpec, gpus: &GpuAssignment) {
-        self.resources.add(&spec.demand.resources);
-        self.pods += 1;
-        let position = |index: u32| node.spec.gpus.iter().position(|g| g.index == index);
-        match gpus {
-            GpuAssignment::None => {}
-            GpuAssignment::Whole(indices) => {
-                for &index in indices {
-                    if let Some(p) = position(index) {
-                        self.gpus[p].free_milli = 1000;
-                        self.gpus[p].held_whole = false;
-                    }
-                }
-            }
-            GpuAssignment::Shared { index, milli } => {
-                if let Some(p) = position(*index) {
-                    self.gpus[p].free_milli = (self.gpus[p].free_milli + milli).min(1000);
-                }
-            }
-        }
-    }
-
-    fn release_pod(&mut self, node: &NodeState, scheduler: &Scheduler, pod: PodId) {
-        let record = scheduler.pod(pod);
-        if let PodPhase::Bound { gpus, .. } = &record.phase {
-            self.release(node, &record.spec, gpus);
-        }
+/// Frees a bound pod's share of a copy of its node, to play pods' ends forward.
+fn release_pod(free: &mut NodeState, scheduler: &Scheduler, pod: PodId) {
+    let record = scheduler.pod(pod);
+    if let PodPhase::Bound { gpus, .. } = &record.phase {
+        free.release(pod, &record.spec.demand.resources, gpus);
     }
 }
 
@@ -817,14 +766,14 @@ fn needed_ends(
     node: &NodeState,
     ends: &[(Millis, PodId)],
     scheduler: &Scheduler,
-    demand: &Demand,
+    spec: &PodSpec,
 ) -> Ends {
     let fits_after = |kept: &[(Millis, PodId)]| {
-        let mut free = Free::of(node);
+        let mut free = node.clone();
         for (_, pod) in kept {
-            free.release_pod(node, scheduler, *pod);
+            release_pod(&mut free, scheduler, *pod);
         }
-        free.fits(demand)
+        free.fits_pod(&spec.demand, &spec.constraints)
     };
     let mut kept: Ends = ends.to_vec();
     let mut i = 0;
@@ -859,9 +808,10 @@ pub fn help_for(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -
         if !scheduler.could_place_on(&probe, node_id) {
             continue;
         }
-        let (missing, share) = missing_on(node, demand);
+        let (missing, share) = missing_on(node, demand, &spec.constraints);
         if missing.is_empty() {
-            held += 1;
+            // Room enough, though maybe not NUMA-aligned the way the pod asks.
+            held += node.fits_pod(demand, &spec.constraints) as u32;
             continue;
         }
         let name = node.spec.name.as_str();
@@ -883,15 +833,15 @@ pub fn help_for(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -
             continue;
         }
         ends.sort_unstable();
-        let mut free = Free::of(node);
+        let mut free = node.clone();
         for k in 0..ends.len() {
             let (end, pod) = ends[k];
             if best.is_some_and(|t| end > t) {
                 break;
             }
-            free.release_pod(node, scheduler, pod);
-            if free.fits(demand) {
-                let needed = needed_ends(node, &ends[..=k], scheduler, demand);
+            release_pod(&mut free, scheduler, pod);
+            if free.fits_pod(demand, &spec.constraints) {
+                let needed = needed_ends(node, &ends[..=k], scheduler, spec);
                 let key = (end, needed.len(), name);
                 if room.as_ref().is_none_or(|(t, n, c, _)| key < (*t, *n, *c)) {
                     room = Some((end, needed.len(), name, needed));
@@ -904,7 +854,7 @@ pub fn help_for(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -
     Help {
         closest: closest.map(|(_, _, name, node)| Closest {
             node: name.to_string(),
-            lacks: missing_on(scheduler.cluster().node(node), demand)
+            lacks: missing_on(scheduler.cluster().node(node), demand, &spec.constraints)
                 .0
                 .iter()
                 .map(|m| lack(m, whole))
