@@ -457,6 +457,21 @@ fn validate_groups(
 }
 
 impl QueueBook {
+    /// Takes a deleted ClusterQueue's quota out of its cohort: it lends nothing, and what
+    /// it still runs counts as borrowed (others may reclaim it) until it ends.
+    pub(crate) fn retire_cluster_queue(&mut self, name: &str) -> bool {
+        let Some(id) = self.cq_ids.remove(name) else {
+            return false;
+        };
+        for g in &mut self.cqs[id.0 as usize].groups {
+            for f in &mut g.flavors {
+                f.nominal.iter_mut().for_each(|n| *n = 0);
+                f.lending_limit.iter_mut().for_each(|l| *l = None);
+            }
+        }
+        true
+    }
+
     pub(crate) fn add_cluster_queue(&mut self, spec: ClusterQueueSpec) -> Result<CqId, QueueError> {
         validate_groups("ClusterQueue", &spec.name, &spec.resource_groups)?;
         if spec.fair_weight < 0.0 || !spec.fair_weight.is_finite() {

@@ -1476,10 +1476,10 @@ impl Scheduler {
         self.queues_changed();
     }
 
-    /// Removes a ClusterQueue: its pending workloads wait, saying it is missing; what it
-    /// admitted stays charged until it ends.
+    /// Removes a ClusterQueue: its pending workloads wait, saying it is missing; its quota
+    /// leaves the cohort, and what it admitted counts as borrowed until it ends.
     pub fn remove_cluster_queue(&mut self, name: &str) {
-        if self.queues.cq_ids.remove(name).is_some() {
+        if self.queues.retire_cluster_queue(name) {
             self.queues_changed();
         }
     }
@@ -1515,12 +1515,14 @@ impl Scheduler {
     }
 
     /// ClusterQueue names in the order they were declared.
+    /// The ClusterQueues in force (deleted ones, still draining, left out).
     pub fn cluster_queues(&self) -> impl Iterator<Item = (CqId, &ClusterQueueSpec)> {
         self.queues
             .cqs
             .iter()
             .enumerate()
             .map(|(i, cq)| (CqId(i as u32), &cq.spec))
+            .filter(|(id, spec)| self.queues.cq_ids.get(&spec.name) == Some(id))
     }
 
     /// Quota and usage of a ClusterQueue, per flavor and resource.

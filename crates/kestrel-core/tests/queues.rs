@@ -825,3 +825,42 @@ fn an_elastic_gang_gives_up_only_what_is_above_its_minimum() {
     assert_eq!(bound(&s, &[all]), 1);
     assert_eq!(bound(&s, &members), 0, "no gang left below its minimum");
 }
+
+#[test]
+fn a_deleted_cluster_queue_lends_nothing_and_its_work_can_be_reclaimed() {
+    let mut s = scheduler(1, 8);
+    let queues = ["a", "b"].map(|name| {
+        let mut q = cq(name, Some("org"), 4, None);
+        q.preemption.reclaim_within_cohort = ReclaimPolicy::Any;
+        q
+    });
+    with_queues(&mut s, queues.to_vec());
+    let b_work = s.submit(pod("b", "b-work", "main", 2, 0), 0);
+    s.schedule(0);
+    assert_eq!(bound(&s, &[b_work]), 1);
+
+    s.remove_cluster_queue("b");
+    assert_eq!(
+        s.cluster_queues()
+            .map(|(_, q)| q.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["a"]
+    );
+    // b's 4 GPUs of quota left with it: a may no longer borrow them.
+    let wide = s.submit(pod("a", "wide", "main", 6, 0), 10);
+    s.schedule(10);
+    assert_eq!(bound(&s, &[wide]), 0);
+    assert!(
+        reason(&s, wide).ends_with("of nominal 4, cohort can lend 2"),
+        "{}",
+        reason(&s, wide)
+    );
+    s.finish(wide).unwrap();
+
+    // What b still runs counts as borrowed from a's quota: a takes it back.
+    let own = s.submit(pod("a", "own", "main", 4, 0), 20);
+    let d = s.schedule(20);
+    assert_eq!(evict_all(&mut s, &d), vec![b_work]);
+    s.schedule(21);
+    assert_eq!(bound(&s, &[own]), 1);
+}
