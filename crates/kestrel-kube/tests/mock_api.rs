@@ -502,6 +502,9 @@ async fn scripted_server(
             ("GET", "/apis/node.k8s.io/v1/runtimeclasses") => {
                 json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClassList", "metadata": {"resourceVersion": "1"}, "items": []})
             }
+            ("GET", "/apis/policy/v1/poddisruptionbudgets") => {
+                json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudgetList", "metadata": {"resourceVersion": "1"}, "items": []})
+            }
             (
                 "GET",
                 "/apis/scheduling.kestrel.dev/v1alpha1/podgroups"
