@@ -458,7 +458,10 @@ pub struct Position {
 /// queues together), a gang once, at its first pending pod.
 fn positions(scheduler: &Scheduler) -> Vec<(PodId, Option<CqId>, u32)> {
     // Counters per ClusterQueue, indexed by its id + 1 (0: outside queues).
-    let slots = scheduler.cluster_queues().map(|(id, _)| id.0 as usize + 1).max();
+    let slots = scheduler
+        .cluster_queues()
+        .map(|(id, _)| id.0 as usize + 1)
+        .max();
     let mut counters = vec![0u32; slots.unwrap_or(0) + 1];
     let mut gang_positions: HashMap<(&str, &str), u32> = HashMap::new();
     scheduler

@@ -58,7 +58,10 @@ fn a_single_numa_pod_is_explained_by_one_numa_nodes_gpus() {
         .map(|(id, _)| id)
         .unwrap();
     assert_eq!(sim.scheduler().pod(id).phase, PodPhase::Pending);
-    assert_eq!(sim.scheduler().cluster().node(NodeId(0)).free_whole_gpus(), 2);
+    assert_eq!(
+        sim.scheduler().cluster().node(NodeId(0)).free_whole_gpus(),
+        2
+    );
 
     let view = pod_view(&sim, id, &durations);
     let e = view.explanation.as_ref().unwrap();
