@@ -588,9 +588,17 @@ impl Scheduler {
         let own_queue = admission.map(|a| a.cq);
         let within_queue = own_queue.map(|cq| self.queues.cqs[cq.0 as usize].spec.preemption);
         let rep_seq_time = self.pods[pods[0].0 as usize].submitted_at;
+        // Equal priorities only where the queue's policy may take newer ones.
+        let equal_too = within_queue.is_some_and(|p| {
+            p.within_cluster_queue == WithinQueuePreemption::LowerOrNewerEqualPriority
+        });
+        let bound = match equal_too {
+            true => priority.saturating_add(1),
+            false => priority,
+        };
         let lower: Vec<PodId> = self
             .bound_by_priority
-            .range(..(priority.saturating_add(1), PodId(0)))
+            .range(..(bound, PodId(0)))
             .map(|&(_, p)| p)
             .filter(|p| !candidates.iter().any(|c| c.pods.contains(p)))
             .filter(|p| {
