@@ -743,7 +743,12 @@ impl<'a> Simulation<'a> {
             ("pods".to_string(), 1),
             ("cpu".to_string(), d.resources.cpu_milli),
             ("memory".to_string(), d.resources.memory_bytes),
-            (kestrel_core::GPU_RESOURCE.to_string(), d.gpu.milli() as i64),
+            // Only whole GPUs are requested as `nvidia.com/gpu`: a share by annotation is
+            // invisible to the API server's quota.
+            (
+                kestrel_core::GPU_RESOURCE.to_string(),
+                1000 * d.gpu.whole() as i64,
+            ),
         ];
         out.extend(d.resources.extended.iter().cloned());
         out

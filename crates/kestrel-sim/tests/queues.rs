@@ -109,4 +109,13 @@ fn namespace_resource_quota_refuses_creations_until_pods_end() {
     assert_eq!(r.pods.completed, 4, "refused creations are retried");
     assert_eq!(r.pods.rejected_by_quota, 0, "none left refused at the end");
     assert_eq!(r.span, 120_000, "two at a time: two rounds of 60 s");
+
+    // Shares by annotation request no nvidia.com/gpu: the quota does not see them.
+    let mut shared = workload.jobs[0].clone();
+    shared.name = "shared".into();
+    shared.template.demand.gpu = GpuRequest::Shared { milli: 600 };
+    workload.jobs = vec![shared];
+    let r = run(&cluster, &workload, SimConfig::default());
+    assert_eq!(r.pods.completed, 4);
+    assert_eq!(r.span, 60_000, "all four at once");
 }
