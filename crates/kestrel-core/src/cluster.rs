@@ -307,6 +307,33 @@ impl NodeState {
         self.apply_gpus(gpus, false);
     }
 
+    /// Sets aside room promised to a pod not bound yet: its amounts, and the devices it
+    /// was planned on that are free now (those others still hold stay theirs).
+    pub(crate) fn reserve_free(&mut self, resources: &Resources, gpus: &GpuAssignment) {
+        self.free.sub(resources);
+        self.free_pods = self.free_pods.saturating_sub(1);
+        let position = |index: &u32| self.spec.gpus.iter().position(|g| g.index == *index);
+        match gpus {
+            GpuAssignment::None => {}
+            GpuAssignment::Whole(indices) => {
+                for p in indices.iter().filter_map(position) {
+                    let g = &mut self.gpus[p];
+                    if g.free_milli == 1000 {
+                        (g.free_milli, g.held_whole) = (0, true);
+                    }
+                }
+            }
+            GpuAssignment::Shared { index, milli } => {
+                if let Some(p) = position(index) {
+                    let g = &mut self.gpus[p];
+                    if !g.held_whole && g.free_milli >= *milli {
+                        g.free_milli -= milli;
+                    }
+                }
+            }
+        }
+    }
+
     fn apply_gpus(&mut self, gpus: &GpuAssignment, take: bool) {
         match gpus {
             GpuAssignment::None => {}

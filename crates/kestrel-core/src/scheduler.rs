@@ -234,6 +234,8 @@ pub(crate) struct Hold {
     pub(crate) pod: PodId,
     pub(crate) workload: WorkloadKey,
     pub(crate) priority: i32,
+    /// The devices it was planned on.
+    pub(crate) gpus: GpuAssignment,
 }
 
 /// Nodes held for the workload at the head of the queue until it fits or `until`.
@@ -815,12 +817,13 @@ impl Scheduler {
         placed: &[(PodId, NodeId, GpuAssignment)],
     ) {
         self.release_holds(workload);
-        for &(pod, node, _) in placed {
+        for (pod, node, gpus) in placed {
             let priority = self.pods[pod.0 as usize].spec.priority;
-            self.holds.entry(node).or_default().push(Hold {
-                pod,
+            self.holds.entry(*node).or_default().push(Hold {
+                pod: *pod,
                 workload,
                 priority,
+                gpus: gpus.clone(),
             });
         }
     }
@@ -858,40 +861,24 @@ impl Scheduler {
     }
 
     /// Whether pod `id` (whose demand fits the node's free room) also fits beside the
-    /// room promised there to preemptors it may not overtake.
+    /// room promised there to preemptors it may not overtake: on a copy of the node with
+    /// their planned devices taken (those free by now), by the engine's own fit, NUMA
+    /// alignment included.
     fn fits_beside_holds(&self, id: PodId, node_id: NodeId) -> bool {
         if self.holds.is_empty() {
             return true;
         }
-        let demand = &self.pods[id.0 as usize].spec.demand;
-        let mut resources = demand.resources.clone();
-        let (mut whole, mut pods) = (0u32, 1u32);
-        for h in self.holds_against(id, node_id) {
-            let held = &self.pods[h.pod.0 as usize].spec.demand;
-            resources.add(&held.resources);
-            // A held share is counted as a whole device: its placement is not fixed yet.
-            whole += match held.gpu {
-                GpuRequest::None => 0,
-                GpuRequest::Whole(n) => n,
-                GpuRequest::Shared { .. } | GpuRequest::Memory { .. } => 1,
-            };
-            pods += 1;
-        }
-        if pods == 1 {
+        let mut against = self.holds_against(id, node_id).peekable();
+        if against.peek().is_none() {
             return true;
         }
-        let node = self.cluster.node(node_id);
-        let gpus = match demand.gpu {
-            GpuRequest::None => true,
-            GpuRequest::Whole(n) => node.free_whole_gpus() >= n + whole,
-            share @ (GpuRequest::Shared { .. } | GpuRequest::Memory { .. }) => {
-                let fits = |i: usize| node.share_fits(i, share).is_some();
-                let free = |i: usize| node.gpus[i].free_milli == 1000;
-                (0..node.gpus.len()).any(|i| !free(i) && fits(i))
-                    || (0..node.gpus.len()).filter(|&i| free(i) && fits(i)).count() as u32 > whole
-            }
-        };
-        node.free_pods >= pods && node.free.fits(&resources) && gpus
+        let mut node = self.cluster.node(node_id).clone();
+        for h in against {
+            let held = &self.pods[h.pod.0 as usize].spec;
+            node.reserve_free(&held.demand.resources, &h.gpus);
+        }
+        let spec = &self.pods[id.0 as usize].spec;
+        node.fits_pod(&spec.demand, &spec.constraints)
     }
 
     /// Whether any promised room can bind pod `id` (then failures are not shared by

@@ -807,3 +807,47 @@ fn memory_shares_fill_the_smallest_device_that_holds_them() {
         assert_eq!(assignment(&s, big), share(0, 750), "{policy}");
     }
 }
+
+#[test]
+fn room_held_for_a_preemptor_is_its_planned_devices() {
+    // A DGX (GPUs 0-3 on NUMA 0, 4-7 on 1): v holds 0-3, w and x three of 4-7.
+    let mut dgx = gpu_node("dgx", 8);
+    (dgx.gpus, dgx.nics) = GpuTopology::DgxH100.devices("H100", 81_559, 8);
+    let mut s = scheduler(Policy::Kestrel, vec![dgx]);
+    let v = s.submit(pod("v", 100, GpuRequest::Whole(4)), 0);
+    // w and x are not candidate victims (priority as high as p's).
+    let mut w = pod("w", 100, GpuRequest::Whole(2));
+    w.priority = 1000;
+    let w = s.submit(w, 0);
+    let mut x = pod("x", 100, GpuRequest::Whole(1));
+    x.priority = 1000;
+    s.submit(x, 0);
+    s.schedule(0);
+    let gpus_of = |s: &Scheduler, id: PodId| match &s.pod(id).phase {
+        PodPhase::Bound { gpus, .. } => gpus.indices(),
+        other => panic!("{other:?}"),
+    };
+    let v_gpus = gpus_of(&s, v);
+    assert_eq!(v_gpus.len(), 4);
+    let mut high = pod("p", 100, GpuRequest::Whole(4));
+    high.priority = 1000;
+    let p = s.submit(high, 1);
+    let d = s.schedule(1);
+    assert_eq!(d.preemptions[0].victims[0].pod, v);
+    // While v leaves, the GPU nobody planned on takes a pod of no higher priority,
+    // aligned on one NUMA node as it asks: the promise is v's devices, not a count.
+    let mut aligned = pod("q", 100, GpuRequest::Whole(1));
+    aligned.constraints.single_numa_node = true;
+    let q = s.submit(aligned, 2);
+    s.schedule(2);
+    let q_gpus = gpus_of(&s, q);
+    assert!(q_gpus.iter().all(|g| !v_gpus.contains(g)), "{q_gpus:?}");
+    // Another finds no room left beside the promise.
+    let r = s.submit(pod("r", 100, GpuRequest::Whole(1)), 3);
+    s.schedule(3);
+    assert_eq!(s.pod(r).phase, PodPhase::Pending);
+    s.evict(v).unwrap();
+    s.schedule(4);
+    assert_eq!(gpus_of(&s, p), v_gpus, "p gets the devices it was promised");
+    assert!(matches!(s.pod(w).phase, PodPhase::Bound { .. }));
+}
