@@ -272,12 +272,25 @@ impl NodeState {
 
     /// The part of an assignment whose devices exist on this node.
     pub(crate) fn known_devices(&self, gpus: &GpuAssignment) -> GpuAssignment {
-        let exists = |i: &u32| self.spec.gpus.iter().any(|g| g.index == *i);
+        self.devices_where(gpus, |_, _| true)
+    }
+
+    /// The part of an assignment whose devices exist on this node and pass `keep`, given
+    /// each device's use and the thousandths the assignment takes of it.
+    fn devices_where(
+        &self,
+        gpus: &GpuAssignment,
+        keep: impl Fn(&GpuUse, u32) -> bool,
+    ) -> GpuAssignment {
+        let kept = |index: u32, milli: u32| {
+            let position = self.spec.gpus.iter().position(|g| g.index == index);
+            position.is_some_and(|p| keep(&self.gpus[p], milli))
+        };
         match gpus {
             GpuAssignment::Whole(v) => {
-                GpuAssignment::Whole(v.iter().copied().filter(exists).collect())
+                GpuAssignment::Whole(v.iter().copied().filter(|&i| kept(i, 1000)).collect())
             }
-            GpuAssignment::Shared { index, .. } if !exists(index) => GpuAssignment::None,
+            GpuAssignment::Shared { index, milli } if !kept(*index, *milli) => GpuAssignment::None,
             other => other.clone(),
         }
     }
@@ -312,26 +325,8 @@ impl NodeState {
     pub(crate) fn reserve_free(&mut self, resources: &Resources, gpus: &GpuAssignment) {
         self.free.sub(resources);
         self.free_pods = self.free_pods.saturating_sub(1);
-        let position = |index: &u32| self.spec.gpus.iter().position(|g| g.index == *index);
-        match gpus {
-            GpuAssignment::None => {}
-            GpuAssignment::Whole(indices) => {
-                for p in indices.iter().filter_map(position) {
-                    let g = &mut self.gpus[p];
-                    if g.free_milli == 1000 {
-                        (g.free_milli, g.held_whole) = (0, true);
-                    }
-                }
-            }
-            GpuAssignment::Shared { index, milli } => {
-                if let Some(p) = position(index) {
-                    let g = &mut self.gpus[p];
-                    if !g.held_whole && g.free_milli >= *milli {
-                        g.free_milli -= milli;
-                    }
-                }
-            }
-        }
+        let free = self.devices_where(gpus, |g, milli| !g.held_whole && g.free_milli >= milli);
+        self.apply_gpus(&free, true);
     }
 
     fn apply_gpus(&mut self, gpus: &GpuAssignment, take: bool) {

@@ -6,13 +6,14 @@
 //! - quota: the workload's ClusterQueue lacks quota; candidates follow the queue's
 //!   `preemption` policy (lower priority in the same queue; workloads of cohort queues
 //!   that borrow, to reclaim lent quota; lower-priority borrowers to borrow in turn);
-//! - capacity: quota admits it but no node holds it; candidates are workloads of lower
-//!   priority anywhere, as kube-scheduler's priority preemption.
+//! - capacity: quota admits it but no node holds it; candidates follow the same queue
+//!   policy on the nodes, plus lower-priority pods outside any queue (a preemptor outside
+//!   any queue takes lower-priority workloads anywhere, as kube-scheduler does).
 //!
 //! Candidates are ranked (see [`VictimOrder`]; workloads whose eviction would take a
 //! PodDisruptionBudget below its floor go after all others of their tier, as
-//! kube-scheduler prefers victims that violate no budget), added until the preemptor fits (quota and
-//! a real placement attempt, then undone), and each is then let off again if the rest
+//! kube-scheduler prefers victims that violate no budget), added until the preemptor
+//! fits (quota and a real placement attempt, then undone), and each is then let off again if the rest
 //! suffice; one victim that suffices alone beats several. Workloads that ran less than
 //! their minimum runtime are not candidates, and a preemptor waits out its queue's
 //! preemption delay first. Victims keep their place until the driver evicts them.
@@ -596,19 +597,20 @@ impl Scheduler {
             true => priority.saturating_add(1),
             false => priority,
         };
-        let lower: Vec<PodId> = self
-            .bound_by_priority
-            .range(..(bound, PodId(0)))
-            .map(|&(_, p)| p)
-            .filter(|p| !candidates.iter().any(|c| c.pods.contains(p)))
-            .filter(|p| {
-                let victim_queue = self.pods[p.0 as usize].admission.as_ref().map(|a| a.cq);
-                own_queue.is_none() || victim_queue.is_none() || victim_queue == own_queue
-            })
-            .collect();
-        let (by_queue, by_priority): (Vec<PodId>, Vec<PodId>) = lower
-            .into_iter()
-            .partition(|p| own_queue.is_some() && self.pods[p.0 as usize].admission.is_some());
+        // Lower-priority pods of the preemptor's own queue go by its policy, those outside
+        // any queue by priority; other queues' work only as reclaim or borrowing above.
+        let (mut by_queue, mut by_priority) = (Vec::new(), Vec::new());
+        for &(_, p) in self.bound_by_priority.range(..(bound, PodId(0))) {
+            if candidates.iter().any(|c| c.pods.contains(&p)) {
+                continue;
+            }
+            match self.pods[p.0 as usize].admission.as_ref().map(|a| a.cq) {
+                None => by_priority.push(p),
+                Some(_) if own_queue.is_none() => by_priority.push(p),
+                victim_queue if victim_queue == own_queue => by_queue.push(p),
+                Some(_) => {}
+            }
+        }
         if let Some(policy) = within_queue {
             let accept = within_queue_victim(policy.within_cluster_queue, priority, rep_seq_time);
             candidates.extend(self.candidates(by_queue.into_iter(), 1, None, now, &accept));

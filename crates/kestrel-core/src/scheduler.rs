@@ -1501,8 +1501,8 @@ impl Scheduler {
         self.queues_changed();
     }
 
-    /// ClusterQueue names in the order they were declared.
-    /// The ClusterQueues in force (deleted ones, still draining, left out).
+    /// The ClusterQueues in force, in the order they were declared (deleted ones, still
+    /// draining, left out).
     pub fn cluster_queues(&self) -> impl Iterator<Item = (CqId, &ClusterQueueSpec)> {
         self.queues
             .cqs

@@ -40,6 +40,31 @@ pub struct SimJob {
     pub gpu_utilization: f64,
 }
 
+impl SimJob {
+    /// A bare Pod (one pod, no controller) created at `arrival` that runs `duration` and
+    /// keeps its GPUs busy.
+    pub fn pod(
+        namespace: &str,
+        name: impl Into<String>,
+        arrival: Millis,
+        duration: Millis,
+        template: PodSpec,
+    ) -> SimJob {
+        SimJob {
+            kind: JobKind::Pod,
+            source_kind: "Pod".to_string(),
+            namespace: namespace.to_string(),
+            name: name.into(),
+            arrival,
+            duration: Some(duration),
+            parallelism: 1,
+            completions: 1,
+            template,
+            gpu_utilization: 1.0,
+        }
+    }
+}
+
 /// A change to the cluster at a given time.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum ClusterChange {

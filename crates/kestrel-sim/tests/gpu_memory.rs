@@ -2,7 +2,7 @@
 //! explanations: converted per device, named when no device has the memory.
 
 use kestrel_core::*;
-use kestrel_sim::explain_view::pod_view;
+use kestrel_sim::explain_view::{find_pod, pod_view};
 use kestrel_sim::*;
 
 const MIN: Millis = 60_000;
@@ -14,33 +14,15 @@ fn node(name: &str, memory_mib: u64) -> NodeSpec {
 }
 
 fn memory_pod(name: &str, mib: u64, duration: Millis) -> SimJob {
-    SimJob {
-        kind: JobKind::Pod,
-        source_kind: "Pod".into(),
-        namespace: "team".into(),
-        name: name.into(),
-        arrival: 0,
-        duration: Some(duration),
-        parallelism: 1,
-        completions: 1,
-        template: PodSpec::new(
-            "",
-            "",
-            Demand {
-                resources: Resources::new(1000, 1 << 30),
-                gpu: GpuRequest::Memory { mib },
-            },
-        ),
-        gpu_utilization: 1.0,
-    }
-}
-
-fn pod_id(sim: &Simulation<'_>, name: &str) -> PodId {
-    sim.scheduler()
-        .pods()
-        .find(|(_, r)| r.spec.name == name)
-        .map(|(id, _)| id)
-        .unwrap_or_else(|| panic!("no pod {name}"))
+    let template = PodSpec::new(
+        "",
+        "",
+        Demand {
+            resources: Resources::new(1000, 1 << 30),
+            gpu: GpuRequest::Memory { mib },
+        },
+    );
+    SimJob::pod("team", name, 0, duration, template)
 }
 
 #[test]
@@ -60,7 +42,7 @@ fn memory_shares_are_placed_and_explained_by_device_memory() {
     let durations: Vec<Option<Millis>> = workload.jobs.iter().map(|j| j.duration).collect();
     let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
     sim.run_to(10 * MIN).unwrap();
-    let first = pod_id(&sim, "first");
+    let first = find_pod(&sim, "first").unwrap();
     assert!(matches!(
         sim.scheduler().pod(first).phase,
         PodPhase::Bound {
@@ -70,7 +52,7 @@ fn memory_shares_are_placed_and_explained_by_device_memory() {
     ));
 
     // 30000 MiB: too big for the T4, and only 20480 MiB of the A100 is free.
-    let second = pod_view(&sim, pod_id(&sim, "second"), &durations);
+    let second = pod_view(&sim, find_pod(&sim, "second").unwrap(), &durations);
     assert_eq!(
         second.requests.summary,
         "30000 MiB of one GPU (shared), 1 cpu, 1Gi memory"
@@ -101,7 +83,7 @@ fn memory_shares_are_placed_and_explained_by_device_memory() {
     assert_eq!(room.ending[0].gpus, 0.5, "first holds half the A100");
 
     // 50000 MiB fits no device: the closest node lacks device memory, and no end helps.
-    let huge = pod_view(&sim, pod_id(&sim, "huge"), &durations);
+    let huge = pod_view(&sim, find_pod(&sim, "huge").unwrap(), &durations);
     let e = huge.explanation.as_ref().unwrap();
     assert_eq!(
         e.message,
@@ -116,7 +98,7 @@ fn memory_shares_are_placed_and_explained_by_device_memory() {
     // At 1 h first ends and second takes 733 of the A100.
     sim.run_to(70 * MIN).unwrap();
     assert!(matches!(
-        sim.scheduler().pod(pod_id(&sim, "second")).phase,
+        sim.scheduler().pod(find_pod(&sim, "second").unwrap()).phase,
         PodPhase::Bound {
             gpus: GpuAssignment::Shared { milli: 733, .. },
             ..

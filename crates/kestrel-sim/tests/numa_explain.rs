@@ -2,7 +2,7 @@
 //! GPUs one NUMA node offers, not by the node's free total.
 
 use kestrel_core::*;
-use kestrel_sim::explain_view::pod_view;
+use kestrel_sim::explain_view::{find_pod, pod_view};
 use kestrel_sim::*;
 
 const MIN: Millis = 60_000;
@@ -17,18 +17,7 @@ fn job(name: &str, gpus: u32, arrival: Millis, duration: Millis, single_numa: bo
         },
     );
     template.constraints.single_numa_node = single_numa;
-    SimJob {
-        kind: JobKind::Pod,
-        source_kind: "Pod".into(),
-        namespace: "team".into(),
-        name: name.into(),
-        arrival,
-        duration: Some(duration),
-        parallelism: 1,
-        completions: 1,
-        template,
-        gpu_utilization: 1.0,
-    }
+    SimJob::pod("team", name, arrival, duration, template)
 }
 
 #[test]
@@ -51,12 +40,7 @@ fn a_single_numa_pod_is_explained_by_one_numa_nodes_gpus() {
     let durations: Vec<Option<Millis>> = workload.jobs.iter().map(|j| j.duration).collect();
     let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
     sim.run_to(10 * MIN).unwrap();
-    let id = sim
-        .scheduler()
-        .pods()
-        .find(|(_, r)| r.spec.name == "aligned")
-        .map(|(id, _)| id)
-        .unwrap();
+    let id = find_pod(&sim, "aligned").unwrap();
     assert_eq!(sim.scheduler().pod(id).phase, PodPhase::Pending);
     assert_eq!(
         sim.scheduler().cluster().node(NodeId(0)).free_whole_gpus(),

@@ -2,6 +2,7 @@
 //! and only what is known at that moment.
 
 use kestrel_core::*;
+use kestrel_sim::explain_view::find_pod;
 use kestrel_sim::inputs::{load_cluster_file, load_workload_files, resolve_paths};
 use kestrel_sim::predict::{
     estimated_durations, evaluate, evaluate_within, predict, predict_within, prediction_seeds,
@@ -29,18 +30,7 @@ fn pod_job(name: &str, gpus: u32, arrival: Millis, duration: Millis, priority: i
         },
     );
     template.priority = priority;
-    SimJob {
-        kind: JobKind::Pod,
-        source_kind: "Pod".into(),
-        namespace: "team".into(),
-        name: name.into(),
-        arrival,
-        duration: Some(duration),
-        parallelism: 1,
-        completions: 1,
-        template,
-        gpu_utilization: 1.0,
-    }
+    SimJob::pod("team", name, arrival, duration, template)
 }
 
 fn one_node() -> SimCluster {
@@ -48,14 +38,6 @@ fn one_node() -> SimCluster {
         nodes: vec![gpu_node("a", 8)],
         events: vec![],
     }
-}
-
-fn pod_id(sim: &Simulation<'_>, name: &str) -> PodId {
-    sim.scheduler()
-        .pods()
-        .find(|(_, r)| r.spec.name == name)
-        .map(|(id, _)| id)
-        .unwrap_or_else(|| panic!("no pod {name}"))
 }
 
 #[test]
@@ -143,7 +125,7 @@ fn jobs_arriving_after_the_moment_are_not_known_to_the_predictor() {
     let cluster = one_node();
     let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
     assert!(sim.run_to(30 * MIN).unwrap());
-    let low = pod_id(&sim, "low");
+    let low = find_pod(&sim, "low").unwrap();
     assert!(
         sim.scheduler().pod(low).pending_reason.is_some(),
         "low is pending"
@@ -177,7 +159,7 @@ fn running_pods_end_at_their_estimate_but_not_before_the_moment() {
     let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
     assert!(sim.run_to(HOUR).unwrap());
     assert_eq!(sim.now(), HOUR);
-    let next = pod_id(&sim, "next");
+    let next = find_pod(&sim, "next").unwrap();
     let predictions = predict(sim, &[next], &prediction_seeds(7)).unwrap();
     let p = &predictions.starts[&next];
     assert_eq!(p.runs, vec![Some(HOUR); 3], "{p:?}");
@@ -202,7 +184,7 @@ fn a_pod_nothing_known_makes_room_for_has_no_predicted_start() {
         !sim.run_to(HOUR).unwrap(),
         "nothing happens after the start"
     );
-    let stuck = pod_id(&sim, "stuck");
+    let stuck = find_pod(&sim, "stuck").unwrap();
     let predictions = predict(sim, &[stuck], &prediction_seeds(42)).unwrap();
     let p = &predictions.starts[&stuck];
     assert_eq!((p.point(), p.from(), p.to()), (None, None, None));
@@ -289,7 +271,7 @@ fn the_range_comes_from_the_known_estimates_not_the_truth() {
     assert_ne!(known, 2 * HOUR, "the estimate is not the truth");
     let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
     assert!(sim.run_to(0).unwrap());
-    let next = pod_id(&sim, "next");
+    let next = find_pod(&sim, "next").unwrap();
     let p = &predict(sim, &[next], &prediction_seeds(42)).unwrap().starts[&next];
     assert_eq!(
         p.runs[0],
