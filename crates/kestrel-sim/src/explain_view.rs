@@ -8,7 +8,7 @@
 //! estimated durations) free enough room.
 
 use crate::duration::format_duration;
-use crate::predict::{Predictions, StartPrediction};
+use crate::predict::{Estimates, Predictions, StartPrediction};
 use crate::sim::Simulation;
 use kestrel_core::{
     format_amount, memory_share_milli, quota_scale, Bytes, CqId, Demand, GangPhase, GangProblem,
@@ -507,17 +507,20 @@ fn queue_name(scheduler: &Scheduler, cq: Option<CqId>) -> Option<String> {
         .map(|(_, spec)| spec.name.clone())
 }
 
-/// A predicted start: the median of the forward runs, and their range.
+/// A predicted start: the likely forward run's, and the range of all three (runtimes read
+/// as likely, at their short ends, at their long ends).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PredictedStart {
-    /// Median over runs (seconds from the start); `null` when the median run never starts
+    /// The likely run's start (seconds from the start); `null` when that run never starts
     /// it.
     pub point_s: Option<f64>,
     pub from_s: Option<f64>,
     /// `null` when some run never starts it.
     pub to_s: Option<f64>,
+    /// Per run: likely, shortest, longest.
     pub runs_s: Vec<Option<f64>>,
-    pub seeds: Vec<u64>,
+    /// The runtime estimates' relative error bound the range allows for.
+    pub estimate_error: f64,
     /// The moment predicted from.
     pub at_s: f64,
 }
@@ -529,21 +532,25 @@ impl PredictedStart {
             from_s: p.from().map(secs),
             to_s: p.to().map(secs),
             runs_s: p.runs.iter().map(|r| r.map(secs)).collect(),
-            seeds: predictions.seeds.clone(),
+            estimate_error: predictions.estimate_error,
             at_s: secs(predictions.at),
         }
     }
 
-    /// `13:20 (in 3h20m; 13:05-13:40 over 3 runs)`.
+    /// `13:20 (in 3h20m; 13:05-13:40 with runtimes 20% off either way)`.
     pub fn render(&self) -> String {
         let ms = |s: f64| (s * 1000.0).round() as Millis;
         let at = ms(self.at_s);
         let runs = self.runs_s.len();
+        let off = format!(
+            "runtimes {:.0}% off either way",
+            self.estimate_error * 100.0
+        );
         let range = match (self.from_s, self.to_s) {
-            (Some(from), Some(to)) if from == to => format!("the same in all {runs} runs"),
+            (Some(from), Some(to)) if from == to => format!("the same with {off}"),
             (Some(from), Some(to)) => {
                 format!(
-                    "{}-{} over {runs} runs",
+                    "{}-{} with {off}",
                     clock_approx(ms(from)),
                     clock_approx(ms(to))
                 )
@@ -794,8 +801,8 @@ fn needed_ends(
 }
 
 /// One pass over the nodes the pod may use (static predicates): the closest one by missing
-/// share, and the earliest one where running pods' ends (`durations`) make room.
-pub fn help_for(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -> Help {
+/// share, and the earliest one where running pods' ends (`estimates`) make room.
+pub fn help_for(sim: &Simulation<'_>, id: PodId, estimates: &Estimates) -> Help {
     let scheduler = sim.scheduler();
     let spec = &scheduler.pod(id).spec;
     let demand = &spec.demand;
@@ -830,7 +837,7 @@ pub fn help_for(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -
         ends.extend(
             node.pods
                 .iter()
-                .filter_map(|&p| sim.end_of_running(p, durations).map(|e| (e, p))),
+                .filter_map(|&p| sim.end_of_running(p, estimates).map(|e| (e, p))),
         );
         let best = room.as_ref().map(|r| r.0);
         if ends.is_empty() || best.is_some_and(|t| ends.iter().all(|(e, _)| *e > t)) {
@@ -921,8 +928,8 @@ pub struct PodView {
     pub help: Option<Help>,
 }
 
-/// The view of one pod. `durations`: the estimated durations "what would help" uses.
-pub fn pod_view(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -> PodView {
+/// The view of one pod. `estimates`: the runtime estimates "what would help" uses.
+pub fn pod_view(sim: &Simulation<'_>, id: PodId, estimates: &Estimates) -> PodView {
     let scheduler = sim.scheduler();
     let now = sim.now();
     let record = scheduler.pod(id);
@@ -940,7 +947,7 @@ pub fn pod_view(sim: &Simulation<'_>, id: PodId, durations: &[Option<Millis>]) -
     let explanation = record.pending_reason.as_deref().map(Explanation::of);
     let position = pending.then(|| position_of(scheduler, id)).flatten();
     let help = (pending && explanation.as_ref().is_some_and(|e| e.capacity))
-        .then(|| help_for(sim, id, durations));
+        .then(|| help_for(sim, id, estimates));
     PodView {
         id,
         pod: spec.key(),
@@ -1411,7 +1418,7 @@ pub struct NodeView {
     pub pods: Vec<NodePod>,
 }
 
-pub fn node_view(sim: &Simulation<'_>, id: NodeId, durations: &[Option<Millis>]) -> NodeView {
+pub fn node_view(sim: &Simulation<'_>, id: NodeId, estimates: &Estimates) -> NodeView {
     let scheduler = sim.scheduler();
     let now = sim.now();
     let node = scheduler.cluster().node(id);
@@ -1434,7 +1441,7 @@ pub fn node_view(sim: &Simulation<'_>, id: NodeId, durations: &[Option<Millis>])
             gpus,
             requests: Requests::of(&record.spec.demand, scheduler.gpu_milli(p)).summary,
             bound_at_s: secs(at),
-            ends_at_s: sim.end_of_running(p, durations).map(secs),
+            ends_at_s: sim.end_of_running(p, estimates).map(secs),
         });
     }
     let free_milli: u64 = node.free_gpu_milli();

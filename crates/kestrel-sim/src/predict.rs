@@ -1,18 +1,20 @@
 //! When will a pending pod start? The simulator runs forward from a moment of a run, with
 //! what was known at that moment.
 //!
-//! From the state at time `at`, the simulation goes on with every duration replaced by an
-//! estimate: the true duration x (1 + e), with e drawn uniformly in [-20%, +20%] per job from
-//! the run's seed. This stands in for what a live cluster has: declared runtimes (the
-//! `kestrel.dev/runtime-estimate` annotation) or each queue's history of similar jobs. A pod
-//! that declares `kestrel.dev/runtime-estimate` (`PodSpec.preemption.runtime_estimate`) runs
-//! for exactly that in the forward run. Running pods end at their start plus the estimate
-//! (not before `at`). Jobs that arrive after `at`, and cluster changes planned after it, are
-//! not known to the predictor, as a live scheduler would not know them: the prediction uses
-//! only what exists at `at`. A pending pod's predicted start is when it binds in that forward
-//! run. Two more runs, with those estimates off by up to 20% again (never closer to the
-//! truth: one estimate per job is all a cluster has), give a range (their min and max) and
-//! a point (the median of the three).
+//! Each job has one runtime estimate: the declared `kestrel.dev/runtime-estimate`
+//! (`PodSpec.preemption.runtime_estimate`), else (standing in for what a cluster learns from
+//! each queue's history) the true duration x (1 + e), e drawn uniformly in [-20%, +20%] per
+//! job from the run's seed. Estimates are taken to be off by at most 20% either way, so a
+//! job estimated at T' truly runs between T'/1.2 and T'/0.8. A running pod also tells how
+//! long it has run: a job that has worked W and not ended runs at least W, which rules out
+//! the short end of that interval once W passes it ([`Estimates::runtime`]). Without that,
+//! every job that outran its estimate would be taken to end at once.
+//!
+//! Three forward runs read the estimates three ways: the likely runtime (the middle of what
+//! is still possible, the point prediction), the shortest and the longest (the range). Jobs
+//! that arrive after the moment, and cluster changes planned after it, are not known to the
+//! predictor, as a live scheduler would not know them: the prediction uses only what exists
+//! at the moment. A pending pod's predicted start is when it binds in a forward run.
 
 use crate::sim::{SimError, Simulation};
 use crate::workload::Workload;
@@ -20,16 +22,94 @@ use kestrel_core::{Millis, PodId, PodPhase, Rng};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// Relative error of the runtime estimates: e is uniform in `[-ESTIMATE_ERROR, +ESTIMATE_ERROR]`.
+/// Relative error bound of runtime estimates: e is uniform in
+/// `[-ESTIMATE_ERROR, +ESTIMATE_ERROR]`.
 pub const ESTIMATE_ERROR: f64 = 0.2;
 
-/// Forward runs per prediction (estimate seeds).
+/// Forward runs per prediction: one per [`Reading`].
 pub const PREDICTION_RUNS: u64 = 3;
 
-/// The estimate seeds derived from a run's seed: the first draws the known estimates, the
-/// others how far they may be off.
-pub fn prediction_seeds(seed: u64) -> Vec<u64> {
-    (0..PREDICTION_RUNS).map(|i| seed.wrapping_add(i)).collect()
+/// How a forward run reads the runtime estimates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reading {
+    /// The middle of what is still possible: the point prediction.
+    Likely,
+    /// Every job at the short end: the earliest starts.
+    Shortest,
+    /// Every job at the long end: the latest starts.
+    Longest,
+}
+
+impl Reading {
+    /// The forward runs of a prediction, in the order of [`StartPrediction::runs`].
+    pub const ALL: [Reading; PREDICTION_RUNS as usize] =
+        [Reading::Likely, Reading::Shortest, Reading::Longest];
+}
+
+/// Runtime estimates per workload job, how far off they may be, and how they are read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimates {
+    /// Per workload job: the estimated runtime; `None`: its pods run to the end.
+    pub runtimes: Vec<Option<Millis>>,
+    /// The relative error bound b: a job estimated at T' truly runs between T'/(1+b) and
+    /// T'/(1-b). 0: the estimates are exact.
+    pub error: f64,
+    pub reading: Reading,
+}
+
+impl Estimates {
+    /// Exact runtimes (the truth, or estimates taken at their word).
+    pub fn exact(runtimes: Vec<Option<Millis>>) -> Self {
+        Estimates {
+            runtimes,
+            error: 0.0,
+            reading: Reading::Likely,
+        }
+    }
+
+    /// The estimates a prediction from `seed` knows ([`estimated_durations`]), read as likely.
+    pub fn known(workload: &Workload, seed: u64) -> Self {
+        Estimates {
+            runtimes: estimated_durations(workload, seed),
+            error: ESTIMATE_ERROR,
+            reading: Reading::Likely,
+        }
+    }
+
+    /// The same estimates read another way.
+    pub fn read_as(&self, reading: Reading) -> Self {
+        Estimates {
+            reading,
+            ..self.clone()
+        }
+    }
+
+    /// How long job `job` is taken to run in all, knowing it has worked `worked` (0 when it
+    /// has not started) and not ended. With the estimate T' and bound b, the error e =
+    /// T'/T - 1 lies in [-b, b], and the job's survival says T >= W, so e <= T'/W - 1. The
+    /// likely runtime takes e in the middle of what is left (the median, for e uniform), the
+    /// shortest the largest e, the longest the smallest. A job that outran even T'/(1-b) is
+    /// beyond what its estimate says: it is taken to end now. `None`: runs to the end.
+    pub fn runtime(&self, job: usize, worked: Millis) -> Option<Millis> {
+        let estimate = self.runtimes[job]? as f64;
+        let bound = self.error.clamp(0.0, 0.99);
+        let low = -bound;
+        let mut high = bound;
+        if worked > 0 {
+            high = high.min(estimate / worked as f64 - 1.0);
+        }
+        if high < low {
+            return Some(worked);
+        }
+        let e = match self.reading {
+            Reading::Likely => (low + high) / 2.0,
+            Reading::Shortest => high,
+            Reading::Longest => low,
+        };
+        let runtime = (estimate / (1.0 + e)).round() as Millis;
+        Some(runtime.max(worked))
+    }
 }
 
 /// Estimated duration per job (the workload's job order): the declared runtime estimate
@@ -46,30 +126,15 @@ pub fn estimated_durations_within(
     seed: u64,
     error: f64,
 ) -> Vec<Option<Millis>> {
-    let known = workload.jobs.iter().map(|job| {
-        job.template
-            .preemption
-            .runtime_estimate
-            .map(|declared| (declared, false))
-            .or(job.duration.map(|d| (d, true)))
-    });
-    jittered(known, seed, error)
-}
-
-/// Each duration x (1 + e), e uniform in [-error, +error] per job from `seed`, where the
-/// flag says so.
-fn jittered(
-    durations: impl Iterator<Item = Option<(Millis, bool)>>,
-    seed: u64,
-    error: f64,
-) -> Vec<Option<Millis>> {
-    durations
+    workload
+        .jobs
+        .iter()
         .enumerate()
-        .map(|(i, d)| {
-            let (duration, jitter) = d?;
-            if !jitter {
-                return Some(duration);
+        .map(|(i, job)| {
+            if let Some(declared) = job.template.preemption.runtime_estimate {
+                return Some(declared);
             }
+            let duration = job.duration?;
             let mut rng = Rng::new(seed ^ (i as u64).wrapping_mul(0xA24B_AED4_963E_E407));
             let e = (rng.unit() * 2.0 - 1.0) * error;
             Some((duration as f64 * (1.0 + e)).round().max(0.0) as Millis)
@@ -77,36 +142,19 @@ fn jittered(
         .collect()
 }
 
-/// The estimates of each forward run: the known ones (`seeds[0]`), then for each further
-/// seed the known ones off by up to `error` again.
-fn run_estimates(workload: &Workload, seeds: &[u64], error: f64) -> Vec<Vec<Option<Millis>>> {
-    let Some((&first, rest)) = seeds.split_first() else {
-        return Vec::new();
-    };
-    let known = estimated_durations_within(workload, first, error);
-    let mut runs: Vec<Vec<Option<Millis>>> = rest
-        .iter()
-        .map(|&seed| jittered(known.iter().map(|d| d.map(|d| (d, true))), seed, error))
-        .collect();
-    runs.insert(0, known);
-    runs
-}
-
 /// One pod's predicted start over the forward runs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StartPrediction {
-    /// Per run: when the pod bound, `None` when it did not in that run (nothing known at
-    /// `at` makes room for it).
+    /// Per forward run, in the order of [`Reading::ALL`] (likely, shortest, longest): when
+    /// the pod bound, `None` when it did not in that run (nothing known at the moment makes
+    /// room for it).
     pub runs: Vec<Option<Millis>>,
 }
 
 impl StartPrediction {
-    /// The median over runs (a run where the pod never starts counts as latest); `None`
-    /// when that median run never starts it.
+    /// The likely run's start; `None` when that run never starts it.
     pub fn point(&self) -> Option<Millis> {
-        let mut runs = self.runs.clone();
-        runs.sort_by_key(|r| r.unwrap_or(Millis::MAX));
-        runs.get(runs.len() / 2).copied().flatten()
+        self.runs.first().copied().flatten()
     }
 
     /// The earliest start over runs.
@@ -127,19 +175,20 @@ impl StartPrediction {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Predictions {
     pub at: Millis,
-    pub seeds: Vec<u64>,
+    /// The estimates' relative error bound.
+    pub estimate_error: f64,
     pub starts: HashMap<PodId, StartPrediction>,
 }
 
-/// Switches a simulation standing at some moment to estimated `durations` and runs it until
-/// every target pod has bound or nothing is left to happen. Returns the first binding time
-/// of each target that bound.
+/// Switches a simulation standing at some moment to `estimates` and runs it until every
+/// target pod has bound or nothing is left to happen. Returns the first binding time of
+/// each target that bound.
 pub fn run_forward(
     sim: &mut Simulation<'_>,
-    durations: Vec<Option<Millis>>,
+    estimates: Estimates,
     targets: &[PodId],
 ) -> Result<HashMap<PodId, Millis>, SimError> {
-    sim.switch_to_estimates(durations);
+    sim.switch_to_estimates(estimates);
     let mut waiting: HashSet<PodId> = targets.iter().copied().collect();
     let mut bound = HashMap::new();
     while !waiting.is_empty() && sim.step()? {
@@ -153,37 +202,28 @@ pub fn run_forward(
 }
 
 /// Predicts the start of `targets` (pods pending now) from a simulation standing at its
-/// clock's time: this simulation runs forward with the known estimates (`seeds[0]`; it is
-/// used up), and a replay of the same inputs to the same time does so with each further
-/// seed's estimates off by up to 20% again.
+/// clock's time with the runtime estimates `known` (read each of the three ways; the
+/// reading given is ignored): this simulation runs forward with the likely reading (it is
+/// used up), and replays of the same inputs to the same time with the shortest and longest.
 pub fn predict(
-    sim: Simulation<'_>,
-    targets: &[PodId],
-    seeds: &[u64],
-) -> Result<Predictions, SimError> {
-    predict_within(sim, targets, seeds, ESTIMATE_ERROR)
-}
-
-/// [`predict`] with runtimes estimated to within `error` (0: exactly).
-pub fn predict_within(
     mut sim: Simulation<'_>,
     targets: &[PodId],
-    seeds: &[u64],
-    error: f64,
+    known: &Estimates,
 ) -> Result<Predictions, SimError> {
     let at = sim.now();
     let (cluster, workload, config) = (sim.cluster_spec(), sim.workload(), sim.config().clone());
     let mut runs: Vec<HashMap<PodId, Millis>> = Vec::new();
-    for (i, durations) in run_estimates(workload, seeds, error)
-        .into_iter()
-        .enumerate()
-    {
-        if i == 0 {
-            runs.push(run_forward(&mut sim, durations, targets)?);
+    for reading in Reading::ALL {
+        let estimates = known.read_as(reading);
+        if reading == Reading::Likely {
+            runs.push(run_forward(&mut sim, estimates, targets)?);
+        } else if known.error == 0.0 {
+            // Exact estimates read every way alike.
+            runs.push(runs[0].clone());
         } else {
             let mut replay = Simulation::new(cluster, workload, config.clone())?;
             replay.run_to(at)?;
-            runs.push(run_forward(&mut replay, durations, targets)?);
+            runs.push(run_forward(&mut replay, estimates, targets)?);
         }
     }
     let starts = targets
@@ -197,16 +237,16 @@ pub fn predict_within(
         .collect();
     Ok(Predictions {
         at,
-        seeds: seeds.to_vec(),
+        estimate_error: known.error,
         starts,
     })
 }
 
-/// The naive estimate ("work ahead / capacity") for every pending pod: `at` plus the
+/// The naive estimate ("work ahead / capacity") for every pending pod: now plus the
 /// GPU-seconds of the pending pods ahead of it in queue order and the remaining
-/// GPU-seconds of running pods, divided by the cluster's GPUs. Durations are `durations`
-/// (estimates); pods that run to the end count no remaining work.
-pub fn naive_starts(sim: &Simulation<'_>, durations: &[Option<Millis>]) -> HashMap<PodId, Millis> {
+/// GPU-seconds of running pods, divided by the cluster's GPUs, with the same runtime
+/// `estimates` as the predictor. Pods that run to the end count no remaining work.
+pub fn naive_starts(sim: &Simulation<'_>, estimates: &Estimates) -> HashMap<PodId, Millis> {
     let scheduler = sim.scheduler();
     let at = sim.now();
     let gpus: u64 = scheduler
@@ -217,7 +257,7 @@ pub fn naive_starts(sim: &Simulation<'_>, durations: &[Option<Millis>]) -> HashM
     let mut work: f64 = 0.0; // GPU-thousandths x ms
     for (id, record) in scheduler.pods() {
         if matches!(record.phase, PodPhase::Bound { .. }) {
-            if let Some(end) = sim.end_of_running(id, durations) {
+            if let Some(end) = sim.end_of_running(id, estimates) {
                 work += scheduler.gpu_milli(id) as f64 * (end - at) as f64;
             }
         }
@@ -231,26 +271,44 @@ pub fn naive_starts(sim: &Simulation<'_>, durations: &[Option<Millis>]) -> HashM
         };
         out.insert(pod, start);
         let demand = scheduler.gpu_milli(pod) as f64;
-        if let Some(Some(d)) = sim.job_of(pod).map(|j| durations[j]) {
+        if let Some(d) = sim.job_of(pod).and_then(|j| estimates.runtime(j, 0)) {
             work += demand * d as f64;
         }
     }
     out
 }
 
-/// The predictor against the naive estimate on a run's pending pods at several moments.
+/// When a prediction is asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Moments {
+    /// At these times, for every pod pending then.
+    At(Vec<Millis>),
+    /// At each pod's submission, once the scheduler has had its look at it: what a user
+    /// asks right after submitting. The times are the submissions of the true run.
+    Submissions,
+}
+
+/// Pods that start within this long of the moment are left out of the medians: they wait
+/// for the next cycle, not for anything a prediction is about.
+pub const QUICK_START: Millis = 60_000;
+
+/// The predictor against the naive estimate, pooled over estimate seeds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Evaluation {
-    pub seed: u64,
+    /// One set of runtime estimates per seed.
+    pub seeds: Vec<u64>,
     /// The runtime estimates' relative error bound.
     pub estimate_error: f64,
-    pub times: Vec<Millis>,
-    /// Pods pending at one of `times` that started later in the true run (pairs of a
-    /// moment and a pod).
+    /// Distinct moments predicted from.
+    pub moments: usize,
+    /// (seed, moment, pod) triples: a pod pending at a moment that started later in the
+    /// true run.
     pub pods: usize,
-    /// Of those, how many the predictor saw start in its median run.
+    /// Of those, how many started within [`QUICK_START`] of the moment (left out).
+    pub quick: usize,
+    /// Of the rest, how many the likely forward run starts (the medians are over these).
     pub predicted: usize,
-    /// Median over the predicted pods of |predicted start - actual start|, seconds.
+    /// Median of |predicted start - actual start|, seconds.
     pub predictor_median_error_s: f64,
     pub naive_median_error_s: f64,
     /// Median of the remaining wait (actual start - the moment), seconds.
@@ -258,14 +316,12 @@ pub struct Evaluation {
     /// Median over pods of |error| / remaining wait.
     pub predictor_median_relative_error: f64,
     pub naive_median_relative_error: f64,
+    /// Median of the whole wait (actual start - submission), seconds, and the predictor's
+    /// median error as a share of it.
+    pub median_whole_wait_s: f64,
+    pub predictor_median_error_of_whole_wait: f64,
     /// Share of pods whose actual start fell inside the predicted range.
     pub within_range: f64,
-    /// Per moment: (time, pods pending, predictor median error s, naive median error s).
-    pub per_time: Vec<(Millis, usize, f64, f64)>,
-    /// Median error of the first forward run alone (the known estimates, no range),
-    /// seconds and relative.
-    pub single_run_median_error_s: f64,
-    pub single_run_median_relative_error: f64,
     /// Every pod compared.
     pub details: Vec<PodOutcome>,
 }
@@ -273,16 +329,18 @@ pub struct Evaluation {
 /// One pending pod at one moment: its actual start and the estimates, ms from the start.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PodOutcome {
+    pub seed: u64,
     pub at: Millis,
     pub pod: String,
+    pub submitted: Millis,
     pub actual: Millis,
     pub predicted: Option<Millis>,
     pub runs: Vec<Option<Millis>>,
     pub naive: Millis,
 }
 
-/// A moment of the true run: its time, where the binding log stood, the pods pending and
-/// their naive starts.
+/// A moment of the true run: its time, where the binding log stood, the pods asked about
+/// and their naive starts.
 type Snapshot = (Millis, usize, Vec<PodId>, HashMap<PodId, Millis>);
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -298,19 +356,16 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// Runs the inputs once with the truth, noting the pods pending at each of `times` and when
-/// they actually started; predicts each moment's starts (three seeds from `seed`) and the
-/// naive estimate (first seed's estimates), and compares both with the truth. Pods that
-/// never start in the true run, or that the predictor's median run does not start, are left
-/// out of both medians.
+/// Compares the predictor and the naive estimate with the truth, with runtimes estimated
+/// to +/-20%, at `moments`, pooled over `seeds` (one set of estimates each).
 pub fn evaluate(
     cluster: &crate::SimCluster,
     workload: &Workload,
     config: &crate::SimConfig,
-    times: &[Millis],
-    seed: u64,
+    moments: &Moments,
+    seeds: &[u64],
 ) -> Result<Evaluation, SimError> {
-    evaluate_within(cluster, workload, config, times, seed, ESTIMATE_ERROR)
+    evaluate_within(cluster, workload, config, moments, seeds, ESTIMATE_ERROR)
 }
 
 /// [`evaluate`] with runtimes estimated to within `error` (0: exactly, which leaves the
@@ -319,44 +374,76 @@ pub fn evaluate_within(
     cluster: &crate::SimCluster,
     workload: &Workload,
     config: &crate::SimConfig,
-    times: &[Millis],
-    seed: u64,
+    moments: &Moments,
+    seeds: &[u64],
     error: f64,
 ) -> Result<Evaluation, SimError> {
-    let seeds = prediction_seeds(seed);
-    let naive_durations = estimated_durations_within(workload, seeds[0], error);
+    let (times, at_submission) = match moments {
+        Moments::At(times) => (times.clone(), false),
+        Moments::Submissions => {
+            let mut truth = Simulation::new(cluster, workload, config.clone())?;
+            while truth.step()? {}
+            let times = truth.scheduler().pods().map(|(_, r)| r.submitted_at);
+            (times.collect(), true)
+        }
+    };
+    let mut times = times;
+    times.sort_unstable();
+    times.dedup();
+    let mut details = Vec::new();
+    let mut moments_seen = 0;
+    for &seed in seeds {
+        let known = Estimates {
+            runtimes: estimated_durations_within(workload, seed, error),
+            error,
+            reading: Reading::Likely,
+        };
+        let (outcomes, moments) =
+            outcomes(cluster, workload, config, &times, at_submission, &known)?;
+        moments_seen = moments;
+        details.extend(outcomes.into_iter().map(|o| PodOutcome { seed, ..o }));
+    }
+    Ok(summarize(seeds, error, moments_seen, details))
+}
+
+/// One set of estimates: the outcome of every pod asked about at `times` (all pending
+/// ones, or those submitted at that very time), and how many moments had any.
+fn outcomes(
+    cluster: &crate::SimCluster,
+    workload: &Workload,
+    config: &crate::SimConfig,
+    times: &[Millis],
+    at_submission: bool,
+    known: &Estimates,
+) -> Result<(Vec<PodOutcome>, usize), SimError> {
     let mut truth = Simulation::new(cluster, workload, config.clone())?;
     truth.record_bindings();
     let mut log: Vec<(PodId, Millis)> = Vec::new();
     let mut snapshots: Vec<Snapshot> = Vec::new();
-    let mut sorted = times.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    for &t in &sorted {
+    for &t in times {
         if !truth.run_to(t)? {
             break;
         }
         log.extend(truth.take_bindings());
-        let pending = truth.scheduler().pending();
-        let naive = naive_starts(&truth, &naive_durations);
-        snapshots.push((t, log.len(), pending, naive));
+        let scheduler = truth.scheduler();
+        let asked: Vec<PodId> = scheduler
+            .pending()
+            .into_iter()
+            .filter(|&p| !at_submission || scheduler.pod(p).submitted_at == t)
+            .collect();
+        if asked.is_empty() {
+            continue;
+        }
+        let naive = naive_starts(&truth, known);
+        snapshots.push((t, log.len(), asked, naive));
     }
     while truth.step()? {}
     log.extend(truth.take_bindings());
 
-    let mut eval = Evaluation {
-        seed,
-        estimate_error: error,
-        times: snapshots.iter().map(|s| s.0).collect(),
-        ..Default::default()
-    };
-    let (mut errors, mut naive_errors, mut waits) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut relative, mut naive_relative) = (Vec::new(), Vec::new());
-    let mut inside = 0usize;
-    let (mut single, mut single_relative) = (Vec::new(), Vec::new());
-    for (t, index, pending, naive) in &snapshots {
+    let mut out = Vec::new();
+    for (t, index, asked, naive) in &snapshots {
+        let wanted: HashSet<PodId> = asked.iter().copied().collect();
         let mut actual: BTreeMap<PodId, Millis> = BTreeMap::new();
-        let wanted: HashSet<PodId> = pending.iter().copied().collect();
         for &(pod, at) in &log[*index..] {
             if wanted.contains(&pod) {
                 actual.entry(pod).or_insert(at);
@@ -364,63 +451,79 @@ pub fn evaluate_within(
         }
         let mut replay = Simulation::new(cluster, workload, config.clone())?;
         replay.run_to(*t)?;
-        let predictions = predict_within(replay, pending, &seeds, error)?;
-        let (mut here, mut here_naive) = (Vec::new(), Vec::new());
+        let predictions = predict(replay, asked, known)?;
         for (pod, &actual_start) in &actual {
-            eval.pods += 1;
             let prediction = &predictions.starts[pod];
-            let naive_start = naive[pod];
-            eval.details.push(PodOutcome {
+            let record = truth.scheduler().pod(*pod);
+            out.push(PodOutcome {
+                seed: 0,
                 at: *t,
-                pod: truth.scheduler().pod(*pod).spec.key(),
+                pod: record.spec.key(),
+                submitted: record.submitted_at,
                 actual: actual_start,
                 predicted: prediction.point(),
                 runs: prediction.runs.clone(),
-                naive: naive_start,
+                naive: naive[pod],
             });
-            let Some(point) = prediction.point() else {
-                continue;
-            };
-            if let Some(Some(run)) = prediction.runs.first() {
-                let error = (*run as f64 - actual_start as f64).abs() / 1000.0;
-                single.push(error);
-                single_relative.push(error / ((actual_start - t) as f64 / 1000.0).max(1.0));
-            }
-            eval.predicted += 1;
-            let wait = (actual_start - t) as f64 / 1000.0;
-            let error = (point as f64 - actual_start as f64).abs() / 1000.0;
-            let naive_error = (naive_start as f64 - actual_start as f64).abs() / 1000.0;
-            if prediction.from().is_some_and(|f| f <= actual_start)
-                && prediction.to().is_none_or(|to| actual_start <= to)
-            {
-                inside += 1;
-            }
-            waits.push(wait);
-            relative.push(error / wait.max(1.0));
-            naive_relative.push(naive_error / wait.max(1.0));
-            here.push(error);
-            here_naive.push(naive_error);
         }
-        eval.per_time.push((
-            *t,
-            pending.len(),
-            median(here.clone()),
-            median(here_naive.clone()),
-        ));
-        errors.extend(here);
-        naive_errors.extend(here_naive);
+    }
+    Ok((out, snapshots.len()))
+}
+
+/// The medians over `details` (quick starts and pods the likely run never starts left out).
+fn summarize(seeds: &[u64], error: f64, moments: usize, details: Vec<PodOutcome>) -> Evaluation {
+    let mut eval = Evaluation {
+        seeds: seeds.to_vec(),
+        estimate_error: error,
+        moments,
+        pods: details.len(),
+        ..Default::default()
+    };
+    let seconds = |ms: Millis| ms as f64 / 1000.0;
+    let (mut errors, mut naive_errors, mut waits) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut relative, mut naive_relative) = (Vec::new(), Vec::new());
+    let (mut whole_waits, mut of_whole) = (Vec::new(), Vec::new());
+    let mut inside = 0usize;
+    for d in &details {
+        if d.actual - d.at < QUICK_START {
+            eval.quick += 1;
+            continue;
+        }
+        let Some(point) = d.predicted else {
+            continue;
+        };
+        eval.predicted += 1;
+        let wait = seconds(d.actual - d.at);
+        let whole_wait = seconds(d.actual.saturating_sub(d.submitted));
+        let error = seconds(point.abs_diff(d.actual));
+        let naive_error = seconds(d.naive.abs_diff(d.actual));
+        let runs = d.runs.iter().flatten();
+        if runs.clone().min().is_some_and(|&f| f <= d.actual)
+            && d.runs.iter().all(Option::is_some)
+            && runs.max().is_some_and(|&to| d.actual <= to)
+        {
+            inside += 1;
+        }
+        waits.push(wait);
+        whole_waits.push(whole_wait);
+        errors.push(error);
+        naive_errors.push(naive_error);
+        relative.push(error / wait);
+        of_whole.push(error / whole_wait.max(1.0));
+        naive_relative.push(naive_error / wait);
     }
     eval.predictor_median_error_s = median(errors);
     eval.naive_median_error_s = median(naive_errors);
     eval.median_wait_s = median(waits);
     eval.predictor_median_relative_error = median(relative);
     eval.naive_median_relative_error = median(naive_relative);
-    eval.single_run_median_error_s = median(single);
-    eval.single_run_median_relative_error = median(single_relative);
+    eval.median_whole_wait_s = median(whole_waits);
+    eval.predictor_median_error_of_whole_wait = median(of_whole);
     eval.within_range = if eval.predicted > 0 {
         inside as f64 / eval.predicted as f64
     } else {
         0.0
     };
-    Ok(eval)
+    eval.details = details;
+    eval
 }

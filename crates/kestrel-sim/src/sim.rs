@@ -5,6 +5,7 @@
 use crate::metrics::{
     GroupStats, NodeUsage, PendingPod, Percentiles, QueueStats, Sample, SimReport,
 };
+use crate::predict::Estimates;
 use crate::workload::{ClusterChange, JobKind, SimCluster, Workload};
 use kestrel_core::{
     Binding, ClusterError, Decisions, GangError, GangId, GangPhase, GpuAssignment, Millis, NodeId,
@@ -148,7 +149,7 @@ pub struct Simulation<'a> {
     decide_time: std::time::Duration,
     /// Prediction mode: the duration each job's pods are taken to run (estimates instead
     /// of the truth), set by [`Simulation::switch_to_estimates`].
-    estimates: Option<Vec<Option<Millis>>>,
+    estimates: Option<Estimates>,
     /// Bindings made since the log was last taken, when recording
     /// ([`Simulation::record_bindings`]).
     bind_log: Option<Vec<(PodId, Millis)>>,
@@ -388,25 +389,25 @@ impl<'a> Simulation<'a> {
         self.pods.get(&pod).map(|s| s.job)
     }
 
-    /// When a running pod ends if its job's pods run `durations[job]` (estimates, or the
-    /// true durations): the start of its current run plus what is left of that duration
-    /// after work saved by checkpoints, not before now. `None`: not running, or it runs to
-    /// the end.
-    pub fn end_of_running(&self, pod: PodId, durations: &[Option<Millis>]) -> Option<Millis> {
+    /// When a running pod ends if its job runs as `estimates` say, knowing how long it has
+    /// worked: the start of its current run plus what is left of that runtime after work
+    /// saved by checkpoints, not before now. `None`: not running, or it runs to the end.
+    pub fn end_of_running(&self, pod: PodId, estimates: &Estimates) -> Option<Millis> {
         let state = self.pods.get(&pod).filter(|s| s.running)?;
-        let duration = durations[state.job]?;
-        Some((state.run_start + duration.saturating_sub(state.done_work)).max(self.now))
+        let worked = state.done_work + self.now.saturating_sub(state.run_start);
+        let runtime = estimates.runtime(state.job, worked)?;
+        Some((state.run_start + runtime.saturating_sub(state.done_work)).max(self.now))
     }
 
-    /// Switches to prediction: from now on pods run for `durations[job]` (one entry per
+    /// Switches to prediction: from now on pods run as `estimates` say (one entry per
     /// workload job; `None` runs to the end) instead of their true duration. Pods running
-    /// now end at their start plus the estimate, not before now. Nothing that is not known
+    /// now end as [`Simulation::end_of_running`] says. Nothing that is not known
     /// now happens later: arrivals and cluster changes still to come are dropped, as a live
     /// scheduler would not know them (pods that known Jobs still create, and evictions
     /// under way, go on). Samples stop; bindings are logged ([`Simulation::take_bindings`]).
-    pub fn switch_to_estimates(&mut self, durations: Vec<Option<Millis>>) {
+    pub fn switch_to_estimates(&mut self, estimates: Estimates) {
         assert_eq!(
-            durations.len(),
+            estimates.runtimes.len(),
             self.workload.jobs.len(),
             "one duration per workload job"
         );
@@ -423,11 +424,11 @@ impl<'a> Simulation<'a> {
             .collect();
         running.sort_unstable();
         for (pod, epoch) in running {
-            if let Some(end) = self.end_of_running(pod, &durations) {
+            if let Some(end) = self.end_of_running(pod, &estimates) {
                 self.push(end, Event::PodDone(pod, epoch));
             }
         }
-        self.estimates = Some(durations);
+        self.estimates = Some(estimates);
         self.record_bindings();
     }
 
@@ -647,7 +648,7 @@ impl<'a> Simulation<'a> {
             let job = &self.workload.jobs[state.job];
             let (run_start, done_work) = (state.run_start, state.done_work);
             let duration = match &self.estimates {
-                Some(estimates) => estimates[state.job],
+                Some(estimates) => estimates.runtime(state.job, done_work),
                 None => job.duration,
             };
             if let Some(log) = &mut self.bind_log {

@@ -3,6 +3,7 @@
 
 use kestrel_core::*;
 use kestrel_sim::explain_view::{find_pod, pod_view};
+use kestrel_sim::predict::Estimates;
 use kestrel_sim::*;
 
 const MIN: Millis = 60_000;
@@ -37,7 +38,7 @@ fn a_single_numa_pod_is_explained_by_one_numa_nodes_gpus() {
         ],
         ..Default::default()
     };
-    let durations: Vec<Option<Millis>> = workload.jobs.iter().map(|j| j.duration).collect();
+    let durations = Estimates::exact(workload.jobs.iter().map(|j| j.duration).collect());
     let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
     sim.run_to(10 * MIN).unwrap();
     let id = find_pod(&sim, "aligned").unwrap();

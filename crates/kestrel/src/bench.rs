@@ -83,9 +83,9 @@ pub struct PlacementArgs {
 }
 
 #[derive(Clone, Debug)]
-pub struct Seeds(Vec<u64>);
+pub struct Seeds(pub Vec<u64>);
 
-fn parse_seeds(s: &str) -> Result<Seeds, String> {
+pub fn parse_seeds(s: &str) -> Result<Seeds, String> {
     let bad = || format!("seeds {s:?}: write a range like 42-51, a list like 42,43, or one seed");
     let seeds: Vec<u64> = if let Some((a, b)) = s.split_once('-') {
         let (a, b): (u64, u64) = (

@@ -12,8 +12,8 @@ use kestrel_core::{
     TaintEffect, Toleration, TolerationOperator, GPU_RESOURCE, RACK_LABEL,
 };
 use kestrel_sim::duration::parse_duration;
-use kestrel_sim::explain_view::{self as view, clock};
-use kestrel_sim::predict::{self, estimated_durations};
+use kestrel_sim::explain_view as view;
+use kestrel_sim::predict::{self, Estimates};
 use kestrel_sim::{JobKind, SimCluster, SimConfig, SimJob, Simulation, Workload};
 use serde_json::json;
 use std::path::PathBuf;
@@ -29,13 +29,17 @@ use std::time::Instant;
 pub struct PredictArgs {
     #[command(flatten)]
     sim: SimArgs,
-    /// Moments to predict from (repeatable or comma-separated); default: every --every
-    /// from --every up to the last arrival.
+    /// Moments to predict from (repeatable or comma-separated); default: at each pod's
+    /// submission, and every --every from --every up to the last arrival.
     #[arg(long, value_parser = parse_duration, value_delimiter = ',')]
     at: Vec<u64>,
     /// Spacing of the default moments.
-    #[arg(long, default_value = "2h", value_parser = parse_duration)]
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
     every: u64,
+    /// Seeds of the runtime estimates (one set of estimates each): a range `42-61`, a
+    /// list `42,43` or one seed.
+    #[arg(long, default_value = "42-61", value_parser = crate::bench::parse_seeds)]
+    estimate_seeds: crate::bench::Seeds,
 }
 
 #[derive(Args)]
@@ -63,101 +67,95 @@ pub fn run_predict(mut args: PredictArgs) -> Result<()> {
     }
     let inputs = load_inputs(&args.sim)?;
     let last_arrival = inputs.last_arrival();
-    let times: Vec<Millis> = if args.at.is_empty() {
+    let mut moments = Vec::new();
+    if args.at.is_empty() {
         let every = args.every.max(60_000);
-        (1..)
+        let times: Vec<Millis> = (1..)
             .map(|k| k * every)
             .take_while(|t| *t <= last_arrival)
-            .collect()
+            .collect();
+        moments.push(("at submission".to_string(), predict::Moments::Submissions));
+        if !times.is_empty() {
+            let label = format!("every {}", kestrel_sim::duration::format_duration(every));
+            moments.push((label, predict::Moments::At(times)));
+        }
     } else {
-        args.at.clone()
-    };
-    if times.is_empty() {
-        bail!(
-            "no moments to predict from: the last arrival is at {}; give --at TIME",
-            clock(last_arrival)
-        );
+        moments.push((
+            "at the given moments".to_string(),
+            predict::Moments::At(args.at.clone()),
+        ));
     }
+    let seeds = &args.estimate_seeds.0;
     let (cluster, workload, config) = (&inputs.cluster, &inputs.workload, &inputs.config);
     let started = Instant::now();
-    let eval = predict::evaluate(cluster, workload, config, &times, config.seed)
-        .context("evaluating the predictor")?;
+    let mut rows = Vec::new();
+    for (label, m) in &moments {
+        let eval = predict::evaluate(cluster, workload, config, m, seeds)
+            .with_context(|| format!("evaluating the predictor {label}"))?;
+        // The same with exact runtimes: what arrivals unknown at each moment cost alone.
+        let exact = predict::evaluate_within(cluster, workload, config, m, &seeds[..1], 0.0)?;
+        rows.push((label.clone(), eval, exact));
+    }
     let took = started.elapsed().as_secs_f64();
-    // The same with exact runtimes: what arrivals unknown at each moment cost alone.
-    let exact = predict::evaluate_within(cluster, workload, config, &times, config.seed, 0.0)?;
     if args.sim.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({"estimated": eval, "exact_runtimes": exact}))?
-        );
+        let out: Vec<_> = rows
+            .iter()
+            .map(|(label, eval, exact)| json!({"moments": label, "estimated": eval, "exact_runtimes": exact}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    let minutes = |s: f64| s / 60.0;
     println!(
-        "start-time prediction on {} (seeds {}..{}, runtimes estimated to +/-{:.0}%)",
+        "start-time prediction on {}: runtimes estimated to +/-{:.0}%, {} sets of estimates (seeds {})",
         config.scenario,
-        eval.seed,
-        eval.seed + predict::PREDICTION_RUNS - 1,
-        predict::ESTIMATE_ERROR * 100.0
+        predict::ESTIMATE_ERROR * 100.0,
+        seeds.len(),
+        seed_list(seeds)
     );
-    println!(
-        "  {:>6}  {:>7}  {:>22}  {:>18}",
-        "at", "pending", "predictor median error", "naive median error"
-    );
-    for (t, pending, p, n) in &eval.per_time {
-        if *pending == 0 {
-            println!("  {:>6}  {:>7}  {:>22}  {:>18}", clock(*t), 0, "-", "-");
-            continue;
-        }
+    let minutes = |s: f64| s / 60.0;
+    for (label, eval, exact) in &rows {
         println!(
-            "  {:>6}  {:>7}  {:>18.1} min  {:>14.1} min",
-            clock(*t),
-            pending,
-            minutes(*p),
-            minutes(*n)
+            "  {label}: {} pods pending then started later ({} within a minute, left out; {} compared), median remaining wait {:.1} min",
+            eval.pods,
+            eval.quick,
+            eval.predicted,
+            minutes(eval.median_wait_s)
+        );
+        println!(
+            "    predictor: median |error| {:.1} min, {:.1}% of the remaining wait ({:.1}% of the whole wait, median {:.1} min); actual start inside the predicted range for {:.0}%",
+            minutes(eval.predictor_median_error_s),
+            eval.predictor_median_relative_error * 100.0,
+            eval.predictor_median_error_of_whole_wait * 100.0,
+            minutes(eval.median_whole_wait_s),
+            eval.within_range * 100.0
+        );
+        println!(
+            "    naive (work ahead / capacity): median |error| {:.1} min, {:.1}% of the remaining wait",
+            minutes(eval.naive_median_error_s),
+            eval.naive_median_relative_error * 100.0
+        );
+        println!(
+            "    exact runtimes (only later arrivals unknown): median |error| {:.1} min, {:.1}% of the remaining wait",
+            minutes(exact.predictor_median_error_s),
+            exact.predictor_median_relative_error * 100.0
         );
     }
-    println!(
-        "  pods pending at these moments that started later: {} ({} predicted to start)",
-        eval.pods, eval.predicted
-    );
-    println!(
-        "  median remaining wait (actual start - moment): {:.1} min",
-        minutes(eval.median_wait_s)
-    );
-    let line = |what: &str, error_s: f64, relative: f64| {
-        println!(
-            "  {what}: median |error| {:.1} min, {:.1}% of the wait",
-            minutes(error_s),
-            relative * 100.0
-        )
-    };
-    line(
-        "predictor (median of 3 runs)",
-        eval.predictor_median_error_s,
-        eval.predictor_median_relative_error,
-    );
-    println!(
-        "    actual start inside the predicted range for {:.0}% of the pods",
-        eval.within_range * 100.0
-    );
-    line(
-        "naive (work ahead / capacity)",
-        eval.naive_median_error_s,
-        eval.naive_median_relative_error,
-    );
-    line(
-        "its first run alone (the known estimates)",
-        eval.single_run_median_error_s,
-        eval.single_run_median_relative_error,
-    );
-    line(
-        "exact runtimes (only later arrivals unknown)",
-        exact.predictor_median_error_s,
-        exact.predictor_median_relative_error,
-    );
-    println!("  evaluated in {took:.3} s");
+    println!("  evaluated in {took:.2} s");
     Ok(())
+}
+
+/// `42-61` for a run of consecutive seeds, else the list.
+fn seed_list(seeds: &[u64]) -> String {
+    match (seeds.first(), seeds.last()) {
+        (Some(a), Some(b)) if seeds.windows(2).all(|w| w[1] == w[0] + 1) && a != b => {
+            format!("{a}-{b}")
+        }
+        _ => seeds
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+    }
 }
 
 const NAMESPACES: [&str; 4] = ["research", "vision", "speech", "platform"];
@@ -315,7 +313,7 @@ pub fn run_explain(args: ExplainArgs) -> Result<()> {
     sim.run_to(0)?;
     let setup = started.elapsed().as_secs_f64();
     let pending = sim.scheduler().pending_count();
-    let durations = estimated_durations(&workload, 42);
+    let estimates = Estimates::known(&workload, 42);
     // Objects in the middle of the queue and of the cluster.
     let asked = [
         (Kind::Pod, format!("wait-{}", args.pending / 2)),
@@ -328,7 +326,7 @@ pub fn run_explain(args: ExplainArgs) -> Result<()> {
     for (kind, name) in &asked {
         // What `kestrel explain` does after the simulation: look up, view, render, JSON.
         let (seconds, (text, json_bytes)) = best_of(args.repeat, || {
-            let explained = Explained::of(&sim, *kind, name, &durations)?;
+            let explained = Explained::of(&sim, *kind, name, &estimates)?;
             Ok((explained.render(), explained.json(false)?.len()))
         })?;
         if *kind == Kind::Pod {
@@ -348,7 +346,7 @@ pub fn run_explain(args: ExplainArgs) -> Result<()> {
         replay.run_to(0)?;
         let replay_s = replay_started.elapsed().as_secs_f64();
         let run_started = Instant::now();
-        let bound = predict::run_forward(&mut replay, durations.clone(), &[id])?;
+        let bound = predict::run_forward(&mut replay, estimates.clone(), &[id])?;
         forward = Some((
             replay_s,
             run_started.elapsed().as_secs_f64(),

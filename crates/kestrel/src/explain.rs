@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use kestrel_core::{Millis, PodId};
 use kestrel_sim::duration::parse_duration;
 use kestrel_sim::explain_view::{self as view, clock};
-use kestrel_sim::predict::{self, estimated_durations, prediction_seeds, Predictions};
+use kestrel_sim::predict::{self, Estimates, Predictions};
 use kestrel_sim::Simulation;
 use serde::Serialize;
 use std::time::Instant;
@@ -112,23 +112,23 @@ pub(crate) enum Explained {
 }
 
 impl Explained {
-    /// Looks `name` up and reads its view; `durations` are the estimated runtimes that
+    /// Looks `name` up and reads its view; `estimates` are the runtime estimates that
     /// "what would help" and node pods' ends use.
     pub(crate) fn of(
         sim: &Simulation<'_>,
         kind: Kind,
         name: &str,
-        durations: &[Option<Millis>],
+        estimates: &Estimates,
     ) -> Result<Self> {
         Ok(match kind {
-            Kind::Pod => Explained::Pod(view::pod_view(sim, view::find_pod(sim, name)?, durations)),
+            Kind::Pod => Explained::Pod(view::pod_view(sim, view::find_pod(sim, name)?, estimates)),
             Kind::Gang => {
                 let (ns, gang) = view::find_gang(sim, name)?;
                 Explained::Gang(view::gang_view(sim, &ns, &gang))
             }
             Kind::Queue => Explained::Queue(view::queue_view(sim, view::find_queue(sim, name)?)),
             Kind::Node => {
-                Explained::Node(view::node_view(sim, view::find_node(sim, name)?, durations))
+                Explained::Node(view::node_view(sim, view::find_node(sim, name)?, estimates))
             }
         })
     }
@@ -200,14 +200,14 @@ fn state_at(inputs: &Inputs, at: Option<Millis>) -> Result<(Simulation<'_>, f64)
 fn predict_for(
     sim: Simulation<'_>,
     targets: &[PodId],
+    estimates: &Estimates,
     skip: bool,
 ) -> Result<Option<(Predictions, f64)>> {
     if skip || targets.is_empty() {
         return Ok(None);
     }
-    let seeds = prediction_seeds(sim.config().seed);
     let started = Instant::now();
-    let predictions = predict::predict(sim, targets, &seeds)?;
+    let predictions = predict::predict(sim, targets, estimates)?;
     Ok(Some((predictions, started.elapsed().as_secs_f64())))
 }
 
@@ -219,7 +219,7 @@ fn timing(simulated: f64, explained: f64, predicted: Option<f64>) -> String {
     );
     if let Some(p) = predicted {
         line += &format!(
-            "; predicted in {p:.3} s ({} forward runs with estimated runtimes)",
+            "; predicted in {p:.3} s ({} forward runs: runtimes likely, shortest, longest)",
             predict::PREDICTION_RUNS
         );
     }
@@ -230,12 +230,12 @@ pub fn explain(args: ExplainArgs) -> Result<()> {
     refuse_run_only_flags(&args.state.sim, "kestrel explain")?;
     let inputs = load_inputs(&args.state.sim)?;
     let (sim, simulated) = state_at(&inputs, args.state.at)?;
-    let durations = estimated_durations(&inputs.workload, inputs.config.seed);
+    let estimates = Estimates::known(&inputs.workload, inputs.config.seed);
     let started = Instant::now();
-    let mut answer = Explained::of(&sim, args.kind, &args.name, &durations)?;
+    let mut answer = Explained::of(&sim, args.kind, &args.name, &estimates)?;
     let explained = started.elapsed().as_secs_f64();
     let targets = answer.pending();
-    let predicted = predict_for(sim, &targets, args.state.no_predict)?;
+    let predicted = predict_for(sim, &targets, &estimates, args.state.no_predict)?;
     if let Some((p, _)) = &predicted {
         answer.apply_predictions(p);
     }
@@ -267,7 +267,8 @@ pub fn queue(args: QueueArgs) -> Result<()> {
     let mut list = view::queue_list(&sim, cq, args.namespace.as_deref());
     let explained = started.elapsed().as_secs_f64();
     let targets: Vec<PodId> = list.pending.iter().map(|e| e.id).collect();
-    let predicted = predict_for(sim, &targets, args.state.no_predict)?;
+    let estimates = Estimates::known(&inputs.workload, inputs.config.seed);
+    let predicted = predict_for(sim, &targets, &estimates, args.state.no_predict)?;
     if let Some((p, _)) = &predicted {
         view::apply_list_predictions(&mut list.pending, p);
     }
