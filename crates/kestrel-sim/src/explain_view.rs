@@ -615,6 +615,25 @@ pub struct Room {
     pub ending: Vec<Ending>,
 }
 
+/// A running pod whose preemption would make room.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Victim {
+    pub pod: String,
+    pub priority: i32,
+    pub gpus: f64,
+    /// Its gang, which would be preempted whole.
+    pub gang: Option<String>,
+}
+
+/// The node where preempting the fewest, lowest-priority running pods makes room.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Preemption {
+    pub node: String,
+    pub victims: Vec<Victim>,
+    /// Why the scheduler does not take them itself.
+    pub why_not: String,
+}
+
 /// What would help a pod that capacity keeps waiting.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Help {
@@ -622,6 +641,9 @@ pub struct Help {
     pub closest: Option<Closest>,
     /// `None` when no known end makes room on a single node.
     pub room: Option<Room>,
+    /// `None` when preempting running pods makes room on no node (none run where it may
+    /// go, or they are leaving already).
+    pub preemption: Option<Preemption>,
     /// Nodes it may use that have the room now but hold it for other work (reserved for
     /// the head of the queue, or promised to a preemptor).
     pub held: u32,
@@ -771,22 +793,23 @@ fn release_pod(free: &mut NodeState, scheduler: &Scheduler, pod: PodId) {
 /// Running pods with their estimated ends.
 type Ends = Vec<(Millis, PodId)>;
 
-/// Of the pods whose ends make room on a node, those that are needed: each earlier one is
-/// left out when the room suffices without it (the last one is always needed).
-fn needed_ends(
+/// Of the pods whose going makes room on a node (in the order they go), those that are
+/// needed: each earlier one is left out when the room suffices without it (the last one is
+/// always needed).
+fn needed<K: Copy>(
     node: &NodeState,
-    ends: &[(Millis, PodId)],
+    ends: &[(K, PodId)],
     scheduler: &Scheduler,
     spec: &PodSpec,
-) -> Ends {
-    let fits_after = |kept: &[(Millis, PodId)]| {
+) -> Vec<(K, PodId)> {
+    let fits_after = |kept: &[(K, PodId)]| {
         let mut free = node.clone();
         for (_, pod) in kept {
             release_pod(&mut free, scheduler, *pod);
         }
         free.fits_pod(&spec.demand, &spec.constraints)
     };
-    let mut kept: Ends = ends.to_vec();
+    let mut kept = ends.to_vec();
     let mut i = 0;
     while i + 1 < kept.len() {
         let mut without = kept.clone();
@@ -813,6 +836,8 @@ pub fn help_for(sim: &Simulation<'_>, id: PodId, estimates: &Estimates) -> Help 
     // (time, pods that end, node name, the ends)
     let mut room: Option<(Millis, usize, &str, Ends)> = None;
     let mut ends: Ends = Vec::new();
+    // (highest victim priority, victims, node name, the victims)
+    let mut preemption: Option<(i32, usize, &str, Victims)> = None;
     let mut held = 0;
     for (node_id, node) in scheduler.cluster().iter() {
         // Static predicates only: a pod with no demand fits wherever they pass.
@@ -833,6 +858,16 @@ pub fn help_for(sim: &Simulation<'_>, id: PodId, estimates: &Estimates) -> Help 
         {
             closest = Some((share, missing.len(), name, node_id));
         }
+        if let Some(victims) = victims_on(node, scheduler, spec, preemption.as_ref()) {
+            let top = victims.last().map_or(i32::MIN, |v| v.0 .0);
+            let key = (top, victims.len(), name);
+            if preemption
+                .as_ref()
+                .is_none_or(|(t, n, c, _)| key < (*t, *n, *c))
+            {
+                preemption = Some((top, victims.len(), name, victims));
+            }
+        }
         ends.clear();
         ends.extend(
             node.pods
@@ -852,7 +887,7 @@ pub fn help_for(sim: &Simulation<'_>, id: PodId, estimates: &Estimates) -> Help 
             }
             release_pod(&mut free, scheduler, pod);
             if free.fits_pod(demand, &spec.constraints) {
-                let needed = needed_ends(node, &ends[..=k], scheduler, spec);
+                let needed = needed(node, &ends[..=k], scheduler, spec);
                 let key = (end, needed.len(), name);
                 if room.as_ref().is_none_or(|(t, n, c, _)| key < (*t, *n, *c)) {
                     room = Some((end, needed.len(), name, needed));
@@ -886,7 +921,72 @@ pub fn help_for(sim: &Simulation<'_>, id: PodId, estimates: &Estimates) -> Help 
                 })
                 .collect(),
         }),
+        preemption: preemption.map(|(top, _, node, victims)| Preemption {
+            node: node.to_string(),
+            why_not: why_not_preempted(scheduler, id, top),
+            victims: victims
+                .into_iter()
+                .map(|(_, pod)| {
+                    let spec = &scheduler.pod(pod).spec;
+                    Victim {
+                        pod: spec.key(),
+                        priority: spec.priority,
+                        gpus: scheduler.gpu_milli(pod) as f64 / 1000.0,
+                        gang: spec.gang.as_ref().map(|g| g.gang.clone()),
+                    }
+                })
+                .collect(),
+        }),
         held,
+    }
+}
+
+/// Running pods ordered as preemption takes them: lowest priority first, then the newest.
+type Victims = Vec<((i32, std::cmp::Reverse<PodId>), PodId)>;
+
+/// The fewest, lowest-priority running pods on `node` whose preemption makes room for the
+/// pod (`None` when even all of them do not, or `best` already needs lower priorities).
+fn victims_on(
+    node: &NodeState,
+    scheduler: &Scheduler,
+    spec: &PodSpec,
+    best: Option<&(i32, usize, &str, Victims)>,
+) -> Option<Victims> {
+    let mut candidates: Victims = node
+        .pods
+        .iter()
+        .filter(|&&p| !scheduler.pod(p).evicting)
+        .map(|&p| ((scheduler.pod(p).spec.priority, std::cmp::Reverse(p)), p))
+        .collect();
+    candidates.sort_unstable();
+    let mut free = node.clone();
+    for k in 0..candidates.len() {
+        let (key, pod) = candidates[k];
+        if best.is_some_and(|b| key.0 > b.0) {
+            return None;
+        }
+        release_pod(&mut free, scheduler, pod);
+        if free.fits_pod(&spec.demand, &spec.constraints) {
+            return Some(needed(node, &candidates[..=k], scheduler, spec));
+        }
+    }
+    None
+}
+
+/// Why the scheduler leaves victims of priority up to `top` where they are.
+fn why_not_preempted(scheduler: &Scheduler, id: PodId, top: i32) -> String {
+    let spec = &scheduler.pod(id).spec;
+    if top >= spec.priority {
+        format!(
+            "they have priority {top}, not below its {}: Kestrel preempts only lower priorities",
+            spec.priority
+        )
+    } else if spec.preemption.never_preempt {
+        "its preemptionPolicy is Never: it waits for room instead".into()
+    } else {
+        "their priority is lower, but its queue's preemption policy, a PodDisruptionBudget \
+         or a preemption under way keeps them (see the reasons above)"
+            .into()
     }
 }
 
@@ -1643,6 +1743,33 @@ fn render_help(out: &mut String, h: &Help, gang: bool) {
         ));
     } else if h.closest.is_some() {
         lines.push("no running pod with a known end frees enough room on one node".into());
+    }
+    if let Some(p) = &h.preemption {
+        let victims: Vec<String> = p
+            .victims
+            .iter()
+            .take(6)
+            .map(|v| {
+                let gang = v
+                    .gang
+                    .as_ref()
+                    .map(|g| format!(", gang {g} whole"))
+                    .unwrap_or_default();
+                format!("{} (priority {}{gang})", v.pod, v.priority)
+            })
+            .collect();
+        let more = p.victims.len().saturating_sub(6);
+        lines.push(format!(
+            "fits on {} if these were preempted: {}{}",
+            p.node,
+            victims.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ));
+        lines.push(format!("({})", p.why_not));
     }
     for (i, line) in lines.iter().enumerate() {
         let label = if i == 0 { "would help" } else { "" };

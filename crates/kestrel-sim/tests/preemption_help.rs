@@ -1,0 +1,115 @@
+//! "What would help" names the running pods whose preemption makes room, and says why the
+//! scheduler does not take them itself.
+
+use kestrel_core::*;
+use kestrel_sim::explain_view::{find_pod, pod_view, render_pod};
+use kestrel_sim::predict::Estimates;
+use kestrel_sim::*;
+
+const MIN: Millis = 60_000;
+
+fn gpu_node(name: &str, gpus: u32) -> NodeSpec {
+    let mut node = NodeSpec::new(name, Resources::new(64_000, 512 << 30));
+    node.gpus = GpuTopology::Flat.devices("H100", 81_559, gpus).0;
+    node
+}
+
+fn job(name: &str, gpus: u32, arrival: Millis, priority: i32, never: bool) -> SimJob {
+    let mut template = PodSpec::new(
+        "",
+        "",
+        Demand {
+            resources: Resources::new(1000, 1 << 30),
+            gpu: GpuRequest::Whole(gpus),
+        },
+    );
+    template.priority = priority;
+    template.preemption.never_preempt = never;
+    SimJob::pod("team", name, arrival, 120 * MIN, template)
+}
+
+/// Two 4-GPU nodes: "a" runs 1 + 3 GPUs at priorities 50 and 300, "b" runs 2 + 2 GPUs at
+/// 200 and 100. A 2-GPU pod arrives later.
+fn state(waiting_priority: i32, never: bool) -> (SimCluster, Workload) {
+    let cluster = SimCluster {
+        nodes: vec![gpu_node("a", 4), gpu_node("b", 4)],
+        events: vec![],
+    };
+    let workload = Workload {
+        jobs: vec![
+            job("a-low", 1, 0, 50, false),
+            job("a-high", 3, 0, 300, false),
+            job("b-mid", 2, 0, 200, false),
+            job("b-low", 2, 0, 100, false),
+            job("waiting", 2, 10 * MIN, waiting_priority, never),
+        ],
+        ..Default::default()
+    };
+    (cluster, workload)
+}
+
+fn help_of(waiting_priority: i32, never: bool) -> (kestrel_sim::explain_view::PodView, String) {
+    let (cluster, workload) = state(waiting_priority, never);
+    let estimates = Estimates::exact(workload.jobs.iter().map(|j| j.duration).collect());
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(20 * MIN).unwrap();
+    let id = find_pod(&sim, "waiting").unwrap();
+    assert!(
+        sim.scheduler().pod(id).pending_reason.is_some(),
+        "the pod waits"
+    );
+    let view = pod_view(&sim, id, &estimates);
+    let text = render_pod(&view);
+    (view, text)
+}
+
+#[test]
+fn the_fewest_lowest_priority_victims_are_named_with_why_they_stay() {
+    // Priority 100: "b-low" (100) alone makes room on b; a needs "a-high" (300) too.
+    let (view, text) = help_of(100, false);
+    let p = view
+        .help
+        .unwrap()
+        .preemption
+        .expect("a preemption makes room");
+    assert_eq!(p.node, "b");
+    assert_eq!(p.victims.len(), 1);
+    assert_eq!(
+        (p.victims[0].pod.as_str(), p.victims[0].priority),
+        ("team/b-low", 100)
+    );
+    assert!(p.why_not.contains("not below its 100"), "{}", p.why_not);
+    assert!(
+        text.contains("fits on b if these were preempted: team/b-low (priority 100)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_pod_that_never_preempts_is_told_so() {
+    // Priority 150 with preemptionPolicy Never: "b-low" (100) is lower, yet stays.
+    let (view, _) = help_of(150, true);
+    let p = view.help.unwrap().preemption.unwrap();
+    assert_eq!(p.victims[0].pod, "team/b-low");
+    assert!(
+        p.why_not.contains("preemptionPolicy is Never"),
+        "{}",
+        p.why_not
+    );
+}
+
+#[test]
+fn a_pod_that_may_preempt_lower_priorities_is_not_left_waiting_for_them() {
+    // Priority 150 may preempt "b-low": the scheduler does it, so nothing waits.
+    let (cluster, workload) = state(150, false);
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(20 * MIN).unwrap();
+    let id = find_pod(&sim, "waiting").unwrap();
+    let record = sim.scheduler().pod(id);
+    let bound = matches!(record.phase, PodPhase::Bound { .. });
+    let evicting = sim
+        .scheduler()
+        .pods()
+        .any(|(_, r)| r.spec.name == "b-low" && r.evicting);
+    assert!(bound || evicting, "it took b-low's room");
+}
