@@ -2,7 +2,8 @@
 //!
 //! A replica schedules only while it leads. On taking the lease it starts the watches
 //! afresh (a new LIST of Pods, Nodes, PriorityClasses, RuntimeClasses, Namespaces,
-//! PodDisruptionBudgets, and Kestrel's PodGroups, Topologies and queue kinds), rebuilds the engine's state from that
+//! PodDisruptionBudgets, ResourceQuotas, and Kestrel's PodGroups, Topologies and queue
+//! kinds), rebuilds the engine's state from that
 //! listing (pods bound by anyone count as used), and binds only after every listing is in.
 //! Where Kestrel's CRDs are not installed (or not readable), their listings count as empty.
 //! Preemptions the engine decides are carried out here: checkpoint requests, then
@@ -18,7 +19,7 @@ use crate::index::{
 };
 use crate::metrics::Metrics;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -88,6 +89,8 @@ pub enum Change {
         kind: &'static str,
         listed: bool,
     },
+    /// A ResourceQuota changed.
+    ResourceQuota(Box<Event<ResourceQuota>>),
     /// The API does not serve this kind (its CRD is not installed) or does not let
     /// Kestrel read it: its listing counts as empty until a watch succeeds.
     Unserved {
@@ -110,6 +113,8 @@ pub struct Stores {
     pub foreign_pod_groups: Vec<(&'static str, Store<DynamicObject>)>,
     pub namespaces: Store<Namespace>,
     pub disruption_budgets: Store<PodDisruptionBudget>,
+    /// To explain gangs whose missing pods the API server refuses.
+    pub resource_quotas: Store<ResourceQuota>,
 }
 
 /// Other projects' PodGroups the live scheduler reads: (name, group, version).
@@ -146,6 +151,7 @@ struct Synced {
     queues: std::collections::BTreeSet<&'static str>,
     /// The foreign PodGroup kinds listed so far.
     foreign_pod_groups: std::collections::BTreeSet<&'static str>,
+    resource_quotas: bool,
 }
 
 impl Synced {
@@ -156,6 +162,7 @@ impl Synced {
             && self.runtime_classes
             && self.pod_groups
             && self.topologies
+            && self.resource_quotas
             && self.queues.len() == QUEUE_WATCHES.len()
             && self.foreign_pod_groups.len() == FOREIGN_POD_GROUPS.len()
     }
@@ -333,13 +340,24 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         tasks,
         Api::<PodDisruptionBudget>::all(client.clone()),
         (),
-        tx,
+        tx.clone(),
         |e| Change::Queues {
             kind: "PodDisruptionBudget",
             listed: matches!(e, Event::InitDone),
         },
         Some(Change::Unserved {
             kind: "PodDisruptionBudget",
+        }),
+    );
+    // Without read access (an older ClusterRole), quotas are not used to explain gangs.
+    let resource_quotas = spawn_watch(
+        tasks,
+        Api::<ResourceQuota>::all(client.clone()),
+        (),
+        tx,
+        |e| Change::ResourceQuota(Box::new(e)),
+        Some(Change::Unserved {
+            kind: "ResourceQuota",
         }),
     );
     (
@@ -354,6 +372,7 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
             foreign_pod_groups,
             namespaces,
             disruption_budgets,
+            resource_quotas,
         },
         rx,
     )
@@ -379,6 +398,17 @@ pub fn pod_group_keys<'a>(
                 o.metadata.name.clone()?,
             ))
         })
+        .collect()
+}
+
+/// The (namespace, name) of ResourceQuotas in a listing, for
+/// [`ClusterState::retain_resource_quotas`].
+pub fn resource_quota_keys<'a>(
+    objects: impl IntoIterator<Item = &'a Arc<ResourceQuota>>,
+) -> std::collections::HashSet<(String, String)> {
+    objects
+        .into_iter()
+        .filter_map(|q| Some((q.metadata.namespace.clone()?, q.metadata.name.clone()?)))
         .collect()
 }
 
@@ -478,6 +508,24 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
             for e in state.set_queues(&objects) {
                 tracing::warn!(error = %e, "queue object cannot be used; its previous version (if any) stays in force");
             }
+        }
+        Change::ResourceQuota(event) => {
+            return match *event {
+                Event::Apply(q) | Event::InitApply(q) => {
+                    let (changed, warnings) = state.apply_resource_quota(&q);
+                    for w in warnings {
+                        tracing::warn!(warning = %w, "ResourceQuota cannot be read in full; what cannot be read is skipped");
+                    }
+                    changed
+                }
+                Event::Delete(q) => state.delete_resource_quota(
+                    q.metadata.namespace.as_deref().unwrap_or_default(),
+                    q.metadata.name.as_deref().unwrap_or_default(),
+                ),
+                Event::Init => false,
+                Event::InitDone => state
+                    .retain_resource_quotas(&resource_quota_keys(&stores.resource_quotas.state())),
+            };
         }
         Change::Unserved { .. } => {}
     }
@@ -629,6 +677,12 @@ pub async fn lead(
                     Change::Topologies { listed: true } => synced.topologies = true,
                     Change::Unserved { kind: "PodGroup" } => synced.pod_groups = true,
                     Change::Unserved { kind: "Topology" } => synced.topologies = true,
+                    Change::ResourceQuota(e) if matches!(**e, Event::InitDone) => {
+                        synced.resource_quotas = true
+                    }
+                    Change::Unserved {
+                        kind: "ResourceQuota",
+                    } => synced.resource_quotas = true,
                     Change::ForeignPodGroup { kind, event } if matches!(**event, Event::InitDone) => {
                         synced.foreign_pod_groups.insert(kind);
                     }

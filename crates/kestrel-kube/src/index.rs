@@ -13,11 +13,14 @@
 //! (or the other projects' label or annotation, or Kueue's plain-pod group label) are
 //! its members. A member whose PodGroup is missing
 //! or unusable waits outside the engine ([`PodState::GangWait`]) with that reason. Each
-//! cycle returns the PodGroup statuses that changed ([`GroupStatusJob`]).
+//! cycle returns the PodGroup statuses that changed ([`GroupStatusJob`]). An incomplete
+//! gang whose missing pods a ResourceQuota of its namespace refuses
+//! ([`ClusterState::apply_resource_quota`]) names that quota in its status and its pods'.
 
 use crate::convert::{self, ConvertError, GPU_INDICES_ANNOTATION, LAST_CHECKPOINT_ANNOTATION};
 use crate::crds::{PodGroupPhase, PodGroupStatus};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use crate::quota::{self, PodUsage, Quota};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -109,6 +112,9 @@ struct Group {
     last_status: Option<GroupStatusJob>,
     /// The invalid-spec message last reported in an event.
     warned: Option<String>,
+    /// The ResourceQuota that refuses pods like its members, if one does
+    /// ([`ClusterState::apply_resource_quota`]): said when the gang is incomplete.
+    quota_note: Option<String>,
 }
 
 impl Group {
@@ -126,6 +132,7 @@ impl Group {
             bind_error: None,
             last_status: None,
             warned: None,
+            quota_note: None,
         }
     }
 
@@ -345,6 +352,12 @@ pub struct ClusterState {
     queue_docs: BTreeMap<(&'static str, String), QueueDocument>,
     /// Queue statuses last written, by (kind, name).
     queue_status: HashMap<(&'static str, String), Value>,
+    /// ResourceQuotas Kestrel can use, by namespace and name.
+    quotas: BTreeMap<String, BTreeMap<String, Quota>>,
+    /// Namespaces whose quotas changed since the gangs' quota notes were worked out.
+    quota_namespaces: BTreeSet<String>,
+    /// Each ResourceQuota's warnings at its last reading, so that each is logged once.
+    quota_warnings: HashMap<GroupKey, Vec<String>>,
 }
 
 impl ClusterState {
@@ -367,6 +380,9 @@ impl ClusterState {
             leaving: BTreeMap::new(),
             queue_docs: BTreeMap::new(),
             queue_status: HashMap::new(),
+            quotas: BTreeMap::new(),
+            quota_namespaces: BTreeSet::new(),
+            quota_warnings: HashMap::new(),
         }
     }
 
@@ -1163,6 +1179,7 @@ impl ClusterState {
     pub fn cycle(&mut self, now: Millis) -> CycleOutput {
         self.set_time(now);
         let decisions = self.scheduler.schedule(now);
+        let noted = self.refresh_quota_notes();
         let mut out = CycleOutput {
             binds: Vec::with_capacity(decisions.bindings.len()),
             unschedulable: self.take_reports(),
@@ -1198,11 +1215,13 @@ impl ClusterState {
                 gpu_indices: convert::format_gpu_indices(&b.gpus),
             });
         }
+        let mut explained = HashSet::new();
         for (id, reason) in decisions.unschedulable {
             let Some(key) = self.keys.get(&id) else {
                 continue;
             };
             let t = &self.pods[key];
+            let message = self.explain(&reason, t.group.as_ref());
             if let Some(g) = &t.group {
                 self.dirty_groups.insert(g.clone());
             }
@@ -1214,13 +1233,46 @@ impl ClusterState {
             } else {
                 "Unschedulable"
             };
+            explained.insert(id);
             out.unschedulable.push(StatusJob {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
                 uid: t.uid.clone(),
                 reason: reason_kind,
-                message: reason.to_string(),
+                message,
             });
+        }
+        // Pods of incomplete gangs whose ResourceQuota note changed say so again (the
+        // engine reports a pod only when its own explanation changes).
+        for key in &noted {
+            let Some(g) = self.groups.get(key) else {
+                continue;
+            };
+            for member in &g.members {
+                let Some(t) = self.pods.get(member) else {
+                    continue;
+                };
+                let PodState::Queued(id) = t.state else {
+                    continue;
+                };
+                let Some(reason) = self.scheduler.pod(id).pending_reason.as_deref() else {
+                    continue;
+                };
+                if explained.contains(&id)
+                    || reason.queue.is_some()
+                    || !matches!(reason.gang, Some(GangProblem::Incomplete { .. }))
+                {
+                    continue;
+                }
+                let (namespace, name) = member.split_once('/').expect("namespace/name");
+                out.unschedulable.push(StatusJob {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    uid: t.uid.clone(),
+                    reason: "Unschedulable",
+                    message: self.explain(reason, Some(key)),
+                });
+            }
         }
         // Pods of a gang that timed out leave the engine and wait, saying so.
         for id in decisions.expired {
@@ -1499,6 +1551,161 @@ impl ClusterState {
         Some(g.problem())
     }
 
+    // ---- ResourceQuotas ----------------------------------------------------------------
+
+    /// A ResourceQuota was added or changed. Quotas explain incomplete gangs: pods the
+    /// API server refuses to create because their namespace's quota is used up. Returns
+    /// whether what Kestrel uses of it changed, and the warnings about fields that cannot
+    /// be read (skipped), each once while it lasts.
+    pub fn apply_resource_quota(&mut self, object: &ResourceQuota) -> (bool, Vec<String>) {
+        let key = (
+            object.metadata.namespace.clone().unwrap_or_default(),
+            object.metadata.name.clone().unwrap_or_default(),
+        );
+        let (read, warnings) = quota::read_quota(object);
+        let last = self.quota_warnings.get(&key);
+        let new: Vec<String> = warnings
+            .iter()
+            .filter(|w| !last.is_some_and(|l| l.contains(w)))
+            .cloned()
+            .collect();
+        if warnings.is_empty() {
+            self.quota_warnings.remove(&key);
+        } else {
+            self.quota_warnings.insert(key.clone(), warnings);
+        }
+        let in_namespace = self.quotas.entry(key.0.clone()).or_default();
+        let changed = match read {
+            Some(q) => in_namespace.insert(key.1.clone(), q.clone()).as_ref() != Some(&q),
+            None => in_namespace.remove(&key.1).is_some(),
+        };
+        if in_namespace.is_empty() {
+            self.quotas.remove(&key.0);
+        }
+        if changed {
+            self.quota_namespaces.insert(key.0);
+        }
+        (changed, new)
+    }
+
+    /// A ResourceQuota was deleted. Returns whether Kestrel used it.
+    pub fn delete_resource_quota(&mut self, namespace: &str, name: &str) -> bool {
+        let key = (namespace.to_string(), name.to_string());
+        self.quota_warnings.remove(&key);
+        let Some(in_namespace) = self.quotas.get_mut(namespace) else {
+            return false;
+        };
+        let changed = in_namespace.remove(name).is_some();
+        if in_namespace.is_empty() {
+            self.quotas.remove(namespace);
+        }
+        if changed {
+            self.quota_namespaces.insert(namespace.to_string());
+        }
+        changed
+    }
+
+    /// After a relist: drops the ResourceQuotas not in it, (namespace, name).
+    pub fn retain_resource_quotas(&mut self, present: &HashSet<(String, String)>) -> bool {
+        let gone: Vec<(String, String)> = self
+            .quotas
+            .iter()
+            .flat_map(|(ns, qs)| qs.keys().map(move |n| (ns.clone(), n.clone())))
+            .filter(|k| !present.contains(k))
+            .collect();
+        self.quota_warnings.retain(|k, _| present.contains(k));
+        let mut changed = false;
+        for (ns, name) in gone {
+            changed |= self.delete_resource_quota(&ns, &name);
+        }
+        changed
+    }
+
+    /// The ResourceQuota that refuses pods like a gang's members (any pod, while none
+    /// exists), as a sentence; `None` when its namespace's quotas have room.
+    fn quota_refusal(&self, key: &GroupKey) -> Option<String> {
+        let quotas = self.quotas.get(&key.0)?;
+        let g = self.groups.get(key)?;
+        // Only a gang with pods waiting in the engine (or none at all) can be incomplete.
+        let waits = g.members.iter().any(|m| {
+            matches!(
+                self.pods.get(m).map(|t| &t.state),
+                Some(PodState::Queued(_))
+            )
+        });
+        if !waits && !g.members.is_empty() {
+            return None;
+        }
+        let mut seen: Vec<PodUsage> = Vec::new();
+        for member in &g.members {
+            let Some(t) = self.pods.get(member) else {
+                continue;
+            };
+            let usage = match &t.state {
+                PodState::Queued(id)
+                | PodState::Binding { id, .. }
+                | PodState::Bound { id, .. } => PodUsage::of(&self.scheduler.pod(*id).spec),
+                PodState::GangWait { spec, .. } | PodState::Orphan { spec, .. } => {
+                    PodUsage::of(spec)
+                }
+                PodState::Gated | PodState::Invalid(_) | PodState::Expired => continue,
+            };
+            if !seen.contains(&usage) {
+                seen.push(usage);
+            }
+        }
+        if seen.is_empty() {
+            seen.push(PodUsage::default());
+        }
+        seen.iter()
+            .find_map(|usage| quota::refusal(quotas.values(), usage))
+            .map(|r| r.to_string())
+    }
+
+    /// Works the quota notes out again for the gangs that changed and those in namespaces
+    /// whose quotas changed; returns the gangs whose note changed, marked for a status
+    /// update.
+    fn refresh_quota_notes(&mut self) -> Vec<GroupKey> {
+        let namespaces = std::mem::take(&mut self.quota_namespaces);
+        let mut keys: BTreeSet<GroupKey> = self.dirty_groups.iter().cloned().collect();
+        if !namespaces.is_empty() {
+            keys.extend(
+                self.groups
+                    .keys()
+                    .filter(|k| namespaces.contains(&k.0))
+                    .cloned(),
+            );
+        }
+        let mut changed = Vec::new();
+        for key in keys {
+            let note = self.quota_refusal(&key);
+            let Some(g) = self.groups.get_mut(&key) else {
+                continue;
+            };
+            if g.quota_note != note {
+                g.quota_note = note;
+                self.dirty_groups.insert(key.clone());
+                changed.push(key);
+            }
+        }
+        changed
+    }
+
+    /// Why a pod (or its gang) waits, as reported: the engine's explanation, with the
+    /// ResourceQuota that refuses the missing pods when the gang is incomplete.
+    fn explain(&self, reason: &Unschedulable, group: Option<&GroupKey>) -> String {
+        let message = reason.to_string();
+        let note = group
+            .and_then(|g| self.groups.get(g))
+            .and_then(|g| g.quota_note.as_deref());
+        match (&reason.queue, &reason.gang, note) {
+            (None, Some(problem @ GangProblem::Incomplete { .. }), Some(note)) => {
+                with_quota_note(message, problem, note)
+            }
+            _ => message,
+        }
+    }
+
     /// Declares the gang to the engine if it changed, reports a PodGroup that cannot be
     /// used, and moves its waiting pods into the engine or out of it.
     fn settle_group(&mut self, key: &GroupKey) {
@@ -1698,7 +1905,7 @@ impl ClusterState {
                         Some(GangProblem::Incomplete { .. }) => "Incomplete".into(),
                         _ => "Unschedulable".into(),
                     },
-                    why.to_string(),
+                    self.explain(&why, Some(key)),
                 ),
                 None if invalid > 0 => (
                     PodGroupPhase::Pending,
@@ -1710,14 +1917,19 @@ impl ClusterState {
                     PodGroupPhase::Pending,
                     "False",
                     "Incomplete".into(),
-                    GangProblem::Incomplete {
-                        gang,
-                        exist: 0,
-                        min_member: min_member.unwrap_or_default() as u32,
-                        total: None,
-                        role: None,
-                    }
-                    .to_string(),
+                    self.explain(
+                        &Unschedulable::gang_only(
+                            GangProblem::Incomplete {
+                                gang,
+                                exist: 0,
+                                min_member: min_member.unwrap_or_default() as u32,
+                                total: None,
+                                role: None,
+                            },
+                            0,
+                        ),
+                        Some(key),
+                    ),
                 ),
                 None => (
                     PodGroupPhase::Pending,
@@ -1758,6 +1970,17 @@ impl ClusterState {
             Err(()) => g.last_status = None,
         }
     }
+}
+
+/// An incomplete gang's explanation with the ResourceQuota that refuses its missing pods
+/// in place of "waiting for the rest to be created" (they will not be, until the quota has
+/// room).
+fn with_quota_note(message: String, problem: &GangProblem, note: &str) -> String {
+    let text = problem.to_string();
+    let head = text
+        .strip_suffix("; waiting for the rest to be created")
+        .unwrap_or(&text);
+    message.replacen(&text, &format!("{head}; {note}"), 1)
 }
 
 /// Why a gang's pods wait when nothing declares it.

@@ -14,3 +14,4 @@ pub mod leader;
 pub mod limiter;
 pub mod manifests;
 pub mod metrics;
+pub mod quota;

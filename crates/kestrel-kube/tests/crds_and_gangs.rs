@@ -3,7 +3,7 @@
 //! by server-side apply, and malformed PodGroups reported instead of crashing anything.
 
 use http::{Request, Response};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kestrel_core::SchedulerConfig;
@@ -478,6 +478,7 @@ struct Harness {
     topologies: Writer<DynamicObject>,
     queues: Vec<(&'static str, Writer<DynamicObject>)>,
     namespaces: Writer<Namespace>,
+    resource_quotas: Writer<ResourceQuota>,
 }
 
 impl Harness {
@@ -501,6 +502,7 @@ impl Harness {
             ),
         ];
         let namespaces = Writer::<Namespace>::default();
+        let resource_quotas = Writer::<ResourceQuota>::default();
         let stores = Stores {
             pods: pods.as_reader(),
             nodes: node_store.as_reader(),
@@ -512,6 +514,7 @@ impl Harness {
             foreign_pod_groups: Vec::new(),
             namespaces: namespaces.as_reader(),
             disruption_budgets: Writer::default().as_reader(),
+            resource_quotas: resource_quotas.as_reader(),
         };
         let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
         for n in nodes {
@@ -525,6 +528,7 @@ impl Harness {
             topologies,
             queues,
             namespaces,
+            resource_quotas,
         }
     }
 
@@ -555,6 +559,22 @@ impl Harness {
             &self.stores,
             Change::Queues { kind, listed: true },
         );
+    }
+
+    /// A ResourceQuota applied or deleted; whether the state changed.
+    fn resource_quota(&mut self, object: Value, delete: bool) -> bool {
+        let q: ResourceQuota = serde_json::from_value(object).unwrap();
+        let e = if delete {
+            Event::Delete(q)
+        } else {
+            Event::Apply(q)
+        };
+        self.resource_quotas.apply_watcher_event(&e);
+        driver::apply_change(
+            &mut self.state,
+            &self.stores,
+            Change::ResourceQuota(Box::new(e)),
+        )
     }
 
     fn namespace(&mut self, name: &str, labels: Value) {
@@ -678,6 +698,102 @@ fn a_gang_binds_all_or_nothing_and_its_status_says_why_it_waits() {
     let out = h.state.cycle(5);
     let s = status_of(&out, "pt");
     assert_eq!((s.phase, s.running), (PodGroupPhase::Running, 3));
+}
+
+fn gpu_quota(name: &str, hard: &str, used: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"hard": {"requests.nvidia.com/gpu": hard, "pods": "100"}},
+        "status": {"hard": {"requests.nvidia.com/gpu": hard, "pods": "100"},
+                   "used": {"requests.nvidia.com/gpu": used, "pods": "3"}}})
+}
+
+#[test]
+fn an_incomplete_gang_names_the_resource_quota_that_refuses_its_missing_pods() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1"), node("gpu-1", 8, "r1")]);
+    // Room for the fourth pod's 2 GPUs: the gang just waits for it.
+    assert!(h.resource_quota(gpu_quota("gpu-quota", "8", "6"), false));
+    h.group(pod_group("train", json!({"minMember": 4})));
+    for i in 0..3 {
+        h.pod(member(&format!("train-{i}"), "train", 2));
+    }
+    let out = h.state.cycle(0);
+    let s = status_of(&out, "train");
+    assert_eq!(s.reason, "Incomplete");
+    assert_eq!(
+        s.message,
+        "gang ml/train is incomplete: 3 of 4 pods exist (minMember 4); waiting for the rest to be created"
+    );
+    assert_eq!(out.unschedulable.len(), 3);
+
+    // The quota is used up (a malformed quota beside it is skipped, not fatal): the
+    // PodGroup and its pods name it.
+    let broken = json!({"apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "broken", "namespace": "ml"},
+        "status": {"hard": {"requests.nvidia.com/gpu": "lots"}, "used": {"requests.nvidia.com/gpu": "0"}}});
+    assert!(!h.resource_quota(broken, false), "nothing usable in it");
+    assert!(h.resource_quota(gpu_quota("gpu-quota", "8", "8"), false));
+    let out = h.state.cycle(1);
+    let expected = "gang ml/train is incomplete: 3 of 4 pods exist (minMember 4); ResourceQuota \
+        ml/gpu-quota has requests.nvidia.com/gpu 8 of 8 used, so the API server refuses the \
+        missing pods: raise the quota or end pods in ml";
+    let s = status_of(&out, "train");
+    assert_eq!(
+        (s.reason.as_str(), s.message.as_str()),
+        ("Incomplete", expected)
+    );
+    let names: BTreeSet<&str> = out.unschedulable.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, BTreeSet::from(["train-0", "train-1", "train-2"]));
+    assert!(
+        out.unschedulable
+            .iter()
+            .all(|r| r.reason == "Unschedulable" && r.message == expected),
+        "{:?}",
+        out.unschedulable
+    );
+    // Nothing changed: nothing is said again.
+    let out = h.state.cycle(2);
+    assert!(
+        out.group_status.is_empty() && out.unschedulable.is_empty(),
+        "{out:?}"
+    );
+
+    // The quota is raised: the gang waits for its pod again, saying so.
+    assert!(h.resource_quota(gpu_quota("gpu-quota", "16", "8"), false));
+    let out = h.state.cycle(3);
+    assert!(status_of(&out, "train")
+        .message
+        .ends_with("(minMember 4); waiting for the rest to be created"));
+    assert_eq!(out.unschedulable.len(), 3, "{out:?}");
+    assert!(out
+        .unschedulable
+        .iter()
+        .all(|r| !r.message.contains("ResourceQuota")));
+
+    // Used up again, then deleted: the note comes and goes with it.
+    h.resource_quota(gpu_quota("gpu-quota", "16", "16"), false);
+    assert!(status_of(&h.state.cycle(4), "train")
+        .message
+        .contains("ResourceQuota ml/gpu-quota"));
+    assert!(h.resource_quota(gpu_quota("gpu-quota", "16", "16"), true));
+    let out = h.state.cycle(5);
+    assert!(!status_of(&out, "train").message.contains("ResourceQuota"));
+
+    // A quota used up in pods only: it refuses any pod, even before one exists.
+    h.group(pod_group("empty", json!({"minMember": 2})));
+    h.resource_quota(
+        json!({"apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": "pod-count", "namespace": "ml"},
+            "status": {"hard": {"count/pods": "3"}, "used": {"count/pods": "3"}}}),
+        false,
+    );
+    let out = h.state.cycle(6);
+    assert_eq!(
+        status_of(&out, "empty").message,
+        "gang ml/empty is incomplete: 0 of 2 pods exist (minMember 2); ResourceQuota \
+         ml/pod-count has count/pods 3 of 3 used, so the API server refuses the missing pods: \
+         raise the quota or end pods in ml"
+    );
 }
 
 #[test]
@@ -1058,6 +1174,7 @@ async fn scripted_server(
             ("GET", "/apis/policy/v1/poddisruptionbudgets") => {
                 Some(list("policy/v1", "PodDisruptionBudget", vec![]))
             }
+            ("GET", "/api/v1/resourcequotas") => Some(list("v1", "ResourceQuota", vec![])),
             (
                 "GET",
                 "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"

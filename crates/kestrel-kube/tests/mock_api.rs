@@ -505,6 +505,9 @@ async fn scripted_server(
             ("GET", "/apis/policy/v1/poddisruptionbudgets") => {
                 json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudgetList", "metadata": {"resourceVersion": "1"}, "items": []})
             }
+            ("GET", "/api/v1/resourcequotas") => {
+                json!({"apiVersion": "v1", "kind": "ResourceQuotaList", "metadata": {"resourceVersion": "1"}, "items": []})
+            }
             (
                 "GET",
                 "/apis/scheduling.kestrel.dev/v1alpha1/podgroups"
