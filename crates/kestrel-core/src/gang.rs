@@ -191,6 +191,14 @@ impl Scheduler {
         &self.gangs.gangs[id.0 as usize]
     }
 
+    /// Every gang the engine knows (declared, or named by pods): (namespace, name).
+    pub fn gang_keys(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.gangs
+            .ids
+            .keys()
+            .map(|(ns, n)| (ns.as_str(), n.as_str()))
+    }
+
     pub fn gang_id(&self, namespace: &str, name: &str) -> Option<GangId> {
         self.gangs
             .ids

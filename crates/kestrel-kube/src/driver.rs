@@ -155,6 +155,62 @@ struct Synced {
 }
 
 impl Synced {
+    /// Notes a listing that `change` completes.
+    fn note(&mut self, change: &Change) {
+        match change {
+            Change::Pod(e) if matches!(**e, Event::InitDone) => self.pods = true,
+            Change::Node(e) if matches!(**e, Event::InitDone) => self.nodes = true,
+            Change::PriorityClasses { listed: true } => self.priority_classes = true,
+            Change::RuntimeClasses { listed: true } => self.runtime_classes = true,
+            Change::PodGroup(e) if matches!(**e, Event::InitDone) => self.pod_groups = true,
+            Change::Topologies { listed: true } => self.topologies = true,
+            Change::Unserved { kind: "PodGroup" } => self.pod_groups = true,
+            Change::Unserved { kind: "Topology" } => self.topologies = true,
+            Change::ResourceQuota(e) if matches!(**e, Event::InitDone) => {
+                self.resource_quotas = true
+            }
+            Change::Unserved {
+                kind: "ResourceQuota",
+            } => self.resource_quotas = true,
+            Change::ForeignPodGroup { kind, event } if matches!(**event, Event::InitDone) => {
+                self.foreign_pod_groups.insert(kind);
+            }
+            Change::Unserved { kind } if kind.ends_with("PodGroup") => {
+                self.foreign_pod_groups.insert(kind);
+            }
+            Change::Queues { kind, listed: true } | Change::Unserved { kind } => {
+                self.queues.insert(kind);
+            }
+            _ => {}
+        }
+    }
+
+    /// The listings not complete yet, for an error message.
+    fn missing(&self) -> Vec<&'static str> {
+        let mut missing = Vec::new();
+        for (done, kind) in [
+            (self.pods, "Pod"),
+            (self.nodes, "Node"),
+            (self.priority_classes, "PriorityClass"),
+            (self.runtime_classes, "RuntimeClass"),
+            (self.pod_groups, "PodGroup"),
+            (self.topologies, "Topology"),
+            (self.resource_quotas, "ResourceQuota"),
+        ] {
+            if !done {
+                missing.push(kind);
+            }
+        }
+        missing.extend(QUEUE_WATCHES.iter().filter(|k| !self.queues.contains(*k)));
+        missing.extend(
+            FOREIGN_POD_GROUPS
+                .iter()
+                .map(|(kind, _, _)| *kind)
+                .filter(|k| !self.foreign_pod_groups.contains(k)),
+        );
+        missing
+    }
+
     fn all(&self) -> bool {
         self.pods
             && self.nodes
@@ -532,6 +588,97 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
     true
 }
 
+/// The listings of a snapshot did not complete in time.
+#[derive(Debug, thiserror::Error)]
+#[error("the API server did not list {missing} within {seconds} s; check the kubeconfig's server and that its user may list them (the ClusterRole in deploy/kestrel.yaml)", missing = .missing.join(", "))]
+pub struct SnapshotError {
+    pub missing: Vec<&'static str>,
+    pub seconds: u64,
+}
+
+/// The cluster as the scheduler sees it now, for `kestrel explain --live`: the same watches
+/// and index as [`lead`], applied once every listing is complete (nodes first, pods last),
+/// then one cycle whose decisions are dropped: nothing is written to the API. Pods count
+/// as arrived at their creationTimestamp and bound pods as started at `status.startTime`
+/// ([`ClusterState::use_object_times`]); driver time 0 is `unix_now_ms - lookback`, and
+/// the returned moment is now on that clock.
+pub async fn snapshot(
+    client: &Client,
+    config: &DriverConfig,
+    unix_now_ms: i64,
+    lookback: Duration,
+    timeout: Duration,
+) -> Result<(ClusterState, kestrel_core::Millis), SnapshotError> {
+    let mut watches = JoinSet::new();
+    let (stores, mut changes) = start_watches(client, &mut watches);
+    let mut synced = Synced::default();
+    let deadline = Instant::now() + timeout;
+    while !synced.all() {
+        match tokio::time::timeout_at(deadline, changes.recv()).await {
+            Ok(Some(change)) => synced.note(&change),
+            Ok(None) | Err(_) => {
+                return Err(SnapshotError {
+                    missing: synced.missing(),
+                    seconds: timeout.as_secs(),
+                })
+            }
+        }
+    }
+    watches.abort_all();
+    let now = lookback.as_millis() as kestrel_core::Millis;
+    let mut state = ClusterState::new(config.scheduler, &config.scheduler_name);
+    state.set_wall_origin(unix_now_ms - now as i64);
+    state.set_time(now);
+    state.use_object_times();
+    let init = |k: &'static str| Change::Queues {
+        kind: k,
+        listed: true,
+    };
+    let mut ordered: Vec<Change> = Vec::new();
+    ordered.extend(
+        stores
+            .nodes
+            .state()
+            .iter()
+            .map(|n| Change::Node(Box::new(Event::InitApply((**n).clone())))),
+    );
+    ordered.push(Change::PriorityClasses { listed: true });
+    ordered.push(Change::Topologies { listed: true });
+    ordered.extend(
+        stores
+            .pod_groups
+            .state()
+            .iter()
+            .map(|g| Change::PodGroup(Box::new(Event::InitApply((**g).clone())))),
+    );
+    for &(kind, ref store) in &stores.foreign_pod_groups {
+        ordered.extend(store.state().iter().map(|g| Change::ForeignPodGroup {
+            kind,
+            event: Box::new(Event::InitApply((**g).clone())),
+        }));
+    }
+    ordered.push(init("ClusterQueue"));
+    ordered.extend(
+        stores
+            .resource_quotas
+            .state()
+            .iter()
+            .map(|q| Change::ResourceQuota(Box::new(Event::InitApply((**q).clone())))),
+    );
+    ordered.extend(
+        stores
+            .pods
+            .state()
+            .iter()
+            .map(|p| Change::Pod(Box::new(Event::InitApply((**p).clone())))),
+    );
+    for change in ordered {
+        apply_change(&mut state, &stores, change);
+    }
+    let _ = state.cycle(now);
+    Ok((state, now))
+}
+
 enum Done {
     Bind(BindJob, BindOutcome),
     Evict(EvictJob, Result<(), String>),
@@ -668,32 +815,7 @@ pub async fn lead(
                 }
             }
             Some(change) = changes.recv() => {
-                match &change {
-                    Change::Pod(e) if matches!(**e, Event::InitDone) => synced.pods = true,
-                    Change::Node(e) if matches!(**e, Event::InitDone) => synced.nodes = true,
-                    Change::PriorityClasses { listed: true } => synced.priority_classes = true,
-                    Change::RuntimeClasses { listed: true } => synced.runtime_classes = true,
-                    Change::PodGroup(e) if matches!(**e, Event::InitDone) => synced.pod_groups = true,
-                    Change::Topologies { listed: true } => synced.topologies = true,
-                    Change::Unserved { kind: "PodGroup" } => synced.pod_groups = true,
-                    Change::Unserved { kind: "Topology" } => synced.topologies = true,
-                    Change::ResourceQuota(e) if matches!(**e, Event::InitDone) => {
-                        synced.resource_quotas = true
-                    }
-                    Change::Unserved {
-                        kind: "ResourceQuota",
-                    } => synced.resource_quotas = true,
-                    Change::ForeignPodGroup { kind, event } if matches!(**event, Event::InitDone) => {
-                        synced.foreign_pod_groups.insert(kind);
-                    }
-                    Change::Unserved { kind } if kind.ends_with("PodGroup") => {
-                        synced.foreign_pod_groups.insert(kind);
-                    }
-                    Change::Queues { kind, listed: true } | Change::Unserved { kind } => {
-                        synced.queues.insert(kind);
-                    }
-                    _ => {}
-                }
+                synced.note(&change);
                 let was_synced = synced.all();
                 state.set_time(started.elapsed().as_millis() as u64);
                 if apply_change(&mut state, &stores, change) {

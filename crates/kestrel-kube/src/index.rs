@@ -358,6 +358,9 @@ pub struct ClusterState {
     quota_namespaces: BTreeSet<String>,
     /// Each ResourceQuota's warnings at its last reading, so that each is logged once.
     quota_warnings: HashMap<GroupKey, Vec<String>>,
+    /// Pods arrive at their creationTimestamp and bound pods started at
+    /// `status.startTime` ([`ClusterState::use_object_times`]), not when they are seen.
+    object_times: bool,
 }
 
 impl ClusterState {
@@ -383,7 +386,37 @@ impl ClusterState {
             quotas: BTreeMap::new(),
             quota_namespaces: BTreeSet::new(),
             quota_warnings: HashMap::new(),
+            object_times: false,
         }
+    }
+
+    /// Takes pods to have arrived at their `metadata.creationTimestamp` and bound pods to
+    /// have started at `status.startTime` (driver clock: since the wall origin, not before
+    /// 0 nor after now), instead of when they are seen. For a snapshot that shows how long
+    /// pods have waited (`kestrel explain --live`); the scheduler itself queues pods as it
+    /// sees them.
+    pub fn use_object_times(&mut self) {
+        self.object_times = true;
+    }
+
+    /// When `pod` arrived (or, `started`, began to run) on the driver's clock.
+    fn pod_time(&self, pod: &Pod, started: bool) -> Millis {
+        if !self.object_times {
+            return self.now;
+        }
+        let created = pod.metadata.creation_timestamp.as_ref().map(|t| &t.0);
+        let stamp = if started {
+            pod.status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| &t.0)
+                .or(created)
+        } else {
+            created
+        };
+        stamp.map_or(self.now, |t| {
+            (t.as_millisecond() - self.wall_origin).clamp(0, self.now as i64) as Millis
+        })
     }
 
     /// The statuses of the declared ClusterQueues and LocalQueues that changed since they
@@ -822,7 +855,7 @@ impl ClusterState {
             else {
                 unreachable!()
             };
-            let state = self.restore(&key, *spec, node, gpus);
+            let state = self.restore(&key, *spec, node, gpus, self.now);
             self.pods.get_mut(&key).expect("listed above").state = state;
         }
         Ok(())
@@ -931,7 +964,8 @@ impl ClusterState {
                     .as_ref()
                     .and_then(|a| a.get(GPU_INDICES_ANNOTATION))
                     .and_then(|v| convert::parse_gpu_indices(v));
-                let state = self.restore(&key, spec, n.to_string(), gpus);
+                let started = self.pod_time(pod, true);
+                let state = self.restore(&key, spec, n.to_string(), gpus, started);
                 self.set(&key, uid, state);
             }
             (None, Some(PodState::Queued(_) | PodState::Binding { .. } | PodState::Expired)) => {
@@ -966,7 +1000,7 @@ impl ClusterState {
                             .and_then(|g| g.problem().map(str::to_string));
                         match problem {
                             None => {
-                                let id = self.scheduler.submit(spec, self.now);
+                                let id = self.scheduler.submit(spec, self.pod_time(pod, false));
                                 self.keys.insert(id, key.clone());
                                 self.set(&key, uid, PodState::Queued(id));
                             }
@@ -1158,6 +1192,7 @@ impl ClusterState {
         spec: PodSpec,
         node: String,
         gpus: Option<GpuAssignment>,
+        started: Millis,
     ) -> PodState {
         if self.scheduler.cluster().id_of(&node).is_none() {
             return PodState::Orphan {
@@ -1166,7 +1201,7 @@ impl ClusterState {
                 gpus,
             };
         }
-        match self.scheduler.restore_bound(spec, &node, gpus, self.now) {
+        match self.scheduler.restore_bound(spec, &node, gpus, started) {
             Ok(id) => {
                 self.keys.insert(id, key.to_string());
                 PodState::Bound { id, node }

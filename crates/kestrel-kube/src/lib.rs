@@ -12,6 +12,7 @@ pub mod driver;
 pub mod index;
 pub mod leader;
 pub mod limiter;
+pub mod live_view;
 pub mod manifests;
 pub mod metrics;
 pub mod quota;

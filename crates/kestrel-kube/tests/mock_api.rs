@@ -835,3 +835,112 @@ async fn a_preemptor_gets_its_nominated_node_on_its_status() {
     writer(client).nominate(&job).await.unwrap();
     server.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_live_snapshot_explains_pending_pods_from_the_listing_and_writes_nothing() {
+    use kestrel_kube::live_view::LiveState;
+    use kestrel_sim::explain_view::{find_node, find_pod, node_view, pod_view, queue_list};
+    use kestrel_sim::predict::Estimates;
+    const HOUR: i64 = 3_600_000;
+    let unix_now: i64 = 1_800_000_000_000;
+    let stamp = |ago: i64| {
+        k8s_openapi::jiff::Timestamp::from_millisecond(unix_now - ago)
+            .unwrap()
+            .to_string()
+    };
+    let (client, handle) = mock_client();
+    let writes = Arc::new(Mutex::new(Vec::new()));
+    // "big" has run 1 h of the 2 h it declares on GPUs 0-5; "four" (created 30 min ago)
+    // cannot fit beside it, "two" (10 min ago) can.
+    let mut big = gpu_pod("big", 6, Some("gpu-0"), Some("0,1,2,3,4,5"), "kestrel");
+    big["metadata"]["annotations"]["kestrel.dev/runtime-estimate"] = json!("2h");
+    big["metadata"]["creationTimestamp"] = json!(stamp(HOUR + 60_000));
+    big["status"]["startTime"] = json!(stamp(HOUR));
+    let mut four = gpu_pod("four", 4, None, None, "kestrel");
+    four["metadata"]["creationTimestamp"] = json!(stamp(HOUR / 2));
+    let mut two = gpu_pod("two", 2, None, None, "kestrel");
+    two["metadata"]["creationTimestamp"] = json!(stamp(HOUR / 6));
+    let server = tokio::spawn(scripted_server(
+        handle,
+        vec![gpu_node("gpu-0")],
+        vec![big, four, two],
+        writes.clone(),
+        |_| {},
+    ));
+    let lookback = std::time::Duration::from_secs(86_400);
+    let (state, now) = driver::snapshot(
+        &client,
+        &DriverConfig::new("kestrel"),
+        unix_now,
+        lookback,
+        std::time::Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(now, 86_400_000, "moments count from a day back");
+    let live = LiveState { state, now };
+    let estimates = Estimates::declared();
+
+    let four = pod_view(&live, find_pod(&live, "ml/four").unwrap(), &estimates);
+    assert_eq!(four.phase, "Pending");
+    assert_eq!(
+        four.waiting_s,
+        Some(1800.0),
+        "waiting since its creationTimestamp"
+    );
+    let why = four.explanation.as_ref().unwrap();
+    assert!(
+        why.message.contains("Insufficient nvidia.com/gpu"),
+        "{}",
+        why.message
+    );
+    let room = four.help.as_ref().unwrap().room.as_ref().unwrap();
+    let in_an_hour = (now + HOUR as u64) as f64 / 1000.0;
+    assert_eq!(
+        (room.node.as_str(), room.at_s),
+        ("gpu-0", in_an_hour),
+        "big ends at its start plus its estimate"
+    );
+    assert_eq!(room.ending[0].pod, "ml/big");
+
+    let list = queue_list(&live, None, None);
+    let pending: Vec<&str> = list.pending.iter().map(|e| e.pod.as_str()).collect();
+    assert_eq!(pending, ["ml/four"], "two is placed by the dry cycle");
+    let node = node_view(&live, find_node(&live, "gpu-0").unwrap(), &estimates);
+    let big = node.pods.iter().find(|p| p.pod == "ml/big").unwrap();
+    assert_eq!(big.ends_at_s, Some(in_an_hour));
+
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(
+        writes.lock().unwrap().is_empty(),
+        "a snapshot writes nothing: {:?}",
+        writes.lock().unwrap()
+    );
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_snapshot_whose_listings_do_not_come_names_them() {
+    let (client, mut handle) = mock_client();
+    // An API server that never answers.
+    let server = tokio::spawn(async move {
+        let mut hanging = Vec::new();
+        while let Some((_, send)) = handle.next_request().await {
+            hanging.push(send);
+        }
+    });
+    let e = driver::snapshot(
+        &client,
+        &DriverConfig::new("kestrel"),
+        1_800_000_000_000,
+        std::time::Duration::from_secs(3600),
+        std::time::Duration::from_millis(300),
+    )
+    .await
+    .err()
+    .expect("times out");
+    let text = e.to_string();
+    assert!(text.contains("Pod, Node"), "{text}");
+    assert!(text.contains("may list them"), "{text}");
+    server.abort();
+}

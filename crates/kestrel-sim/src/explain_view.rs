@@ -19,11 +19,16 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 /// A moment as a clock time from the start (`10:00`, `26:30`, `09:05:30`), the form
 /// `--at` accepts.
 pub fn clock(ms: Millis) -> String {
+    let origin = WALL_ORIGIN.load(Ordering::Relaxed);
+    if origin != NO_WALL_ORIGIN {
+        return wall_clock(origin + ms as i64);
+    }
     let secs = ms / 1000;
     let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
     if s == 0 && ms.is_multiple_of(1000) {
@@ -32,6 +37,71 @@ pub fn clock(ms: Millis) -> String {
         format!("{h:02}:{m:02}:{s:02}")
     } else {
         format!("{h:02}:{m:02}:{s:02}.{:03}", ms % 1000)
+    }
+}
+
+/// Unset: times are shown from the start of the run.
+const NO_WALL_ORIGIN: i64 = i64::MIN;
+
+/// The wall-clock time (Unix ms) of moment 0, when the state shown is a live cluster's.
+static WALL_ORIGIN: AtomicI64 = AtomicI64::new(NO_WALL_ORIGIN);
+
+/// Shows moments as UTC wall-clock times, moment 0 being `unix_ms` (a live cluster's state;
+/// a simulated run's moments are shown from its start). For the whole process: one CLI
+/// command shows one state.
+pub fn show_wall_clock(unix_ms: i64) {
+    WALL_ORIGIN.store(unix_ms, Ordering::Relaxed);
+}
+
+/// `2026-11-30 17:52:10Z` (seconds only when not zero).
+fn wall_clock(unix_ms: i64) -> String {
+    let secs = unix_ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + (month <= 2) as i64;
+    let (h, m, s) = (rest / 3600, rest / 60 % 60, rest % 60);
+    if s == 0 {
+        format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}Z")
+    } else {
+        format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{s:02}Z")
+    }
+}
+
+/// What the views read: the engine's state at one moment, and when running pods end. A
+/// simulated run ([`Simulation`]) and a live cluster's snapshot both provide it.
+pub trait ExplainState {
+    fn scheduler(&self) -> &Scheduler;
+    /// The moment shown.
+    fn now(&self) -> Millis;
+    /// When a running pod ends by `estimates`, knowing how long it has run; `None`: not
+    /// running, or no known end.
+    fn end_of_running(&self, pod: PodId, estimates: &Estimates) -> Option<Millis>;
+    /// For a name no pod has: "; it is created later: ..." when its Job arrives later.
+    fn created_later(&self, _name: &str) -> Option<String> {
+        None
+    }
+}
+
+impl ExplainState for Simulation<'_> {
+    fn scheduler(&self) -> &Scheduler {
+        Simulation::scheduler(self)
+    }
+    fn now(&self) -> Millis {
+        Simulation::now(self)
+    }
+    fn end_of_running(&self, pod: PodId, estimates: &Estimates) -> Option<Millis> {
+        Simulation::end_of_running(self, pod, estimates)
+    }
+    fn created_later(&self, name: &str) -> Option<String> {
+        created_later(self, name)
     }
 }
 
@@ -143,7 +213,7 @@ fn resolve_namespaced(
 /// Finds a pod by `namespace/name`, or by `name` when one namespace has it. Of pods with
 /// the same name the one that exists now wins, else the latest. A pod that a Job creates
 /// later is named as such.
-pub fn find_pod(sim: &Simulation<'_>, name: &str) -> Result<PodId, LookupError> {
+pub fn find_pod(sim: &dyn ExplainState, name: &str) -> Result<PodId, LookupError> {
     let scheduler = sim.scheduler();
     let (want_ns, want_name) = match name.split_once('/') {
         Some((ns, n)) => (Some(ns), n),
@@ -178,7 +248,7 @@ pub fn find_pod(sim: &Simulation<'_>, name: &str) -> Result<PodId, LookupError> 
                 .collect(),
         });
     }
-    let hint = match created_later(sim, name) {
+    let hint = match sim.created_later(name) {
         Some(later) => later,
         None => {
             let keys: BTreeSet<(String, String)> = scheduler
@@ -224,25 +294,17 @@ fn created_later(sim: &Simulation<'_>, name: &str) -> Option<String> {
 }
 
 /// Finds a gang (declared by a PodGroup, or named by pods) by `namespace/name` or `name`.
-pub fn find_gang(sim: &Simulation<'_>, name: &str) -> Result<(String, String), LookupError> {
+pub fn find_gang(sim: &dyn ExplainState, name: &str) -> Result<(String, String), LookupError> {
     let scheduler = sim.scheduler();
-    let mut keys: BTreeSet<(String, String)> = sim
-        .workload()
-        .gangs
-        .iter()
-        .map(|g| (g.namespace.clone(), g.name.clone()))
+    let keys: BTreeSet<(String, String)> = scheduler
+        .gang_keys()
+        .map(|(ns, n)| (ns.to_string(), n.to_string()))
         .collect();
-    for (_, record) in scheduler.pods() {
-        if let Some(m) = &record.spec.gang {
-            keys.insert((record.spec.namespace.clone(), m.gang.clone()));
-        }
-    }
-    keys.retain(|(ns, n)| scheduler.gang_id(ns, n).is_some());
     resolve_namespaced("gang", name, sim.now(), &keys)
 }
 
 /// Finds a ClusterQueue by name.
-pub fn find_queue(sim: &Simulation<'_>, name: &str) -> Result<CqId, LookupError> {
+pub fn find_queue(sim: &dyn ExplainState, name: &str) -> Result<CqId, LookupError> {
     let scheduler = sim.scheduler();
     if let Some((id, _)) = scheduler.cluster_queues().find(|(_, q)| q.name == name) {
         return Ok(id);
@@ -265,7 +327,7 @@ pub fn find_queue(sim: &Simulation<'_>, name: &str) -> Result<CqId, LookupError>
 }
 
 /// Finds a node by name.
-pub fn find_node(sim: &Simulation<'_>, name: &str) -> Result<NodeId, LookupError> {
+pub fn find_node(sim: &dyn ExplainState, name: &str) -> Result<NodeId, LookupError> {
     let cluster = sim.scheduler().cluster();
     if let Some(id) = cluster.id_of(name) {
         return Ok(id);
@@ -825,7 +887,7 @@ fn needed<K: Copy>(
 
 /// One pass over the nodes the pod may use (static predicates): the closest one by missing
 /// share, and the earliest one where running pods' ends (`estimates`) make room.
-pub fn help_for(sim: &Simulation<'_>, id: PodId, estimates: &Estimates) -> Help {
+pub fn help_for(sim: &dyn ExplainState, id: PodId, estimates: &Estimates) -> Help {
     let scheduler = sim.scheduler();
     let spec = &scheduler.pod(id).spec;
     let demand = &spec.demand;
@@ -1029,7 +1091,7 @@ pub struct PodView {
 }
 
 /// The view of one pod. `estimates`: the runtime estimates "what would help" uses.
-pub fn pod_view(sim: &Simulation<'_>, id: PodId, estimates: &Estimates) -> PodView {
+pub fn pod_view(sim: &dyn ExplainState, id: PodId, estimates: &Estimates) -> PodView {
     let scheduler = sim.scheduler();
     let now = sim.now();
     let record = scheduler.pod(id);
@@ -1117,7 +1179,7 @@ pub struct GangView {
     pub pending_ids: Vec<PodId>,
 }
 
-pub fn gang_view(sim: &Simulation<'_>, namespace: &str, name: &str) -> GangView {
+pub fn gang_view(sim: &dyn ExplainState, namespace: &str, name: &str) -> GangView {
     let scheduler = sim.scheduler();
     let now = sim.now();
     let state = scheduler
@@ -1305,7 +1367,7 @@ fn gang_named(problem: &GangProblem) -> &str {
 
 /// Pending pods in queue order, optionally of one ClusterQueue and/or one namespace.
 pub fn pending_list(
-    sim: &Simulation<'_>,
+    sim: &dyn ExplainState,
     queue: Option<CqId>,
     namespace: Option<&str>,
 ) -> Vec<PendingEntry> {
@@ -1356,7 +1418,7 @@ fn joined(namespace: &str, name: &str) -> String {
 /// `kestrel queue`: pending pods in queue order, optionally of one ClusterQueue and/or
 /// one namespace.
 pub fn queue_list(
-    sim: &Simulation<'_>,
+    sim: &dyn ExplainState,
     queue: Option<CqId>,
     namespace: Option<&str>,
 ) -> QueueListView {
@@ -1420,7 +1482,7 @@ pub struct QueueView {
     pub pending_list: Vec<PendingEntry>,
 }
 
-pub fn queue_view(sim: &Simulation<'_>, cq: CqId) -> QueueView {
+pub fn queue_view(sim: &dyn ExplainState, cq: CqId) -> QueueView {
     let scheduler = sim.scheduler();
     let now = sim.now();
     let spec = scheduler
@@ -1518,7 +1580,7 @@ pub struct NodeView {
     pub pods: Vec<NodePod>,
 }
 
-pub fn node_view(sim: &Simulation<'_>, id: NodeId, estimates: &Estimates) -> NodeView {
+pub fn node_view(sim: &dyn ExplainState, id: NodeId, estimates: &Estimates) -> NodeView {
     let scheduler = sim.scheduler();
     let now = sim.now();
     let node = scheduler.cluster().node(id);
@@ -1995,6 +2057,13 @@ pub fn render_node(v: &NodeView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wall_clock_times_are_utc_dates() {
+        assert_eq!(wall_clock(0), "1970-01-01 00:00Z");
+        assert_eq!(wall_clock(1_800_000_000_000), "2027-01-15 08:00Z");
+        assert_eq!(wall_clock(951_782_400_000 + 61_000), "2000-02-29 00:01:01Z");
+    }
 
     #[test]
     fn clock_times_read_back_as_durations() {

@@ -77,6 +77,16 @@ impl Estimates {
         }
     }
 
+    /// Only what pods declare (`kestrel.dev/runtime-estimate`, read by
+    /// [`Estimates::runtime_for`]), within +/-20%: a live cluster's estimates.
+    pub fn declared() -> Self {
+        Estimates {
+            runtimes: Vec::new(),
+            error: ESTIMATE_ERROR,
+            reading: Reading::Likely,
+        }
+    }
+
     /// The same estimates read another way.
     pub fn read_as(&self, reading: Reading) -> Self {
         Estimates {
@@ -92,7 +102,13 @@ impl Estimates {
     /// shortest the largest e, the longest the smallest. A job that outran even T'/(1-b) is
     /// beyond what its estimate says: it is taken to end now. `None`: runs to the end.
     pub fn runtime(&self, job: usize, worked: Millis) -> Option<Millis> {
-        let estimate = self.runtimes[job]? as f64;
+        self.runtime_for(self.runtimes[job], worked)
+    }
+
+    /// [`Estimates::runtime`] for a pod whose estimate is `estimate` (declared on the pod,
+    /// on a live cluster), read with this bound and reading.
+    pub fn runtime_for(&self, estimate: Option<Millis>, worked: Millis) -> Option<Millis> {
+        let estimate = estimate? as f64;
         let bound = self.error.clamp(0.0, 0.99);
         let low = -bound;
         let mut high = bound;

@@ -113,18 +113,7 @@ fn live(kubeconfig: Option<PathBuf>) -> Result<Snapshot> {
 }
 
 async fn live_async(kubeconfig: Option<PathBuf>) -> Result<Snapshot> {
-    let config = match &kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .with_context(|| format!("using the kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer().await.context(
-            "no cluster configuration: not running in a pod and no kubeconfig found; pass --kubeconfig FILE",
-        )?,
-    };
+    let config = crate::serve::cluster_config(kubeconfig).await?;
     let source = format!("the API server at {}", config.cluster_url);
     let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
     let nodes: Vec<Node> = list_all(Api::all(client.clone()), ListParams::default())

@@ -1,19 +1,23 @@
 //! `kestrel explain` and `kestrel queue`: why pods are pending at a moment of a simulated
-//! run, and when they should start.
+//! run, or on a live cluster now, and when they should start.
 //!
 //! Both take the inputs of `kestrel sim` (the same argument struct) plus `--at`, run the
 //! simulation to that moment and read the engine's state. Start times come from
-//! `kestrel_sim::predict` (the simulator run forward with estimated runtimes).
+//! `kestrel_sim::predict` (the simulator run forward with estimated runtimes). With
+//! `--live` they read a live cluster instead: the same listing and index as `kestrel
+//! serve` and one scheduling cycle whose decisions are dropped (nothing is written).
 
 use crate::{load_inputs, Inputs, SimArgs};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use kestrel_core::{Millis, PodId};
 use kestrel_sim::duration::parse_duration;
+use kestrel_sim::explain_view::ExplainState;
 use kestrel_sim::explain_view::{self as view, clock};
 use kestrel_sim::predict::{self, Estimates, Predictions};
 use kestrel_sim::Simulation;
 use serde::Serialize;
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// The simulator's inputs (those of `kestrel sim`) and the moment to look at.
@@ -28,6 +32,77 @@ pub struct StateArgs {
     /// Leave out the predicted start times (three forward runs of the simulator).
     #[arg(long)]
     no_predict: bool,
+    /// Look at a live cluster now instead of a simulated run: list it through the API
+    /// server as `kestrel serve` does and run one scheduling cycle that writes nothing.
+    #[arg(long)]
+    live: bool,
+    /// Kubeconfig for --live; default: in-cluster config, else $KUBECONFIG or
+    /// ~/.kube/config.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// With --live: the scheduler name whose pods are scheduled (as `kestrel serve
+    /// --scheduler-name`).
+    #[arg(long, default_value = "kestrel")]
+    scheduler_name: String,
+}
+
+/// How long `--live` waits for the cluster's listings.
+const LIVE_LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How far back `--live` reads pods' creation and start times (older ones count from then).
+const LIVE_LOOKBACK: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
+
+impl StateArgs {
+    /// Refuses flags that do not go with `--live` (or need it).
+    fn check_live(&self, command: &str) -> Result<()> {
+        if !self.live {
+            if self.kubeconfig.is_some() {
+                bail!("--kubeconfig is for --live; add --live, or leave it out to read simulator inputs");
+            }
+            return Ok(());
+        }
+        let sim = &self.sim;
+        for (given, what) in [
+            (!sim.paths.is_empty(), "input files"),
+            (sim.cluster.is_some(), "--cluster"),
+            (sim.synthetic.is_some(), "--synthetic"),
+            (self.at.is_some(), "--at"),
+        ] {
+            if given {
+                bail!("`{command} --live` reads the cluster as it is now; leave out {what} (they are for simulated runs)");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A live cluster's state now: the listing, the index and one dry cycle; moments are shown
+/// as UTC wall-clock times.
+fn live_state(args: &StateArgs) -> Result<(kestrel_kube::live_view::LiveState, f64)> {
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let kubeconfig = args.kubeconfig.clone();
+    let config = kestrel_kube::driver::DriverConfig::new(&args.scheduler_name);
+    let unix_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default();
+    let (state, now) = runtime.block_on(async {
+        let cluster = crate::serve::cluster_config(kubeconfig).await?;
+        let source = format!("the API server at {}", cluster.cluster_url);
+        let client = kube::Client::try_from(cluster).context("building the Kubernetes client")?;
+        kestrel_kube::driver::snapshot(&client, &config, unix_now, LIVE_LOOKBACK, LIVE_LIST_TIMEOUT)
+            .await
+            .with_context(|| format!("reading the cluster from {source}"))
+    })?;
+    runtime.shutdown_background();
+    view::show_wall_clock(unix_now - now as i64);
+    let live = kestrel_kube::live_view::LiveState { state, now };
+    Ok((live, started.elapsed().as_secs_f64()))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -115,7 +190,7 @@ impl Explained {
     /// Looks `name` up and reads its view; `estimates` are the runtime estimates that
     /// "what would help" and node pods' ends use.
     pub(crate) fn of(
-        sim: &Simulation<'_>,
+        sim: &dyn ExplainState,
         kind: Kind,
         name: &str,
         estimates: &Estimates,
@@ -226,8 +301,25 @@ fn timing(simulated: f64, explained: f64, predicted: Option<f64>) -> String {
     line
 }
 
+/// The last line of the human output on a live cluster.
+fn live_timing(listed: f64, explained: f64) -> String {
+    format!(
+        "listed and scheduled (dry) in {listed:.2} s; explained in {:.2} ms; no predicted \
+         start: predictions run the simulator forward from simulated states only",
+        explained * 1000.0
+    )
+}
+
 pub fn explain(args: ExplainArgs) -> Result<()> {
     refuse_run_only_flags(&args.state.sim, "kestrel explain")?;
+    args.state.check_live("kestrel explain")?;
+    if args.state.live {
+        let (live, listed) = live_state(&args.state)?;
+        let started = Instant::now();
+        let answer = Explained::of(&live, args.kind, &args.name, &Estimates::declared())?;
+        let explained = started.elapsed().as_secs_f64();
+        return print_answer(&answer, args.state.sim.json, live_timing(listed, explained));
+    }
     let inputs = load_inputs(&args.state.sim)?;
     let (sim, simulated) = state_at(&inputs, args.state.at)?;
     let estimates = Estimates::known(&inputs.workload, inputs.config.seed);
@@ -239,32 +331,39 @@ pub fn explain(args: ExplainArgs) -> Result<()> {
     if let Some((p, _)) = &predicted {
         answer.apply_predictions(p);
     }
-    if args.state.sim.json {
+    let timing = timing(simulated, explained, predicted.map(|p| p.1));
+    print_answer(&answer, args.state.sim.json, timing)
+}
+
+fn print_answer(answer: &Explained, json: bool, timing: String) -> Result<()> {
+    if json {
         println!("{}", answer.json(true)?);
     } else {
         print!("{}", answer.render());
-        println!("{}", timing(simulated, explained, predicted.map(|p| p.1)));
+        println!("{timing}");
     }
     Ok(())
 }
 
 pub fn queue(args: QueueArgs) -> Result<()> {
     refuse_run_only_flags(&args.state.sim, "kestrel queue")?;
+    args.state.check_live("kestrel queue")?;
+    if args.state.live {
+        let (live, listed) = live_state(&args.state)?;
+        let started = Instant::now();
+        let list = pending_list(&live, &args, |ns| {
+            live.scheduler().pods().any(|(_, r)| r.spec.namespace == ns)
+        })?;
+        let explained = started.elapsed().as_secs_f64();
+        return print_list(&list, args.state.sim.json, live_timing(listed, explained));
+    }
     let inputs = load_inputs(&args.state.sim)?;
     let (sim, simulated) = state_at(&inputs, args.state.at)?;
     let started = Instant::now();
-    let cq = match &args.cluster_queue {
-        Some(name) => Some(view::find_queue(&sim, name)?),
-        None => None,
-    };
-    if let Some(ns) = &args.namespace {
-        let known = sim.scheduler().pods().any(|(_, r)| r.spec.namespace == *ns)
-            || inputs.workload.jobs.iter().any(|j| j.namespace == *ns);
-        if !known {
-            bail!("namespace {ns:?} has no pods in this input");
-        }
-    }
-    let mut list = view::queue_list(&sim, cq, args.namespace.as_deref());
+    let mut list = pending_list(&sim, &args, |ns| {
+        sim.scheduler().pods().any(|(_, r)| r.spec.namespace == ns)
+            || inputs.workload.jobs.iter().any(|j| j.namespace == ns)
+    })?;
     let explained = started.elapsed().as_secs_f64();
     let targets: Vec<PodId> = list.pending.iter().map(|e| e.id).collect();
     let estimates = Estimates::known(&inputs.workload, inputs.config.seed);
@@ -272,11 +371,35 @@ pub fn queue(args: QueueArgs) -> Result<()> {
     if let Some((p, _)) = &predicted {
         view::apply_list_predictions(&mut list.pending, p);
     }
-    if args.state.sim.json {
-        println!("{}", serde_json::to_string_pretty(&list)?);
+    let timing = timing(simulated, explained, predicted.map(|p| p.1));
+    print_list(&list, args.state.sim.json, timing)
+}
+
+/// The pending list `args` asks for; `known_namespace` says whether the input has the
+/// namespace at all.
+fn pending_list(
+    state: &dyn ExplainState,
+    args: &QueueArgs,
+    known_namespace: impl Fn(&str) -> bool,
+) -> Result<view::QueueListView> {
+    let cq = match &args.cluster_queue {
+        Some(name) => Some(view::find_queue(state, name)?),
+        None => None,
+    };
+    if let Some(ns) = &args.namespace {
+        if !known_namespace(ns) {
+            bail!("namespace {ns:?} has no pods in this input");
+        }
+    }
+    Ok(view::queue_list(state, cq, args.namespace.as_deref()))
+}
+
+fn print_list(list: &view::QueueListView, json: bool, timing: String) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(list)?);
     } else {
-        print!("{}", view::render_queue_list(&list));
-        println!("{}", timing(simulated, explained, predicted.map(|p| p.1)));
+        print!("{}", view::render_queue_list(list));
+        println!("{timing}");
     }
     Ok(())
 }

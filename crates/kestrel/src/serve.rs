@@ -117,8 +117,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     runtime.block_on(serve_async(args))
 }
 
-async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client> {
-    let config = match kubeconfig {
+/// The cluster to talk to: `kubeconfig`, else the in-cluster config, else $KUBECONFIG or
+/// ~/.kube/config.
+pub(crate) async fn cluster_config(kubeconfig: Option<PathBuf>) -> Result<kube::Config> {
+    Ok(match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(&path)
                 .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
@@ -129,7 +131,11 @@ async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client> {
         None => kube::Config::infer().await.context(
             "no cluster configuration: not running in a pod and no kubeconfig found; pass --kubeconfig FILE",
         )?,
-    };
+    })
+}
+
+async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client> {
+    let config = cluster_config(kubeconfig).await?;
     kube::Client::try_from(config).context("building the Kubernetes client")
 }
 

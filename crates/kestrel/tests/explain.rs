@@ -430,6 +430,28 @@ fn a_time_beyond_the_run_and_run_only_flags_are_refused() {
 }
 
 #[test]
+fn live_mode_refuses_simulator_inputs_and_names_a_missing_kubeconfig() {
+    let e = fails(&["explain", "pod", "x", "examples/falcon-ai", "--live"]);
+    assert!(e.contains("--live") && e.contains("input files"), "{e}");
+    let e = fails(&["queue", "--live", "--at", "10:00"]);
+    assert!(e.contains("leave out --at"), "{e}");
+    let e = fails(&["queue", "examples/falcon-ai", "--kubeconfig", "k.yaml"]);
+    assert!(e.contains("--kubeconfig is for --live"), "{e}");
+    let e = fails(&[
+        "explain",
+        "pod",
+        "x",
+        "--live",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+    ]);
+    assert!(
+        e.contains("reading the kubeconfig /nonexistent/kubeconfig"),
+        "{e}"
+    );
+}
+
+#[test]
 fn the_explain_benchmark_answers_for_every_kind_on_a_small_cluster() {
     let v = json(&[
         "bench",
