@@ -239,6 +239,24 @@ impl NodeState {
         by_numa
     }
 
+    /// Takes the room one more pod with `demand` needs, its GPUs chosen as
+    /// [`NodeState::fits_pod`] judges them (on one NUMA node when asked), when it fits now;
+    /// `false`, with nothing taken, when it does not. For counting how many pods of a kind
+    /// a copy of a node holds.
+    pub fn take_room(&mut self, demand: &Demand, constraints: &PlacementConstraints) -> bool {
+        if !self.fits_pod(demand, constraints) {
+            return false;
+        }
+        let gpus = if constraints.single_numa_node {
+            self.choose_gpus_single_numa(demand.gpu)
+                .expect("fits_pod found devices on one NUMA node")
+        } else {
+            self.choose_gpus(demand.gpu, None)
+        };
+        self.reserve_free(&demand.resources, &gpus);
+        true
+    }
+
     /// The most free whole GPUs one NUMA node offers (for `single-numa-node` pods).
     pub fn free_whole_gpus_on_one_numa(&self) -> u32 {
         let by_numa = self.free_whole_by_numa();

@@ -1175,8 +1175,26 @@ pub struct GangView {
     pub first_pending_explanation: Option<Explanation>,
     /// The latest predicted start of its pending members.
     pub predicted_start: Option<PredictedStart>,
+    /// For a waiting gang whose pods exist: where it comes closest to starting.
+    pub help: Option<GangHelp>,
     #[serde(skip)]
     pub pending_ids: Vec<PodId>,
+}
+
+/// Where a waiting gang comes closest to starting whole.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GangHelp {
+    /// The topology level it must start within (`None`: anywhere in the cluster).
+    pub level: Option<String>,
+    /// The domain (a value of `level`; `None`: the whole cluster) where the most pending
+    /// members fit together now.
+    pub domain: Option<String>,
+    /// How many of the pending members fit there together now, of how many.
+    pub fit: u32,
+    pub pending: u32,
+    /// The node of that domain that comes closest to holding the next member, and what it
+    /// lacks.
+    pub closest: Option<Closest>,
 }
 
 pub fn gang_view(sim: &dyn ExplainState, namespace: &str, name: &str) -> GangView {
@@ -1203,6 +1221,12 @@ pub fn gang_view(sim: &dyn ExplainState, namespace: &str, name: &str) -> GangVie
     let first = pending_ids.first().copied();
     let first_reason = first.and_then(|p| scheduler.pod(p).pending_reason.clone());
     let spec = state.and_then(|s| s.spec.as_ref());
+    // A gang whose pods all exist but which does not start whole: where it comes closest.
+    let waiting_whole = matches!(
+        first_reason.as_ref().and_then(|r| r.gang.as_ref()),
+        Some(GangProblem::Unplaceable { .. } | GangProblem::NoDomain { .. })
+    );
+    let level = spec.and_then(|s| s.topology.required.as_deref());
     GangView {
         gang: format!("{namespace}/{name}"),
         at_s: secs(now),
@@ -1244,7 +1268,118 @@ pub fn gang_view(sim: &dyn ExplainState, namespace: &str, name: &str) -> GangVie
         first_pending: first.map(|p| scheduler.pod(p).spec.key()),
         first_pending_explanation: first_reason.as_deref().map(Explanation::of),
         predicted_start: None,
+        help: waiting_whole.then(|| gang_help(scheduler, level, &pending_ids)),
         pending_ids,
+    }
+}
+
+/// How many of `pending` fit together on `nodes` (copies, taken from as they fit), each on
+/// the first node that holds it; and the first that does not fit.
+fn fit_together(
+    scheduler: &Scheduler,
+    nodes: &mut [(NodeId, NodeState)],
+    pending: &[PodId],
+) -> (u32, Option<PodId>) {
+    let mut fit = 0;
+    let mut first_left = None;
+    // Nodes before `from` are full for the previous member: valid while members are alike.
+    let mut from = 0;
+    let mut previous: Option<&PodSpec> = None;
+    for &pod in pending {
+        let spec = &scheduler.pod(pod).spec;
+        let alike =
+            previous.is_some_and(|p| p.demand == spec.demand && p.constraints == spec.constraints);
+        if !alike {
+            from = 0;
+        }
+        previous = Some(spec);
+        let mut probe = spec.clone();
+        probe.demand = Demand::default();
+        let found = (from..nodes.len()).find(|&i| {
+            let (id, node) = &mut nodes[i];
+            scheduler.could_place_on(&probe, *id) && node.take_room(&spec.demand, &spec.constraints)
+        });
+        match found {
+            Some(i) => {
+                fit += 1;
+                from = i;
+            }
+            None => {
+                from = nodes.len();
+                first_left.get_or_insert(pod);
+            }
+        }
+    }
+    (fit, first_left)
+}
+
+/// A domain's nodes after its gang members were fitted: (fit, nodes, first member left,
+/// domain).
+type Fitted<'a> = (
+    u32,
+    Vec<(NodeId, NodeState)>,
+    Option<PodId>,
+    Option<&'a str>,
+);
+
+/// The domain of `level` (or the whole cluster) where the most of a gang's pending members
+/// fit together now, and what the closest node there lacks for the next one.
+fn gang_help(scheduler: &Scheduler, level: Option<&str>, pending: &[PodId]) -> GangHelp {
+    let mut domains: BTreeMap<Option<&str>, Vec<NodeId>> = BTreeMap::new();
+    for (id, node) in scheduler.cluster().iter() {
+        match level {
+            Some(level) => {
+                if let Some(value) = node.spec.labels.get(level) {
+                    domains.entry(Some(value.as_str())).or_default().push(id);
+                }
+            }
+            None => domains.entry(None).or_default().push(id),
+        }
+    }
+    let mut best: Option<Fitted<'_>> = None;
+    for (domain, ids) in domains {
+        let mut nodes: Vec<(NodeId, NodeState)> = ids
+            .iter()
+            .map(|&id| (id, scheduler.cluster().node(id).clone()))
+            .collect();
+        let (fit, left) = fit_together(scheduler, &mut nodes, pending);
+        if best.as_ref().is_none_or(|b| fit > b.0) {
+            best = Some((fit, nodes, left, domain));
+        }
+    }
+    let (fit, nodes, left, domain) =
+        best.unwrap_or((0, Vec::new(), pending.first().copied(), None));
+    let closest = left.and_then(|pod| {
+        let spec = &scheduler.pod(pod).spec;
+        let mut probe = spec.clone();
+        probe.demand = Demand::default();
+        let whole = matches!(spec.demand.gpu, GpuRequest::Whole(_));
+        let mut best: Option<(f64, usize, &str, &NodeState)> = None;
+        for (id, node) in &nodes {
+            if !scheduler.could_place_on(&probe, *id) {
+                continue;
+            }
+            let (missing, share) = missing_on(node, &spec.demand, &spec.constraints);
+            let key = (share, missing.len(), node.spec.name.as_str());
+            if !missing.is_empty() && best.as_ref().is_none_or(|(s, n, c, _)| key < (*s, *n, *c)) {
+                best = Some((share, missing.len(), node.spec.name.as_str(), node));
+            }
+        }
+        best.map(|(_, _, name, node)| Closest {
+            node: name.to_string(),
+            lacks: missing_on(node, &spec.demand, &spec.constraints)
+                .0
+                .iter()
+                .map(|m| lack(m, whole))
+                .collect(),
+        })
+    });
+    GangHelp {
+        level: level.map(str::to_string),
+        domain: domain.map(str::to_string),
+        fit,
+        pending: pending.len() as u32,
+        closest,
     }
 }
 
@@ -1881,6 +2016,27 @@ pub fn render_gang(v: &GangView) -> String {
     }
     if let Some(p) = &v.predicted_start {
         let _ = writeln!(out, "  start      {}", p.render());
+    }
+    if let Some(h) = &v.help {
+        let place = match (&h.level, &h.domain) {
+            (Some(level), Some(domain)) => format!("{level} {domain}"),
+            (Some(level), None) => format!("any {level} (no node has that label)"),
+            _ => "the cluster".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  would help {} of its {} pending pods fit together in {place} now",
+            h.fit, h.pending
+        );
+        if let Some(c) = &h.closest {
+            let lacks: Vec<&str> = c.lacks.iter().map(|l| l.text.as_str()).collect();
+            let _ = writeln!(
+                out,
+                "             one more fits on node {} if {} were free",
+                c.node,
+                lacks.join(" and ")
+            );
+        }
     }
     out
 }

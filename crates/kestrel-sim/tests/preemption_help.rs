@@ -113,3 +113,75 @@ fn a_pod_that_may_preempt_lower_priorities_is_not_left_waiting_for_them() {
         .any(|(_, r)| r.spec.name == "b-low" && r.evicting);
     assert!(bound || evicting, "it took b-low's room");
 }
+
+/// Racks r1 (n1: 8 GPUs free, n2: 2 of 8 free) and r2 (n3: 4 of 8 free); a gang of four
+/// 4-GPU pods required in one rack.
+#[test]
+fn a_gang_is_told_which_domain_comes_closest_and_what_its_next_pod_lacks() {
+    let racked = |name: &str, rack: &str| {
+        let mut node = gpu_node(name, 8);
+        node.labels.insert(RACK_LABEL.to_string(), rack.to_string());
+        node.labels
+            .insert(HOSTNAME_LABEL.to_string(), name.to_string());
+        node
+    };
+    let cluster = SimCluster {
+        nodes: vec![racked("n1", "r1"), racked("n2", "r1"), racked("n3", "r2")],
+        events: vec![],
+    };
+    let mut busy_n2 = job("busy-n2", 6, 0, 1000, false);
+    busy_n2.template.constraints.node_selector =
+        [(HOSTNAME_LABEL.to_string(), "n2".to_string())].into();
+    let mut busy_n3 = job("busy-n3", 4, 0, 1000, false);
+    busy_n3.template.constraints.node_selector =
+        [(HOSTNAME_LABEL.to_string(), "n3".to_string())].into();
+    let mut jobs = vec![busy_n2, busy_n3];
+    for rank in 0..4 {
+        let mut member = job(&format!("train-{rank}"), 4, 10 * MIN, 0, false);
+        member.template.gang = Some(GangMembership {
+            gang: "train".into(),
+            role: None,
+            rank: Some(rank),
+        });
+        jobs.push(member);
+    }
+    let workload = Workload {
+        jobs,
+        gangs: vec![GangSpec {
+            namespace: "team".into(),
+            name: "train".into(),
+            min_member: 4,
+            topology: GangTopology {
+                required: Some(RACK_LABEL.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        topology_levels: vec![RACK_LABEL.into()],
+        ..Default::default()
+    };
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(20 * MIN).unwrap();
+    let view = kestrel_sim::explain_view::gang_view(&sim, "team", "train");
+    assert_eq!(view.pending, 4, "{view:?}");
+    let help = view.help.as_ref().expect("a waiting gang gets help");
+    assert_eq!(
+        (
+            help.level.as_deref(),
+            help.domain.as_deref(),
+            help.fit,
+            help.pending
+        ),
+        (Some(RACK_LABEL), Some("r1"), 2, 4)
+    );
+    let closest = help.closest.as_ref().unwrap();
+    assert_eq!(closest.node, "n2");
+    assert_eq!(closest.lacks[0].text, "2 more GPUs");
+    let text = kestrel_sim::explain_view::render_gang(&view);
+    assert!(
+        text.contains(&format!(
+            "2 of its 4 pending pods fit together in {RACK_LABEL} r1 now"
+        )) && text.contains("one more fits on node n2 if 2 more GPUs were free"),
+        "{text}"
+    );
+}
