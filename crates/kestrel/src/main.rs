@@ -115,8 +115,22 @@ struct SimArgs {
     compare_topology_blind: bool,
 }
 
+/// Commands that print and end die quietly when their reader goes away (`kestrel queue |
+/// head`), as other command-line tools do, instead of panicking on the failed write. The
+/// long-running server keeps ignoring SIGPIPE: a peer closing a socket must not end it.
+fn quiet_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: sets a signal's disposition to its default before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        quiet_on_closed_pipe();
+    }
     let result = match cli.command {
         Command::Sim(args) => run_sim(args),
         Command::Bench(command) => bench::run(command),

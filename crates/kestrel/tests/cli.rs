@@ -171,3 +171,28 @@ fn sim_compares_gang_placement_with_a_topology_blind_run() {
     assert_eq!(aware["declared"], blind["declared"]);
     assert!(blind["started_in_one_rack"].is_u64(), "{blind}");
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_the_output_without_a_panic() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .arg("crds")
+        .current_dir(repo())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kestrel");
+    // Like `kestrel crds | head -0`: the reader is gone before anything is written.
+    drop(child.stdout.take());
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(status.code(), Some(101), "no panic exit: {status:?}");
+}
