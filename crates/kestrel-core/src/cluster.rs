@@ -408,7 +408,7 @@ impl ClassKey {
 }
 
 /// Nodes of one class, in buckets by free whole GPUs, each ordered by (key, node).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct NodeClass {
     /// A member's spec, for class-level predicates (per-node labels are not to be trusted).
     pub representative: NodeSpec,
@@ -417,7 +417,7 @@ pub(crate) struct NodeClass {
 }
 
 /// All nodes, their classes and the buckets.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ClusterIndex {
     nodes: Vec<Option<NodeState>>,
     by_name: HashMap<String, NodeId>,

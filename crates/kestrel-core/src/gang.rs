@@ -81,7 +81,7 @@ pub struct GangState {
 }
 
 /// Gangs by namespace/name.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct GangIndex {
     pub(crate) gangs: Vec<GangState>,
     pub(crate) ids: BTreeMap<(String, String), GangId>,

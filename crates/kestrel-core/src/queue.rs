@@ -349,7 +349,7 @@ pub(crate) enum QuotaFit {
 }
 
 /// All queues and their usage.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct QueueBook {
     pub(crate) cqs: Vec<CqBook>,
     pub(crate) cq_ids: HashMap<String, CqId>,

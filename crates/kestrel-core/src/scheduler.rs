@@ -158,7 +158,7 @@ enum ClassVerdict {
     Infeasible(NodeReason),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct ConstraintEntry {
     constraints: PlacementConstraints,
     /// The constraints name per-node labels or fields: check node by node.
@@ -175,7 +175,7 @@ struct Candidate {
 
 /// The engine. Drivers feed it nodes and pods, call [`Scheduler::schedule`], and carry out
 /// the decisions.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Scheduler {
     config: SchedulerConfig,
     pub(crate) cluster: ClusterIndex,

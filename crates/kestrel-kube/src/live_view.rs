@@ -4,12 +4,14 @@
 //!
 //! Running pods end at their start plus their declared `kestrel.dev/runtime-estimate`,
 //! read within the estimates' error bound and how long they have run
-//! ([`Estimates::runtime_for`]); pods without one have no known end.
+//! ([`Estimates::runtime_for`]); pods without one have no known end. Predicted starts run
+//! the simulator forward from the snapshot ([`LiveState::predict`]).
 
 use crate::index::ClusterState;
 use kestrel_core::{Millis, PodId, PodPhase, Scheduler};
 use kestrel_sim::explain_view::ExplainState;
-use kestrel_sim::predict::Estimates;
+use kestrel_sim::predict::{self, Estimates, Predictions};
+use kestrel_sim::{SimCluster, SimConfig, SimError, SimJob, Simulation, Workload};
 
 /// The index after a snapshot's cycle, at the snapshot's moment.
 pub struct LiveState {
@@ -34,5 +36,58 @@ impl ExplainState for LiveState {
         let worked = self.now.saturating_sub(at);
         let runtime = estimates.runtime_for(record.spec.preemption.runtime_estimate, worked)?;
         Some((at + runtime).max(self.now))
+    }
+}
+
+impl LiveState {
+    /// Predicted starts of `targets` (pending pods): the simulator resumed from this state
+    /// ([`Simulation::resume`]), every pod a job that runs for its declared
+    /// `kestrel.dev/runtime-estimate` (pods without one run on: what waits for them has no
+    /// predicted start), read likely, shortest and longest within +/-20%. Nothing that does
+    /// not exist now (new pods, nodes) is known to it.
+    pub fn predict(&self, targets: &[PodId]) -> Result<Predictions, SimError> {
+        let scheduler = self.state.scheduler().clone();
+        let pods: Vec<PodId> = scheduler
+            .pods()
+            .filter(|(_, r)| r.phase != PodPhase::Gone)
+            .map(|(id, _)| id)
+            .collect();
+        let jobs = pods
+            .iter()
+            .map(|&p| {
+                let record = scheduler.pod(p);
+                let spec = &record.spec;
+                let mut job = SimJob::pod(
+                    &spec.namespace,
+                    &spec.name,
+                    record.submitted_at,
+                    0,
+                    spec.clone(),
+                );
+                job.duration = spec.preemption.runtime_estimate;
+                job
+            })
+            .collect();
+        let workload = Workload {
+            jobs,
+            ..Default::default()
+        };
+        let cluster = SimCluster {
+            nodes: Vec::new(),
+            events: Vec::new(),
+        };
+        let estimates = Estimates {
+            runtimes: workload.jobs.iter().map(|j| j.duration).collect(),
+            ..Estimates::declared()
+        };
+        let sim = Simulation::resume(
+            &cluster,
+            &workload,
+            SimConfig::default(),
+            scheduler,
+            self.now,
+            &pods,
+        );
+        predict::predict(sim, targets, &estimates)
     }
 }

@@ -910,6 +910,18 @@ async fn a_live_snapshot_explains_pending_pods_from_the_listing_and_writes_nothi
     let big = node.pods.iter().find(|p| p.pod == "ml/big").unwrap();
     assert_eq!(big.ends_at_s, Some(in_an_hour));
 
+    // The simulator resumed from the snapshot: four starts when big ends (2 h declared,
+    // read within +/-20%: 100 to 150 min in all, of which 1 h has run).
+    let four_id = four.id;
+    let predicted = live.predict(&[four_id]).unwrap();
+    let p = &predicted.starts[&four_id];
+    let minutes = |m: u64| now + m * 60_000;
+    assert_eq!(
+        (p.point(), p.from(), p.to()),
+        (Some(minutes(60)), Some(minutes(40)), Some(minutes(90))),
+        "{p:?}"
+    );
+
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     assert!(
         writes.lock().unwrap().is_empty(),

@@ -219,29 +219,33 @@ pub fn run_forward(
 
 /// Predicts the start of `targets` (pods pending now) from a simulation standing at its
 /// clock's time with the runtime estimates `known` (read each of the three ways; the
-/// reading given is ignored): this simulation runs forward with the likely reading (it is
-/// used up), and replays of the same inputs to the same time with the shortest and longest.
+/// reading given is ignored): clones of this simulation run forward with the shortest and
+/// longest readings, and this one (used up) with the likely reading.
 pub fn predict(
     mut sim: Simulation<'_>,
     targets: &[PodId],
     known: &Estimates,
 ) -> Result<Predictions, SimError> {
     let at = sim.now();
-    let (cluster, workload, config) = (sim.cluster_spec(), sim.workload(), sim.config().clone());
     let mut runs: Vec<HashMap<PodId, Millis>> = Vec::new();
     for reading in Reading::ALL {
         let estimates = known.read_as(reading);
         if reading == Reading::Likely {
-            runs.push(run_forward(&mut sim, estimates, targets)?);
+            continue;
         } else if known.error == 0.0 {
             // Exact estimates read every way alike.
-            runs.push(runs[0].clone());
+            runs.push(HashMap::new());
         } else {
-            let mut replay = Simulation::new(cluster, workload, config.clone())?;
-            replay.run_to(at)?;
-            runs.push(run_forward(&mut replay, estimates, targets)?);
+            runs.push(run_forward(&mut sim.clone(), estimates, targets)?);
         }
     }
+    let likely = run_forward(&mut sim, known.read_as(Reading::Likely), targets)?;
+    for run in &mut runs {
+        if known.error == 0.0 {
+            run.clone_from(&likely);
+        }
+    }
+    runs.insert(0, likely);
     let starts = targets
         .iter()
         .map(|&pod| {

@@ -114,7 +114,9 @@ struct PodState {
     gpu_milli: u64,
 }
 
-/// A run in progress. Use [`simulate`] unless you need to step it.
+/// A run in progress. Use [`simulate`] unless you need to step it. A clone goes on from
+/// the same moment on its own (forward runs of a prediction).
+#[derive(Clone)]
 pub struct Simulation<'a> {
     cluster: &'a SimCluster,
     workload: &'a Workload,
@@ -159,7 +161,7 @@ pub struct Simulation<'a> {
 
 /// ResourceQuota accounting per namespace, as the API server keeps it: what pods that
 /// exist (pending or running) request, against each quota's `hard` amounts.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct NamespaceQuotas {
     used: HashMap<String, BTreeMap<String, i64>>,
     /// Jobs whose pod creation was refused, per namespace, in order: retried when quota
@@ -168,7 +170,7 @@ struct NamespaceQuotas {
 }
 
 /// Time integrals for the time-weighted means.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Integrals {
     last_at: Millis,
     allocated: f64,
@@ -255,7 +257,73 @@ impl<'a> Simulation<'a> {
             .unwrap_or(0);
         let horizon = config.until.unwrap_or(horizon).max(1);
         let sample_every = config.sample_every.unwrap_or((horizon / 500).max(1000));
-        let mut sim = Simulation {
+        let mut sim = Self::with_engine(cluster, workload, config, scheduler, sample_every);
+        sim.register_queues()?;
+        for (i, event) in cluster.events.iter().enumerate() {
+            sim.push(event.at, Event::Cluster(i));
+        }
+        for (i, job) in workload.jobs.iter().enumerate() {
+            sim.push(job.arrival, Event::Arrival(i));
+        }
+        sim.push(0, Event::Sample);
+        Ok(sim)
+    }
+
+    /// A run that goes on from an engine's state instead of from the start, for predictions
+    /// from a live cluster: `scheduler` holds the nodes, queues and pods as they stand at
+    /// `now`, and `workload` has one single-pod job per pod of `pods`, in that order, all
+    /// created already (no arrivals; `cluster` has no changes to come). Bound pods run from
+    /// their binding; pods the engine is evicting leave now.
+    pub fn resume(
+        cluster: &'a SimCluster,
+        workload: &'a Workload,
+        config: SimConfig,
+        scheduler: Scheduler,
+        now: Millis,
+        pods: &[PodId],
+    ) -> Self {
+        assert_eq!(workload.jobs.len(), pods.len(), "one job per pod");
+        let mut sim = Self::with_engine(cluster, workload, config, scheduler, Millis::MAX);
+        sim.now = now;
+        sim.last_event_at = now;
+        for (job, &pod) in pods.iter().enumerate() {
+            let record = sim.scheduler.pod(pod);
+            let bound_at = match record.phase {
+                PodPhase::Bound { at, .. } => Some(at),
+                _ => None,
+            };
+            let evicting = record.evicting;
+            sim.jobs[job].created = 1;
+            sim.pods.insert(
+                pod,
+                PodState {
+                    job,
+                    created_at: record.submitted_at,
+                    first_bound_at: bound_at,
+                    epoch: 0,
+                    running: bound_at.is_some(),
+                    done_work: 0,
+                    run_start: bound_at.unwrap_or(now),
+                    evicting: None,
+                    gpu_milli: sim.scheduler.gpu_milli(pod),
+                },
+            );
+            if evicting && bound_at.is_some() {
+                sim.push(now, Event::Evict(pod, 0));
+            }
+        }
+        sim
+    }
+
+    /// The run's state around an engine, before anything happens.
+    fn with_engine(
+        cluster: &'a SimCluster,
+        workload: &'a Workload,
+        config: SimConfig,
+        scheduler: Scheduler,
+        sample_every: Millis,
+    ) -> Self {
+        Simulation {
             cluster,
             workload,
             report: SimReport {
@@ -295,16 +363,7 @@ impl<'a> Simulation<'a> {
             estimates: None,
             bind_log: None,
             last_event_at: 0,
-        };
-        sim.register_queues()?;
-        for (i, event) in cluster.events.iter().enumerate() {
-            sim.push(event.at, Event::Cluster(i));
         }
-        for (i, job) in workload.jobs.iter().enumerate() {
-            sim.push(job.arrival, Event::Arrival(i));
-        }
-        sim.push(0, Event::Sample);
-        Ok(sim)
     }
 
     fn push(&mut self, at: Millis, event: Event) {

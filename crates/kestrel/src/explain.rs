@@ -302,12 +302,33 @@ fn timing(simulated: f64, explained: f64, predicted: Option<f64>) -> String {
 }
 
 /// The last line of the human output on a live cluster.
-fn live_timing(listed: f64, explained: f64) -> String {
-    format!(
-        "listed and scheduled (dry) in {listed:.2} s; explained in {:.2} ms; no predicted \
-         start: predictions run the simulator forward from simulated states only",
+fn live_timing(listed: f64, explained: f64, predicted: Option<f64>) -> String {
+    let mut line = format!(
+        "listed and scheduled (dry) in {listed:.2} s; explained in {:.2} ms",
         explained * 1000.0
-    )
+    );
+    if let Some(p) = predicted {
+        line += &format!(
+            "; predicted in {p:.3} s ({} forward runs from the cluster's state with declared runtime estimates)",
+            predict::PREDICTION_RUNS
+        );
+    }
+    line
+}
+
+/// Predicted starts of `targets` on a live cluster, and the seconds they took; `None`
+/// when skipped or nothing is pending.
+fn predict_live(
+    live: &kestrel_kube::live_view::LiveState,
+    targets: &[PodId],
+    skip: bool,
+) -> Result<Option<(Predictions, f64)>> {
+    if skip || targets.is_empty() {
+        return Ok(None);
+    }
+    let started = Instant::now();
+    let predictions = live.predict(targets)?;
+    Ok(Some((predictions, started.elapsed().as_secs_f64())))
 }
 
 pub fn explain(args: ExplainArgs) -> Result<()> {
@@ -316,9 +337,14 @@ pub fn explain(args: ExplainArgs) -> Result<()> {
     if args.state.live {
         let (live, listed) = live_state(&args.state)?;
         let started = Instant::now();
-        let answer = Explained::of(&live, args.kind, &args.name, &Estimates::declared())?;
+        let mut answer = Explained::of(&live, args.kind, &args.name, &Estimates::declared())?;
         let explained = started.elapsed().as_secs_f64();
-        return print_answer(&answer, args.state.sim.json, live_timing(listed, explained));
+        let predicted = predict_live(&live, &answer.pending(), args.state.no_predict)?;
+        if let Some((p, _)) = &predicted {
+            answer.apply_predictions(p);
+        }
+        let timing = live_timing(listed, explained, predicted.map(|p| p.1));
+        return print_answer(&answer, args.state.sim.json, timing);
     }
     let inputs = load_inputs(&args.state.sim)?;
     let (sim, simulated) = state_at(&inputs, args.state.at)?;
@@ -351,11 +377,17 @@ pub fn queue(args: QueueArgs) -> Result<()> {
     if args.state.live {
         let (live, listed) = live_state(&args.state)?;
         let started = Instant::now();
-        let list = pending_list(&live, &args, |ns| {
+        let mut list = pending_list(&live, &args, |ns| {
             live.scheduler().pods().any(|(_, r)| r.spec.namespace == ns)
         })?;
         let explained = started.elapsed().as_secs_f64();
-        return print_list(&list, args.state.sim.json, live_timing(listed, explained));
+        let targets: Vec<PodId> = list.pending.iter().map(|e| e.id).collect();
+        let predicted = predict_live(&live, &targets, args.state.no_predict)?;
+        if let Some((p, _)) = &predicted {
+            view::apply_list_predictions(&mut list.pending, p);
+        }
+        let timing = live_timing(listed, explained, predicted.map(|p| p.1));
+        return print_list(&list, args.state.sim.json, timing);
     }
     let inputs = load_inputs(&args.state.sim)?;
     let (sim, simulated) = state_at(&inputs, args.state.at)?;
