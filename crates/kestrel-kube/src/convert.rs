@@ -130,6 +130,44 @@ pub fn is_running(pod: &Pod) -> bool {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
+/// Drops what no reader of a watched Pod or Node uses before it is stored and indexed, so
+/// the reflector stores hold a fraction of each object: `managedFields`; a pod's volumes,
+/// its containers' commands, env, mounts, probes and lifecycle hooks, and its container
+/// statuses; a node's image list. Scheduling reads labels, annotations, owners, resources,
+/// selectors, affinity, tolerations, taints, conditions and phases, which stay.
+pub fn trim_watched<K: std::any::Any>(object: &mut K) {
+    let object = object as &mut dyn std::any::Any;
+    if let Some(pod) = object.downcast_mut::<Pod>() {
+        pod.metadata.managed_fields = None;
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.volumes = None;
+            let containers = spec.init_containers.iter_mut().flatten();
+            for c in containers.chain(spec.containers.iter_mut()) {
+                c.command = None;
+                c.args = None;
+                c.env = None;
+                c.env_from = None;
+                c.volume_mounts = None;
+                c.volume_devices = None;
+                c.liveness_probe = None;
+                c.readiness_probe = None;
+                c.startup_probe = None;
+                c.lifecycle = None;
+            }
+        }
+        if let Some(status) = pod.status.as_mut() {
+            status.container_statuses = None;
+            status.init_container_statuses = None;
+            status.ephemeral_container_statuses = None;
+        }
+    } else if let Some(node) = object.downcast_mut::<Node>() {
+        node.metadata.managed_fields = None;
+        if let Some(status) = node.status.as_mut() {
+            status.images = None;
+        }
+    }
+}
+
 /// `namespace/name` of a pod.
 pub fn pod_key(pod: &Pod) -> String {
     format!(

@@ -15,8 +15,8 @@
 //! so a malformed object is refused at `kubectl apply`; what only Kestrel can check (e.g.
 //! per-role minimums adding up to more than `minMember`) is reported on the object.
 //!
-//! The live scheduler reads PodGroups and Topologies; the queue kinds are defined here so
-//! that the API exists and can be installed, and are not acted on yet.
+//! The live scheduler reads all of them, and writes the status of PodGroups, ClusterQueues
+//! and LocalQueues.
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -229,7 +229,8 @@ pub struct TopologyLevel {
     printcolumn = r#"{"name": "Cohort", "type": "string", "jsonPath": ".spec.cohortName"}"#,
     printcolumn = r#"{"name": "Strategy", "type": "string", "jsonPath": ".spec.queueingStrategy", "priority": 1}"#,
     printcolumn = r#"{"name": "Pending", "type": "integer", "jsonPath": ".status.pendingWorkloads"}"#,
-    printcolumn = r#"{"name": "Admitted", "type": "integer", "jsonPath": ".status.admittedWorkloads"}"#
+    printcolumn = r#"{"name": "Admitted", "type": "integer", "jsonPath": ".status.admittedWorkloads"}"#,
+    printcolumn = r#"{"name": "Active", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Active\")].status"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterQueueSpec {
@@ -403,6 +404,9 @@ pub struct ClusterQueueStatus {
     pub reserving_workloads: i32,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flavors_usage: Vec<FlavorUsage>,
+    /// `Active`: True when Kestrel can admit workloads through the queue (reason `Ready`;
+    /// `FlavorNotFound` or `InvalidSpec` when it admits with something wrong), False with
+    /// the reason (`Stopped`, `InvalidSpec`) and the field to fix otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -442,7 +446,8 @@ pub struct ResourceUsage {
     doc = "A namespace's queue into a ClusterQueue (Kestrel; Kueue's field names).",
     printcolumn = r#"{"name": "ClusterQueue", "type": "string", "jsonPath": ".spec.clusterQueue"}"#,
     printcolumn = r#"{"name": "Pending", "type": "integer", "jsonPath": ".status.pendingWorkloads"}"#,
-    printcolumn = r#"{"name": "Admitted", "type": "integer", "jsonPath": ".status.admittedWorkloads"}"#
+    printcolumn = r#"{"name": "Admitted", "type": "integer", "jsonPath": ".status.admittedWorkloads"}"#,
+    printcolumn = r#"{"name": "Active", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Active\")].status"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct LocalQueueSpec {
@@ -458,6 +463,9 @@ pub struct LocalQueueStatus {
     pub pending_workloads: i32,
     #[serde(default)]
     pub admitted_workloads: i32,
+    /// `Active`: True (reason `Ready`) when its ClusterQueue exists, is active and admits
+    /// its namespace; False with the reason (`ClusterQueueDoesNotExist`,
+    /// `ClusterQueueIsInactive`, `NamespaceNotSelected`, `InvalidSpec`) otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -253,8 +253,11 @@ where
     let kind = K::kind(&dyntype).to_string();
     let writer = Writer::new(dyntype);
     let store = writer.as_reader();
-    let stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
-        .default_backoff();
+    let stream = reflector::reflector(
+        writer,
+        watcher::watcher(api, watcher::Config::default()).modify(crate::convert::trim_watched::<K>),
+    )
+    .default_backoff();
     tasks.spawn(async move {
         let mut stream = std::pin::pin!(stream);
         let mut listed = false;

@@ -10,7 +10,9 @@ use kestrel_core::SchedulerConfig;
 use kestrel_kube::api::{pod_group_status_patch, ApiWriter};
 use kestrel_kube::crds::{self, PodGroupPhase};
 use kestrel_kube::driver::{self, Change, DriverConfig, Ended, Stores};
-use kestrel_kube::index::{BindOutcome, ClusterState, CycleOutput, GroupStatusJob, PodState};
+use kestrel_kube::index::{
+    BindOutcome, ClusterState, CycleOutput, GroupStatusJob, PodState, QueueStatusJob,
+};
 use kestrel_kube::limiter::Limiter;
 use kestrel_kube::manifests;
 use kestrel_kube::metrics::Metrics;
@@ -499,6 +501,10 @@ impl Harness {
             (
                 "LocalQueue",
                 Writer::new(ApiResource::erase::<crds::LocalQueue>(&())),
+            ),
+            (
+                "ResourceFlavor",
+                Writer::new(ApiResource::erase::<crds::ResourceFlavor>(&())),
             ),
         ];
         let namespaces = Writer::<Namespace>::default();
@@ -1486,6 +1492,329 @@ fn live_queues_admit_by_quota_and_changes_apply_without_a_restart() {
     let out = h.state.cycle(7);
     assert!(out.binds.is_empty());
     assert!(out.unschedulable[0].message.contains("LocalQueue"));
+}
+
+/// The `Active` condition of a queue's status among those written.
+fn active(statuses: &[QueueStatusJob], kind: &str, name: &str) -> Value {
+    let job = statuses
+        .iter()
+        .find(|j| j.kind == kind && j.name == name)
+        .unwrap_or_else(|| panic!("no status of {kind} {name} written: {statuses:?}"));
+    let conditions = job.status["conditions"].as_array().unwrap();
+    assert_eq!(conditions.len(), 1, "{conditions:?}");
+    assert_eq!(conditions[0]["type"], "Active");
+    conditions[0].clone()
+}
+
+/// Wall time at driver time 0 in the queue condition tests (2027-01-15T08:00:00Z).
+const WALL: i64 = 1_800_000_000_000;
+
+/// `lastTransitionTime` at driver time `ms`.
+fn at(ms: i64) -> Value {
+    json!(Timestamp::from_millisecond(WALL + ms).unwrap().to_string())
+}
+
+fn flavor(name: &str) -> Value {
+    json!({"metadata": {"name": name}, "spec": {}})
+}
+
+fn local_queue(name: &str, cluster_queue: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": "ml", "generation": 1},
+        "spec": {"clusterQueue": cluster_queue}})
+}
+
+#[test]
+fn queue_active_conditions_follow_the_stop_policy_and_keep_their_transition_time() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    h.state.set_wall_origin(WALL);
+    h.queue("ResourceFlavor", flavor("default"), false);
+    let mut cq = cluster_queue(8, json!({}));
+    cq["metadata"]["generation"] = json!(3);
+    h.queue("ClusterQueue", cq.clone(), false);
+    h.queue("LocalQueue", local_queue("team", "team-a"), false);
+    h.state.cycle(1_000);
+    let statuses = h.state.queue_statuses();
+    assert_eq!(
+        active(&statuses, "ClusterQueue", "team-a"),
+        json!({"type": "Active", "status": "True", "reason": "Ready",
+            "message": "Can admit new workloads", "lastTransitionTime": at(1_000),
+            "observedGeneration": 3})
+    );
+    assert_eq!(
+        active(&statuses, "LocalQueue", "team"),
+        json!({"type": "Active", "status": "True", "reason": "Ready",
+            "message": "Can submit new workloads to ClusterQueue team-a",
+            "lastTransitionTime": at(1_000), "observedGeneration": 1})
+    );
+    h.state.cycle(5_000);
+    assert!(
+        h.state.queue_statuses().is_empty(),
+        "unchanged queues are not written again as time passes"
+    );
+
+    // Stopped: inactive, and the LocalQueue says why.
+    cq["metadata"]["generation"] = json!(4);
+    cq["spec"]["stopPolicy"] = json!("Hold");
+    h.queue("ClusterQueue", cq.clone(), false);
+    h.pod(queued("a", "team", 1));
+    let out = h.state.cycle(10_000);
+    assert!(out.binds.is_empty(), "a stopped queue admits nothing");
+    let statuses = h.state.queue_statuses();
+    let c = active(&statuses, "ClusterQueue", "team-a");
+    assert_eq!(
+        (
+            &c["status"],
+            &c["reason"],
+            &c["lastTransitionTime"],
+            &c["observedGeneration"]
+        ),
+        (&json!("False"), &json!("Stopped"), &at(10_000), &json!(4))
+    );
+    assert_eq!(
+        c["message"],
+        "Can't admit new workloads: spec.stopPolicy is Hold; set it to None to admit workloads"
+    );
+    let l = active(&statuses, "LocalQueue", "team");
+    assert_eq!(
+        (&l["status"], &l["reason"], &l["lastTransitionTime"]),
+        (
+            &json!("False"),
+            &json!("ClusterQueueIsInactive"),
+            &at(10_000)
+        )
+    );
+    assert_eq!(
+        l["message"],
+        "Can't submit new workloads: ClusterQueue team-a is inactive (Stopped): spec.stopPolicy is Hold; set it to None to admit workloads"
+    );
+    assert_eq!(
+        statuses
+            .iter()
+            .find(|j| j.kind == "LocalQueue")
+            .unwrap()
+            .status["pendingWorkloads"],
+        1
+    );
+    h.state.cycle(20_000);
+    assert!(h.state.queue_statuses().is_empty());
+
+    // Still stopped, another way: the message changes, the transition time does not.
+    cq["spec"]["stopPolicy"] = json!("HoldAndDrain");
+    h.queue("ClusterQueue", cq.clone(), false);
+    h.state.cycle(30_000);
+    let statuses = h.state.queue_statuses();
+    let c = active(&statuses, "ClusterQueue", "team-a");
+    assert_eq!(
+        (&c["status"], &c["reason"]),
+        (&json!("False"), &json!("Stopped"))
+    );
+    assert!(
+        c["message"].as_str().unwrap().contains("HoldAndDrain"),
+        "{c}"
+    );
+    assert_eq!(
+        c["lastTransitionTime"],
+        at(10_000),
+        "status unchanged: time kept"
+    );
+    let l = active(&statuses, "LocalQueue", "team");
+    assert!(
+        l["message"].as_str().unwrap().contains("HoldAndDrain"),
+        "{l}"
+    );
+    assert_eq!(
+        l["lastTransitionTime"],
+        at(10_000),
+        "status unchanged: time kept"
+    );
+
+    // Running again: True, with a new transition time; the pending pod is admitted.
+    cq["spec"]["stopPolicy"] = json!("None");
+    h.queue("ClusterQueue", cq, false);
+    let out = h.state.cycle(40_000);
+    assert_eq!(out.binds.len(), 1, "{out:?}");
+    let statuses = h.state.queue_statuses();
+    for (kind, name) in [("ClusterQueue", "team-a"), ("LocalQueue", "team")] {
+        let c = active(&statuses, kind, name);
+        assert_eq!(
+            (&c["status"], &c["reason"], &c["lastTransitionTime"]),
+            (&json!("True"), &json!("Ready"), &at(40_000)),
+            "{kind} {name}"
+        );
+    }
+}
+
+#[test]
+fn queue_conditions_name_missing_flavors_queues_and_unreadable_specs() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    h.state.set_wall_origin(WALL);
+    // A flavor that does not exist: the engine admits in it all the same (without node
+    // labels), so the queue is active and says what is missing.
+    h.queue("ClusterQueue", cluster_queue(8, json!({})), false);
+    h.queue("LocalQueue", local_queue("team", "team-a"), false);
+    h.pod(queued("a", "team", 1));
+    let out = h.state.cycle(1_000);
+    assert_eq!(out.binds.len(), 1, "{out:?}");
+    let statuses = h.state.queue_statuses();
+    let c = active(&statuses, "ClusterQueue", "team-a");
+    assert_eq!(
+        (&c["status"], &c["reason"]),
+        (&json!("True"), &json!("FlavorNotFound"))
+    );
+    assert_eq!(
+        c["message"],
+        "Can admit new workloads; spec.resourceGroups[0].flavors[0].name: ResourceFlavor \"default\" does not exist, so workloads admitted in it get no node labels or tolerations; create it, or fix the name"
+    );
+    assert!(
+        c.get("observedGeneration").is_none(),
+        "no generation listed"
+    );
+    assert_eq!(active(&statuses, "LocalQueue", "team")["reason"], "Ready");
+    h.queue("ResourceFlavor", flavor("default"), false);
+    h.state.cycle(2_000);
+    let statuses = h.state.queue_statuses();
+    let c = active(&statuses, "ClusterQueue", "team-a");
+    assert_eq!(
+        (&c["reason"], &c["lastTransitionTime"]),
+        (&json!("Ready"), &at(1_000))
+    );
+
+    // An unreadable update: the previous version stays in force, and the condition says so.
+    let mut bad = cluster_queue(8, json!({}));
+    bad["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] = json!("x");
+    h.queue("ClusterQueue", bad.clone(), false);
+    h.state.cycle(3_000);
+    let c = active(&h.state.queue_statuses(), "ClusterQueue", "team-a");
+    assert_eq!(
+        (&c["status"], &c["reason"]),
+        (&json!("True"), &json!("InvalidSpec"))
+    );
+    let message = c["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Can admit new workloads; its current spec cannot be used, so the previous one stays in force: field spec.resourceGroups[0].flavors[0].resources[1].nominalQuota"),
+        "{message}"
+    );
+
+    // A ClusterQueue never readable is inactive, and so are its LocalQueues.
+    bad["metadata"]["name"] = json!("broken");
+    h.queue("ClusterQueue", bad, false);
+    h.queue("LocalQueue", local_queue("via-broken", "broken"), false);
+    // A LocalQueue whose ClusterQueue does not exist.
+    h.queue("LocalQueue", local_queue("lost", "nope"), false);
+    h.state.cycle(4_000);
+    let statuses = h.state.queue_statuses();
+    let c = active(&statuses, "ClusterQueue", "broken");
+    assert_eq!(
+        (&c["status"], &c["reason"]),
+        (&json!("False"), &json!("InvalidSpec"))
+    );
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Can't admit new workloads: its spec cannot be used: field spec.resourceGroups[0].flavors[0].resources[1].nominalQuota"),
+        "{c}"
+    );
+    let l = active(&statuses, "LocalQueue", "via-broken");
+    assert_eq!(
+        (&l["status"], &l["reason"]),
+        (&json!("False"), &json!("ClusterQueueIsInactive"))
+    );
+    assert!(
+        l["message"]
+            .as_str()
+            .unwrap()
+            .contains("ClusterQueue broken is inactive (InvalidSpec)"),
+        "{l}"
+    );
+    let l = active(&statuses, "LocalQueue", "lost");
+    assert_eq!(
+        l,
+        json!({"type": "Active", "status": "False", "reason": "ClusterQueueDoesNotExist",
+            "message": "Can't submit new workloads: ClusterQueue \"nope\" (spec.clusterQueue) does not exist; create it, or fix spec.clusterQueue",
+            "lastTransitionTime": at(4_000), "observedGeneration": 1})
+    );
+    // Creating it activates the LocalQueue.
+    let mut nope = cluster_queue(8, json!({}));
+    nope["metadata"]["name"] = json!("nope");
+    h.queue("ClusterQueue", nope, false);
+    h.state.cycle(5_000);
+    let l = active(&h.state.queue_statuses(), "LocalQueue", "lost");
+    assert_eq!(
+        (&l["status"], &l["reason"], &l["lastTransitionTime"]),
+        (&json!("True"), &json!("Ready"), &at(5_000))
+    );
+
+    // A namespaceSelector that does not select the LocalQueue's namespace, until it does.
+    h.queue(
+        "ClusterQueue",
+        cluster_queue(8, json!({"matchLabels": {"team": "a"}})),
+        false,
+    );
+    h.state.cycle(6_000);
+    let l = active(&h.state.queue_statuses(), "LocalQueue", "team");
+    assert_eq!(
+        (&l["status"], &l["reason"]),
+        (&json!("False"), &json!("NamespaceNotSelected"))
+    );
+    assert!(
+        l["message"]
+            .as_str()
+            .unwrap()
+            .contains("ClusterQueue team-a does not admit namespace ml"),
+        "{l}"
+    );
+    h.namespace("ml", json!({"team": "a"}));
+    h.state.cycle(7_000);
+    let l = active(&h.state.queue_statuses(), "LocalQueue", "team");
+    assert_eq!(
+        (&l["status"], &l["reason"]),
+        (&json!("True"), &json!("Ready"))
+    );
+}
+
+#[test]
+fn a_queue_status_already_on_the_object_is_kept_and_not_written_again() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    h.state.set_wall_origin(WALL);
+    h.queue("ResourceFlavor", flavor("default"), false);
+    // Written by an earlier leader an hour before: Active since then, counts stale.
+    let mut cq = cluster_queue(8, json!({}));
+    cq["status"] = json!({"pendingWorkloads": 7, "admittedWorkloads": 0,
+        "conditions": [{"type": "Active", "status": "True", "reason": "Ready",
+            "message": "Can admit new workloads", "lastTransitionTime": at(-3_600_000)}]});
+    h.queue("ClusterQueue", cq.clone(), false);
+    h.state.cycle(1_000);
+    let statuses = h.state.queue_statuses();
+    let job = statuses.iter().find(|j| j.name == "team-a").unwrap();
+    assert_eq!(job.status["pendingWorkloads"], 0);
+    assert_eq!(
+        active(&statuses, "ClusterQueue", "team-a")["lastTransitionTime"],
+        at(-3_600_000),
+        "the condition's status did not change"
+    );
+    // The watch brings the written status back: nothing to write.
+    cq["status"] = job.status.clone();
+    h.queue("ClusterQueue", cq.clone(), false);
+    h.state.cycle(2_000);
+    assert!(h.state.queue_statuses().is_empty());
+    // Another replica (or a restart) that finds this status writes nothing either.
+    let mut other = Harness::new(&[node("gpu-0", 8, "r1")]);
+    other.state.set_wall_origin(WALL);
+    other.queue("ResourceFlavor", flavor("default"), false);
+    other.queue("ClusterQueue", cq.clone(), false);
+    other.state.cycle(60_000);
+    assert!(other.state.queue_statuses().is_empty());
+    // Deleted and created again (without a status): written afresh.
+    other.queue("ClusterQueue", cq.clone(), true);
+    cq.as_object_mut().unwrap().remove("status");
+    other.queue("ClusterQueue", cq, false);
+    other.state.cycle(61_000);
+    let statuses = other.state.queue_statuses();
+    assert_eq!(
+        active(&statuses, "ClusterQueue", "team-a")["lastTransitionTime"],
+        at(61_000)
+    );
 }
 
 #[test]
