@@ -181,6 +181,20 @@ pub struct StatusJob {
     pub message: String,
 }
 
+impl StatusJob {
+    /// The report for the pod `namespace/name` (`key`).
+    fn of(key: &str, uid: &str, reason: &'static str, message: String) -> Self {
+        let (namespace, name) = key.split_once('/').expect("namespace/name");
+        StatusJob {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            uid: uid.to_string(),
+            reason,
+            message,
+        }
+    }
+}
+
 /// What the API said to a bind.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BindOutcome {
@@ -1449,15 +1463,9 @@ impl ClusterState {
         let Some(t) = self.pods.get(key) else {
             return;
         };
-        let (namespace, name) = key.split_once('/').expect("namespace/name");
         self.reported.insert(key.to_string(), message.clone());
-        self.invalid_reports.push(StatusJob {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            uid: t.uid.clone(),
-            reason,
-            message,
-        });
+        self.invalid_reports
+            .push(StatusJob::of(key, &t.uid, reason, message));
     }
 
     /// Drops a pod, releasing what it held in the engine.
@@ -1570,7 +1578,6 @@ impl ClusterState {
             if let Some(g) = &t.group {
                 self.dirty_groups.insert(g.clone());
             }
-            let (namespace, name) = key.split_once('/').expect("namespace/name");
             // Cluster autoscalers add nodes for `Unschedulable` pods: a pod held by its
             // queue (quota, its turn, a reclaim) says so under another reason.
             let reason_kind = if reason.queue.is_some() {
@@ -1579,13 +1586,8 @@ impl ClusterState {
                 "Unschedulable"
             };
             explained.insert(id);
-            out.unschedulable.push(StatusJob {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                uid: t.uid.clone(),
-                reason: reason_kind,
-                message,
-            });
+            out.unschedulable
+                .push(StatusJob::of(key, &t.uid, reason_kind, message));
         }
         // Pods of incomplete gangs whose ResourceQuota note changed say so again (the
         // engine reports a pod only when its own explanation changes).
@@ -1609,14 +1611,12 @@ impl ClusterState {
                 {
                     continue;
                 }
-                let (namespace, name) = member.split_once('/').expect("namespace/name");
-                out.unschedulable.push(StatusJob {
-                    namespace: namespace.to_string(),
-                    name: name.to_string(),
-                    uid: t.uid.clone(),
-                    reason: "Unschedulable",
-                    message: self.explain(reason, Some(key)),
-                });
+                out.unschedulable.push(StatusJob::of(
+                    member,
+                    &t.uid,
+                    "Unschedulable",
+                    self.explain(reason, Some(key)),
+                ));
             }
         }
         // Pods of a gang that timed out leave the engine and wait, saying so.
@@ -1638,14 +1638,8 @@ impl ClusterState {
             if let Some(g) = &t.group {
                 self.dirty_groups.insert(g.clone());
             }
-            let (namespace, name) = key.split_once('/').expect("namespace/name");
-            out.unschedulable.push(StatusJob {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                uid: t.uid.clone(),
-                reason: "Unschedulable",
-                message,
-            });
+            out.unschedulable
+                .push(StatusJob::of(&key, &t.uid, "Unschedulable", message));
         }
         out.group_status = self.group_statuses();
         out

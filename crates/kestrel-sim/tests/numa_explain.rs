@@ -1,6 +1,9 @@
 //! A pod that asks for its GPUs on one NUMA node (`single-numa-node`) is explained by the
 //! GPUs one NUMA node offers, not by the node's free total.
 
+mod fixtures;
+
+use fixtures::whole_gpu_job;
 use kestrel_core::*;
 use kestrel_sim::explain_view::{find_pod, pod_view};
 use kestrel_sim::predict::Estimates;
@@ -9,16 +12,9 @@ use kestrel_sim::*;
 const MIN: Millis = 60_000;
 
 fn job(name: &str, gpus: u32, arrival: Millis, duration: Millis, single_numa: bool) -> SimJob {
-    let mut template = PodSpec::new(
-        "",
-        "",
-        Demand {
-            resources: Resources::new(1000, 1 << 30),
-            gpu: GpuRequest::Whole(gpus),
-        },
-    );
-    template.constraints.single_numa_node = single_numa;
-    SimJob::pod("team", name, arrival, duration, template)
+    let mut job = whole_gpu_job(name, gpus, arrival, duration);
+    job.template.constraints.single_numa_node = single_numa;
+    job
 }
 
 #[test]

@@ -1,6 +1,9 @@
 //! Start-time prediction: the simulator run forward from a moment with estimated runtimes
 //! and only what is known at that moment.
 
+mod fixtures;
+
+use fixtures::{gpu_node, whole_gpu_job};
 use kestrel_core::*;
 use kestrel_sim::explain_view::find_pod;
 use kestrel_sim::inputs::{load_cluster_file, load_workload_files, resolve_paths};
@@ -14,23 +17,10 @@ use std::path::PathBuf;
 const MIN: Millis = 60_000;
 const HOUR: Millis = 3_600_000;
 
-fn gpu_node(name: &str, gpus: u32) -> NodeSpec {
-    let mut node = NodeSpec::new(name, Resources::new(64_000, 512 << 30));
-    node.gpus = GpuTopology::Flat.devices("H100", 81_559, gpus).0;
-    node
-}
-
 fn pod_job(name: &str, gpus: u32, arrival: Millis, duration: Millis, priority: i32) -> SimJob {
-    let mut template = PodSpec::new(
-        "",
-        "",
-        Demand {
-            resources: Resources::new(1000, 1 << 30),
-            gpu: GpuRequest::Whole(gpus),
-        },
-    );
-    template.priority = priority;
-    SimJob::pod("team", name, arrival, duration, template)
+    let mut job = whole_gpu_job(name, gpus, arrival, duration);
+    job.template.priority = priority;
+    job
 }
 
 fn one_node() -> SimCluster {

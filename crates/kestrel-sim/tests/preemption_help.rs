@@ -1,6 +1,9 @@
 //! "What would help" names the running pods whose preemption makes room, and says why the
 //! scheduler does not take them itself.
 
+mod fixtures;
+
+use fixtures::{gpu_node, whole_gpu_job};
 use kestrel_core::*;
 use kestrel_sim::explain_view::{find_pod, pod_view, render_pod};
 use kestrel_sim::predict::Estimates;
@@ -8,24 +11,11 @@ use kestrel_sim::*;
 
 const MIN: Millis = 60_000;
 
-fn gpu_node(name: &str, gpus: u32) -> NodeSpec {
-    let mut node = NodeSpec::new(name, Resources::new(64_000, 512 << 30));
-    node.gpus = GpuTopology::Flat.devices("H100", 81_559, gpus).0;
-    node
-}
-
 fn job(name: &str, gpus: u32, arrival: Millis, priority: i32, never: bool) -> SimJob {
-    let mut template = PodSpec::new(
-        "",
-        "",
-        Demand {
-            resources: Resources::new(1000, 1 << 30),
-            gpu: GpuRequest::Whole(gpus),
-        },
-    );
-    template.priority = priority;
-    template.preemption.never_preempt = never;
-    SimJob::pod("team", name, arrival, 120 * MIN, template)
+    let mut job = whole_gpu_job(name, gpus, arrival, 120 * MIN);
+    job.template.priority = priority;
+    job.template.preemption.never_preempt = never;
+    job
 }
 
 /// Two 4-GPU nodes: "a" runs 1 + 3 GPUs at priorities 50 and 300, "b" runs 2 + 2 GPUs at

@@ -270,19 +270,18 @@ fn state_at(inputs: &Inputs, at: Option<Millis>) -> Result<(Simulation<'_>, f64)
     Ok((sim, started.elapsed().as_secs_f64()))
 }
 
-/// Predicted starts of `targets` (the simulation is used up), and the seconds they took;
-/// `None` when skipped or nothing is pending.
-fn predict_for(
-    sim: Simulation<'_>,
+/// Predicted starts of `targets` by `predict` (a simulated or a live state's), and the
+/// seconds they took; `None` when skipped or nothing is pending.
+fn timed_predictions(
     targets: &[PodId],
-    estimates: &Estimates,
     skip: bool,
+    predict: impl FnOnce(&[PodId]) -> Result<Predictions, kestrel_sim::SimError>,
 ) -> Result<Option<(Predictions, f64)>> {
     if skip || targets.is_empty() {
         return Ok(None);
     }
     let started = Instant::now();
-    let predictions = predict::predict(sim, targets, estimates)?;
+    let predictions = predict(targets)?;
     Ok(Some((predictions, started.elapsed().as_secs_f64())))
 }
 
@@ -316,21 +315,6 @@ fn live_timing(listed: f64, explained: f64, predicted: Option<f64>) -> String {
     line
 }
 
-/// Predicted starts of `targets` on a live cluster, and the seconds they took; `None`
-/// when skipped or nothing is pending.
-fn predict_live(
-    live: &kestrel_kube::live_view::LiveState,
-    targets: &[PodId],
-    skip: bool,
-) -> Result<Option<(Predictions, f64)>> {
-    if skip || targets.is_empty() {
-        return Ok(None);
-    }
-    let started = Instant::now();
-    let predictions = live.predict(targets)?;
-    Ok(Some((predictions, started.elapsed().as_secs_f64())))
-}
-
 pub fn explain(args: ExplainArgs) -> Result<()> {
     refuse_run_only_flags(&args.state.sim, "kestrel explain")?;
     args.state.check_live("kestrel explain")?;
@@ -339,7 +323,9 @@ pub fn explain(args: ExplainArgs) -> Result<()> {
         let started = Instant::now();
         let mut answer = Explained::of(&live, args.kind, &args.name, &Estimates::declared())?;
         let explained = started.elapsed().as_secs_f64();
-        let predicted = predict_live(&live, &answer.pending(), args.state.no_predict)?;
+        let predicted = timed_predictions(&answer.pending(), args.state.no_predict, |t| {
+            live.predict(t)
+        })?;
         if let Some((p, _)) = &predicted {
             answer.apply_predictions(p);
         }
@@ -353,7 +339,9 @@ pub fn explain(args: ExplainArgs) -> Result<()> {
     let mut answer = Explained::of(&sim, args.kind, &args.name, &estimates)?;
     let explained = started.elapsed().as_secs_f64();
     let targets = answer.pending();
-    let predicted = predict_for(sim, &targets, &estimates, args.state.no_predict)?;
+    let predicted = timed_predictions(&targets, args.state.no_predict, |t| {
+        predict::predict(sim, t, &estimates)
+    })?;
     if let Some((p, _)) = &predicted {
         answer.apply_predictions(p);
     }
@@ -382,7 +370,7 @@ pub fn queue(args: QueueArgs) -> Result<()> {
         })?;
         let explained = started.elapsed().as_secs_f64();
         let targets: Vec<PodId> = list.pending.iter().map(|e| e.id).collect();
-        let predicted = predict_live(&live, &targets, args.state.no_predict)?;
+        let predicted = timed_predictions(&targets, args.state.no_predict, |t| live.predict(t))?;
         if let Some((p, _)) = &predicted {
             view::apply_list_predictions(&mut list.pending, p);
         }
@@ -399,7 +387,9 @@ pub fn queue(args: QueueArgs) -> Result<()> {
     let explained = started.elapsed().as_secs_f64();
     let targets: Vec<PodId> = list.pending.iter().map(|e| e.id).collect();
     let estimates = Estimates::known(&inputs.workload, inputs.config.seed);
-    let predicted = predict_for(sim, &targets, &estimates, args.state.no_predict)?;
+    let predicted = timed_predictions(&targets, args.state.no_predict, |t| {
+        predict::predict(sim, t, &estimates)
+    })?;
     if let Some((p, _)) = &predicted {
         view::apply_list_predictions(&mut list.pending, p);
     }
