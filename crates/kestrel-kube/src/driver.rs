@@ -98,10 +98,10 @@ pub enum Change {
     },
 }
 
-/// The reflector stores the driver reads on relists.
+/// The reflector stores the driver reads on relists (pods have none: see
+/// [`ClusterState::begin_pod_relist`]).
 #[derive(Clone)]
 pub struct Stores {
-    pub pods: Store<Pod>,
     pub nodes: Store<Node>,
     pub priority_classes: Store<PriorityClass>,
     pub runtime_classes: Store<RuntimeClass>,
@@ -237,7 +237,7 @@ fn spawn_watch<K, F>(
     dyntype: K::DynamicType,
     tx: mpsc::Sender<Change>,
     wrap: F,
-    mut unserved_change: Option<Change>,
+    unserved_change: Option<Change>,
 ) -> Store<K>
 where
     K: kube::Resource
@@ -256,8 +256,26 @@ where
     let stream = reflector::reflector(
         writer,
         watcher::watcher(api, watcher::Config::default()).modify(crate::convert::trim_watched::<K>),
-    )
-    .default_backoff();
+    );
+    forward_events(tasks, kind, stream, tx, wrap, unserved_change);
+    store
+}
+
+/// Sends a watch's events, trimmed and wrapped, to `tx` (with backoff on errors) until the
+/// receiver goes away. `unserved_change`: as for [`spawn_watch`].
+fn forward_events<K, S, F>(
+    tasks: &mut JoinSet<()>,
+    kind: String,
+    stream: S,
+    tx: mpsc::Sender<Change>,
+    wrap: F,
+    mut unserved_change: Option<Change>,
+) where
+    K: Send + 'static,
+    S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+    F: Fn(Event<K>) -> Change + Send + 'static,
+{
+    let stream = stream.default_backoff();
     tasks.spawn(async move {
         let mut stream = std::pin::pin!(stream);
         let mut listed = false;
@@ -283,16 +301,18 @@ where
             }
         }
     });
-    store
 }
 
 /// Starts the watches; their events arrive on the returned channel.
 pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc::Receiver<Change>) {
     let (tx, rx) = mpsc::channel(4096);
-    let pods = spawn_watch(
+    // Pods are the bulk of what is watched: they live in the index only, with no store
+    // of their objects (the index finds the pods a relist no longer has).
+    forward_events(
         tasks,
-        Api::all(client.clone()),
-        (),
+        "Pod".to_string(),
+        watcher::watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
+            .modify(crate::convert::trim_watched::<Pod>),
         tx.clone(),
         |e| Change::Pod(Box::new(e)),
         None,
@@ -421,7 +441,6 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
     );
     (
         Stores {
-            pods,
             nodes,
             priority_classes,
             runtime_classes,
@@ -477,8 +496,11 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
         Change::Pod(event) => match *event {
             Event::Apply(p) | Event::InitApply(p) => state.apply_pod(&p),
             Event::Delete(p) => state.delete_pod(&p),
-            Event::Init => return false,
-            Event::InitDone => state.retain_pods(&index::pod_keys(&stores.pods.state())),
+            Event::Init => {
+                state.begin_pod_relist();
+                return false;
+            }
+            Event::InitDone => state.end_pod_relist(),
         },
         Change::Node(event) => match *event {
             Event::Apply(n) | Event::InitApply(n) => {
@@ -615,10 +637,18 @@ pub async fn snapshot(
     let mut watches = JoinSet::new();
     let (stores, mut changes) = start_watches(client, &mut watches);
     let mut synced = Synced::default();
+    // The pods as listed, for this one reading (the scheduler keeps no store of them).
+    let mut pod_writer = Writer::<Pod>::default();
+    let pods = pod_writer.as_reader();
     let deadline = Instant::now() + timeout;
     while !synced.all() {
         match tokio::time::timeout_at(deadline, changes.recv()).await {
-            Ok(Some(change)) => synced.note(&change),
+            Ok(Some(change)) => {
+                synced.note(&change);
+                if let Change::Pod(event) = &change {
+                    pod_writer.apply_watcher_event(event);
+                }
+            }
             Ok(None) | Err(_) => {
                 return Err(SnapshotError {
                     missing: synced.missing(),
@@ -669,9 +699,7 @@ pub async fn snapshot(
             .map(|q| Change::ResourceQuota(Box::new(Event::InitApply((**q).clone())))),
     );
     ordered.extend(
-        stores
-            .pods
-            .state()
+        pods.state()
             .iter()
             .map(|p| Change::Pod(Box::new(Event::InitApply((**p).clone())))),
     );

@@ -434,6 +434,9 @@ pub struct ClusterState {
     /// Pods arrive at their creationTimestamp and bound pods started at
     /// `status.startTime` ([`ClusterState::use_object_times`]), not when they are seen.
     object_times: bool,
+    /// The pods (`namespace/name`) a pod relist in progress has listed so far: the driver
+    /// keeps no store of Pod objects, so the index itself finds those deleted meanwhile.
+    relisted_pods: Option<HashSet<String>>,
 }
 
 impl ClusterState {
@@ -462,6 +465,7 @@ impl ClusterState {
             quota_namespaces: BTreeSet::new(),
             quota_warnings: HashMap::new(),
             object_times: false,
+            relisted_pods: None,
         }
     }
 
@@ -1239,6 +1243,23 @@ impl ClusterState {
         let key = convert::pod_key(pod);
         self.apply_pod_state(pod, &key);
         self.track_membership(&key, pod);
+        if let Some(listed) = &mut self.relisted_pods {
+            listed.insert(key);
+        }
+    }
+
+    /// The pod watch (re)starts its listing: the pods it lists are applied as usual, and
+    /// [`ClusterState::end_pod_relist`] drops the ones it did not list.
+    pub fn begin_pod_relist(&mut self) {
+        self.relisted_pods = Some(HashSet::new());
+    }
+
+    /// The pod listing is complete: tracked pods it did not list were deleted while the
+    /// watch was down. Without a listing begun, nothing is dropped.
+    pub fn end_pod_relist(&mut self) {
+        if let Some(listed) = self.relisted_pods.take() {
+            self.retain_pods(&listed);
+        }
     }
 
     fn apply_pod_state(&mut self, pod: &Pod, key: &str) {
@@ -2359,11 +2380,6 @@ fn reason_kind(reason: Option<&Unschedulable>) -> &'static str {
         Some(r) if r.is_capacity() => "capacity",
         Some(_) => "constraints",
     }
-}
-
-/// Hashes the keys of a pod listing, for [`ClusterState::retain_pods`].
-pub fn pod_keys<'a>(pods: impl IntoIterator<Item = &'a Arc<Pod>>) -> HashSet<String> {
-    pods.into_iter().map(|p| convert::pod_key(p)).collect()
 }
 
 /// The names of a node listing, for [`ClusterState::retain_nodes`].

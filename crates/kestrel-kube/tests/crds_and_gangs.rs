@@ -475,7 +475,6 @@ fn pod_group(name: &str, spec: Value) -> DynamicObject {
 struct Harness {
     state: ClusterState,
     stores: Stores,
-    pods: Writer<Pod>,
     groups: Writer<DynamicObject>,
     topologies: Writer<DynamicObject>,
     queues: Vec<(&'static str, Writer<DynamicObject>)>,
@@ -487,7 +486,6 @@ impl Harness {
     fn new(nodes: &[Node]) -> Self {
         let pg = ApiResource::erase::<crds::PodGroup>(&());
         let topo = ApiResource::erase::<crds::Topology>(&());
-        let pods = Writer::<Pod>::default();
         let node_store = Writer::<Node>::default();
         let pcs = Writer::default();
         let rcs = Writer::default();
@@ -510,7 +508,6 @@ impl Harness {
         let namespaces = Writer::<Namespace>::default();
         let resource_quotas = Writer::<ResourceQuota>::default();
         let stores = Stores {
-            pods: pods.as_reader(),
             nodes: node_store.as_reader(),
             priority_classes: pcs.as_reader(),
             runtime_classes: rcs.as_reader(),
@@ -529,7 +526,6 @@ impl Harness {
         Harness {
             state,
             stores,
-            pods,
             groups,
             topologies,
             queues,
@@ -539,8 +535,10 @@ impl Harness {
     }
 
     fn pod(&mut self, pod: Pod) {
-        let e = Event::Apply(pod);
-        self.pods.apply_watcher_event(&e);
+        self.pod_event(Event::Apply(pod));
+    }
+
+    fn pod_event(&mut self, e: Event<Pod>) {
         driver::apply_change(&mut self.state, &self.stores, Change::Pod(Box::new(e)));
     }
 
@@ -617,6 +615,35 @@ fn status_of<'a>(out: &'a CycleOutput, name: &str) -> &'a GroupStatusJob {
         .iter()
         .find(|s| s.name == name)
         .unwrap_or_else(|| panic!("no status for {name}: {out:#?}"))
+}
+
+#[test]
+fn a_pod_relist_drops_the_members_deleted_while_the_watch_was_down() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    h.group(pod_group("pt", json!({"minMember": 2})));
+    h.pod_event(Event::Init);
+    h.pod_event(Event::InitApply(member("pt-0", "pt", 4)));
+    h.pod_event(Event::InitDone);
+    h.pod(member("pt-1", "pt", 4));
+    assert_eq!(h.state.tracked_pods(), 2);
+    // The watch restarts; pt-0 was deleted meanwhile and the listing no longer has it.
+    h.pod_event(Event::Init);
+    assert_eq!(
+        h.state.tracked_pods(),
+        2,
+        "nothing is dropped before the listing ends"
+    );
+    h.pod_event(Event::InitApply(member("pt-1", "pt", 4)));
+    h.pod_event(Event::InitDone);
+    assert_eq!(h.state.tracked_pods(), 1);
+    assert!(h.state.pod_state("ml/pt-0").is_none());
+    let out = h.state.cycle(0);
+    assert!(out.binds.is_empty(), "1 of 2 members: nothing binds");
+    assert!(
+        status_of(&out, "pt").message.contains("1 of 2 pods exist"),
+        "{:?}",
+        status_of(&out, "pt")
+    );
 }
 
 #[test]

@@ -31,7 +31,6 @@ fn free_gpus(state: &ClusterState, node: &str) -> u64 {
 
 #[test]
 fn a_relist_forgets_what_was_deleted_while_the_watch_was_down() {
-    let (pods, mut pod_writer) = store::<Pod>();
     let (nodes, mut node_writer) = store::<Node>();
     let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
     for e in [
@@ -45,31 +44,28 @@ fn a_relist_forgets_what_was_deleted_while_the_watch_was_down() {
             state.apply_node(n).unwrap();
         }
     }
-    for e in [
-        Event::Init,
-        Event::InitApply(pod("a", 4, Some("gpu-0"))),
-        Event::InitApply(pod("b", 2, Some("gpu-1"))),
-        Event::InitDone,
-    ] {
-        pod_writer.apply_watcher_event(&e);
-        if let Event::InitApply(p) = &e {
-            state.apply_pod(p);
-        }
-    }
+    // Pods have no store: the index tracks which pods a listing names.
+    state.begin_pod_relist();
+    state.apply_pod(&pod("a", 4, Some("gpu-0")));
+    state.apply_pod(&pod("b", 2, Some("gpu-1")));
+    state.end_pod_relist();
     assert_eq!(free_gpus(&state, "gpu-0"), 4000);
     assert_eq!(free_gpus(&state, "gpu-1"), 6000);
-    // The watch restarts; pod a and node gpu-1 were deleted meanwhile.
-    for e in [
-        Event::Init,
-        Event::InitApply(pod("b", 2, Some("gpu-1"))),
-        Event::InitDone,
-    ] {
-        pod_writer.apply_watcher_event(&e);
-    }
+    // Pods seen outside a listing are kept by the next one's end only if it lists them.
+    state.apply_pod(&pod("c", 1, Some("gpu-0")));
+    state.end_pod_relist();
+    assert!(
+        state.pod_state("ml/c").is_some(),
+        "no listing begun: nothing dropped"
+    );
+    // The watch restarts; pods a and c and node gpu-1 were deleted meanwhile.
+    state.begin_pod_relist();
+    state.apply_pod(&pod("b", 2, Some("gpu-1")));
+    state.end_pod_relist();
     node_writer.apply_watcher_event(&Event::Init);
     node_writer.apply_watcher_event(&Event::InitApply(node("gpu-0", 8)));
     node_writer.apply_watcher_event(&Event::InitDone);
-    state.retain_pods(&index::pod_keys(&pods.state()));
+    assert!(state.pod_state("ml/c").is_none());
     state.retain_nodes(&index::node_names(&nodes.state()));
     assert_eq!(free_gpus(&state, "gpu-0"), 8000, "a's GPUs are free again");
     assert!(state.pod_state("ml/a").is_none());
