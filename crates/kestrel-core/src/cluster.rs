@@ -4,7 +4,10 @@
 //! than per-node ones) form a *class*; a pod's static predicates are evaluated once per
 //! class. Inside a class, nodes sit in buckets by free whole GPUs, each bucket ordered by
 //! the policy's node key, so a placement visits the few nodes that can win instead of the
-//! whole cluster.
+//! whole cluster. Classes with the same *shape* (capacity and devices) differ only in
+//! labels, taints or cordon; each shape keeps buckets of its own, so that a pod to which
+//! many such classes are alike (labels that vary from rack to rack, say) visits them as
+//! one group instead of class by class.
 
 use crate::model::{
     Demand, GpuRequest, Labels, NodeSpec, PlacementConstraints, Taint, BLOCK_LABEL,
@@ -81,6 +84,9 @@ pub struct NodeState {
     pub(crate) class: ClassId,
     #[serde(skip)]
     pub(crate) slot: (usize, u64),
+    /// The bucket cell the node sits in (see [`Bucket`]).
+    #[serde(skip)]
+    pub(crate) cell: Cell,
 }
 
 impl NodeState {
@@ -99,6 +105,7 @@ impl NodeState {
             spec,
             class,
             slot: (0, 0),
+            cell: (0, 0),
         }
     }
 
@@ -371,13 +378,19 @@ impl NodeState {
     }
 }
 
+/// What nodes of one shape share: capacity and devices.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct ShapeKey {
+    allocatable: Resources,
+    max_pods: u32,
+    gpu_models: Vec<(String, u64)>,
+}
+
 /// What nodes of one class share. Two nodes with equal keys are interchangeable for
 /// every static predicate that does not name a per-node label.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct ClassKey {
-    allocatable: Resources,
-    max_pods: u32,
-    gpu_models: Vec<(String, u64)>,
+    shape: ShapeKey,
     taints: Vec<Taint>,
     unschedulable: bool,
     labels: Labels,
@@ -388,13 +401,15 @@ impl ClassKey {
         let mut taints = spec.taints.clone();
         taints.sort();
         ClassKey {
-            allocatable: spec.allocatable.clone(),
-            max_pods: spec.max_pods,
-            gpu_models: spec
-                .gpus
-                .iter()
-                .map(|g| (g.model.clone(), g.memory_mib))
-                .collect(),
+            shape: ShapeKey {
+                allocatable: spec.allocatable.clone(),
+                max_pods: spec.max_pods,
+                gpu_models: spec
+                    .gpus
+                    .iter()
+                    .map(|g| (g.model.clone(), g.memory_mib))
+                    .collect(),
+            },
             taints,
             unschedulable: spec.unschedulable,
             labels: spec
@@ -407,12 +422,115 @@ impl ClassKey {
     }
 }
 
+/// Where a node sits inside its bucket: the bit lengths of its free CPU (millicores) and
+/// free memory (bytes).
+pub(crate) type Cell = (u8, u8);
+
+/// The bit length of a free amount (0 for none): a node with `free` can hold `need` only
+/// if `magnitude(free) >= magnitude(need)`.
+fn magnitude(amount: i64) -> u8 {
+    if amount <= 0 {
+        0
+    } else {
+        (64 - amount.leading_zeros()) as u8
+    }
+}
+
+fn cell_of(free: &Resources) -> Cell {
+    (magnitude(free.cpu_milli), magnitude(free.memory_bytes))
+}
+
+/// Nodes with the same free whole GPUs, in cells by the magnitude of their free CPU and
+/// memory, each cell ordered by (key, node). A placement visits only the cells whose nodes
+/// may have room for the pod, so nodes whose GPUs are free but whose CPU or memory is
+/// spent are passed over without being looked at.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Bucket {
+    cells: BTreeMap<Cell, BTreeSet<(u64, NodeId)>>,
+}
+
+impl Bucket {
+    fn insert(&mut self, cell: Cell, entry: (u64, NodeId)) {
+        self.cells.entry(cell).or_default().insert(entry);
+    }
+
+    fn remove(&mut self, cell: Cell, entry: (u64, NodeId)) {
+        if let Some(set) = self.cells.get_mut(&cell) {
+            set.remove(&entry);
+            if set.is_empty() {
+                self.cells.remove(&cell);
+            }
+        }
+    }
+
+    /// Every node of the bucket, cell by cell.
+    pub fn iter(&self) -> impl Iterator<Item = &(u64, NodeId)> {
+        self.cells.values().flatten()
+    }
+
+    /// The nodes whose free CPU and memory may hold `need`, in (key, node) order.
+    pub fn may_hold(&self, need: &Resources) -> MayHold<'_> {
+        let (cpu, memory) = cell_of(need);
+        let mut open = self
+            .cells
+            .range((cpu, 0)..)
+            .filter(|((_, m), _)| *m >= memory)
+            .map(|(_, set)| set.iter());
+        match (open.next(), open.next()) {
+            (None, _) => MayHold::One(None),
+            (Some(only), None) => MayHold::One(Some(only)),
+            (Some(a), Some(b)) => {
+                let mut heads: Vec<_> = [a, b]
+                    .into_iter()
+                    .chain(open)
+                    .map(Iterator::peekable)
+                    .collect();
+                heads.retain_mut(|h| h.peek().is_some());
+                MayHold::Merged(heads)
+            }
+        }
+    }
+}
+
+/// [`Bucket::may_hold`]: one cell's nodes, or several cells merged in key order.
+pub(crate) enum MayHold<'a> {
+    One(Option<std::collections::btree_set::Iter<'a, (u64, NodeId)>>),
+    Merged(Vec<std::iter::Peekable<std::collections::btree_set::Iter<'a, (u64, NodeId)>>>),
+}
+
+impl<'a> Iterator for MayHold<'a> {
+    type Item = &'a (u64, NodeId);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            MayHold::One(cell) => cell.as_mut()?.next(),
+            MayHold::Merged(heads) => {
+                let (at, _) = heads
+                    .iter_mut()
+                    .enumerate()
+                    .filter_map(|(i, h)| h.peek().map(|e| (i, *e)))
+                    .min_by_key(|&(_, e)| e)?;
+                heads[at].next()
+            }
+        }
+    }
+}
+
 /// Nodes of one class, in buckets by free whole GPUs, each ordered by (key, node).
 #[derive(Debug, Clone)]
 pub(crate) struct NodeClass {
     /// A member's spec, for class-level predicates (per-node labels are not to be trusted).
     pub representative: NodeSpec,
-    pub buckets: Vec<BTreeSet<(u64, NodeId)>>,
+    pub buckets: Vec<Bucket>,
+    pub len: usize,
+    /// Index into [`ClusterIndex::shapes`].
+    pub shape: usize,
+}
+
+/// Nodes of one shape (all its classes), in buckets as in a class.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeShape {
+    pub buckets: Vec<Bucket>,
     pub len: usize,
 }
 
@@ -423,6 +541,11 @@ pub struct ClusterIndex {
     by_name: HashMap<String, NodeId>,
     pub(crate) classes: Vec<NodeClass>,
     class_of_key: HashMap<ClassKey, ClassId>,
+    pub(crate) shapes: Vec<NodeShape>,
+    shape_of_key: HashMap<ShapeKey, usize>,
+    /// Counts changes to which nodes belong to which class (and shape), so that plans
+    /// made from the classes' sizes know when to be made again.
+    pub(crate) layout: u64,
     /// Largest allocatable cpu of any node (normalises BestFit keys).
     pub(crate) max_node_cpu: i64,
     live: usize,
@@ -506,14 +629,41 @@ impl ClusterIndex {
         if let Some(&c) = self.class_of_key.get(&key) {
             return c;
         }
+        let shape = match self.shape_of_key.get(&key.shape) {
+            Some(&shape) => shape,
+            None => {
+                self.shapes.push(NodeShape {
+                    buckets: vec![Bucket::default(); spec.gpus.len() + 1],
+                    len: 0,
+                });
+                self.shape_of_key
+                    .insert(key.shape.clone(), self.shapes.len() - 1);
+                self.shapes.len() - 1
+            }
+        };
         let c = ClassId(self.classes.len() as u32);
         self.classes.push(NodeClass {
             representative: spec.clone(),
-            buckets: vec![BTreeSet::new(); spec.gpus.len() + 1],
+            buckets: vec![Bucket::default(); spec.gpus.len() + 1],
             len: 0,
+            shape,
         });
         self.class_of_key.insert(key, c);
         c
+    }
+
+    /// Counts a node in (`add`) or out of its class and shape.
+    fn count_member(&mut self, class: ClassId, add: bool) {
+        let class = &mut self.classes[class.0 as usize];
+        let shape = &mut self.shapes[class.shape];
+        if add {
+            class.len += 1;
+            shape.len += 1;
+        } else {
+            class.len -= 1;
+            shape.len -= 1;
+        }
+        self.layout += 1;
     }
 
     /// Adds a node; `key` gives its ordering key once it is in place.
@@ -529,7 +679,7 @@ impl ClusterIndex {
         self.count_devices(spec.gpus.iter().map(|g| g.memory_mib), true);
         self.nodes.push(Some(NodeState::new(spec, class)));
         self.live += 1;
-        self.classes[class.0 as usize].len += 1;
+        self.count_member(class, true);
         self.reindex(id, &key);
         id
     }
@@ -540,7 +690,7 @@ impl ClusterIndex {
         let state = self.nodes[id.0 as usize].take().expect("live node");
         self.count_devices(state.spec.gpus.iter().map(|g| g.memory_mib), false);
         self.by_name.remove(&state.spec.name);
-        self.classes[state.class.0 as usize].len -= 1;
+        self.count_member(state.class, false);
         self.live -= 1;
         state
     }
@@ -558,8 +708,10 @@ impl ClusterIndex {
         self.unindex(id);
         let class = self.class_for(&spec);
         let old_class = self.node(id).class;
-        self.classes[old_class.0 as usize].len -= 1;
-        self.classes[class.0 as usize].len += 1;
+        if old_class != class {
+            self.count_member(old_class, false);
+            self.count_member(class, true);
+        }
         self.max_node_cpu = self.max_node_cpu.max(spec.allocatable.cpu_milli);
         let old: Vec<u64> = self
             .node(id)
@@ -581,18 +733,23 @@ impl ClusterIndex {
 
     pub(crate) fn unindex(&mut self, id: NodeId) {
         let node = self.node(id);
-        let (bucket, key) = node.slot;
-        let class = node.class;
-        self.classes[class.0 as usize].buckets[bucket].remove(&(key, id));
+        let ((bucket, key), cell, class) = (node.slot, node.cell, node.class);
+        let class = &mut self.classes[class.0 as usize];
+        class.buckets[bucket].remove(cell, (key, id));
+        self.shapes[class.shape].buckets[bucket].remove(cell, (key, id));
     }
 
     /// Puts a node (whose slot is not in any bucket) into its bucket with a fresh key.
     pub(crate) fn reindex(&mut self, id: NodeId, key: &impl Fn(&ClusterIndex, &NodeState) -> u64) {
         let node = self.node(id);
         let slot = (node.free_whole_gpus() as usize, key(self, node));
+        let cell = cell_of(&node.free);
         let class = node.class;
-        self.node_mut_unindexed(id).slot = slot;
-        self.classes[class.0 as usize].buckets[slot.0].insert((slot.1, id));
+        let state = self.node_mut_unindexed(id);
+        (state.slot, state.cell) = (slot, cell);
+        let class = &mut self.classes[class.0 as usize];
+        class.buckets[slot.0].insert(cell, (slot.1, id));
+        self.shapes[class.shape].buckets[slot.0].insert(cell, (slot.1, id));
     }
 
     /// Re-keys every node (after a change of the policy's normalisation).

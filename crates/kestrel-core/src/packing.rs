@@ -417,6 +417,7 @@ mod tests {
             spec,
             class: ClassId(0),
             slot: (0, 0),
+            cell: (0, 0),
         }
     }
 

@@ -6,7 +6,9 @@
 //! was freed or nodes changed, so an idle cycle costs nothing and a busy one costs what
 //! changed. Pods with the same constraints and demand share one failure per generation.
 
-use crate::cluster::{ClassId, ClusterIndex, GpuAssignment, NodeId, NodeState, PER_NODE_LABELS};
+use crate::cluster::{
+    Bucket, ClassId, ClusterIndex, GpuAssignment, NodeId, NodeState, PER_NODE_LABELS,
+};
 use crate::explain::{GangProblem, NodeReason, Unschedulable};
 use crate::gang::GangIndex;
 use crate::model::{
@@ -164,6 +166,18 @@ struct ConstraintEntry {
     /// The constraints name per-node labels or fields: check node by node.
     per_node: bool,
     verdicts: Vec<ClassVerdict>,
+    /// Where to look for nodes (unless `per_node`), as of the cluster layout in `.0`.
+    sources: Option<(u64, Vec<Source>)>,
+}
+
+/// Buckets a placement visits, with the static score of the nodes found there.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// One class the constraints allow.
+    Class { class: usize, score: i64 },
+    /// A shape whose allowed classes all score alike, visited as one: nodes of classes
+    /// the constraints rule out are skipped.
+    Shape { shape: usize, score: i64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -561,6 +575,7 @@ impl Scheduler {
     ) -> Option<(NodeId, GpuAssignment)> {
         let constraint = self.pods[id.0 as usize].constraint;
         self.verdicts(constraint);
+        self.plan_sources(constraint);
         let reserved = match &self.reservation {
             Some(r) if !self.may_use_reserved(id) => Some(&r.nodes),
             _ => None,
@@ -1623,6 +1638,7 @@ impl Scheduler {
             constraints: constraints.clone(),
             per_node: names_per_node_labels(constraints),
             verdicts: Vec::new(),
+            sources: None,
         });
         self.constraint_ids.insert(constraints.clone(), id);
         id
@@ -1642,6 +1658,48 @@ impl Scheduler {
         &entry.verdicts
     }
 
+    /// Plans where placements under a constraint set look (after [`Scheduler::verdicts`]),
+    /// unless the plan is as new as the cluster's layout. Classes of one shape the
+    /// constraints allow alike are visited as that shape when that visits fewer nodes: a
+    /// shape holds `shape.len` nodes of which `allowed` pass, so finding a fitting node
+    /// there takes about `shape.len / allowed` visits, against one shortlist per class.
+    fn plan_sources(&mut self, constraint: u32) {
+        let cluster = &self.cluster;
+        let entry = &mut self.constraints[constraint as usize];
+        if entry.per_node
+            || entry
+                .sources
+                .as_ref()
+                .is_some_and(|(at, _)| *at == cluster.layout)
+        {
+            return;
+        }
+        let mut by_shape: BTreeMap<usize, Vec<(usize, i64)>> = BTreeMap::new();
+        for (ci, class) in cluster.classes.iter().enumerate() {
+            if let (true, ClassVerdict::Feasible { score }) = (class.len > 0, &entry.verdicts[ci]) {
+                by_shape.entry(class.shape).or_default().push((ci, *score));
+            }
+        }
+        let mut sources = Vec::new();
+        for (shape, members) in by_shape {
+            let score = members[0].1;
+            let allowed: usize = members.iter().map(|&(c, _)| cluster.classes[c].len).sum();
+            if members.len() > 1
+                && members.iter().all(|m| m.1 == score)
+                && cluster.shapes[shape].len < members.len() * allowed
+            {
+                sources.push(Source::Shape { shape, score });
+            } else {
+                sources.extend(
+                    members
+                        .into_iter()
+                        .map(|(class, score)| Source::Class { class, score }),
+                );
+            }
+        }
+        entry.sources = Some((cluster.layout, sources));
+    }
+
     /// Finds the best node for a pod, or says why there is none.
     pub(crate) fn place(
         &mut self,
@@ -1657,6 +1715,7 @@ impl Scheduler {
             }
         }
         self.verdicts(constraint);
+        self.plan_sources(constraint);
         let reserved = match &self.reservation {
             Some(r) if !access => Some(&r.nodes),
             _ => None,
@@ -1674,27 +1733,29 @@ impl Scheduler {
         };
         let mut best: Option<Candidate> = None;
         let mut found: Vec<Candidate> = Vec::new();
-        for (ci, class) in self.cluster.classes.iter().enumerate() {
-            if class.len == 0 {
-                continue;
-            }
-            let class_score = match &entry.verdicts[ci] {
-                ClassVerdict::Feasible { score } => *score,
-                ClassVerdict::Infeasible(_) if !entry.per_node => continue,
-                ClassVerdict::Infeasible(_) => 0,
-            };
-            let first_bucket = match demand.gpu {
-                GpuRequest::Whole(n) => n as usize,
-                _ => 0,
-            };
-            for bucket in class.buckets.iter().skip(first_bucket) {
+        let first_bucket = match demand.gpu {
+            GpuRequest::Whole(n) => n as usize,
+            _ => 0,
+        };
+        // Visits one class's or shape's buckets; `allowed_only`: skip nodes whose class
+        // the constraints rule out (a shape mixes classes).
+        let mut visit = |buckets: &[Bucket], class_score: i64, allowed_only: bool| {
+            for bucket in buckets.iter().skip(first_bucket) {
                 let mut taken = 0;
-                for &(key, node_id) in bucket {
+                for &(key, node_id) in bucket.may_hold(&demand.resources) {
                     if reserved.is_some_and(|r| r.contains(&node_id)) {
                         continue;
                     }
                     let mut score = class_score;
                     let node = self.cluster.node(node_id);
+                    if allowed_only
+                        && !matches!(
+                            entry.verdicts[node.class.0 as usize],
+                            ClassVerdict::Feasible { .. }
+                        )
+                    {
+                        continue;
+                    }
                     if entry.per_node {
                         match static_check(&entry.constraints, &node.spec) {
                             Ok(s) => score = s,
@@ -1729,6 +1790,29 @@ impl Scheduler {
                     }
                     if !entry.per_node {
                         break;
+                    }
+                }
+            }
+        };
+        if entry.per_node {
+            for (ci, class) in self.cluster.classes.iter().enumerate() {
+                if class.len > 0 {
+                    let score = match &entry.verdicts[ci] {
+                        ClassVerdict::Feasible { score } => *score,
+                        ClassVerdict::Infeasible(_) => 0,
+                    };
+                    visit(&class.buckets, score, false);
+                }
+            }
+        } else {
+            let (_, sources) = entry.sources.as_ref().expect("planned above");
+            for source in sources {
+                match *source {
+                    Source::Class { class, score } => {
+                        visit(&self.cluster.classes[class].buckets, score, false)
+                    }
+                    Source::Shape { shape, score } => {
+                        visit(&self.cluster.shapes[shape].buckets, score, true)
                     }
                 }
             }
@@ -1814,7 +1898,7 @@ impl Scheduler {
                 }
             }
             for bucket in &class.buckets {
-                for &(_, node_id) in bucket {
+                for &(_, node_id) in bucket.iter() {
                     let node = self.cluster.node(node_id);
                     if entry.per_node {
                         if let Err(reason) = static_check(&entry.constraints, &node.spec) {

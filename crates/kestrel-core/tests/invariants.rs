@@ -367,39 +367,99 @@ proptest! {
     /// that rank by key alone.
     #[test]
     fn indexed_choice_matches_a_full_scan((nodes, ops) in ops_strategy()) {
-        // Kestrel re-ranks a shortlist with its packing score, so its choice is not the
-        // best key alone; the other invariants cover it.
-        for policy in [Policy::BinPack, Policy::Spread, Policy::BestFit] {
-            let mut s = Scheduler::new(SchedulerConfig {
-                policy,
-                seed: 1,
-                ..Default::default()
-            });
-            for n in &nodes {
-                s.add_node(n.clone()).unwrap();
-            }
-            for (t, op) in ops.iter().enumerate() {
-                let Op::Submit(pod) = op else { continue };
-                let best = s
-                    .cluster()
-                    .iter()
-                    .filter(|(id, _)| s.could_place_on(pod, *id))
-                    .map(|(id, _)| (s.node_rank(id), id))
-                    .min();
-                let id = s.submit((**pod).clone(), t as u64);
-                let d = s.schedule(t as u64);
-                match best {
-                    None => prop_assert!(d.bindings.is_empty()),
-                    Some((_, node)) => {
-                        prop_assert_eq!(d.bindings.len(), 1);
-                        prop_assert_eq!(d.bindings[0].pod, id);
-                        prop_assert_eq!(d.bindings[0].node, node, "{}", policy);
+        check_indexed_choice(&nodes, &ops)?;
+    }
+
+    /// The same where nodes share a few shapes and differ in labels and taints, so that
+    /// placements visit shapes (classes alike to the pod) and cells of free CPU and memory
+    /// rather than class by class.
+    #[test]
+    fn invariants_hold_over_shared_shapes((nodes, ops) in shared_shapes_strategy()) {
+        for policy in Policy::ALL {
+            run(policy, &nodes, &ops);
+        }
+    }
+
+    #[test]
+    fn indexed_choice_over_shared_shapes_matches_a_full_scan((nodes, ops) in shared_shapes_strategy()) {
+        check_indexed_choice(&nodes, &ops)?;
+    }
+}
+
+/// Nodes of two shapes (CPU-only and 8-GPU), each with one of four pool labels, a zone and
+/// maybe a GPU taint; pods submitted, scheduled and finished so that free amounts vary
+/// (the full-scan check submits each pod alone and keeps them bound).
+fn shared_shapes_strategy() -> impl Strategy<Value = (Vec<NodeSpec>, Vec<Op>)> {
+    let node = |i: usize| {
+        (
+            any::<bool>(),
+            0u32..4,
+            prop_oneof![Just("a"), Just("b")],
+            any::<bool>(),
+        )
+            .prop_map(move |(gpus, pool, zone, tainted)| {
+                let mut node = NodeSpec::new(format!("n{i}"), Resources::new(16_000, 4 << 30));
+                node.labels.insert("pool".into(), format!("p{pool}"));
+                node.labels.insert("zone".into(), zone.into());
+                if gpus {
+                    node.gpus = GpuTopology::Flat.devices("H100", 81_920, 8).0;
+                    if tainted {
+                        node.taints.push(Taint {
+                            key: GPU_RESOURCE.into(),
+                            value: "true".into(),
+                            effect: TaintEffect::NoSchedule,
+                        });
                     }
                 }
-                if d.bindings.is_empty() {
-                    s.finish(id).unwrap();
+                node
+            })
+    };
+    let nodes = (2usize..=12).prop_flat_map(move |n| (0..n).map(node).collect::<Vec<_>>());
+    let op = prop_oneof![
+        6 => pod_strategy().prop_map(|p| Op::Submit(Box::new(p))),
+        2 => Just(Op::Schedule),
+        1 => (0usize..50).prop_map(Op::Finish),
+    ];
+    (nodes, proptest::collection::vec(op, 1..80))
+}
+
+/// Submits each pod alone and checks the engine binds it where a full scan of the fitting
+/// nodes finds the best key (BinPack, Spread, BestFit: they rank by key alone).
+fn check_indexed_choice(nodes: &[NodeSpec], ops: &[Op]) -> Result<(), TestCaseError> {
+    // Kestrel re-ranks a shortlist with its packing score, so its choice is not the
+    // best key alone; the other invariants cover it.
+    for policy in [Policy::BinPack, Policy::Spread, Policy::BestFit] {
+        let mut s = Scheduler::new(SchedulerConfig {
+            policy,
+            seed: 1,
+            ..Default::default()
+        });
+        for n in nodes {
+            s.add_node(n.clone()).unwrap();
+        }
+        for (t, op) in ops.iter().enumerate() {
+            let Op::Submit(pod) = op else { continue };
+            let best = s
+                .cluster()
+                .iter()
+                .filter(|(id, _)| s.could_place_on(pod, *id))
+                .map(|(id, _)| (s.node_rank(id), id))
+                .min();
+            let id = s.submit((**pod).clone(), t as u64);
+            let d = s.schedule(t as u64);
+            match best {
+                None => prop_assert!(d.bindings.is_empty()),
+                Some((_, node)) => {
+                    prop_assert_eq!(d.bindings.len(), 1);
+                    prop_assert_eq!(d.bindings[0].pod, id);
+                    prop_assert_eq!(d.bindings[0].node, node, "{}", policy);
                 }
+            }
+            if d.bindings.is_empty() {
+                s.finish(id).unwrap();
             }
         }
     }
+
+    Ok(())
 }
