@@ -10,8 +10,8 @@ use std::str::FromStr;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 pub enum Policy {
-    /// Kestrel's default: packing-aware placement. Each node class and free-GPU bucket
-    /// offers a shortlist of fitting nodes in GPU-first order (the fewest free GPU
+    /// Kestrel's default: packing-aware placement. Each node shape (or class) and free-GPU
+    /// bucket offers a shortlist of fitting nodes in GPU-first order (the fewest free GPU
     /// thousandths, then the most allocated cpu and memory); the pod goes where it makes the
     /// least GPU capacity unusable for the pods expected to come ([`crate::packing`]: GPU
     /// shares priced by the LP of the learned mix, free GPUs stranded by cpu and memory).
