@@ -21,8 +21,9 @@
 //! (`convert::trim_watched`) before storing it; `--untrimmed` stores them whole.
 //!
 //! Decisions/s is the cycle in memory; binds/s measures Kestrel's client side
-//! (serialisation, HTTP request building, 16 binds in flight): a real API server's latency
-//! and write rate come on top. Memory is read from `/proc/self/status` (Linux).
+//! (serialisation, HTTP request building, as many binds in flight as `kestrel serve` keeps)
+//! against a mock that answers every request after `--api-latency-ms` (default 0): a real
+//! API server's write rate comes on top. Memory is read from `/proc/self/status` (Linux).
 
 use futures::stream::{self, StreamExt};
 use http::{Request, Response};
@@ -30,7 +31,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kestrel_core::SchedulerConfig;
 use kestrel_kube::api::ApiWriter;
 use kestrel_kube::convert;
-use kestrel_kube::index::{self, ClusterState};
+use kestrel_kube::driver::DriverConfig;
+use kestrel_kube::index::{self, BindOutcome, ClusterState};
 use kestrel_kube::limiter::Limiter;
 use kube::client::Body;
 use kube::runtime::reflector::store::Writer;
@@ -79,6 +81,8 @@ struct Args {
     bound: usize,
     managed_fields: bool,
     untrimmed: bool,
+    /// How long the mock API server takes to answer each request.
+    latency_ms: u64,
 }
 
 fn args() -> Args {
@@ -88,6 +92,7 @@ fn args() -> Args {
         bound: 0,
         managed_fields: false,
         untrimmed: false,
+        latency_ms: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -102,8 +107,9 @@ fn args() -> Args {
             "--bound" => out.bound = number("--bound"),
             "--managed-fields" => out.managed_fields = true,
             "--untrimmed" => out.untrimmed = true,
+            "--api-latency-ms" => out.latency_ms = number("--api-latency-ms") as u64,
             other => panic!(
-                "unknown argument {other:?}; use --nodes N --pods M [--bound B] [--managed-fields] [--untrimmed]"
+                "unknown argument {other:?}; use --nodes N --pods M [--bound B] [--managed-fields] [--untrimmed] [--api-latency-ms L]"
             ),
         }
     }
@@ -555,35 +561,56 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let args = &args;
     rt.block_on(async move {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let latency = Duration::from_millis(args.latency_ms);
         tokio::spawn(async move {
             while let Some((req, send)) = handle.next_request().await {
-                let _ = req.into_body().collect_bytes().await;
-                send.send_response(
-                    Response::builder()
-                        .status(201)
-                        .body(Body::from(
-                            br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","code":201}"#.to_vec(),
-                        ))
-                        .unwrap(),
-                );
+                // Each request answered after the latency, many at once, as a server does.
+                tokio::spawn(async move {
+                    // A merge patch answers with the pod, a binding with a Status.
+                    let body: &[u8] = if req.method() == http::Method::PATCH {
+                        br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ml"}}"#
+                    } else {
+                        br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","code":201}"#
+                    };
+                    let _ = req.into_body().collect_bytes().await;
+                    if !latency.is_zero() {
+                        tokio::time::sleep(latency).await;
+                    }
+                    send.send_response(
+                        Response::builder()
+                            .status(if body.starts_with(b"{\"apiV") { 200 } else { 201 })
+                            .body(Body::from(body.to_vec()))
+                            .unwrap(),
+                    );
+                });
             }
         });
         let client = kube::Client::new(service, "default");
         let writer = ApiWriter::new(client, "kestrel", "bench", Arc::new(Limiter::unlimited()));
+        // As many binds in flight as `kestrel serve` keeps by default (--max-in-flight).
+        let in_flight = DriverConfig::new("kestrel").max_in_flight;
         let t = Instant::now();
-        let done = stream::iter(out.binds)
+        let outcomes: Vec<BindOutcome> = stream::iter(out.binds)
             .map(|job| {
                 let writer = writer.clone();
                 async move { writer.bind(&job, || true).await }
             })
-            .buffer_unordered(16)
-            .count()
+            .buffer_unordered(in_flight)
+            .collect()
             .await;
         let took = t.elapsed();
+        let done = outcomes.len();
+        assert!(
+            outcomes.iter().all(|o| *o == BindOutcome::Bound),
+            "every bind goes through: {:?}",
+            outcomes.iter().find(|o| **o != BindOutcome::Bound)
+        );
         println!(
-            "binder vs mock API: {done} binds (annotation PATCH + binding POST each) in {:.0} ms = {:.0} binds/s",
+            "binder vs mock API answering in {} ms: {done} binds (annotation PATCH + binding POST each, {in_flight} in flight) in {:.0} ms = {:.0} binds/s",
+            args.latency_ms,
             took.as_secs_f64() * 1e3,
             done as f64 / took.as_secs_f64()
         );

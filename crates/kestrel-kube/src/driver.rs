@@ -47,12 +47,17 @@ pub struct DriverConfig {
     pub debounce: Duration,
 }
 
+/// Binds and status reports in flight at once unless configured. Each bind is an
+/// annotation PATCH and then a binding POST, so 64 in flight bind about 760 pods/s against
+/// an API server that takes 40 ms per write (2,700 at 10 ms).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+
 impl DriverConfig {
     pub fn new(scheduler_name: &str) -> Self {
         DriverConfig {
             scheduler: SchedulerConfig::default(),
             scheduler_name: scheduler_name.to_string(),
-            max_in_flight: 16,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             debounce: Duration::from_millis(20),
         }
     }

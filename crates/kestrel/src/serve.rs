@@ -49,7 +49,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "kestrel")]
     policy: Policy,
     /// Binds and status updates in flight at once.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = kestrel_kube::driver::DEFAULT_MAX_IN_FLIGHT)]
     max_in_flight: usize,
 }
 
