@@ -202,6 +202,8 @@ pub struct Scheduler {
     /// Off during gang attempts: a pod that fails while its peers hold capacity
     /// tentatively must not mark its signature as failed.
     pub(crate) record_failures: bool,
+    /// Off for runs that only need decisions ([`Scheduler::set_full_explanations`]).
+    full_explanations: bool,
     constraints: Vec<ConstraintEntry>,
     constraint_ids: HashMap<PlacementConstraints, u32>,
     signature_ids: HashMap<(u32, Demand), u32>,
@@ -305,6 +307,7 @@ impl Scheduler {
             gangs: GangIndex::default(),
             domain_cache: HashMap::new(),
             record_failures: true,
+            full_explanations: true,
             constraints: Vec::new(),
             constraint_ids: HashMap::new(),
             signature_ids: HashMap::new(),
@@ -613,12 +616,58 @@ impl Scheduler {
     /// Why this pod fits no node now (the full per-node count).
     pub(crate) fn explain_pod(&self, id: PodId) -> Unschedulable {
         let record = &self.pods[id.0 as usize];
-        self.explain(
+        self.why_not(
             id,
             record.constraint,
             &record.spec.demand,
             self.may_use_reserved(id),
         )
+    }
+
+    /// Turns the node-by-node explanation of pods that fit nowhere on (the default) or off.
+    /// Off, such a pod gets a one-line reason that says only whether some node passes its
+    /// static predicates, which is all the engine's decisions read of an explanation: a
+    /// forward run that predicts start times needs no more, and explaining every pending
+    /// pod over every node after each completion is most of its cost.
+    pub fn set_full_explanations(&mut self, on: bool) {
+        self.full_explanations = on;
+    }
+
+    /// [`Scheduler::explain`], or its short form when explanations are off.
+    fn why_not(&self, id: PodId, constraint: u32, demand: &Demand, access: bool) -> Unschedulable {
+        if self.full_explanations {
+            return self.explain(id, constraint, demand, access);
+        }
+        // Every reason a node that passes the static predicates gives is one of capacity
+        // (resources, pod count, fragmentation, reservation, nomination): the short form
+        // keeps `Unschedulable::is_capacity` as the full one has it.
+        let entry = &self.constraints[constraint as usize];
+        let passes = self
+            .cluster
+            .classes
+            .iter()
+            .enumerate()
+            .filter(|(_, class)| class.len > 0)
+            .any(|(ci, class)| match (&entry.verdicts[ci], entry.per_node) {
+                (ClassVerdict::Feasible { .. }, false) => true,
+                (ClassVerdict::Infeasible(_), false) => false,
+                (_, true) => class.buckets.iter().flat_map(|b| b.iter()).any(|&(_, n)| {
+                    static_check(&entry.constraints, &self.cluster.node(n).spec).is_ok()
+                }),
+            });
+        let total = self.cluster.len() as u32;
+        let reason = if passes {
+            NodeReason::Insufficient("room (explanations off)".to_string())
+        } else {
+            NodeReason::AffinityMismatch
+        };
+        Unschedulable {
+            queue: None,
+            gang: None,
+            total_nodes: total,
+            reasons: vec![(reason, total)],
+            gpu_fragmentation: None,
+        }
     }
 
     /// Removes a node. The pods that ran on it return to the queue (in their original
@@ -1871,7 +1920,7 @@ impl Scheduler {
                 )))
             }
             None => {
-                let reason = Arc::new(self.explain(id, constraint, &demand.clone(), access));
+                let reason = Arc::new(self.why_not(id, constraint, &demand.clone(), access));
                 if cacheable {
                     self.failed[signature as usize] =
                         Some((self.generation, access, reason.clone()));

@@ -125,6 +125,12 @@ fn node_names(s: &Scheduler) -> Vec<String> {
 
 /// Runs the ops, checking invariants after each; returns every decision for comparison.
 fn run(policy: Policy, nodes: &[NodeSpec], ops: &[Op]) -> Vec<String> {
+    run_explaining(policy, nodes, ops, true)
+}
+
+/// [`run`] with pending pods explained in full or in short
+/// ([`Scheduler::set_full_explanations`]).
+fn run_explaining(policy: Policy, nodes: &[NodeSpec], ops: &[Op], full: bool) -> Vec<String> {
     let mut s = Scheduler::new(SchedulerConfig {
         policy,
         seed: 7,
@@ -132,6 +138,7 @@ fn run(policy: Policy, nodes: &[NodeSpec], ops: &[Op]) -> Vec<String> {
         head_reservation: if policy == Policy::Kestrel { 5 } else { 0 },
         ..Default::default()
     });
+    s.set_full_explanations(full);
     for n in nodes {
         s.add_node(n.clone()).unwrap();
     }
@@ -352,6 +359,17 @@ proptest! {
     fn invariants_hold_under_every_policy((nodes, ops) in ops_strategy()) {
         for policy in Policy::ALL {
             run(policy, &nodes, &ops);
+        }
+    }
+
+    /// Short explanations (forward runs that predict start times) change no decision.
+    #[test]
+    fn short_explanations_give_the_same_decisions((nodes, ops) in ops_strategy()) {
+        for policy in Policy::ALL {
+            prop_assert_eq!(
+                run_explaining(policy, &nodes, &ops, false),
+                run_explaining(policy, &nodes, &ops, true)
+            );
         }
     }
 

@@ -205,6 +205,8 @@ pub fn run_forward(
     targets: &[PodId],
 ) -> Result<HashMap<PodId, Millis>, SimError> {
     sim.switch_to_estimates(estimates);
+    // Only start times are read from a forward run.
+    sim.set_full_explanations(false);
     let mut waiting: HashSet<PodId> = targets.iter().copied().collect();
     let mut bound = HashMap::new();
     while !waiting.is_empty() && sim.step()? {

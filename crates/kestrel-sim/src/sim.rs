@@ -377,6 +377,12 @@ impl<'a> Simulation<'a> {
         &self.scheduler
     }
 
+    /// Pending pods explained node by node (the default) or in short, for runs that only
+    /// read decisions ([`Scheduler::set_full_explanations`]).
+    pub fn set_full_explanations(&mut self, on: bool) {
+        self.scheduler.set_full_explanations(on);
+    }
+
     pub fn now(&self) -> Millis {
         self.now
     }
