@@ -10,7 +10,7 @@
 use crate::index::ClusterState;
 use kestrel_core::{Millis, PodId, PodPhase, Scheduler};
 use kestrel_sim::explain_view::ExplainState;
-use kestrel_sim::predict::{self, Estimates, Predictions};
+use kestrel_sim::predict::{self, Deadline, Estimates, Predictions};
 use kestrel_sim::{SimCluster, SimConfig, SimError, SimJob, Simulation, Workload};
 
 /// The index after a snapshot's cycle, at the snapshot's moment.
@@ -45,7 +45,11 @@ impl LiveState {
     /// `kestrel.dev/runtime-estimate` (pods without one run on: what waits for them has no
     /// predicted start), read likely, shortest and longest within +/-20%. Nothing that does
     /// not exist now (new pods, nodes) is known to it.
-    pub fn predict(&self, targets: &[PodId]) -> Result<Predictions, SimError> {
+    pub fn predict(
+        &self,
+        targets: &[PodId],
+        deadline: Option<Deadline>,
+    ) -> Result<Predictions, SimError> {
         let scheduler = self.state.scheduler().clone();
         let pods: Vec<PodId> = scheduler
             .pods()
@@ -88,6 +92,6 @@ impl LiveState {
             self.now,
             &pods,
         );
-        predict::predict(sim, targets, &estimates)
+        predict::predict(sim, targets, &estimates, deadline)
     }
 }

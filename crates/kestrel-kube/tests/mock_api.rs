@@ -919,7 +919,7 @@ async fn a_live_snapshot_explains_pending_pods_from_the_listing_and_writes_nothi
     // The simulator resumed from the snapshot: four starts when big ends (2 h declared,
     // read within +/-20%: 100 to 150 min in all, of which 1 h has run).
     let four_id = four.id;
-    let predicted = live.predict(&[four_id]).unwrap();
+    let predicted = live.predict(&[four_id], None).unwrap();
     let p = &predicted.starts[&four_id];
     let minutes = |m: u64| now + m * 60_000;
     assert_eq!(

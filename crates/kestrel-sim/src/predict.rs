@@ -196,20 +196,47 @@ pub struct Predictions {
     pub starts: HashMap<PodId, StartPrediction>,
 }
 
+/// When forward runs must stop (wall clock), and the budget that set it (for the message).
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    pub at: std::time::Instant,
+    pub budget: std::time::Duration,
+}
+
+impl Deadline {
+    /// `budget` from now.
+    pub fn after(budget: std::time::Duration) -> Self {
+        Deadline {
+            at: std::time::Instant::now() + budget,
+            budget,
+        }
+    }
+}
+
 /// Switches a simulation standing at some moment to `estimates` and runs it until every
 /// target pod has bound or nothing is left to happen. Returns the first binding time of
-/// each target that bound.
+/// each target that bound. Past `deadline` (wall clock) it stops with
+/// [`SimError::PredictionOutOfTime`].
 pub fn run_forward(
     sim: &mut Simulation<'_>,
     estimates: Estimates,
     targets: &[PodId],
+    deadline: Option<Deadline>,
 ) -> Result<HashMap<PodId, Millis>, SimError> {
     sim.switch_to_estimates(estimates);
     // Only start times are read from a forward run.
     sim.set_full_explanations(false);
     let mut waiting: HashSet<PodId> = targets.iter().copied().collect();
     let mut bound = HashMap::new();
-    while !waiting.is_empty() && sim.step()? {
+    loop {
+        if let Some(d) = deadline.filter(|d| std::time::Instant::now() > d.at) {
+            return Err(SimError::PredictionOutOfTime {
+                seconds: d.budget.as_secs_f64(),
+            });
+        }
+        if waiting.is_empty() || !sim.step()? {
+            break;
+        }
         for (pod, at) in sim.take_bindings() {
             if waiting.remove(&pod) {
                 bound.insert(pod, at);
@@ -227,6 +254,7 @@ pub fn predict(
     mut sim: Simulation<'_>,
     targets: &[PodId],
     known: &Estimates,
+    deadline: Option<Deadline>,
 ) -> Result<Predictions, SimError> {
     let at = sim.now();
     let mut runs: Vec<HashMap<PodId, Millis>> = Vec::new();
@@ -238,10 +266,10 @@ pub fn predict(
             // Exact estimates read every way alike.
             runs.push(HashMap::new());
         } else {
-            runs.push(run_forward(&mut sim.clone(), estimates, targets)?);
+            runs.push(run_forward(&mut sim.clone(), estimates, targets, deadline)?);
         }
     }
-    let likely = run_forward(&mut sim, known.read_as(Reading::Likely), targets)?;
+    let likely = run_forward(&mut sim, known.read_as(Reading::Likely), targets, deadline)?;
     for run in &mut runs {
         if known.error == 0.0 {
             run.clone_from(&likely);
@@ -473,7 +501,7 @@ fn outcomes(
         }
         let mut replay = Simulation::new(cluster, workload, config.clone())?;
         replay.run_to(*t)?;
-        let predictions = predict(replay, asked, known)?;
+        let predictions = predict(replay, asked, known, None)?;
         for (pod, &actual_start) in &actual {
             let prediction = &predictions.starts[pod];
             let record = truth.scheduler().pod(*pod);

@@ -71,6 +71,8 @@ pub enum SimError {
     Queue(#[from] kestrel_core::QueueError),
     #[error("the engine ran {cycles} cycles at t={at} ms without the clock moving (decisions that undo each other); this is a Kestrel bug: please report it with the cluster and workload files")]
     NoProgress { at: Millis, cycles: u32 },
+    #[error("predicted starts were not worked out within {seconds} s of forward runs (the cluster is large or much is pending); give --predict-budget more time, or --no-predict to leave them out")]
+    PredictionOutOfTime { seconds: f64 },
 }
 
 /// Cycles at one instant after which a run is stopped as stuck: evictions and bindings

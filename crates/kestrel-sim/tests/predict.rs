@@ -8,7 +8,7 @@ use kestrel_core::*;
 use kestrel_sim::explain_view::find_pod;
 use kestrel_sim::inputs::{load_cluster_file, load_workload_files, resolve_paths};
 use kestrel_sim::predict::{
-    estimated_durations, evaluate, evaluate_within, predict, Estimates, Moments, Reading,
+    estimated_durations, evaluate, evaluate_within, predict, Deadline, Estimates, Moments, Reading,
     ESTIMATE_ERROR,
 };
 use kestrel_sim::*;
@@ -121,7 +121,7 @@ fn jobs_arriving_after_the_moment_are_not_known_to_the_predictor() {
         "low is pending"
     );
     let exact = Estimates::exact(workload.jobs.iter().map(|j| j.duration).collect());
-    let predictions = predict(sim, &[low], &exact).unwrap();
+    let predictions = predict(sim, &[low], &exact, None).unwrap();
     assert_eq!(predictions.starts[&low].point(), Some(2 * HOUR));
     let eval = evaluate_within(
         &cluster,
@@ -152,7 +152,7 @@ fn a_job_that_outran_its_estimate_beyond_the_bound_is_taken_to_end_now() {
     assert!(sim.run_to(HOUR).unwrap());
     assert_eq!(sim.now(), HOUR);
     let next = find_pod(&sim, "next").unwrap();
-    let predictions = predict(sim, &[next], &Estimates::known(&workload, 7)).unwrap();
+    let predictions = predict(sim, &[next], &Estimates::known(&workload, 7), None).unwrap();
     let p = &predictions.starts[&next];
     assert_eq!(p.runs, vec![Some(HOUR); 3], "{p:?}");
     assert_eq!(
@@ -217,7 +217,7 @@ fn the_range_brackets_the_truth_when_the_estimates_are_within_their_bound() {
             let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
             sim.run_to(at).unwrap();
             let next = find_pod(&sim, "next").unwrap();
-            let p = &predict(sim, &[next], &known).unwrap().starts[&next];
+            let p = &predict(sim, &[next], &known, None).unwrap().starts[&next];
             let (from, to) = (p.from().unwrap(), p.to().unwrap());
             assert!(
                 from <= 2 * HOUR && 2 * HOUR <= to,
@@ -244,9 +244,39 @@ fn a_pod_nothing_known_makes_room_for_has_no_predicted_start() {
         "nothing happens after the start"
     );
     let stuck = find_pod(&sim, "stuck").unwrap();
-    let predictions = predict(sim, &[stuck], &Estimates::known(&workload, 42)).unwrap();
+    let predictions = predict(sim, &[stuck], &Estimates::known(&workload, 42), None).unwrap();
     let p = &predictions.starts[&stuck];
     assert_eq!((p.point(), p.from(), p.to()), (None, None, None));
+}
+
+#[test]
+fn forward_runs_stop_at_their_deadline() {
+    let workload = Workload {
+        jobs: vec![
+            pod_job("running", 8, 0, HOUR, 0),
+            pod_job("next", 8, 0, HOUR, 0),
+        ],
+        ..Default::default()
+    };
+    let cluster = one_node();
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    assert!(sim.run_to(0).unwrap());
+    let next = find_pod(&sim, "next").unwrap();
+    let known = Estimates::known(&workload, 42);
+    let budget = std::time::Duration::from_secs(2);
+    let passed = Deadline {
+        at: std::time::Instant::now() - std::time::Duration::from_millis(1),
+        budget,
+    };
+    let err = predict(sim.clone(), &[next], &known, Some(passed)).unwrap_err();
+    assert!(
+        matches!(err, SimError::PredictionOutOfTime { seconds } if seconds == 2.0),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("--predict-budget"), "{err}");
+    // With time to spare the same question is answered.
+    let p = predict(sim, &[next], &known, Some(Deadline::after(budget))).unwrap();
+    assert!(p.starts[&next].point().is_some());
 }
 
 #[test]

@@ -346,7 +346,7 @@ pub fn run_explain(args: ExplainArgs) -> Result<()> {
         replay.run_to(0)?;
         let replay_s = replay_started.elapsed().as_secs_f64();
         let run_started = Instant::now();
-        let bound = predict::run_forward(&mut replay, estimates.clone(), &[id])?;
+        let bound = predict::run_forward(&mut replay, estimates.clone(), &[id], None)?;
         forward = Some((
             replay_s,
             run_started.elapsed().as_secs_f64(),

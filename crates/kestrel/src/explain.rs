@@ -14,8 +14,8 @@ use kestrel_core::{Millis, PodId};
 use kestrel_sim::duration::parse_duration;
 use kestrel_sim::explain_view::ExplainState;
 use kestrel_sim::explain_view::{self as view, clock};
-use kestrel_sim::predict::{self, Estimates, Predictions};
-use kestrel_sim::Simulation;
+use kestrel_sim::predict::{self, Deadline, Estimates, Predictions};
+use kestrel_sim::{SimError, Simulation};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -32,6 +32,10 @@ pub struct StateArgs {
     /// Leave out the predicted start times (three forward runs of the simulator).
     #[arg(long)]
     no_predict: bool,
+    /// Wall-clock time the forward runs for predicted starts may take (e.g. `20s`); past
+    /// it the answer comes without predictions. `0`: no limit.
+    #[arg(long, value_parser = parse_duration, default_value = "20s")]
+    predict_budget: Millis,
     /// Look at a live cluster now instead of a simulated run: list it through the API
     /// server as `kestrel serve` does and run one scheduling cycle that writes nothing.
     #[arg(long)]
@@ -272,47 +276,74 @@ fn state_at(inputs: &Inputs, at: Option<Millis>) -> Result<(Simulation<'_>, f64)
 
 /// Predicted starts of `targets` by `predict` (a simulated or a live state's), and the
 /// seconds they took; `None` when skipped or nothing is pending.
+/// What became of the predicted starts.
+enum Predicted {
+    /// Not asked for (`--no-predict`), or nothing pending to predict.
+    Left,
+    /// Worked out, in this many seconds.
+    Done(Predictions, f64),
+    /// The forward runs went past `--predict-budget`.
+    OutOfTime,
+}
+
+impl Predicted {
+    fn predictions(&self) -> Option<&Predictions> {
+        match self {
+            Predicted::Done(p, _) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The timing line's end: how long predictions took, or that they were cut off.
+    fn timing(&self, runs: &str) -> String {
+        match self {
+            Predicted::Left => String::new(),
+            Predicted::Done(_, p) => format!(
+                "; predicted in {p:.3} s ({} forward runs{runs})",
+                predict::PREDICTION_RUNS
+            ),
+            Predicted::OutOfTime => "; start times not predicted: over --predict-budget".into(),
+        }
+    }
+}
+
 fn timed_predictions(
     targets: &[PodId],
-    skip: bool,
-    predict: impl FnOnce(&[PodId]) -> Result<Predictions, kestrel_sim::SimError>,
-) -> Result<Option<(Predictions, f64)>> {
-    if skip || targets.is_empty() {
-        return Ok(None);
+    state: &StateArgs,
+    predict: impl FnOnce(&[PodId], Option<Deadline>) -> Result<Predictions, SimError>,
+) -> Result<Predicted> {
+    if state.no_predict || targets.is_empty() {
+        return Ok(Predicted::Left);
     }
+    let deadline = (state.predict_budget > 0)
+        .then(|| Deadline::after(std::time::Duration::from_millis(state.predict_budget)));
     let started = Instant::now();
-    let predictions = predict(targets)?;
-    Ok(Some((predictions, started.elapsed().as_secs_f64())))
+    match predict(targets, deadline) {
+        Ok(p) => Ok(Predicted::Done(p, started.elapsed().as_secs_f64())),
+        Err(e @ SimError::PredictionOutOfTime { .. }) => {
+            eprintln!("kestrel: {e}");
+            Ok(Predicted::OutOfTime)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The last line of the human output: where the time went.
-fn timing(simulated: f64, explained: f64, predicted: Option<f64>) -> String {
-    let mut line = format!(
-        "simulated to the moment in {simulated:.3} s; explained in {:.2} ms",
-        explained * 1000.0
-    );
-    if let Some(p) = predicted {
-        line += &format!(
-            "; predicted in {p:.3} s ({} forward runs: runtimes likely, shortest, longest)",
-            predict::PREDICTION_RUNS
-        );
-    }
-    line
+fn timing(simulated: f64, explained: f64, predicted: &Predicted) -> String {
+    format!(
+        "simulated to the moment in {simulated:.3} s; explained in {:.2} ms{}",
+        explained * 1000.0,
+        predicted.timing(": runtimes likely, shortest, longest")
+    )
 }
 
 /// The last line of the human output on a live cluster.
-fn live_timing(listed: f64, explained: f64, predicted: Option<f64>) -> String {
-    let mut line = format!(
-        "listed and scheduled (dry) in {listed:.2} s; explained in {:.2} ms",
-        explained * 1000.0
-    );
-    if let Some(p) = predicted {
-        line += &format!(
-            "; predicted in {p:.3} s ({} forward runs from the cluster's state with declared runtime estimates)",
-            predict::PREDICTION_RUNS
-        );
-    }
-    line
+fn live_timing(listed: f64, explained: f64, predicted: &Predicted) -> String {
+    format!(
+        "listed and scheduled (dry) in {listed:.2} s; explained in {:.2} ms{}",
+        explained * 1000.0,
+        predicted.timing(" from the cluster's state with declared runtime estimates")
+    )
 }
 
 pub fn explain(args: ExplainArgs) -> Result<()> {
@@ -323,13 +354,12 @@ pub fn explain(args: ExplainArgs) -> Result<()> {
         let started = Instant::now();
         let mut answer = Explained::of(&live, args.kind, &args.name, &Estimates::declared())?;
         let explained = started.elapsed().as_secs_f64();
-        let predicted = timed_predictions(&answer.pending(), args.state.no_predict, |t| {
-            live.predict(t)
-        })?;
-        if let Some((p, _)) = &predicted {
+        let predicted =
+            timed_predictions(&answer.pending(), &args.state, |t, d| live.predict(t, d))?;
+        if let Some(p) = predicted.predictions() {
             answer.apply_predictions(p);
         }
-        let timing = live_timing(listed, explained, predicted.map(|p| p.1));
+        let timing = live_timing(listed, explained, &predicted);
         return print_answer(&answer, args.state.sim.json, timing);
     }
     let inputs = load_inputs(&args.state.sim)?;
@@ -339,13 +369,13 @@ pub fn explain(args: ExplainArgs) -> Result<()> {
     let mut answer = Explained::of(&sim, args.kind, &args.name, &estimates)?;
     let explained = started.elapsed().as_secs_f64();
     let targets = answer.pending();
-    let predicted = timed_predictions(&targets, args.state.no_predict, |t| {
-        predict::predict(sim, t, &estimates)
+    let predicted = timed_predictions(&targets, &args.state, |t, d| {
+        predict::predict(sim, t, &estimates, d)
     })?;
-    if let Some((p, _)) = &predicted {
+    if let Some(p) = predicted.predictions() {
         answer.apply_predictions(p);
     }
-    let timing = timing(simulated, explained, predicted.map(|p| p.1));
+    let timing = timing(simulated, explained, &predicted);
     print_answer(&answer, args.state.sim.json, timing)
 }
 
@@ -370,11 +400,11 @@ pub fn queue(args: QueueArgs) -> Result<()> {
         })?;
         let explained = started.elapsed().as_secs_f64();
         let targets: Vec<PodId> = list.pending.iter().map(|e| e.id).collect();
-        let predicted = timed_predictions(&targets, args.state.no_predict, |t| live.predict(t))?;
-        if let Some((p, _)) = &predicted {
+        let predicted = timed_predictions(&targets, &args.state, |t, d| live.predict(t, d))?;
+        if let Some(p) = predicted.predictions() {
             view::apply_list_predictions(&mut list.pending, p);
         }
-        let timing = live_timing(listed, explained, predicted.map(|p| p.1));
+        let timing = live_timing(listed, explained, &predicted);
         return print_list(&list, args.state.sim.json, timing);
     }
     let inputs = load_inputs(&args.state.sim)?;
@@ -387,13 +417,13 @@ pub fn queue(args: QueueArgs) -> Result<()> {
     let explained = started.elapsed().as_secs_f64();
     let targets: Vec<PodId> = list.pending.iter().map(|e| e.id).collect();
     let estimates = Estimates::known(&inputs.workload, inputs.config.seed);
-    let predicted = timed_predictions(&targets, args.state.no_predict, |t| {
-        predict::predict(sim, t, &estimates)
+    let predicted = timed_predictions(&targets, &args.state, |t, d| {
+        predict::predict(sim, t, &estimates, d)
     })?;
-    if let Some((p, _)) = &predicted {
+    if let Some(p) = predicted.predictions() {
         view::apply_list_predictions(&mut list.pending, p);
     }
-    let timing = timing(simulated, explained, predicted.map(|p| p.1));
+    let timing = timing(simulated, explained, &predicted);
     print_list(&list, args.state.sim.json, timing)
 }
 

@@ -480,3 +480,28 @@ fn the_explain_benchmark_answers_for_every_kind_on_a_small_cluster() {
     let e = fails(&["bench", "explain", "--pending", "3"]);
     assert!(e.contains("--pending"), "{e}");
 }
+
+#[test]
+fn the_prediction_budget_is_a_duration() {
+    if !have("falcon-ai") {
+        return;
+    }
+    let v = json(&[
+        "queue",
+        "examples/falcon-ai",
+        "--at",
+        "10:00",
+        "--predict-budget",
+        "5m",
+        "--json",
+    ]);
+    let pending = v["pending"].as_array().unwrap();
+    assert!(pending.iter().any(|e| !e["predicted_start"].is_null()));
+    let err = kestrel(&["queue", "examples/falcon-ai", "--predict-budget", "soon"]);
+    let (stdout, stderr) = text(&err);
+    assert_eq!(err.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("--predict-budget") && stderr.contains("duration"),
+        "{stderr}"
+    );
+}
