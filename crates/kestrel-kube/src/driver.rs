@@ -2,7 +2,7 @@
 //!
 //! A replica schedules only while it leads. On taking the lease it starts the watches
 //! afresh (a new LIST of Pods, Nodes, PriorityClasses, RuntimeClasses, Namespaces,
-//! PodDisruptionBudgets, ResourceQuotas, and Kestrel's PodGroups, Topologies and queue
+//! PodDisruptionBudgets, ResourceQuotas, LimitRanges, and Kestrel's PodGroups, Topologies and queue
 //! kinds), rebuilds the engine's state from that
 //! listing (pods bound by anyone count as used), and binds only after every listing is in.
 //! Where Kestrel's CRDs are not installed (or not readable), their listings count as empty.
@@ -11,6 +11,7 @@
 //! lease it aborts the binds in flight, posts nothing more, and drops its state; taking the
 //! lease again starts over from a listing.
 
+use crate::admission::AdmissionObject;
 use crate::api::ApiWriter;
 use crate::crds::{ClusterQueue, Cohort, LocalQueue, PodGroup, ResourceFlavor, Topology};
 use crate::index::{
@@ -19,7 +20,7 @@ use crate::index::{
 };
 use crate::metrics::Metrics;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, ResourceQuota};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -96,6 +97,8 @@ pub enum Change {
     },
     /// A ResourceQuota changed.
     ResourceQuota(Box<Event<ResourceQuota>>),
+    /// A LimitRange changed.
+    LimitRange(Box<Event<LimitRange>>),
     /// The API does not serve this kind (its CRD is not installed) or does not let
     /// Kestrel read it: its listing counts as empty until a watch succeeds.
     Unserved {
@@ -120,6 +123,7 @@ pub struct Stores {
     pub disruption_budgets: Store<PodDisruptionBudget>,
     /// To explain gangs whose missing pods the API server refuses.
     pub resource_quotas: Store<ResourceQuota>,
+    pub limit_ranges: Store<LimitRange>,
 }
 
 /// Other projects' PodGroups the live scheduler reads: (name, group, version).
@@ -157,6 +161,7 @@ struct Synced {
     /// The foreign PodGroup kinds listed so far.
     foreign_pod_groups: std::collections::BTreeSet<&'static str>,
     resource_quotas: bool,
+    limit_ranges: bool,
 }
 
 impl Synced {
@@ -177,6 +182,8 @@ impl Synced {
             Change::Unserved {
                 kind: "ResourceQuota",
             } => self.resource_quotas = true,
+            Change::LimitRange(e) if matches!(**e, Event::InitDone) => self.limit_ranges = true,
+            Change::Unserved { kind: "LimitRange" } => self.limit_ranges = true,
             Change::ForeignPodGroup { kind, event } if matches!(**event, Event::InitDone) => {
                 self.foreign_pod_groups.insert(kind);
             }
@@ -201,6 +208,7 @@ impl Synced {
             (self.pod_groups, "PodGroup"),
             (self.topologies, "Topology"),
             (self.resource_quotas, "ResourceQuota"),
+            (self.limit_ranges, "LimitRange"),
         ] {
             if !done {
                 missing.push(kind);
@@ -224,6 +232,7 @@ impl Synced {
             && self.pod_groups
             && self.topologies
             && self.resource_quotas
+            && self.limit_ranges
             && self.queues.len() == QUEUE_WATCHES.len()
             && self.foreign_pod_groups.len() == FOREIGN_POD_GROUPS.len()
     }
@@ -433,16 +442,25 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
             kind: "PodDisruptionBudget",
         }),
     );
-    // Without read access (an older ClusterRole), quotas are not used to explain gangs.
+    // Without read access (an older ClusterRole), quotas and LimitRanges are not used to
+    // explain gangs.
     let resource_quotas = spawn_watch(
         tasks,
         Api::<ResourceQuota>::all(client.clone()),
         (),
-        tx,
+        tx.clone(),
         |e| Change::ResourceQuota(Box::new(e)),
         Some(Change::Unserved {
             kind: "ResourceQuota",
         }),
+    );
+    let limit_ranges = spawn_watch(
+        tasks,
+        Api::<LimitRange>::all(client.clone()),
+        (),
+        tx,
+        |e| Change::LimitRange(Box::new(e)),
+        Some(Change::Unserved { kind: "LimitRange" }),
     );
     (
         Stores {
@@ -456,6 +474,7 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
             namespaces,
             disruption_budgets,
             resource_quotas,
+            limit_ranges,
         },
         rx,
     )
@@ -484,15 +503,35 @@ pub fn pod_group_keys<'a>(
         .collect()
 }
 
-/// The (namespace, name) of ResourceQuotas in a listing, for
-/// [`ClusterState::retain_resource_quotas`].
-pub fn resource_quota_keys<'a>(
-    objects: impl IntoIterator<Item = &'a Arc<ResourceQuota>>,
-) -> std::collections::HashSet<(String, String)> {
-    objects
-        .into_iter()
-        .filter_map(|q| Some((q.metadata.namespace.clone()?, q.metadata.name.clone()?)))
-        .collect()
+/// Applies a watch event of ResourceQuotas or LimitRanges (whose listing is `store`).
+/// Returns whether what Kestrel uses of them changed.
+fn admission_change<K>(state: &mut ClusterState, store: &Store<K>, event: Event<K>) -> bool
+where
+    K: AdmissionObject + kube::Resource<DynamicType = ()> + Clone,
+{
+    match event {
+        Event::Apply(o) | Event::InitApply(o) => {
+            let (changed, warnings) = state.apply_admission(&o);
+            for w in warnings {
+                tracing::warn!(kind = K::KIND, warning = %w, "object cannot be read in full; what cannot be read is skipped");
+            }
+            changed
+        }
+        Event::Delete(o) => state.delete_admission(
+            K::KIND,
+            o.meta().namespace.as_deref().unwrap_or_default(),
+            o.meta().name.as_deref().unwrap_or_default(),
+        ),
+        Event::Init => false,
+        Event::InitDone => {
+            let present = store
+                .state()
+                .iter()
+                .filter_map(|o| Some((o.meta().namespace.clone()?, o.meta().name.clone()?)))
+                .collect();
+            state.retain_admission(K::KIND, &present)
+        }
+    }
 }
 
 /// Applies one watch event to the state. Returns whether anything may have changed.
@@ -596,23 +635,9 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
             }
         }
         Change::ResourceQuota(event) => {
-            return match *event {
-                Event::Apply(q) | Event::InitApply(q) => {
-                    let (changed, warnings) = state.apply_resource_quota(&q);
-                    for w in warnings {
-                        tracing::warn!(warning = %w, "ResourceQuota cannot be read in full; what cannot be read is skipped");
-                    }
-                    changed
-                }
-                Event::Delete(q) => state.delete_resource_quota(
-                    q.metadata.namespace.as_deref().unwrap_or_default(),
-                    q.metadata.name.as_deref().unwrap_or_default(),
-                ),
-                Event::Init => false,
-                Event::InitDone => state
-                    .retain_resource_quotas(&resource_quota_keys(&stores.resource_quotas.state())),
-            };
+            return admission_change(state, &stores.resource_quotas, *event)
         }
+        Change::LimitRange(event) => return admission_change(state, &stores.limit_ranges, *event),
         Change::Unserved { .. } => {}
     }
     true
@@ -702,6 +727,13 @@ pub async fn snapshot(
             .state()
             .iter()
             .map(|q| Change::ResourceQuota(Box::new(Event::InitApply((**q).clone())))),
+    );
+    ordered.extend(
+        stores
+            .limit_ranges
+            .state()
+            .iter()
+            .map(|l| Change::LimitRange(Box::new(Event::InitApply((**l).clone())))),
     );
     ordered.extend(
         pods.state()

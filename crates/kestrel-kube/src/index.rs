@@ -14,13 +14,15 @@
 //! its members. A member whose PodGroup is missing
 //! or unusable waits outside the engine ([`PodState::GangWait`]) with that reason. Each
 //! cycle returns the PodGroup statuses that changed ([`GroupStatusJob`]). An incomplete
-//! gang whose missing pods a ResourceQuota of its namespace refuses
-//! ([`ClusterState::apply_resource_quota`]) names that quota in its status and its pods'.
+//! gang whose missing pods a ResourceQuota or LimitRange of its namespace refuses
+//! ([`ClusterState::apply_admission`]) names that object in its status and its pods'.
 
+use crate::admission::{AdmissionObject, Policies};
 use crate::convert::{self, ConvertError, GPU_INDICES_ANNOTATION, LAST_CHECKPOINT_ANNOTATION};
 use crate::crds::{PodGroupPhase, PodGroupStatus};
-use crate::quota::{self, PodUsage, Quota};
-use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
+use crate::limit_range::PodResources;
+use crate::quota::PodUsage;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -84,6 +86,9 @@ struct Tracked {
     group: Option<GroupKey>,
     /// `status.phase` is Running.
     running: bool,
+    /// A gang member's containers' requests and limits, for the LimitRanges that may
+    /// refuse pods like it.
+    resources: Option<Arc<PodResources>>,
 }
 
 /// A gang as the live scheduler knows it.
@@ -113,9 +118,9 @@ struct Group {
     last_status: Option<GroupStatusJob>,
     /// The invalid-spec message last reported in an event.
     warned: Option<String>,
-    /// The ResourceQuota that refuses pods like its members, if one does
-    /// ([`ClusterState::apply_resource_quota`]): said when the gang is incomplete.
-    quota_note: Option<String>,
+    /// The ResourceQuota or LimitRange that refuses pods like its members, if one does
+    /// ([`ClusterState::apply_admission`]): said when the gang is incomplete.
+    admission_note: Option<String>,
 }
 
 impl Group {
@@ -133,7 +138,7 @@ impl Group {
             bind_error: None,
             last_status: None,
             warned: None,
-            quota_note: None,
+            admission_note: None,
         }
     }
 
@@ -425,12 +430,11 @@ pub struct ClusterState {
     /// The `Active` condition last written per queue (at first sight: the one the object
     /// carries), whose `lastTransitionTime` stays while its `status` does.
     queue_active: HashMap<(&'static str, String), Value>,
-    /// ResourceQuotas Kestrel can use, by namespace and name.
-    quotas: BTreeMap<String, BTreeMap<String, Quota>>,
-    /// Namespaces whose quotas changed since the gangs' quota notes were worked out.
-    quota_namespaces: BTreeSet<String>,
-    /// Each ResourceQuota's warnings at its last reading, so that each is logged once.
-    quota_warnings: HashMap<GroupKey, Vec<String>>,
+    /// The ResourceQuotas and LimitRanges Kestrel can use.
+    admission: Policies,
+    /// Gang members' containers' requests and limits, one copy of each distinct set,
+    /// shared by the members ([`Tracked::resources`]).
+    pod_resources: HashSet<Arc<PodResources>>,
     /// Pods arrive at their creationTimestamp and bound pods started at
     /// `status.startTime` ([`ClusterState::use_object_times`]), not when they are seen.
     object_times: bool,
@@ -461,9 +465,8 @@ impl ClusterState {
             queue_status: HashMap::new(),
             queue_objects: BTreeMap::new(),
             queue_active: HashMap::new(),
-            quotas: BTreeMap::new(),
-            quota_namespaces: BTreeSet::new(),
-            quota_warnings: HashMap::new(),
+            admission: Policies::default(),
+            pod_resources: HashSet::new(),
             object_times: false,
             relisted_pods: None,
         }
@@ -1379,12 +1382,14 @@ impl ClusterState {
             None
         };
         let running = convert::is_running(pod);
+        let resources = group.as_ref().map(|_| self.intern_resources(pod));
         let Some(t) = self.pods.get_mut(key) else {
             return;
         };
         let old = std::mem::replace(&mut t.group, group.clone());
-        let changed = old != group || t.running != running;
+        let changed = old != group || t.running != running || t.resources != resources;
         t.running = running;
+        t.resources = resources;
         if old != group {
             if let Some(old) = &old {
                 self.leave_group(old, key);
@@ -1469,6 +1474,7 @@ impl ClusterState {
                         state,
                         group: None,
                         running: false,
+                        resources: None,
                     },
                 );
             }
@@ -1553,7 +1559,7 @@ impl ClusterState {
     pub fn cycle(&mut self, now: Millis) -> CycleOutput {
         self.set_time(now);
         let decisions = self.scheduler.schedule(now);
-        let noted = self.refresh_quota_notes();
+        let noted = self.refresh_admission_notes();
         let mut out = CycleOutput {
             binds: Vec::with_capacity(decisions.bindings.len()),
             unschedulable: self.take_reports(),
@@ -1610,7 +1616,7 @@ impl ClusterState {
             out.unschedulable
                 .push(StatusJob::of(key, &t.uid, reason_kind, message));
         }
-        // Pods of incomplete gangs whose ResourceQuota note changed say so again (the
+        // Pods of incomplete gangs whose admission note changed say so again (the
         // engine reports a pod only when its own explanation changes).
         for key in &noted {
             let Some(g) = self.groups.get(key) else {
@@ -1911,80 +1917,49 @@ impl ClusterState {
         Some(g.problem())
     }
 
-    // ---- ResourceQuotas ----------------------------------------------------------------
+    // ---- ResourceQuotas and LimitRanges ------------------------------------------------
 
-    /// A ResourceQuota was added or changed. Quotas explain incomplete gangs: pods the
-    /// API server refuses to create because their namespace's quota is used up. Returns
-    /// whether what Kestrel uses of it changed, and the warnings about fields that cannot
-    /// be read (skipped), each once while it lasts.
-    pub fn apply_resource_quota(&mut self, object: &ResourceQuota) -> (bool, Vec<String>) {
-        let key = (
-            object.metadata.namespace.clone().unwrap_or_default(),
-            object.metadata.name.clone().unwrap_or_default(),
-        );
-        let (read, warnings) = quota::read_quota(object);
-        let last = self.quota_warnings.get(&key);
-        let new: Vec<String> = warnings
-            .iter()
-            .filter(|w| !last.is_some_and(|l| l.contains(w)))
-            .cloned()
-            .collect();
-        if warnings.is_empty() {
-            self.quota_warnings.remove(&key);
-        } else {
-            self.quota_warnings.insert(key.clone(), warnings);
-        }
-        let in_namespace = self.quotas.entry(key.0.clone()).or_default();
-        let changed = match read {
-            Some(q) => in_namespace.insert(key.1.clone(), q.clone()).as_ref() != Some(&q),
-            None => in_namespace.remove(&key.1).is_some(),
-        };
-        if in_namespace.is_empty() {
-            self.quotas.remove(&key.0);
-        }
-        if changed {
-            self.quota_namespaces.insert(key.0);
-        }
-        (changed, new)
+    /// A ResourceQuota or LimitRange was added or changed. They explain incomplete gangs:
+    /// pods the API server refuses to create because their namespace's quota is used up or
+    /// a LimitRange's bounds exclude them. Returns whether what Kestrel uses of it changed,
+    /// and the warnings about fields that cannot be read (skipped), each once while it lasts.
+    pub fn apply_admission<K: AdmissionObject>(&mut self, object: &K) -> (bool, Vec<String>) {
+        self.admission.apply(object)
     }
 
-    /// A ResourceQuota was deleted. Returns whether Kestrel used it.
-    pub fn delete_resource_quota(&mut self, namespace: &str, name: &str) -> bool {
-        let key = (namespace.to_string(), name.to_string());
-        self.quota_warnings.remove(&key);
-        let Some(in_namespace) = self.quotas.get_mut(namespace) else {
-            return false;
-        };
-        let changed = in_namespace.remove(name).is_some();
-        if in_namespace.is_empty() {
-            self.quotas.remove(namespace);
-        }
-        if changed {
-            self.quota_namespaces.insert(namespace.to_string());
-        }
-        changed
+    /// A ResourceQuota or LimitRange (`kind`) was deleted. Returns whether Kestrel used it.
+    pub fn delete_admission(&mut self, kind: &'static str, namespace: &str, name: &str) -> bool {
+        self.admission.delete(kind, namespace, name)
     }
 
-    /// After a relist: drops the ResourceQuotas not in it, (namespace, name).
-    pub fn retain_resource_quotas(&mut self, present: &HashSet<(String, String)>) -> bool {
-        let gone: Vec<(String, String)> = self
-            .quotas
-            .iter()
-            .flat_map(|(ns, qs)| qs.keys().map(move |n| (ns.clone(), n.clone())))
-            .filter(|k| !present.contains(k))
-            .collect();
-        self.quota_warnings.retain(|k, _| present.contains(k));
-        let mut changed = false;
-        for (ns, name) in gone {
-            changed |= self.delete_resource_quota(&ns, &name);
-        }
-        changed
+    /// After a relist of `kind`: drops its objects not in it, (namespace, name).
+    pub fn retain_admission(
+        &mut self,
+        kind: &'static str,
+        present: &HashSet<(String, String)>,
+    ) -> bool {
+        self.admission.retain(kind, present)
     }
 
-    /// The ResourceQuota that refuses pods like a gang's members (any pod, while none
-    /// exists), as a sentence; `None` when its namespace's quotas have room.
-    fn quota_refusal(&self, key: &GroupKey) -> Option<String> {
-        let quotas = self.quotas.get(&key.0)?;
+    /// A gang member's containers' requests and limits, shared with the members that
+    /// have the same.
+    fn intern_resources(&mut self, pod: &Pod) -> Arc<PodResources> {
+        let resources = PodResources::of(pod);
+        if let Some(shared) = self.pod_resources.get(&resources) {
+            return shared.clone();
+        }
+        let shared = Arc::new(resources);
+        self.pod_resources.insert(shared.clone());
+        shared
+    }
+
+    /// The ResourceQuota or LimitRange that refuses pods like a gang's members (for a
+    /// quota: any pod, while none exists), as a sentence; `None` when its namespace's
+    /// policies admit them.
+    fn admission_refusal(&self, key: &GroupKey) -> Option<String> {
+        if !self.admission.has_namespace(&key.0) {
+            return None;
+        }
         let g = self.groups.get(key)?;
         // Only a gang with pods waiting in the engine (or none at all) can be incomplete.
         let waits = g.members.iter().any(|m| {
@@ -1996,7 +1971,8 @@ impl ClusterState {
         if !waits && !g.members.is_empty() {
             return None;
         }
-        let mut seen: Vec<PodUsage> = Vec::new();
+        let mut usages: Vec<PodUsage> = Vec::new();
+        let mut resources: Vec<&PodResources> = Vec::new();
         for member in &g.members {
             let Some(t) = self.pods.get(member) else {
                 continue;
@@ -2010,23 +1986,26 @@ impl ClusterState {
                 }
                 PodState::Gated | PodState::Invalid(_) | PodState::Expired => continue,
             };
-            if !seen.contains(&usage) {
-                seen.push(usage);
+            if !usages.contains(&usage) {
+                usages.push(usage);
+            }
+            if let Some(r) = t.resources.as_deref() {
+                if !resources.contains(&r) {
+                    resources.push(r);
+                }
             }
         }
-        if seen.is_empty() {
-            seen.push(PodUsage::default());
+        if usages.is_empty() {
+            usages.push(PodUsage::default());
         }
-        seen.iter()
-            .find_map(|usage| quota::refusal(quotas.values(), usage))
-            .map(|r| r.to_string())
+        self.admission.refusal(&key.0, &usages, &resources)
     }
 
-    /// Works the quota notes out again for the gangs that changed and those in namespaces
-    /// whose quotas changed; returns the gangs whose note changed, marked for a status
-    /// update.
-    fn refresh_quota_notes(&mut self) -> Vec<GroupKey> {
-        let namespaces = std::mem::take(&mut self.quota_namespaces);
+    /// Works the admission notes out again for the gangs that changed and those in
+    /// namespaces whose policies changed; returns the gangs whose note changed, marked for
+    /// a status update. Forgets the members' resources no pod has any more.
+    fn refresh_admission_notes(&mut self) -> Vec<GroupKey> {
+        let namespaces = self.admission.take_changed();
         let mut keys: BTreeSet<GroupKey> = self.dirty_groups.iter().cloned().collect();
         if !namespaces.is_empty() {
             keys.extend(
@@ -2038,29 +2017,30 @@ impl ClusterState {
         }
         let mut changed = Vec::new();
         for key in keys {
-            let note = self.quota_refusal(&key);
+            let note = self.admission_refusal(&key);
             let Some(g) = self.groups.get_mut(&key) else {
                 continue;
             };
-            if g.quota_note != note {
-                g.quota_note = note;
+            if g.admission_note != note {
+                g.admission_note = note;
                 self.dirty_groups.insert(key.clone());
                 changed.push(key);
             }
         }
+        self.pod_resources.retain(|r| Arc::strong_count(r) > 1);
         changed
     }
 
     /// Why a pod (or its gang) waits, as reported: the engine's explanation, with the
-    /// ResourceQuota that refuses the missing pods when the gang is incomplete.
+    /// ResourceQuota or LimitRange that refuses the missing pods when the gang is incomplete.
     fn explain(&self, reason: &Unschedulable, group: Option<&GroupKey>) -> String {
         let message = reason.to_string();
         let note = group
             .and_then(|g| self.groups.get(g))
-            .and_then(|g| g.quota_note.as_deref());
+            .and_then(|g| g.admission_note.as_deref());
         match (&reason.queue, &reason.gang, note) {
             (None, Some(problem @ GangProblem::Incomplete { .. }), Some(note)) => {
-                with_quota_note(message, problem, note)
+                with_admission_note(message, problem, note)
             }
             _ => message,
         }
@@ -2332,10 +2312,10 @@ impl ClusterState {
     }
 }
 
-/// An incomplete gang's explanation with the ResourceQuota that refuses its missing pods
-/// in place of "waiting for the rest to be created" (they will not be, until the quota has
-/// room).
-fn with_quota_note(message: String, problem: &GangProblem, note: &str) -> String {
+/// An incomplete gang's explanation with the ResourceQuota or LimitRange that refuses its
+/// missing pods in place of "waiting for the rest to be created" (they will not be, until
+/// the policy admits them).
+fn with_admission_note(message: String, problem: &GangProblem, note: &str) -> String {
     let text = problem.to_string();
     let head = text
         .strip_suffix("; waiting for the rest to be created")

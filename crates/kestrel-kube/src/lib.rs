@@ -5,12 +5,14 @@
 //! replica in charge. Everything that talks to the API server takes a `kube::Client`, so
 //! tests drive it against a mocked API server.
 
+pub mod admission;
 pub mod api;
 pub mod convert;
 pub mod crds;
 pub mod driver;
 pub mod index;
 pub mod leader;
+pub mod limit_range;
 pub mod limiter;
 pub mod live_view;
 pub mod manifests;

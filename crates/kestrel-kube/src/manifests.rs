@@ -100,7 +100,7 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             rule(&[""], &["pods/binding"], &["create"]),
             rule(&[""], &["pods/status"], &["patch"]),
             rule(&[""], &["nodes"], &["get", "list", "watch"]),
-            rule(&[""], &["namespaces", "resourcequotas"], &["list", "watch"]),
+            rule(&[""], &["namespaces", "resourcequotas", "limitranges"], &["list", "watch"]),
             rule(&["policy"], &["poddisruptionbudgets"], &["list", "watch"]),
             rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
             rule(&["scheduling.k8s.io"], &["priorityclasses"], &["list", "watch"]),

@@ -161,7 +161,7 @@ fn counted(key: &str) -> Option<Counted> {
 }
 
 /// An amount as written for people: `4`, `500m` cpu, `16Gi` memory.
-fn amount_text(resource: &str, amount: i64) -> String {
+pub(crate) fn amount_text(resource: &str, amount: i64) -> String {
     match resource {
         "cpu" if amount % 1000 == 0 => (amount / 1000).to_string(),
         "cpu" => format!("{amount}m"),

@@ -3,7 +3,8 @@
 //! by server-side apply, and malformed PodGroups reported instead of crashing anything.
 
 use http::{Request, Response};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, ResourceQuota};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kestrel_core::SchedulerConfig;
@@ -22,7 +23,7 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::Event;
 use kube::Client;
 use serde_json::{json, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tower_test::mock::{self, Handle};
@@ -480,6 +481,7 @@ struct Harness {
     queues: Vec<(&'static str, Writer<DynamicObject>)>,
     namespaces: Writer<Namespace>,
     resource_quotas: Writer<ResourceQuota>,
+    limit_ranges: Writer<LimitRange>,
 }
 
 impl Harness {
@@ -507,6 +509,7 @@ impl Harness {
         ];
         let namespaces = Writer::<Namespace>::default();
         let resource_quotas = Writer::<ResourceQuota>::default();
+        let limit_ranges = Writer::<LimitRange>::default();
         let stores = Stores {
             nodes: node_store.as_reader(),
             priority_classes: pcs.as_reader(),
@@ -518,6 +521,7 @@ impl Harness {
             namespaces: namespaces.as_reader(),
             disruption_budgets: Writer::default().as_reader(),
             resource_quotas: resource_quotas.as_reader(),
+            limit_ranges: limit_ranges.as_reader(),
         };
         let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
         for n in nodes {
@@ -531,6 +535,7 @@ impl Harness {
             queues,
             namespaces,
             resource_quotas,
+            limit_ranges,
         }
     }
 
@@ -578,6 +583,17 @@ impl Harness {
             &mut self.state,
             &self.stores,
             Change::ResourceQuota(Box::new(e)),
+        )
+    }
+
+    /// A LimitRange event (`Apply`, `Delete` or the end of a relist that lists only what
+    /// the store holds); whether the state changed.
+    fn limit_range(&mut self, e: Event<LimitRange>) -> bool {
+        self.limit_ranges.apply_watcher_event(&e);
+        driver::apply_change(
+            &mut self.state,
+            &self.stores,
+            Change::LimitRange(Box::new(e)),
         )
     }
 
@@ -827,6 +843,87 @@ fn an_incomplete_gang_names_the_resource_quota_that_refuses_its_missing_pods() {
          ml/pod-count has count/pods 3 of 3 used, so the API server refuses the missing pods: \
          raise the quota or end pods in ml"
     );
+}
+
+fn gpu_limits(name: &str, item: Value) -> LimitRange {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "LimitRange",
+        "metadata": {"name": name, "namespace": "ml"}, "spec": {"limits": [item]}}))
+    .unwrap()
+}
+
+#[test]
+fn an_incomplete_gang_names_the_limit_range_that_refuses_its_missing_pods() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1"), node("gpu-1", 8, "r1")]);
+    h.group(pod_group("train", json!({"minMember": 4})));
+    for i in 0..3 {
+        // As the API server stores them: extended resources have a limit.
+        let mut p = member(&format!("train-{i}"), "train", 2);
+        p.spec.as_mut().unwrap().containers[0]
+            .resources
+            .as_mut()
+            .unwrap()
+            .limits = Some(BTreeMap::from([(
+            "nvidia.com/gpu".to_string(),
+            Quantity("2".into()),
+        )]));
+        h.pod(p);
+    }
+    let waiting = "gang ml/train is incomplete: 3 of 4 pods exist (minMember 4); waiting for the rest to be created";
+    assert_eq!(status_of(&h.state.cycle(0), "train").message, waiting);
+
+    // Bounds the members keep to, and a claims item: nothing to say.
+    let roomy = gpu_limits(
+        "gpu-limits",
+        json!({"type": "Container", "max": {"nvidia.com/gpu": "4"}, "min": {"cpu": "500m"}}),
+    );
+    assert!(h.limit_range(Event::Apply(roomy.clone())));
+    assert!(!h.limit_range(Event::Apply(gpu_limits(
+        "claims",
+        json!({"type": "PersistentVolumeClaim", "max": {"storage": "1Gi"}})
+    ))));
+    let out = h.state.cycle(1);
+    assert!(
+        out.group_status.is_empty() && out.unschedulable.is_empty(),
+        "{out:?}"
+    );
+
+    // Tightened below what the members ask: the PodGroup and its pods name it, ahead of a
+    // used-up ResourceQuota (the API server checks LimitRanges first).
+    assert!(h.resource_quota(gpu_quota("gpu-quota", "6", "6"), false));
+    assert!(h.limit_range(Event::Apply(gpu_limits(
+        "gpu-limits",
+        json!({"type": "Container", "max": {"nvidia.com/gpu": "1"}})
+    ))));
+    let out = h.state.cycle(2);
+    let expected = "gang ml/train is incomplete: 3 of 4 pods exist (minMember 4); LimitRange \
+        ml/gpu-limits allows at most 1 nvidia.com/gpu per Container and a container of the \
+        gang's pods has a limit of 2, so the API server refuses the missing pods: widen the \
+        LimitRange or change the pods' resources in ml";
+    assert_eq!(status_of(&out, "train").message, expected);
+    assert_eq!(out.unschedulable.len(), 3, "{out:?}");
+    assert!(out.unschedulable.iter().all(|r| r.message == expected));
+
+    // Deleted: the quota is what refuses them now.
+    assert!(h.limit_range(Event::Delete(gpu_limits(
+        "gpu-limits",
+        json!({"type": "Container"})
+    ))));
+    assert!(status_of(&h.state.cycle(3), "train")
+        .message
+        .contains("; ResourceQuota ml/gpu-quota has requests.nvidia.com/gpu 6 of 6 used"));
+    h.resource_quota(gpu_quota("gpu-quota", "6", "6"), true);
+    assert_eq!(status_of(&h.state.cycle(4), "train").message, waiting);
+
+    // A Pod item bounds the containers together; a relist that no longer has it drops it.
+    let per_pod = gpu_limits("per-pod", json!({"type": "Pod", "max": {"cpu": "500m"}}));
+    assert!(h.limit_range(Event::Apply(per_pod.clone())));
+    assert!(status_of(&h.state.cycle(5), "train").message.contains(
+        "LimitRange ml/per-pod allows at most 500m cpu per Pod and a pod of the gang sets no cpu limit"
+    ));
+    h.limit_ranges.apply_watcher_event(&Event::Init);
+    h.limit_ranges.apply_watcher_event(&Event::InitApply(roomy));
+    assert!(h.limit_range(Event::InitDone));
+    assert_eq!(status_of(&h.state.cycle(6), "train").message, waiting);
 }
 
 #[test]
@@ -1208,6 +1305,7 @@ async fn scripted_server(
                 Some(list("policy/v1", "PodDisruptionBudget", vec![]))
             }
             ("GET", "/api/v1/resourcequotas") => Some(list("v1", "ResourceQuota", vec![])),
+            ("GET", "/api/v1/limitranges") => Some(list("v1", "LimitRange", vec![])),
             (
                 "GET",
                 "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"

@@ -508,6 +508,9 @@ async fn scripted_server(
             ("GET", "/api/v1/resourcequotas") => {
                 json!({"apiVersion": "v1", "kind": "ResourceQuotaList", "metadata": {"resourceVersion": "1"}, "items": []})
             }
+            ("GET", "/api/v1/limitranges") => {
+                json!({"apiVersion": "v1", "kind": "LimitRangeList", "metadata": {"resourceVersion": "1"}, "items": []})
+            }
             (
                 "GET",
                 "/apis/scheduling.kestrel.dev/v1alpha1/podgroups"
