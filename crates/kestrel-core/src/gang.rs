@@ -84,15 +84,19 @@ pub struct GangState {
 #[derive(Debug, Default, Clone)]
 pub(crate) struct GangIndex {
     pub(crate) gangs: Vec<GangState>,
-    pub(crate) ids: BTreeMap<(String, String), GangId>,
+    /// namespace -> name -> id (nested, so a lookup by `&str` allocates nothing).
+    pub(crate) ids: BTreeMap<String, BTreeMap<String, GangId>>,
     /// Topology levels from the top (block) down (host), for preferred fallback.
     pub(crate) levels: Vec<String>,
 }
 
 impl GangIndex {
+    pub(crate) fn lookup(&self, namespace: &str, name: &str) -> Option<GangId> {
+        self.ids.get(namespace)?.get(name).copied()
+    }
+
     pub(crate) fn id(&mut self, namespace: &str, name: &str) -> GangId {
-        let key = (namespace.to_string(), name.to_string());
-        if let Some(&id) = self.ids.get(&key) {
+        if let Some(id) = self.lookup(namespace, name) {
             return id;
         }
         let id = GangId(self.gangs.len() as u32);
@@ -102,7 +106,10 @@ impl GangIndex {
             first_seen: None,
             phase: GangPhase::Waiting,
         });
-        self.ids.insert(key, id);
+        self.ids
+            .entry(namespace.to_string())
+            .or_default()
+            .insert(name.to_string(), id);
         id
     }
 }
@@ -195,15 +202,12 @@ impl Scheduler {
     pub fn gang_keys(&self) -> impl Iterator<Item = (&str, &str)> {
         self.gangs
             .ids
-            .keys()
-            .map(|(ns, n)| (ns.as_str(), n.as_str()))
+            .iter()
+            .flat_map(|(ns, names)| names.keys().map(move |n| (ns.as_str(), n.as_str())))
     }
 
     pub fn gang_id(&self, namespace: &str, name: &str) -> Option<GangId> {
-        self.gangs
-            .ids
-            .get(&(namespace.to_string(), name.to_string()))
-            .copied()
+        self.gangs.lookup(namespace, name)
     }
 
     /// One attempt to start a gang, whose pod `first` came up in the queue.

@@ -721,7 +721,7 @@ impl Scheduler {
         now: Millis,
     ) -> Option<Vec<(PodId, NodeId, GpuAssignment)>> {
         // Quota first, on the books alone: cheap, and most candidates fail it.
-        let charged: Vec<(Admission, Vec<(String, i64)>)> = chosen
+        let charged: Vec<(Admission, crate::scheduler::QuotaRequest)> = chosen
             .iter()
             .flat_map(|c| c.pods.iter())
             .filter_map(|&p| {

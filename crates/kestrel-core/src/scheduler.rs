@@ -63,7 +63,7 @@ pub struct PodRecord {
     /// What it counts against queue quota, per resource name. A share by GPU memory has
     /// its `nvidia.com/gpu` entry only while bound: the share its device holds (pending,
     /// it counts the most it could take, see [`Scheduler::workload_request`]).
-    pub(crate) quota_request: Vec<(String, i64)>,
+    pub(crate) quota_request: QuotaRequest,
     seq: u64,
     pub(crate) constraint: u32,
     /// Its own constraints, before a flavor's node labels were added.
@@ -283,7 +283,11 @@ pub(crate) struct Cycle {
     pub(crate) head_seen: bool,
 }
 
-pub(crate) type PreemptionSearch = (bool, Option<CqId>, i32, Vec<(String, i64)>, u32);
+pub(crate) type PreemptionSearch = (bool, Option<CqId>, i32, QuotaRequest, u32);
+
+/// What a workload counts against queue quota, by resource name in order: shared, so a
+/// single pod's request is handed around without copying it.
+pub(crate) type QuotaRequest = Arc<[(String, i64)]>;
 
 /// What admission and placement made of a workload.
 pub(crate) enum Attempt {
@@ -770,11 +774,7 @@ impl Scheduler {
             .get_mut(id.0 as usize)
             .ok_or(ClusterError::UnknownPod(id))?;
         if let Some(membership) = &record.spec.gang {
-            if let Some(gang) = self
-                .gangs
-                .ids
-                .get(&(record.spec.namespace.clone(), membership.gang.clone()))
-            {
+            if let Some(gang) = self.gangs.lookup(&record.spec.namespace, &membership.gang) {
                 self.gangs.gangs[gang.0 as usize].members.remove(&id);
             }
         }
@@ -1129,9 +1129,9 @@ impl Scheduler {
         decisions: &mut Decisions,
     ) {
         let id = key.2;
-        if let Some(membership) = &self.pods[id.0 as usize].spec.gang {
-            let namespace = self.pods[id.0 as usize].spec.namespace.clone();
-            let gang = self.gangs.id(&namespace, &membership.gang.clone());
+        let spec = &self.pods[id.0 as usize].spec;
+        if let Some(membership) = &spec.gang {
+            let gang = self.gangs.id(&spec.namespace, &membership.gang);
             self.schedule_gang(gang, now, cycle, decisions);
             return;
         }
@@ -1414,7 +1414,7 @@ impl Scheduler {
         quota: bool,
         cq: Option<CqId>,
         pods: &[PodId],
-        request: &[(String, i64)],
+        request: &QuotaRequest,
     ) -> PreemptionSearch {
         let rep = &self.pods[pods[0].0 as usize];
         let priority = pods
@@ -1422,17 +1422,27 @@ impl Scheduler {
             .map(|p| self.pods[p.0 as usize].spec.priority)
             .max()
             .unwrap_or(rep.spec.priority);
-        (quota, cq, priority, request.to_vec(), rep.constraint)
+        (quota, cq, priority, request.clone(), rep.constraint)
     }
 
     /// The workload's total quota request. A pending share by GPU memory counts the most
     /// it could take on the cluster's devices now (the share on the smallest device that
     /// holds it), so what its binding charges, its device's share, is never more.
-    pub(crate) fn workload_request(&self, pods: &[PodId]) -> Vec<(String, i64)> {
+    pub(crate) fn workload_request(&self, pods: &[PodId]) -> QuotaRequest {
+        if let [p] = pods {
+            let record = &self.pods[p.0 as usize];
+            let counts_most = matches!(
+                (record.spec.demand.gpu, &record.phase),
+                (GpuRequest::Memory { .. }, PodPhase::Pending)
+            );
+            if !counts_most {
+                return record.quota_request.clone();
+            }
+        }
         let mut total: BTreeMap<&str, i64> = BTreeMap::new();
         for &p in pods {
             let record = &self.pods[p.0 as usize];
-            for (r, a) in &record.quota_request {
+            for (r, a) in record.quota_request.iter() {
                 *total.entry(r.as_str()).or_default() += a;
             }
             if let (GpuRequest::Memory { .. }, PodPhase::Pending) =
@@ -2172,11 +2182,12 @@ fn names_per_node_labels(c: &PlacementConstraints) -> bool {
         || c.affinity.preferred.iter().any(|(_, t)| term_names(t))
 }
 
-/// What a pod counts against queue quota: each resource it requests, and one pod. A share
-/// by GPU memory gets its `nvidia.com/gpu` amount when bound (see [`set_quota_gpu`]).
-fn quota_request(spec: &PodSpec) -> Vec<(String, i64)> {
+/// What a pod counts against queue quota: each resource it requests, and one pod, by name.
+/// A share by GPU memory gets its `nvidia.com/gpu` amount when bound (see
+/// [`set_quota_gpu`]).
+fn quota_request(spec: &PodSpec) -> QuotaRequest {
     let r = &spec.demand.resources;
-    let mut out: Vec<(String, i64)> = vec![(PODS_RESOURCE.to_string(), 1)];
+    let mut out: BTreeMap<String, i64> = BTreeMap::from([(PODS_RESOURCE.to_string(), 1)]);
     for (name, amount) in [
         ("cpu", r.cpu_milli),
         ("memory", r.memory_bytes),
@@ -2190,17 +2201,24 @@ fn quota_request(spec: &PodSpec) -> Vec<(String, i64)> {
         ),
     ] {
         if amount > 0 {
-            out.push((name.to_string(), amount));
+            *out.entry(name.to_string()).or_default() += amount;
         }
     }
-    out.extend(r.extended.iter().filter(|(_, a)| *a > 0).cloned());
-    out
+    for (name, amount) in r.extended.iter().filter(|(_, a)| *a > 0) {
+        *out.entry(name.clone()).or_default() += amount;
+    }
+    out.into_iter().collect()
 }
 
 /// Sets the `nvidia.com/gpu` amount of a quota request (0: none).
-fn set_quota_gpu(request: &mut Vec<(String, i64)>, milli: u64) {
-    request.retain(|(r, _)| r != GPU_RESOURCE);
+fn set_quota_gpu(request: &mut QuotaRequest, milli: u64) {
+    let mut out: BTreeMap<String, i64> = request
+        .iter()
+        .filter(|(r, _)| r != GPU_RESOURCE)
+        .cloned()
+        .collect();
     if milli > 0 {
-        request.push((GPU_RESOURCE.to_string(), milli as i64));
+        out.insert(GPU_RESOURCE.to_string(), milli as i64);
     }
+    *request = out.into_iter().collect();
 }
