@@ -217,6 +217,11 @@ impl Deadline {
 /// target pod has bound or nothing is left to happen. Returns the first binding time of
 /// each target that bound. Past `deadline` (wall clock) it stops with
 /// [`SimError::PredictionOutOfTime`].
+/// Forward runs cycle every 30 simulated seconds, each cycle after all that ended since
+/// the last, not after each completion: starts are read to the minute, and on a large
+/// cluster completions come seconds apart (3-5 times fewer cycles).
+pub const FORWARD_RUN_RESOLUTION: Millis = 30_000;
+
 pub fn run_forward(
     sim: &mut Simulation<'_>,
     estimates: Estimates,
@@ -224,8 +229,9 @@ pub fn run_forward(
     deadline: Option<Deadline>,
 ) -> Result<HashMap<PodId, Millis>, SimError> {
     sim.switch_to_estimates(estimates);
-    // Only start times are read from a forward run.
+    // Only start times are read from a forward run, to the minute.
     sim.set_full_explanations(false);
+    sim.set_cycle_resolution(FORWARD_RUN_RESOLUTION);
     let mut waiting: HashSet<PodId> = targets.iter().copied().collect();
     let mut bound = HashMap::new();
     loop {

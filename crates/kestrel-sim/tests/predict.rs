@@ -340,3 +340,43 @@ fn on_the_falcon_ai_day_the_predictor_beats_the_naive_estimate() {
         );
     }
 }
+
+#[test]
+fn a_cycle_resolution_batches_what_happens_until_its_next_multiple() {
+    // "a" and "b" hold half the node each until 20 s and 40 s; "c" waits for all of it.
+    let workload = Workload {
+        jobs: vec![
+            pod_job("a", 4, 0, 20_000, 1),
+            pod_job("b", 4, 0, 40_000, 1),
+            pod_job("c", 8, 0, HOUR, 0),
+        ],
+        ..Default::default()
+    };
+    let cluster = one_node();
+    let run = |resolution: Millis, stop: Option<Millis>| {
+        let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+        sim.set_cycle_resolution(resolution);
+        sim.record_bindings();
+        match stop {
+            Some(t) => {
+                sim.run_to(t).unwrap();
+                assert_eq!(sim.now(), t, "run_to stops where it is told");
+            }
+            None => while sim.step().unwrap() {},
+        }
+        let c = find_pod(&sim, "c").unwrap();
+        let started = sim.take_bindings().into_iter().find(|(p, _)| *p == c);
+        (started.map(|(_, at)| at), sim.finish().cycles)
+    };
+    let (exact, every_instant) = run(0, None);
+    assert_eq!(exact, Some(40_000));
+    let (batched, fewer) = run(MIN, None);
+    assert_eq!(
+        batched,
+        Some(MIN),
+        "both ends are seen by the cycle at 60 s"
+    );
+    assert!(fewer < every_instant, "{fewer} cycles, not {every_instant}");
+    // A stop between two multiples runs its cycle at the stop.
+    assert_eq!(run(MIN, Some(50_000)).0, Some(50_000));
+}
