@@ -29,7 +29,7 @@ use futures::stream::{self, StreamExt};
 use http::{Request, Response};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kestrel_core::SchedulerConfig;
-use kestrel_kube::api::ApiWriter;
+use kestrel_kube::api::{ApiWriter, GpuIndicesWrite};
 use kestrel_kube::convert;
 use kestrel_kube::driver::DriverConfig;
 use kestrel_kube::index::{self, BindOutcome, ClusterState};
@@ -83,6 +83,8 @@ struct Args {
     untrimmed: bool,
     /// How long the mock API server takes to answer each request.
     latency_ms: u64,
+    /// `--gpu-indices-via binding`: the indices in the Binding (one write per bind).
+    in_binding: bool,
 }
 
 fn args() -> Args {
@@ -93,6 +95,7 @@ fn args() -> Args {
         managed_fields: false,
         untrimmed: false,
         latency_ms: 0,
+        in_binding: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -108,8 +111,13 @@ fn args() -> Args {
             "--managed-fields" => out.managed_fields = true,
             "--untrimmed" => out.untrimmed = true,
             "--api-latency-ms" => out.latency_ms = number("--api-latency-ms") as u64,
+            "--gpu-indices-via" => match it.next().as_deref() {
+                Some("patch") => out.in_binding = false,
+                Some("binding") => out.in_binding = true,
+                other => panic!("--gpu-indices-via is patch or binding, not {other:?}"),
+            },
             other => panic!(
-                "unknown argument {other:?}; use --nodes N --pods M [--bound B] [--managed-fields] [--untrimmed] [--api-latency-ms L]"
+                "unknown argument {other:?}; use --nodes N --pods M [--bound B] [--managed-fields] [--untrimmed] [--api-latency-ms L] [--gpu-indices-via patch|binding]"
             ),
         }
     }
@@ -589,7 +597,12 @@ fn main() {
             }
         });
         let client = kube::Client::new(service, "default");
-        let writer = ApiWriter::new(client, "kestrel", "bench", Arc::new(Limiter::unlimited()));
+        let writer = ApiWriter::new(client, "kestrel", "bench", Arc::new(Limiter::unlimited()))
+            .with_gpu_indices_write(if args.in_binding {
+                GpuIndicesWrite::Binding
+            } else {
+                GpuIndicesWrite::Patch
+            });
         // As many binds in flight as `kestrel serve` keeps by default (--max-in-flight).
         let in_flight = DriverConfig::new("kestrel").max_in_flight;
         let t = Instant::now();
@@ -609,8 +622,13 @@ fn main() {
             outcomes.iter().find(|o| **o != BindOutcome::Bound)
         );
         println!(
-            "binder vs mock API answering in {} ms: {done} binds (annotation PATCH + binding POST each, {in_flight} in flight) in {:.0} ms = {:.0} binds/s",
+            "binder vs mock API answering in {} ms: {done} binds ({}, {in_flight} in flight) in {:.0} ms = {:.0} binds/s",
             args.latency_ms,
+            if args.in_binding {
+                "one binding POST with the GPU indices each"
+            } else {
+                "annotation PATCH + binding POST each"
+            },
             took.as_secs_f64() * 1e3,
             done as f64 / took.as_secs_f64()
         );

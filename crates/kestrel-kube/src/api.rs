@@ -40,6 +40,19 @@ fn truncated(text: &str, max: usize) -> String {
     format!("{}...", &text[..cut])
 }
 
+/// How the chosen GPU indices reach a pod.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GpuIndicesWrite {
+    /// A merge patch of the annotation, then the binding: two writes, the annotation on
+    /// the pod before it has a node.
+    #[default]
+    Patch,
+    /// In the Binding's `metadata.annotations`, which the API server copies onto the pod
+    /// as it sets the node: one write per bind, and no annotation left behind by a bind
+    /// that fails.
+    Binding,
+}
+
 /// Writes to the API server, rate limited.
 #[derive(Clone)]
 pub struct ApiWriter {
@@ -49,6 +62,7 @@ pub struct ApiWriter {
     /// `reportingInstance` of events (this replica).
     pub instance: String,
     limiter: Arc<Limiter>,
+    gpu_indices: GpuIndicesWrite,
 }
 
 /// The HTTP status of an API error, if the server answered.
@@ -66,7 +80,14 @@ impl ApiWriter {
             controller: controller.to_string(),
             instance: instance.to_string(),
             limiter,
+            gpu_indices: GpuIndicesWrite::default(),
         }
+    }
+
+    /// Writes the GPU indices this way from now on.
+    pub fn with_gpu_indices_write(mut self, how: GpuIndicesWrite) -> Self {
+        self.gpu_indices = how;
+        self
     }
 
     fn pods(&self, namespace: &str) -> Api<Pod> {
@@ -80,11 +101,13 @@ impl ApiWriter {
         }
     }
 
-    /// Writes the GPU choice onto the pod, then binds it. `still_leader` is asked right
-    /// before the binding is posted: a replica that lost its lease posts nothing.
+    /// Writes the GPU choice onto the pod, then binds it (or both at once, see
+    /// [`GpuIndicesWrite`]). `still_leader` is asked right before the binding is posted: a
+    /// replica that lost its lease posts nothing.
     pub async fn bind(&self, job: &BindJob, still_leader: impl Fn() -> bool) -> BindOutcome {
         let pods = self.pods(&job.namespace);
-        if let Some(indices) = &job.gpu_indices {
+        let patch_first = self.gpu_indices == GpuIndicesWrite::Patch;
+        if let Some(indices) = job.gpu_indices.as_ref().filter(|_| patch_first) {
             self.limiter.acquire().await;
             let patch = json!({"metadata": {"annotations": {GPU_INDICES_ANNOTATION: indices}}});
             if let Err(e) = pods
@@ -105,6 +128,11 @@ impl ApiWriter {
                 name: Some(job.name.clone()),
                 namespace: Some(job.namespace.clone()),
                 uid: Some(job.uid.clone()).filter(|u| !u.is_empty()),
+                annotations: job
+                    .gpu_indices
+                    .as_ref()
+                    .filter(|_| !patch_first)
+                    .map(|i| [(GPU_INDICES_ANNOTATION.to_string(), i.clone())].into()),
                 ..Default::default()
             },
             target: ObjectReference {

@@ -4,7 +4,7 @@ use http::{Request, Response};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kestrel_core::PodId;
-use kestrel_kube::api::ApiWriter;
+use kestrel_kube::api::{ApiWriter, GpuIndicesWrite};
 use kestrel_kube::driver::{self, DriverConfig, Ended};
 use kestrel_kube::index::{
     BindJob, BindOutcome, CheckpointJob, EvictJob, NominationJob, QueueStatusJob, StatusJob,
@@ -157,6 +157,55 @@ async fn bind_writes_the_gpu_annotation_then_posts_the_binding() {
     let outcome = writer(client).bind(&job(Some("0,1,2,3")), || true).await;
     server.await.unwrap();
     assert_eq!(outcome, BindOutcome::Bound);
+}
+
+#[tokio::test]
+async fn with_gpu_indices_in_the_binding_a_bind_is_one_write() {
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        let (bind, send) = next(&mut handle).await;
+        assert_eq!(
+            (bind.method.as_str(), bind.uri.as_str()),
+            (
+                "POST",
+                "/api/v1/namespaces/ml/pods/train-0/binding?&fieldManager=kestrel"
+            ),
+            "no annotation patch first"
+        );
+        assert_eq!(
+            bind.body,
+            json!({
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": "train-0", "namespace": "ml", "uid": "uid-1",
+                             "annotations": {"kestrel.dev/gpu-indices": "0,1,2,3"}},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-0"}
+            })
+        );
+        reply(
+            send,
+            201,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        );
+        // A refused bind has written nothing to the pod, and is retried.
+        let (bind, send) = next(&mut handle).await;
+        assert_eq!(bind.method, "POST");
+        reply(send, 500, status(500, "InternalError"));
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), handle.next_request())
+                .await
+                .is_err(),
+            "nothing after the refused bind"
+        );
+    });
+    let writer = writer(client).with_gpu_indices_write(GpuIndicesWrite::Binding);
+    let job = job(Some("0,1,2,3"));
+    assert_eq!(writer.bind(&job, || true).await, BindOutcome::Bound);
+    assert!(matches!(
+        writer.bind(&job, || true).await,
+        BindOutcome::Retry(_)
+    ));
+    server.await.unwrap();
 }
 
 #[tokio::test]

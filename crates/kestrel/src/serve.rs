@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use kestrel_core::{Policy, SchedulerConfig};
-use kestrel_kube::api::ApiWriter;
+use kestrel_kube::api::{ApiWriter, GpuIndicesWrite};
 use kestrel_kube::driver::{self, DriverConfig};
 use kestrel_kube::leader::{LeaderElector, LeaseConfig};
 use kestrel_kube::limiter::Limiter;
@@ -51,6 +51,17 @@ pub struct ServeArgs {
     /// Binds and status updates in flight at once.
     #[arg(long, default_value_t = kestrel_kube::driver::DEFAULT_MAX_IN_FLIGHT)]
     max_in_flight: usize,
+    /// How the chosen GPU indices reach the pod: `patch` annotates it, then binds it (two
+    /// writes); `binding` puts them in the Binding, which the API server copies onto the
+    /// pod as it sets the node (one write).
+    #[arg(long, value_enum, default_value = "patch")]
+    gpu_indices_via: GpuIndicesVia,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum GpuIndicesVia {
+    Patch,
+    Binding,
 }
 
 #[derive(Args)]
@@ -167,7 +178,11 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
         &args.scheduler_name,
         &identity,
         Arc::new(Limiter::new(args.qps, args.burst)),
-    );
+    )
+    .with_gpu_indices_write(match args.gpu_indices_via {
+        GpuIndicesVia::Patch => GpuIndicesWrite::Patch,
+        GpuIndicesVia::Binding => GpuIndicesWrite::Binding,
+    });
     let mut config = DriverConfig::new(&args.scheduler_name);
     config.scheduler = SchedulerConfig {
         policy: args.policy,
