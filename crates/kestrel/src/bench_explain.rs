@@ -338,6 +338,19 @@ pub fn run_explain(args: ExplainArgs) -> Result<()> {
         let list = view::queue_list(&sim, None, None);
         Ok(view::render_queue_list(&list).len() + serde_json::to_string(&list)?.len())
     })?;
+    // The live scheduler's steady state: a pod ends on a full cluster, every pending
+    // workload is parked, and a cycle follows (full explanations, as `kestrel serve`).
+    let quiet_since = sim.last_event_at();
+    let next_cycle = loop {
+        let decided = sim.decide_time();
+        if !sim.step()? {
+            bail!("nothing ends in the benchmark's workload");
+        }
+        // Samples happen in between; the cycle wanted is the one after a completion.
+        if sim.last_event_at() != quiet_since {
+            break (sim.decide_time() - decided).as_secs_f64();
+        }
+    };
     let mut forward = None;
     if args.forward {
         let id = view::find_pod(&sim, &asked[0].1)?;
@@ -369,6 +382,7 @@ pub fn run_explain(args: ExplainArgs) -> Result<()> {
                 "explain": answers,
                 "pending_list_seconds": list_seconds,
                 "pending_list_bytes": list_bytes,
+                "next_cycle_seconds": next_cycle,
                 "replay_seconds": forward.map(|f| f.0),
                 "one_forward_run_seconds": forward.map(|f| f.1),
                 "predicted_start_ms": forward.and_then(|f| f.2),
@@ -395,6 +409,10 @@ pub fn run_explain(args: ExplainArgs) -> Result<()> {
     println!(
         "  kestrel queue, all {pending} pending (without predictions): {:.1} ms",
         list_seconds * 1000.0
+    );
+    println!(
+        "  the cycle after the first pod ends (all {pending} pending parked): {:.2} ms",
+        next_cycle * 1000.0
     );
     if let Some((replay, run, _)) = forward {
         println!(
