@@ -654,6 +654,7 @@ impl Scheduler {
     }
 
     fn park_gang(&mut self, pending: &[PodId], reason: Unschedulable, decisions: &mut Decisions) {
+        let wake = self.wake_on(pending, &reason);
         let reason = Arc::new(reason);
         for &p in pending {
             let record = &mut self.pods[p.0 as usize];
@@ -661,8 +662,7 @@ impl Scheduler {
                 record.pending_reason = Some(reason.clone());
                 decisions.unschedulable.push((p, reason.clone()));
             }
-            let key = record.queue_key(p);
-            self.parked.push(key);
+            self.park(p, wake);
         }
     }
 

@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod explain;
 pub mod gang;
+mod hints;
 pub mod model;
 pub mod packing;
 pub mod policy;

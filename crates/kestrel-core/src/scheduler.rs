@@ -11,6 +11,7 @@ use crate::cluster::{
 };
 use crate::explain::{GangProblem, NodeReason, Unschedulable};
 use crate::gang::GangIndex;
+use crate::hints::{Hints, WakeOn};
 use crate::model::{
     Demand, GpuRequest, NodeSelectorTerm, NodeSpec, PlacementConstraints, PodSpec, TaintEffect,
 };
@@ -68,7 +69,13 @@ pub struct PodRecord {
     pub(crate) constraint: u32,
     /// Its own constraints, before a flavor's node labels were added.
     pub(crate) base_constraint: u32,
-    signature: u32,
+    pub(crate) signature: u32,
+    /// When it was parked (a [`crate::hints`] sequence number), and what wakes it.
+    pub(crate) parked_at: u64,
+    pub(crate) wake_on: WakeOn,
+    /// Its last attempt found no room after an admission freed quota cannot change
+    /// (within nominal quota, one flavor per resource group; or no queue).
+    pub(crate) quota_settled: bool,
 }
 
 /// Which ClusterQueue a pod belongs to.
@@ -211,7 +218,7 @@ pub struct Scheduler {
     /// nodes, and the reason.
     failed: Vec<Option<(u64, bool, Arc<Unschedulable>)>>,
     /// Bumped whenever capacity may have grown (release, node added or changed).
-    generation: u64,
+    pub(crate) generation: u64,
     parked_generation: u64,
     rng: Rng,
     packing: PackingScorer,
@@ -242,6 +249,8 @@ pub struct Scheduler {
     /// node): pods of no higher priority fit on these nodes only beside them, so the room
     /// made by an eviction is not taken by the victim itself or others below.
     pub(crate) holds: BTreeMap<NodeId, Vec<Hold>>,
+    /// What changed since workloads were parked, and what wakes them.
+    pub(crate) hints: Hints,
 }
 
 /// One pod of a preempting workload, promised room on a node.
@@ -335,6 +344,7 @@ impl Scheduler {
             wake_at: std::cell::Cell::new(None),
             ready_preemptors: Vec::new(),
             holds: BTreeMap::new(),
+            hints: Hints::default(),
         }
     }
 
@@ -418,6 +428,18 @@ impl Scheduler {
 
     pub(crate) fn capacity_may_have_grown(&mut self) {
         self.generation += 1;
+        self.hints.anything();
+    }
+
+    /// Queueing hints on (the default): a pod's end or binding wakes only the parked
+    /// workloads it may help ([`crate::hints`]). Off, it wakes them all; decisions are
+    /// the same either way.
+    pub fn set_queueing_hints(&mut self, on: bool) {
+        self.hints.off = !on;
+    }
+
+    pub(crate) fn constraint_of(&self, id: u32) -> &PlacementConstraints {
+        &self.constraints[id as usize].constraints
     }
 
     pub fn add_node(&mut self, spec: NodeSpec) -> Result<NodeId, ClusterError> {
@@ -739,6 +761,9 @@ impl Scheduler {
             constraint,
             base_constraint: constraint,
             signature,
+            parked_at: 0,
+            wake_on: WakeOn::Any,
+            quota_settled: false,
         };
         self.next_seq += 1;
         self.active.insert(record.queue_key(id));
@@ -794,6 +819,8 @@ impl Scheduler {
             }
             PodPhase::Bound { node, gpus, .. } => {
                 let resources = record.spec.demand.resources.clone();
+                let cq = record.admission.as_ref().map(|a| a.cq);
+                let gang = record.spec.gang.is_some();
                 self.cluster.unindex(node);
                 self.cluster
                     .node_mut_unindexed(node)
@@ -801,7 +828,7 @@ impl Scheduler {
                 let key = self.node_key();
                 self.cluster.reindex(node, &key);
                 self.unaccount(id);
-                self.capacity_may_have_grown();
+                self.log_release(node, cq, gang);
             }
         }
         Ok(())
@@ -822,8 +849,9 @@ impl Scheduler {
             self.wake_at.set(None);
             self.capacity_may_have_grown();
         }
+        self.hints.begin_cycle();
         if self.parked_generation != self.generation {
-            self.active.extend(self.parked.drain(..));
+            self.wake_parked();
             self.parked_generation = self.generation;
         }
         if self.config.fair_share_half_life > 0 {
@@ -1154,9 +1182,12 @@ impl Scheduler {
                     .is_some_and(|r| Arc::ptr_eq(r, &reason) || **r == *reason);
                 if changed {
                     record.pending_reason = Some(reason.clone());
+                }
+                let wake = self.wake_on(&[id], &reason);
+                if changed {
                     decisions.unschedulable.push((id, reason));
                 }
-                self.parked.push(key);
+                self.park(id, wake);
             }
         }
     }
@@ -1181,6 +1212,9 @@ impl Scheduler {
         let waiting = self.awaiting.get(&workload).copied();
         let waiting_failure = |victims| queue_failure(QueueProblem::WaitingForVictims { victims });
         let rep = pods[0];
+        for &p in pods {
+            self.pods[p.0 as usize].quota_settled = false;
+        }
         let mut within_nominal = false;
         let admission = match self.pods[rep.0 as usize].link.clone() {
             QueueLink::Unqueued => None,
@@ -1265,6 +1299,17 @@ impl Scheduler {
             }
             Err(_) if waiting.is_some() => waiting_failure(waiting.unwrap_or_default()),
             Err(reason) => {
+                let settled = admission.as_ref().is_none_or(|a| {
+                    within_nominal
+                        && self.queues.cqs[a.cq.0 as usize]
+                            .spec
+                            .resource_groups
+                            .iter()
+                            .all(|g| g.flavors.len() == 1)
+                });
+                for &p in pods {
+                    self.pods[p.0 as usize].quota_settled = settled;
+                }
                 // Its victims are gone and it still does not fit: the promise is void.
                 self.release_holds(workload);
                 let cq = admission.as_ref().map(|a| a.cq);
@@ -1673,6 +1718,11 @@ impl Scheduler {
             self.bound_by_cq.entry(admission.cq).or_default().insert(id);
         }
         self.bound_by_priority.insert((record.spec.priority, id));
+        let (cq, priority) = (
+            record.admission.as_ref().map(|a| a.cq),
+            record.spec.priority,
+        );
+        self.log_bind(node, cq, priority);
         self.pending -= 1;
     }
 
@@ -2113,7 +2163,7 @@ static CORDON_TAINT_VIEW: std::sync::LazyLock<crate::model::Taint> =
 /// TaintToleration), plus the RuntimeClass's own selector. On success, the node's
 /// preference score: matched preferred-affinity weights, minus 100 per untolerated
 /// PreferNoSchedule taint.
-fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, NodeReason> {
+pub(crate) fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, NodeReason> {
     if node.unschedulable
         && !c
             .tolerations

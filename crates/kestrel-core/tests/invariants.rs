@@ -131,14 +131,29 @@ fn run(policy: Policy, nodes: &[NodeSpec], ops: &[Op]) -> Vec<String> {
 /// [`run`] with pending pods explained in full or in short
 /// ([`Scheduler::set_full_explanations`]).
 fn run_explaining(policy: Policy, nodes: &[NodeSpec], ops: &[Op], full: bool) -> Vec<String> {
+    // Under the default policy, head-of-queue reservations come and go as well.
+    let reserve = if policy == Policy::Kestrel { 5 } else { 0 };
+    run_with(policy, nodes, ops, full, true, reserve)
+}
+
+/// [`run_explaining`] with queueing hints on or off ([`Scheduler::set_queueing_hints`])
+/// and head-of-queue reservations of `reserve` ms (0: none).
+fn run_with(
+    policy: Policy,
+    nodes: &[NodeSpec],
+    ops: &[Op],
+    full: bool,
+    hints: bool,
+    reserve: u64,
+) -> Vec<String> {
     let mut s = Scheduler::new(SchedulerConfig {
         policy,
         seed: 7,
-        // Under the default policy, head-of-queue reservations come and go as well.
-        head_reservation: if policy == Policy::Kestrel { 5 } else { 0 },
+        head_reservation: reserve,
         ..Default::default()
     });
     s.set_full_explanations(full);
+    s.set_queueing_hints(hints);
     for n in nodes {
         s.add_node(n.clone()).unwrap();
     }
@@ -369,6 +384,18 @@ proptest! {
             prop_assert_eq!(
                 run_explaining(policy, &nodes, &ops, false),
                 run_explaining(policy, &nodes, &ops, true)
+            );
+        }
+    }
+
+    /// Queueing hints wake only the parked workloads a change may help: the decisions are
+    /// those of waking them all.
+    #[test]
+    fn queueing_hints_give_the_same_decisions((nodes, ops) in ops_strategy()) {
+        for policy in Policy::ALL {
+            prop_assert_eq!(
+                run_with(policy, &nodes, &ops, true, false, 0),
+                run_with(policy, &nodes, &ops, true, true, 0)
             );
         }
     }

@@ -557,6 +557,50 @@ proptest! {
             prop_assert_eq!(s.pending_count(), s.pods().filter(|(_, p)| p.phase == PodPhase::Pending).count());
         }
     }
+
+    /// Queueing hints (a pod's end wakes only the parked workloads it may help) decide as
+    /// waking them all does, with quota, borrowing, reclaim and priority preemption at
+    /// play, in a cohort and in a queue of its own.
+    #[test]
+    fn queueing_hints_give_the_same_decisions_with_queues(
+        ops in proptest::collection::vec((0u8..4, 0u8..4, 1u32..5, 0i32..3), 1..120),
+        limits in proptest::collection::vec((1i64..8, proptest::option::of(0i64..6)), 4),
+    ) {
+        let run = |hints: bool| {
+            let mut s = scheduler(4, 8);
+            s.set_queueing_hints(hints);
+            let queues = limits
+                .iter()
+                .enumerate()
+                .map(|(i, (nominal, limit))| {
+                    let cohort = (i < 3).then_some("org");
+                    let mut q = cq(&format!("q{i}"), cohort, *nominal, *limit);
+                    q.preemption.reclaim_within_cohort = ReclaimPolicy::Any;
+                    q.preemption.within_cluster_queue = WithinQueuePreemption::LowerPriority;
+                    q
+                })
+                .collect();
+            with_queues(&mut s, queues);
+            let mut live: Vec<PodId> = Vec::new();
+            let mut log = Vec::new();
+            for (t, (op, q, gpus, prio)) in ops.iter().enumerate() {
+                let now = t as u64 * 1000;
+                match op {
+                    0 | 1 => live.push(s.submit(pod(&format!("q{q}"), &format!("p{t}"), "main", *gpus, *prio), now)),
+                    2 if !live.is_empty() => {
+                        let id = live.remove(t % live.len());
+                        s.finish(id).unwrap();
+                    }
+                    _ => {}
+                }
+                let d = s.schedule(now);
+                log.push(format!("{:?} {:?}", d.bindings, d.preemptions));
+                evict_all(&mut s, &d);
+            }
+            log
+        };
+        prop_assert_eq!(run(false), run(true));
+    }
 }
 
 #[test]
