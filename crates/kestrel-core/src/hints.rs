@@ -270,6 +270,7 @@ impl Scheduler {
             _ => None,
         };
         let cohort = matches!(scope, Some(QuotaScope::Cohort(_)));
+        let room = matches!(wake, WakeOn::Room | WakeOn::RoomOnly);
         let start = self.hints.changes.partition_point(|c| c.seq <= since);
         self.hints.changes.range(start..).any(|c| {
             let in_scope = scope.is_some() && c.scope == scope;
@@ -278,7 +279,6 @@ impl Scheduler {
                 ChangeKind::Released => true,
                 ChangeKind::Bound { priority: p } => p < priority || (in_scope && cohort),
             };
-            let room = matches!(wake, WakeOn::Room | WakeOn::RoomOnly);
             helps
                 && ((wake != WakeOn::RoomOnly && in_scope)
                     || (room && self.might_use(&pods, c.node, priority, scope.as_ref())))

@@ -1175,6 +1175,7 @@ impl Scheduler {
                 }
             }
             Attempt::Failed(reason) => {
+                let wake = self.wake_on(&[id], &reason);
                 let record = &mut self.pods[id.0 as usize];
                 let changed = !record
                     .pending_reason
@@ -1182,9 +1183,6 @@ impl Scheduler {
                     .is_some_and(|r| Arc::ptr_eq(r, &reason) || **r == *reason);
                 if changed {
                     record.pending_reason = Some(reason.clone());
-                }
-                let wake = self.wake_on(&[id], &reason);
-                if changed {
                     decisions.unschedulable.push((id, reason));
                 }
                 self.park(id, wake);

@@ -9,21 +9,12 @@
 //! `default` and `defaultRequest` are not read: the pods Kestrel reads already carry them.
 //! Amounts are in the engine's units: millicores for cpu, whole units for everything else.
 
-use crate::quota::amount_text;
+use crate::quota::{amount_scale, amount_text, read_amount};
 use k8s_openapi::api::core::v1::{Container, LimitRange, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kestrel_core::parse_quantity;
 use std::collections::BTreeMap;
 use std::fmt;
-
-/// A resource amount in the engine's units.
-fn scale_of(resource: &str) -> i64 {
-    if resource == "cpu" {
-        1000
-    } else {
-        1
-    }
-}
 
 /// What one container (or a whole pod) requests and is limited to, by resource.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -37,7 +28,7 @@ impl Amounts {
         let read = |list: Option<&BTreeMap<String, Quantity>>| {
             list.into_iter()
                 .flatten()
-                .filter_map(|(r, q)| Some((r.clone(), parse_quantity(&q.0, scale_of(r)).ok()?)))
+                .filter_map(|(r, q)| Some((r.clone(), parse_quantity(&q.0, amount_scale(r)).ok()?)))
                 .collect()
         };
         let resources = container.resources.as_ref();
@@ -161,19 +152,15 @@ pub fn read_limit_range(object: &LimitRange) -> (Option<Limits>, Vec<String>) {
         let mut bounds = |field: &str, list: Option<&BTreeMap<String, Quantity>>, ratio: bool| {
             let mut out = Vec::new();
             for (resource, q) in list.into_iter().flatten() {
-                let scale = if ratio { 1000 } else { scale_of(resource) };
-                match parse_quantity(&q.0, scale) {
-                    Ok(amount) if amount >= 0 => out.push(Bound {
+                let scale = if ratio { 1000 } else { amount_scale(resource) };
+                match read_amount(&q.0, scale) {
+                    Ok(amount) => out.push(Bound {
                         resource: resource.clone(),
                         amount,
                         text: q.0.clone(),
                     }),
-                    Ok(_) => warnings.push(format!(
-                        "LimitRange {namespace}/{name}: field spec.limits[{i}].{field}[{resource}]: {:?} is negative; that bound is not used to explain waiting gangs until it is fixed",
-                        q.0
-                    )),
-                    Err(e) => warnings.push(format!(
-                        "LimitRange {namespace}/{name}: field spec.limits[{i}].{field}[{resource}]: {e}; that bound is not used to explain waiting gangs until it is fixed"
+                    Err(why) => warnings.push(format!(
+                        "LimitRange {namespace}/{name}: field spec.limits[{i}].{field}[{resource}]: {why}; that bound is not used to explain waiting gangs until it is fixed"
                     )),
                 }
             }

@@ -160,6 +160,25 @@ fn counted(key: &str) -> Option<Counted> {
     }
 }
 
+/// The engine's unit of a resource, as a multiple of what is written: millicores for cpu,
+/// whole units for everything else.
+pub(crate) fn amount_scale(resource: &str) -> i64 {
+    if resource == "cpu" {
+        1000
+    } else {
+        1
+    }
+}
+
+/// A quantity that must not be negative, times `scale`; why not, when it cannot be read.
+pub(crate) fn read_amount(text: &str, scale: i64) -> Result<i64, String> {
+    match parse_quantity(text, scale) {
+        Ok(v) if v >= 0 => Ok(v),
+        Ok(_) => Err(format!("{text:?} is negative")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// An amount as written for people: `4`, `500m` cpu, `16Gi` memory.
 pub(crate) fn amount_text(resource: &str, amount: i64) -> String {
     match resource {
@@ -259,23 +278,17 @@ pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<String>) {
             continue;
         };
         let scale = match &counts {
-            Counted::Request(r) if r == "cpu" => 1000,
-            _ => 1,
+            Counted::Request(r) => amount_scale(r),
+            Counted::Pods => 1,
         };
-        let mut read = |field: &str, text: &str| match parse_quantity(text, scale) {
-            Ok(v) if v >= 0 => Some(v),
-            Ok(_) => {
-                warnings.push(format!(
-                    "{object}: field {field}[{key}]: {text:?} is negative; that resource of the quota is not used to explain waiting gangs until it is fixed"
-                ));
-                None
-            }
-            Err(e) => {
-                warnings.push(format!(
-                    "{object}: field {field}[{key}]: {e}; that resource of the quota is not used to explain waiting gangs until it is fixed"
-                ));
-                None
-            }
+        let mut read = |field: &str, text: &str| {
+            read_amount(text, scale)
+                .map_err(|why| {
+                    warnings.push(format!(
+                        "{object}: field {field}[{key}]: {why}; that resource of the quota is not used to explain waiting gangs until it is fixed"
+                    ))
+                })
+                .ok()
         };
         let (Some(hard), Some(used)) =
             (read(hard_field, &hard_q.0), read("status.used", &used_q.0))

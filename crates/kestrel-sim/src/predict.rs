@@ -213,15 +213,15 @@ impl Deadline {
     }
 }
 
-/// Switches a simulation standing at some moment to `estimates` and runs it until every
-/// target pod has bound or nothing is left to happen. Returns the first binding time of
-/// each target that bound. Past `deadline` (wall clock) it stops with
-/// [`SimError::PredictionOutOfTime`].
 /// Forward runs cycle every 30 simulated seconds, each cycle after all that ended since
 /// the last, not after each completion: starts are read to the minute, and on a large
 /// cluster completions come seconds apart (3-5 times fewer cycles).
 pub const FORWARD_RUN_RESOLUTION: Millis = 30_000;
 
+/// Switches a simulation standing at some moment to `estimates` and runs it until every
+/// target pod has bound or nothing is left to happen. Returns the first binding time of
+/// each target that bound. Past `deadline` (wall clock) it stops with
+/// [`SimError::PredictionOutOfTime`].
 pub fn run_forward(
     sim: &mut Simulation<'_>,
     estimates: Estimates,
