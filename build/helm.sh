@@ -4,7 +4,8 @@
 #
 #   build/helm.sh install   build helm $HELM_VERSION into target/tools/helm-$HELM_VERSION/
 #                           (skipped when already there) and print its path
-#   build/helm.sh lint      helm lint --strict charts/kestrel
+#   build/helm.sh lint      helm lint --strict charts/kestrel, and check that a value of
+#                           the wrong type is refused with its name
 #   build/helm.sh render    helm template charts/kestrel (CRDs included, namespace
 #                           kube-system) into target/helm-rendered.yaml, the objects that
 #                           a server-side dry-run apply or `kubectl apply` takes
@@ -39,6 +40,18 @@ lint_chart() {
     local helm
     helm="$(install_helm)"
     "$helm" lint --strict charts/kestrel
+    # Bad input: a value of the wrong type is refused, naming the value.
+    local out
+    if out="$("$helm" lint --strict charts/kestrel --set-string replicas=two 2>&1)"; then
+        echo "build/helm.sh: helm lint accepted replicas=two" >&2
+        exit 1
+    fi
+    grep -q "replicas" <<<"$out" || {
+        echo "build/helm.sh: helm lint refused replicas=two without naming it:" >&2
+        echo "$out" >&2
+        exit 1
+    }
+    echo "helm lint refuses replicas=two: $(grep -m1 -i "replicas" <<<"$out" | sed 's/^ *//')"
 }
 
 render_chart() {

@@ -7,7 +7,7 @@
 #   build/static.sh --binary   the binary only
 #
 # Writes target/image/kestrel (the binary), target/image/kestrel-oci/ (an OCI image
-# layout) and target/image/kestrel-VERSION.oci.tar (the same as one archive, which
+# layout) and target/image/kestrel-VERSION.oci.tar (under $CARGO_TARGET_DIR when set) (the same as one archive, which
 # `docker load`, `podman load`, `skopeo copy oci-archive:...` and `kind load image-archive`
 # take). The image is named kestrel:VERSION (VERSION from Cargo.toml; IMAGE_NAME overrides
 # the name, e.g. registry.example.com/platform/kestrel).
@@ -57,9 +57,10 @@ CARGO_PROFILE_RELEASE_STRIP=symbols \
     CARGO_PROFILE_RELEASE_DEBUG=false \
     cargo build --release --locked --target "$target" -p kestrel
 
-out=target/image
+tdir="${CARGO_TARGET_DIR:-target}"
+out="$tdir/image"
 mkdir -p "$out"
-cp "target/$target/release/kestrel" "$out/kestrel"
+cp "$tdir/$target/release/kestrel" "$out/kestrel"
 
 # Static: no program interpreter, no shared libraries.
 if readelf -lW "$out/kestrel" | grep -q "Requesting program interpreter" \

@@ -1,6 +1,6 @@
 //! The objects that install Kestrel: its CRDs, namespace-scoped ServiceAccount,
-//! least-privilege RBAC, the scheduler Deployment (2 replicas, leader election) and a
-//! metrics Service.
+//! least-privilege RBAC, the scheduler Deployment (2 replicas on different nodes, leader
+//! election, locked-down security context), its PodDisruptionBudget and a metrics Service.
 //!
 //! One function builds them from [`InstallValues`]; `kestrel manifests` prints them with
 //! the defaults, CRDs first (committed as `deploy/kestrel.yaml`), `kestrel manifests --helm`
@@ -8,7 +8,10 @@
 //! `charts/kestrel/templates/kestrel.yaml`), and `kestrel crds` the CRDs alone (committed as
 //! `charts/kestrel/crds/kestrel-crds.yaml`, which Helm installs before the templates), so
 //! the chart and the plain manifests cannot drift apart: tests compare the files with this
-//! output.
+//! output. The chart's `values.schema.json` ([`render_values_schema`]), which makes `helm
+//! lint` and `helm install` refuse a value of the wrong type naming it, is generated here too
+//! (`KESTREL_BLESS=1 cargo test -p kestrel-kube --test install_manifests` rewrites every
+//! generated file).
 
 use crate::crds;
 use serde_json::{json, Value};
@@ -18,7 +21,12 @@ use serde_json::{json, Value};
 pub struct InstallValues {
     pub namespace: String,
     pub scheduler_name: String,
-    pub image: String,
+    /// The image without its tag: `kestrel` (what `build/static.sh` and the Dockerfile
+    /// build), or your registry's copy of it.
+    pub image_repository: String,
+    /// The image tag; the chart's default is its `appVersion`, which is this version.
+    pub image_tag: String,
+    pub image_pull_policy: String,
     pub replicas: String,
     pub log_format: String,
     pub qps: String,
@@ -26,6 +34,8 @@ pub struct InstallValues {
     pub gpu_indices_via: String,
     pub policy: String,
     pub metrics_port: String,
+    /// The scheduler container's requests and limits.
+    pub resources: Value,
 }
 
 impl Default for InstallValues {
@@ -33,10 +43,9 @@ impl Default for InstallValues {
         InstallValues {
             namespace: "kube-system".into(),
             scheduler_name: "kestrel".into(),
-            image: format!(
-                "ghcr.io/kestrel-sched/kestrel:{}",
-                env!("CARGO_PKG_VERSION")
-            ),
+            image_repository: "kestrel".into(),
+            image_tag: env!("CARGO_PKG_VERSION").into(),
+            image_pull_policy: "IfNotPresent".into(),
             replicas: "2".into(),
             log_format: "json".into(),
             qps: "200".into(),
@@ -44,15 +53,26 @@ impl Default for InstallValues {
             gpu_indices_via: "patch".into(),
             policy: "kestrel".into(),
             metrics_port: "10251".into(),
+            // Memory limited (a leak ends in a restart, not a starved node); cpu not, so
+            // a cycle after a burst of arrivals is not throttled.
+            resources: json!({"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}),
         }
     }
 }
 
-/// Placeholders substituted after rendering, for the Helm templates.
-const HELM: [(&str, &str, bool); 10] = [
+/// Placeholders substituted after rendering, for the Helm templates: marker, expression,
+/// and whether the expression replaces the quoted marker (a number or an object).
+const HELM: [(&str, &str, bool); 13] = [
     ("namespace", "{{ .Release.Namespace }}", false),
     ("schedulerName", "{{ .Values.schedulerName }}", false),
-    ("image", "{{ .Values.image }}", false),
+    ("imageRepository", "{{ .Values.image.repository }}", false),
+    (
+        "imageTag",
+        "{{ .Values.image.tag | default .Chart.AppVersion }}",
+        false,
+    ),
+    ("imagePullPolicy", "{{ .Values.image.pullPolicy }}", false),
+    ("resources", "{{ toJson .Values.resources }}", true),
     ("replicas", "{{ .Values.replicas }}", true),
     ("logFormat", "{{ .Values.logFormat }}", false),
     ("qps", "{{ .Values.qps }}", false),
@@ -68,7 +88,9 @@ impl InstallValues {
         InstallValues {
             namespace: m("namespace"),
             scheduler_name: m("schedulerName"),
-            image: m("image"),
+            image_repository: m("imageRepository"),
+            image_tag: m("imageTag"),
+            image_pull_policy: m("imagePullPolicy"),
             replicas: m("replicas"),
             log_format: m("logFormat"),
             qps: m("qps"),
@@ -76,6 +98,7 @@ impl InstallValues {
             gpu_indices_via: m("gpuIndicesVia"),
             policy: m("policy"),
             metrics_port: m("metricsPort"),
+            resources: json!(m("resources")),
         }
     }
 }
@@ -133,15 +156,23 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
         "spec": {
             "replicas": num(&v.replicas),
             "selector": {"matchLabels": labels},
+            // One replica at a time: with one per node a surge pod would find no node
+            // on a two-node control plane.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": name,
                     "priorityClassName": "system-cluster-critical",
-                    "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+                    // The standby replica never shares the leader's node.
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
+                    ]}},
                     "containers": [{
                         "name": "scheduler",
-                        "image": v.image,
+                        "image": format!("{}:{}", v.image_repository, v.image_tag),
+                        "imagePullPolicy": v.image_pull_policy,
                         "args": [
                             "serve",
                             format!("--scheduler-name={}", v.scheduler_name),
@@ -158,12 +189,18 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
                         "ports": [{"name": "metrics", "containerPort": num(&v.metrics_port)}],
                         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10},
                         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 5},
-                        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-                        "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}}
+                        "resources": v.resources,
+                        "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "runAsNonRoot": true, "privileged": false, "capabilities": {"drop": ["ALL"]}}
                     }]
                 }
             }
         }}),
+        // A voluntary disruption (a drain) takes one replica at a time; a replica that is
+        // not ready can always be evicted.
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+               "metadata": {"name": name, "namespace": ns, "labels": labels},
+               "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels},
+                        "unhealthyPodEvictionPolicy": "AlwaysAllow"}}),
         json!({"apiVersion": "v1", "kind": "Service",
                "metadata": {"name": "kestrel-metrics", "namespace": ns, "labels": labels},
                "spec": {"selector": labels,
@@ -245,14 +282,35 @@ pub fn render_helm() -> String {
 /// The chart's `values.yaml`.
 pub fn render_values() -> String {
     let v = InstallValues::default();
+    let resources = v.resources.as_object().expect("resources are an object");
+    let mut res = String::new();
+    for (kind, amounts) in resources {
+        res.push_str(&format!("  {kind}:\n"));
+        for (name, amount) in amounts.as_object().expect("amounts are an object") {
+            res.push_str(&format!("    {name}: {}\n", scalar(amount)));
+        }
+    }
     format!(
         "# Generated by `kestrel manifests --values`; the defaults of deploy/kestrel.yaml.\n\
-         schedulerName: {:?}\nimage: {:?}\nreplicas: {}\nlogFormat: {:?}\nqps: {:?}\nburst: {:?}\n\
+         # values.schema.json checks every value's type: `helm lint` and `helm install` name\n\
+         # the one that is wrong.\n\
+         schedulerName: {:?}\n\
+         # Build the image with build/static.sh or the Dockerfile, push it to your registry and\n\
+         # set image.repository (e.g. registry.example.com/platform/kestrel).\n\
+         image:\n  repository: {:?}\n  \
+         # Default: the chart's appVersion, the version of the kestrel binary.\n  \
+         tag: \"\"\n  pullPolicy: {:?}\n\
+         replicas: {}\nlogFormat: {:?}\n\
+         # Client-side limit of API writes per second (0: none), and the burst above it.\n\
+         qps: {}\nburst: {}\n\
          # How the chosen GPU indices reach a pod: \"patch\" (annotate, then bind: two writes)\n\
          # or \"binding\" (in the Binding, copied onto the pod by the API server: one write).\n\
-         gpuIndicesVia: {:?}\npolicy: {:?}\nmetricsPort: {}\n",
+         gpuIndicesVia: {:?}\npolicy: {:?}\nmetricsPort: {}\n\
+         # The scheduler container's requests and limits (memory limited, cpu not).\n\
+         resources:\n{res}",
         v.scheduler_name,
-        v.image,
+        v.image_repository,
+        v.image_pull_policy,
         v.replicas,
         v.log_format,
         v.qps,
@@ -261,6 +319,60 @@ pub fn render_values() -> String {
         v.policy,
         v.metrics_port
     )
+}
+
+/// The chart's `values.schema.json`: Helm checks the values against it before it renders
+/// (`helm lint`, `helm template`, `helm install`), so a value of the wrong type, an unknown
+/// value or a policy that does not exist is refused with its name.
+pub fn values_schema() -> Value {
+    let policies: Vec<&str> = kestrel_core::Policy::ALL.iter().map(|p| p.name()).collect();
+    let quantity = json!({"type": ["string", "number"], "pattern": crds::QUANTITY_PATTERN});
+    let amounts = json!({"type": "object", "additionalProperties": quantity});
+    json!({
+        "$schema": "https://json-schema.org/draft-07/schema#",
+        "title": "Kestrel chart values",
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["schedulerName", "image", "replicas", "logFormat", "qps", "burst",
+                     "gpuIndicesVia", "policy", "metricsPort", "resources"],
+        "properties": {
+            "global": {"type": "object"},
+            "schedulerName": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+                              "description": "Schedule pods whose spec.schedulerName is this; also the Lease name."},
+            "image": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["repository"],
+                "properties": {
+                    "repository": {"type": "string", "minLength": 1,
+                                   "description": "The image without its tag."},
+                    "tag": {"type": "string",
+                            "description": "The image tag; empty: the chart's appVersion. Use --set-string for a tag that looks like a number."},
+                    "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]}
+                }
+            },
+            "replicas": {"type": "integer", "minimum": 1,
+                         "description": "Scheduler replicas, one leader at a time, each on its own node."},
+            "logFormat": {"enum": ["plain", "json"]},
+            "qps": {"type": "number", "minimum": 0},
+            "burst": {"type": "integer", "minimum": 0},
+            "gpuIndicesVia": {"enum": ["patch", "binding"]},
+            "policy": {"enum": policies},
+            "metricsPort": {"type": "integer", "minimum": 1, "maximum": 65535},
+            "resources": {
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {"requests": amounts, "limits": amounts}
+            }
+        }
+    })
+}
+
+/// `charts/kestrel/values.schema.json`.
+pub fn render_values_schema() -> String {
+    let mut text = serde_json::to_string_pretty(&values_schema()).expect("a schema serializes");
+    text.push('\n');
+    text
 }
 
 fn scalar(v: &Value) -> String {
@@ -336,6 +448,39 @@ mod tests {
         assert!(t.contains("replicas: {{ .Values.replicas }}\n"), "{t}");
         assert!(t.contains("\"--scheduler-name={{ .Values.schedulerName }}\""));
         assert!(t.contains("namespace: \"{{ .Release.Namespace }}\""));
+        assert!(t.contains(
+            "image: \"{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}\"\n"
+        ));
+        assert!(t.contains("resources: {{ toJson .Values.resources }}\n"));
         assert!(!t.contains("@@"));
+    }
+
+    #[test]
+    fn replicas_spread_over_nodes_under_a_disruption_budget() {
+        let objects = objects(&InstallValues::default());
+        let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        let pod = &deployment["spec"]["template"]["spec"];
+        let anti = &pod["affinity"]["podAntiAffinity"]
+            ["requiredDuringSchedulingIgnoredDuringExecution"][0];
+        assert_eq!(anti["topologyKey"], "kubernetes.io/hostname");
+        assert_eq!(
+            anti["labelSelector"]["matchLabels"],
+            deployment["spec"]["selector"]["matchLabels"]
+        );
+        let pdb = objects
+            .iter()
+            .find(|o| o["kind"] == "PodDisruptionBudget")
+            .unwrap();
+        assert_eq!(pdb["spec"]["selector"], deployment["spec"]["selector"]);
+        assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+        let container = &pod["containers"][0]["securityContext"];
+        assert_eq!(container["capabilities"]["drop"], json!(["ALL"]));
+        assert_eq!(container["readOnlyRootFilesystem"], true);
+        assert_eq!(container["allowPrivilegeEscalation"], false);
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     }
 }

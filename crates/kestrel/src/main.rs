@@ -21,7 +21,7 @@ use std::time::Instant;
 #[derive(Parser)]
 #[command(
     name = "kestrel",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("KESTREL_GIT_COMMIT"), ")"),
     about = "Kestrel: a GPU scheduler for Kubernetes, with an embedded simulator"
 )]
 struct Cli {
