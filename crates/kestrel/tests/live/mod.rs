@@ -1,0 +1,184 @@
+//! Shared by the end-to-end tests on a real control plane (`kestrel-testenv`): one control
+//! plane per test binary with Kestrel installed from its own manifests, tests run one at a
+//! time (each with its own namespace, nodes and scheduler name), and the invariant checker
+//! run on what the API server holds.
+
+#![allow(dead_code)]
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kestrel_testenv::{ControlPlane, Kestrel};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+pub use kestrel_testenv::eventually;
+
+pub struct Env {
+    pub cp: ControlPlane,
+    /// A kubeconfig with the `kestrel` ServiceAccount's token (RBAC as shipped).
+    pub sa_kubeconfig: PathBuf,
+}
+
+pub fn kestrel_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kestrel"))
+}
+
+/// The control plane of this test binary, with Kestrel installed, and the lock that runs
+/// its tests one at a time. `None`: not built (outside CI the test then returns).
+pub fn env() -> Option<(&'static Env, MutexGuard<'static, ()>)> {
+    static ENV: OnceLock<Option<Env>> = OnceLock::new();
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = ENV.get_or_init(|| {
+        // A runtime of its own: the test's runtime cannot block on this.
+        std::thread::spawn(|| {
+            let cp = ControlPlane::start()?;
+            let runtime = tokio::runtime::Runtime::new().expect("runtime");
+            let installed = runtime.block_on(async {
+                let client = cp.client().await;
+                kestrel_testenv::install_kestrel(&client, &cp.server, kestrel_bin(), &cp.dir).await
+            });
+            Some(Env {
+                sa_kubeconfig: installed.kubeconfig,
+                cp,
+            })
+        })
+        .join()
+        .expect("starting the control plane")
+    });
+    env.as_ref().map(|e| (e, guard))
+}
+
+impl Env {
+    pub async fn client(&self) -> kube::Client {
+        self.cp.client().await
+    }
+
+    /// `kestrel serve` with the ServiceAccount's kubeconfig.
+    pub fn kestrel(&self, identity: &str, args: &[&str]) -> Kestrel {
+        Kestrel::start(kestrel_bin(), &self.sa_kubeconfig, &self.cp.dir, identity, args)
+    }
+}
+
+pub async fn create_namespace(client: &kube::Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    api.create(&PostParams::default(), &ns)
+        .await
+        .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+}
+
+/// A pod for `scheduler` asking `gpus` whole GPUs, with extra labels and annotations.
+pub fn gpu_pod(
+    namespace: &str,
+    name: &str,
+    scheduler: &str,
+    gpus: u32,
+    labels: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+) -> Pod {
+    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    let annotations: BTreeMap<&str, &str> = annotations.iter().copied().collect();
+    let mut resources = json!({"cpu": "1", "memory": "1Gi"});
+    if gpus > 0 {
+        resources["nvidia.com/gpu"] = json!(gpus.to_string());
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
+        "spec": {
+            "schedulerName": scheduler,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": "trainer:1",
+                            "resources": {"requests": resources.clone(), "limits": {"nvidia.com/gpu": resources.get("nvidia.com/gpu").cloned().unwrap_or(json!("0"))}}}],
+        },
+    }))
+    .expect("a Pod")
+}
+
+/// Creates pods, 32 at a time.
+pub async fn create_pods(client: &kube::Client, pods: Vec<Pod>) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for pod in pods {
+        let client = client.clone();
+        tasks.spawn(async move {
+            let ns = pod.metadata.namespace.clone().unwrap_or_default();
+            let api: Api<Pod> = Api::namespaced(client, &ns);
+            api.create(&PostParams::default(), &pod)
+                .await
+                .unwrap_or_else(|e| panic!("creating pod {ns}/{:?}: {e}", pod.metadata.name));
+        });
+        while tasks.len() >= 32 {
+            tasks.join_next().await.map(|r| r.expect("pod task"));
+        }
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("pod task");
+    }
+}
+
+pub async fn pods_in(client: &kube::Client, namespace: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    api.list(&ListParams::default()).await.expect("listing pods").items
+}
+
+pub fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
+}
+
+pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// Waits until `count` pods of the namespace are bound; returns the pods.
+pub async fn wait_bound(client: &kube::Client, namespace: &str, count: usize, timeout: Duration) -> Vec<Pod> {
+    eventually(timeout, &format!("{count} bound pods in {namespace}"), || async {
+        let pods = pods_in(client, namespace).await;
+        (pods.iter().filter(|p| node_of(p).is_some()).count() >= count).then_some(pods)
+    })
+    .await
+}
+
+/// The invariant checker on what the API server holds: every node and every pod of the
+/// cluster, gangs with the given minimum members. Panics with every violation.
+pub async fn assert_invariants(client: &kube::Client, gang_min_members: &BTreeMap<String, u32>) {
+    let nodes: Vec<Node> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("listing nodes")
+        .items;
+    let pods: Vec<Pod> = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("listing pods")
+        .items;
+    let snapshot = kestrel_invariants::Snapshot::from_k8s(&nodes, &pods, gang_min_members);
+    if let Err(violations) = kestrel_invariants::check(&snapshot) {
+        let text: Vec<String> = violations.iter().map(|v| v.to_string()).collect();
+        panic!("invariants broken on the API server:\n{}", text.join("\n"));
+    }
+}
+
+/// Removes a test's nodes (by name prefix) and pods, so the next test starts clean.
+pub async fn cleanup(client: &kube::Client, node_prefix: &str, namespaces: &[&str]) {
+    for ns in namespaces {
+        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let _ = api
+            .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
+            .await;
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    for node in nodes.list(&ListParams::default()).await.expect("nodes").items {
+        let name = node.metadata.name.unwrap_or_default();
+        if name.starts_with(node_prefix) {
+            let _ = nodes.delete(&name, &DeleteParams::default()).await;
+        }
+    }
+}

@@ -1,0 +1,472 @@
+// kestrel-testenv runs a real Kubernetes control plane on loopback for Kestrel's tests and
+// benchmarks: an embedded etcd, kube-apiserver (token authentication, RBAC, the admission
+// plugins a real cluster runs) and, on request, kube-scheduler. It writes a kubeconfig, prints
+// one JSON line describing the control plane, then takes commands on standard input (one per
+// line) so tests can inject faults. Closing standard input, SIGINT or SIGTERM stops
+// everything it started.
+//
+//	kestrel-testenv up --dir DIR [--bin-dir DIR]
+//
+// Commands: stop-apiserver, kill-apiserver, start-apiserver, restart-apiserver,
+// pause-apiserver, resume-apiserver, compact, start-scheduler [FLAGS...], stop-scheduler,
+// status, quit.
+// Each is answered with one line, "ok ..." or "error ...".
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// The admission plugins a production API server runs that make sense without a
+// controller-manager (ServiceAccount admission needs the token controller, so it stays off).
+const admissionPlugins = "NamespaceLifecycle,LimitRanger,Priority,ResourceQuota,RuntimeClass," +
+	"DefaultTolerationSeconds,ExtendedResourceToleration,TaintNodesByCondition"
+
+type controlPlane struct {
+	dir        string
+	binDir     string
+	etcd       *embed.Etcd
+	etcdURL    string
+	apiPort    int
+	adminToken string
+	logs       *os.File
+
+	mu        sync.Mutex
+	apiserver *exec.Cmd
+	apiDone   chan struct{}
+	scheduler *exec.Cmd
+	schedDone chan struct{}
+}
+
+func main() {
+	log.SetFlags(log.Ltime | log.Lmicroseconds)
+	log.SetPrefix("kestrel-testenv: ")
+	if len(os.Args) < 2 || os.Args[1] != "up" {
+		fmt.Fprintln(os.Stderr, "usage: kestrel-testenv up --dir DIR [--bin-dir DIR]")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet("up", flag.ExitOnError)
+	dir := fs.String("dir", "", "working directory for etcd data, certificates, logs and the kubeconfig (created; required)")
+	binDir := fs.String("bin-dir", "", "directory holding kube-apiserver and kube-scheduler (default: this program's directory)")
+	_ = fs.Parse(os.Args[2:])
+	if *dir == "" {
+		log.Fatal("--dir is required: a directory for etcd data, certificates and the kubeconfig")
+	}
+	if *binDir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			log.Fatalf("finding this program's directory: %v; pass --bin-dir", err)
+		}
+		*binDir = filepath.Dir(exe)
+	}
+	for _, b := range []string{"kube-apiserver", "kube-scheduler"} {
+		if _, err := os.Stat(filepath.Join(*binDir, b)); err != nil {
+			log.Fatalf("%s not found in %s: build it with `cd testenv && go build -o ../target/testenv/ k8s.io/kubernetes/cmd/%s` or pass --bin-dir", b, *binDir, b)
+		}
+	}
+	cp, err := start(*dir, *binDir)
+	if err != nil {
+		log.Fatalf("starting the control plane: %v", err)
+	}
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	commands := make(chan string)
+	go func() {
+		scanner := bufio.NewScanner(os.Stdin)
+		for scanner.Scan() {
+			commands <- strings.TrimSpace(scanner.Text())
+		}
+		close(commands)
+	}()
+	for {
+		select {
+		case s := <-signals:
+			log.Printf("%v: stopping", s)
+			cp.shutdown()
+			return
+		case cmd, ok := <-commands:
+			if !ok || cmd == "quit" {
+				cp.shutdown()
+				if ok {
+					fmt.Println("ok stopped")
+				}
+				return
+			}
+			if cmd == "" {
+				continue
+			}
+			if msg, err := cp.command(cmd); err != nil {
+				fmt.Printf("error %s: %v\n", cmd, err)
+			} else {
+				fmt.Printf("ok %s\n", msg)
+			}
+		}
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func randomToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func start(dir, binDir string) (*controlPlane, error) {
+	for _, d := range []string{dir, filepath.Join(dir, "certs"), filepath.Join(dir, "etcd")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	logs, err := os.OpenFile(filepath.Join(dir, "control-plane.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	cp := &controlPlane{dir: dir, binDir: binDir, logs: logs, adminToken: randomToken()}
+	if err := writeServiceAccountKey(dir); err != nil {
+		return nil, fmt.Errorf("service account key: %w", err)
+	}
+	// The admin may do anything (system:masters); the scheduler's own identity comes from a
+	// ServiceAccount token the tests request.
+	tokens := fmt.Sprintf("%s,admin,admin-uid,\"system:masters\"\n", cp.adminToken)
+	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(tokens), 0o600); err != nil {
+		return nil, err
+	}
+	if err := cp.startEtcd(); err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	if cp.apiPort, err = freePort(); err != nil {
+		return nil, err
+	}
+	if err := cp.startAPIServer(); err != nil {
+		cp.shutdown()
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(cp.kubeconfig()), 0o600); err != nil {
+		cp.shutdown()
+		return nil, err
+	}
+	out, _ := json.Marshal(map[string]any{
+		"kubeconfig": kubeconfig,
+		"server":     cp.server(),
+		"token":      cp.adminToken,
+		"etcd":       cp.etcdURL,
+		"logs":       logs.Name(),
+		"pid":        os.Getpid(),
+	})
+	fmt.Println(string(out))
+	return cp, nil
+}
+
+func writeServiceAccountKey(dir string) error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	priv := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	pubDer, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return err
+	}
+	pub := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDer})
+	if err := os.WriteFile(filepath.Join(dir, "sa.key"), priv, 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "sa.pub"), pub, 0o600)
+}
+
+func (cp *controlPlane) startEtcd() error {
+	clientPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "kestrel-testenv"
+	cfg.Dir = filepath.Join(cp.dir, "etcd")
+	cfg.LogLevel = "error"
+	cfg.LogOutputs = []string{cp.logs.Name()}
+	client, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", clientPort))
+	peer, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", peerPort))
+	cfg.ListenClientUrls = []url.URL{*client}
+	cfg.AdvertiseClientUrls = []url.URL{*client}
+	cfg.ListenPeerUrls = []url.URL{*peer}
+	cfg.AdvertisePeerUrls = []url.URL{*peer}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return errors.New("etcd did not become ready within 60 s")
+	}
+	cp.etcd = e
+	cp.etcdURL = client.String()
+	return nil
+}
+
+func (cp *controlPlane) server() string {
+	return fmt.Sprintf("https://127.0.0.1:%d", cp.apiPort)
+}
+
+func (cp *controlPlane) kubeconfig() string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: testenv
+  cluster:
+    server: %s
+    insecure-skip-tls-verify: true
+users:
+- name: admin
+  user:
+    token: %s
+contexts:
+- name: testenv
+  context:
+    cluster: testenv
+    user: admin
+current-context: testenv
+`, cp.server(), cp.adminToken)
+}
+
+func (cp *controlPlane) startAPIServer() error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.apiserver != nil {
+		return errors.New("kube-apiserver is already running")
+	}
+	args := []string{
+		"--etcd-servers=" + cp.etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		// No controller-manager, one API server: no kubernetes Service endpoints to keep.
+		"--endpoint-reconciler-type=none",
+		fmt.Sprintf("--secure-port=%d", cp.apiPort),
+		"--cert-dir=" + filepath.Join(cp.dir, "certs"),
+		"--token-auth-file=" + filepath.Join(cp.dir, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--enable-admission-plugins=" + admissionPlugins,
+		"--disable-admission-plugins=ServiceAccount",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + filepath.Join(cp.dir, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(cp.dir, "sa.key"),
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--allow-privileged=true",
+		"--v=1",
+	}
+	cmd := exec.Command(filepath.Join(cp.binDir, "kube-apiserver"), args...)
+	cmd.Stdout = cp.logs
+	cmd.Stderr = cp.logs
+	// Dies with this supervisor even if it is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	cp.apiserver, cp.apiDone = cmd, done
+	cp.mu.Unlock()
+	err := cp.waitReady(done)
+	cp.mu.Lock()
+	return err
+}
+
+// waitReady polls /readyz until the API server answers ok (or it exits).
+func (cp *controlPlane) waitReady(done chan struct{}) error {
+	client := &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+	}
+	deadline := time.Now().Add(120 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return fmt.Errorf("kube-apiserver exited while starting; see %s", cp.logs.Name())
+		default:
+		}
+		req, _ := http.NewRequest("GET", cp.server()+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+cp.adminToken)
+		if resp, err := client.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("kube-apiserver not ready within 120 s; see %s", cp.logs.Name())
+}
+
+func stop(cmd *exec.Cmd, done chan struct{}, sig syscall.Signal) {
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (cp *controlPlane) stopAPIServer(sig syscall.Signal) error {
+	cp.mu.Lock()
+	cmd, done := cp.apiserver, cp.apiDone
+	cp.apiserver, cp.apiDone = nil, nil
+	cp.mu.Unlock()
+	if cmd == nil {
+		return errors.New("kube-apiserver is not running")
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	stop(cmd, done, sig)
+	return nil
+}
+
+func (cp *controlPlane) signalAPIServer(sig syscall.Signal) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.apiserver == nil {
+		return errors.New("kube-apiserver is not running")
+	}
+	return cp.apiserver.Process.Signal(sig)
+}
+
+// compact compacts etcd to its current revision, so every older resourceVersion is gone.
+func (cp *controlPlane) compact() (int64, error) {
+	rev := cp.etcd.Server.KV().Rev()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := cp.etcd.Server.Compact(ctx, &pb.CompactionRequest{Revision: rev, Physical: true})
+	return rev, err
+}
+
+// startScheduler starts kube-scheduler; args are extra flags (e.g. --kube-api-qps=200).
+func (cp *controlPlane) startScheduler(extra []string) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.scheduler != nil {
+		return errors.New("kube-scheduler is already running")
+	}
+	cmd := exec.Command(filepath.Join(cp.binDir, "kube-scheduler"),
+		"--kubeconfig="+filepath.Join(cp.dir, "kubeconfig"),
+		"--authentication-kubeconfig="+filepath.Join(cp.dir, "kubeconfig"),
+		"--authorization-kubeconfig="+filepath.Join(cp.dir, "kubeconfig"),
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=0",
+		"--v=1",
+	)
+	cmd.Args = append(cmd.Args, extra...)
+	cmd.Stdout = cp.logs
+	cmd.Stderr = cp.logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting kube-scheduler: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	cp.scheduler, cp.schedDone = cmd, done
+	return nil
+}
+
+func (cp *controlPlane) stopScheduler() error {
+	cp.mu.Lock()
+	cmd, done := cp.scheduler, cp.schedDone
+	cp.scheduler, cp.schedDone = nil, nil
+	cp.mu.Unlock()
+	if cmd == nil {
+		return errors.New("kube-scheduler is not running")
+	}
+	stop(cmd, done, syscall.SIGTERM)
+	return nil
+}
+
+func (cp *controlPlane) command(line string) (string, error) {
+	words := strings.Fields(line)
+	cmd, args := words[0], words[1:]
+	if len(args) > 0 && cmd != "start-scheduler" {
+		return "", fmt.Errorf("%s takes no arguments", cmd)
+	}
+	switch cmd {
+	case "stop-apiserver":
+		return "kube-apiserver stopped", cp.stopAPIServer(syscall.SIGTERM)
+	case "kill-apiserver":
+		return "kube-apiserver killed", cp.stopAPIServer(syscall.SIGKILL)
+	case "start-apiserver":
+		return "kube-apiserver ready", cp.startAPIServer()
+	case "restart-apiserver":
+		if err := cp.stopAPIServer(syscall.SIGKILL); err != nil {
+			return "", err
+		}
+		return "kube-apiserver restarted and ready", cp.startAPIServer()
+	case "pause-apiserver":
+		return "kube-apiserver paused (SIGSTOP)", cp.signalAPIServer(syscall.SIGSTOP)
+	case "resume-apiserver":
+		return "kube-apiserver resumed (SIGCONT)", cp.signalAPIServer(syscall.SIGCONT)
+	case "compact":
+		rev, err := cp.compact()
+		return fmt.Sprintf("etcd compacted at revision %d", rev), err
+	case "start-scheduler":
+		return "kube-scheduler started", cp.startScheduler(args)
+	case "stop-scheduler":
+		return "kube-scheduler stopped", cp.stopScheduler()
+	case "status":
+		cp.mu.Lock()
+		defer cp.mu.Unlock()
+		return fmt.Sprintf("apiserver=%v scheduler=%v", cp.apiserver != nil, cp.scheduler != nil), nil
+	}
+	return "", errors.New("unknown command; known: stop-apiserver, kill-apiserver, start-apiserver, restart-apiserver, pause-apiserver, resume-apiserver, compact, start-scheduler, stop-scheduler, status, quit")
+}
+
+func (cp *controlPlane) shutdown() {
+	_ = cp.stopScheduler()
+	_ = cp.stopAPIServer(syscall.SIGTERM)
+	if cp.etcd != nil {
+		cp.etcd.Close()
+	}
+	cp.logs.Close()
+}
