@@ -21,6 +21,7 @@ same binary always gives the same digests.
 """
 
 import argparse
+import gzip
 import hashlib
 import io
 import json
@@ -33,7 +34,7 @@ USER = "65532:65532"
 PASSWD = b"root:x:0:0:root:/:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/:/sbin/nologin\n"
 GROUP = b"root:x:0:\nnonroot:x:65532:\n"
 
-MT_LAYER = "application/vnd.oci.image.layer.v1.tar"
+MT_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 MT_CONFIG = "application/vnd.oci.image.config.v1+json"
 MT_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MT_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -77,7 +78,9 @@ def canonical(obj):
 def build(args):
     mtime = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(mtime))
-    layer = layer_tar(args.binary, mtime)
+    plain = layer_tar(args.binary, mtime)
+    # gzip with no name and a fixed mtime: the same tar always compresses the same.
+    layer = gzip.compress(plain, compresslevel=9, mtime=0)
     labels = {
         "org.opencontainers.image.title": args.name,
         "org.opencontainers.image.version": args.tag,
@@ -97,7 +100,7 @@ def build(args):
                 "WorkingDir": "/",
                 "Labels": labels,
             },
-            "rootfs": {"type": "layers", "diff_ids": [digest(layer)]},
+            "rootfs": {"type": "layers", "diff_ids": [digest(plain)]},
             "history": [{"created": created, "created_by": "build/oci-image.py: /kestrel"}],
         }
     )
@@ -159,7 +162,7 @@ def build(args):
             tar_entry(tar, path, mtime, files[path])
 
     print(f"image {ref}: manifest {digest(manifest)}")
-    print(f"  layer {len(layer)} bytes (uncompressed), config {digest(config)}")
+    print(f"  layer {len(layer)} bytes gzipped ({len(plain)} bytes), config {digest(config)}")
     print(f"  OCI layout  {layout}")
     print(f"  archive     {archive} ({os.path.getsize(archive)} bytes)")
 
