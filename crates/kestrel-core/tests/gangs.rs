@@ -406,6 +406,7 @@ fn role_minimums_and_replacements_near_running_peers() {
 
 mod properties {
     use super::*;
+    use kestrel_invariants::{self as invariants, Snapshot};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
@@ -468,15 +469,27 @@ mod properties {
                 s.add_gang(spec_of(i, c)).unwrap();
             }
             let mut started = vec![false; cases.len()];
-            let mut check = |s: &Scheduler, members: &[Vec<PodId>]| -> Result<(), TestCaseError> {
+            // Members that completed while their gang ran count towards its minimum (the
+            // rest of the gang may go on, and pending members may join it); nothing else
+            // excuses a gang bound below minMember, at any step, after preemption too.
+            let mut departed: BTreeMap<String, u32> = BTreeMap::new();
+            let mut check = |s: &Scheduler, members: &[Vec<PodId>], departed: &BTreeMap<String, u32>| -> Result<(), TestCaseError> {
+                let mut snapshot = Snapshot::from_engine(s, &[]);
+                snapshot.set_departed(departed);
+                if let Err(v) = invariants::check(&snapshot) {
+                    prop_assert!(false, "{}", invariants::describe(&v));
+                }
                 for (g, pods) in members.iter().enumerate() {
-                    let bound = pods.iter().filter(|&&p| node_of(s, p).is_some()).count() as u32;
-                    // Members beyond minMember may start later, next to running peers.
-                    prop_assert!(bound == 0 || bound >= cases[g].0.min || started[g],
-                        "gang g{g} partially bound: {bound} of min {}", cases[g].0.min);
-                    started[g] |= bound > 0;
+                    started[g] |= pods.iter().any(|&p| node_of(s, p).is_some());
                 }
                 Ok(())
+            };
+            let finish = |s: &mut Scheduler, p: PodId, departed: &mut BTreeMap<String, u32>| {
+                if node_of(s, p).is_some() {
+                    let gang = s.pod(p).spec.gang.as_ref().unwrap().gang.clone();
+                    *departed.entry(format!("ml/{gang}")).or_default() += 1;
+                }
+                s.finish(p).unwrap();
             };
             let mut t = 0u64;
             let evict = |s: &mut Scheduler, d: &Decisions| {
@@ -501,13 +514,13 @@ mod properties {
                 t += 10;
                 let d = s.schedule(t);
                 evict(&mut s, &d);
-                check(&s, &members)?;
+                check(&s, &members, &departed)?;
                 if burst % finish_every == 0 {
                     // The oldest running gang finishes whole.
                     if let Some(g) = members.iter().position(|p| p.iter().any(|&x| node_of(&s, x).is_some())) {
                         for &p in &members[g] {
                             if s.pod(p).phase != PodPhase::Gone {
-                                s.finish(p).unwrap();
+                                finish(&mut s, p, &mut departed);
                             }
                         }
                     }
@@ -520,7 +533,7 @@ mod properties {
                 t += 100;
                 let d = s.schedule(t);
                 evict(&mut s, &d);
-                check(&s, &members)?;
+                check(&s, &members, &departed)?;
                 let running: Vec<PodId> = members
                     .iter()
                     .flatten()
@@ -532,13 +545,13 @@ mod properties {
                     break;
                 }
                 for p in running {
-                    s.finish(p).unwrap();
+                    finish(&mut s, p, &mut departed);
                 }
             }
             // What never started could not, even alone on the empty cluster. (Members of
             // a gang that ran may be left when their peers ended: the gang is incomplete.)
             let node_gpus = 8;
-            check(&s, &members)?;
+            check(&s, &members, &departed)?;
             for (g, pods) in members.iter().enumerate() {
                 let waiting = pods.iter().any(|&p| s.pod(p).phase == PodPhase::Pending);
                 if waiting && !started[g] {

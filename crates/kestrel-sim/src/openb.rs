@@ -361,6 +361,18 @@ pub fn packing_run(
     policy: Policy,
     seed: u64,
 ) -> PackingRun {
+    packing_run_observed(nodes, pods, policy, seed, |_| {})
+}
+
+/// [`packing_run`], showing the scheduler to `observe` after each pod's cycle (tests check
+/// the cluster state there).
+pub fn packing_run_observed(
+    nodes: &[OpenbNode],
+    pods: &[OpenbPod],
+    policy: Policy,
+    seed: u64,
+    mut observe: impl FnMut(&Scheduler),
+) -> PackingRun {
     let mut scheduler = Scheduler::new(SchedulerConfig {
         policy,
         seed,
@@ -395,6 +407,7 @@ pub fn packing_run(
             placed += 1;
             placed_milli += pod.gpu_request_milli();
         }
+        observe(&scheduler);
         if at_100.is_none() && arrived_milli >= capacity {
             at_100 = Some(rate(placed_milli));
         }
@@ -452,6 +465,18 @@ p1,6000,12288,1,460,G2|T4,LS,Running,10,50,12\n\
 p2,4000,8192,0,0,,BE,Running,20,40,20\n\
 p3,8000,8192,4,1000,,LS,Running,30,90,31\n\
 p4,8000,8192,1,1000,,BE,Pending,30,90,\n";
+
+    /// Every rule of the invariant checker on the engine's state. Inflated runs sample
+    /// pods with replacement, so names repeat: each pod gets its own key.
+    pub(crate) fn check_cluster_state(s: &Scheduler) {
+        let mut snapshot = kestrel_invariants::Snapshot::from_engine(s, &[]);
+        for (i, p) in snapshot.pods.iter_mut().enumerate() {
+            p.key = format!("{}#{i}", p.key);
+        }
+        if let Err(v) = kestrel_invariants::check(&snapshot) {
+            panic!("{}", kestrel_invariants::describe(&v));
+        }
+    }
 
     #[test]
     fn loads_rows_and_maps_requests() {
@@ -520,7 +545,14 @@ p4,8000,8192,1,1000,,BE,Pending,30,90,\n";
         let nodes = load_nodes(Path::new("n.csv"), NODES).unwrap();
         let pods = load_pods(Path::new("p.csv"), PODS).unwrap();
         for policy in Policy::ALL {
-            let run = packing_run(&nodes, &pods, policy, 42);
+            let mut checked = 0;
+            let run = packing_run_observed(&nodes, &pods, policy, 42, |s| {
+                // The cluster state itself, recomputed from the bound pods: no node over
+                // its cpu, memory or GPUs, no device handed out twice or over-shared.
+                check_cluster_state(s);
+                checked += 1;
+            });
+            assert_eq!(checked, run.pods_arrived);
             assert!(run.allocation_at_130 <= 1.0, "{policy}: {run:?}");
             assert!(run.allocation_at_130 > 0.5, "{policy}: {run:?}");
             assert_eq!(run.pods_placed + run.pods_skipped, run.pods_arrived);

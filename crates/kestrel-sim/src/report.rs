@@ -1408,21 +1408,57 @@ pub(crate) mod tests {
     }
 
     /// `KESTREL_SAMPLE_REPORT=/tmp/r.html cargo test -p kestrel-sim --lib write_sample_report`
-    /// writes the sample report for a look in a browser.
+    /// writes the sample report for a look in a browser; without it, to a temporary
+    /// directory. Either way the files are read back and checked: each is what rendering
+    /// gives, self-contained, and tells the run's figures.
     #[test]
     fn write_sample_report() {
-        if let Ok(path) = std::env::var("KESTREL_SAMPLE_REPORT") {
-            std::fs::write(&path, render_html(&sample_report())).unwrap();
-            std::fs::write(
-                format!("{path}.empty.html"),
+        let path = match std::env::var("KESTREL_SAMPLE_REPORT") {
+            Ok(path) => std::path::PathBuf::from(path),
+            Err(_) => {
+                let dir = std::env::temp_dir()
+                    .join(format!("kestrel-sample-report-{}", std::process::id()));
+                std::fs::create_dir_all(&dir).unwrap();
+                dir.join("report.html")
+            }
+        };
+        let with_suffix = |suffix: &str| {
+            let mut p = path.clone().into_os_string();
+            p.push(suffix);
+            std::path::PathBuf::from(p)
+        };
+        let files = [
+            (path.clone(), render_html(&sample_report())),
+            (
+                with_suffix(".empty.html"),
                 render_html(&SimReport::default()),
-            )
-            .unwrap();
-            std::fs::write(
-                format!("{path}.txt"),
+            ),
+            (
+                with_suffix(".txt"),
                 crate::summary::render_summary(&sample_report()),
-            )
-            .unwrap();
+            ),
+        ];
+        for (file, text) in &files {
+            std::fs::write(file, text).unwrap();
+            assert_eq!(
+                &std::fs::read_to_string(file).unwrap(),
+                text,
+                "{}",
+                file.display()
+            );
+        }
+        let (report, empty, summary) = (&files[0].1, &files[1].1, &files[2].1);
+        assert_self_contained(report);
+        assert_self_contained(empty);
+        assert!(report.contains("bursty-mix") && report.contains("71.3%"));
+        assert!(empty.contains("Every pod was scheduled."));
+        assert!(
+            summary.contains("bursty-mix") && summary.contains("binpack"),
+            "{summary}"
+        );
+        assert!(summary.contains("71.3%"), "{summary}");
+        if std::env::var_os("KESTREL_SAMPLE_REPORT").is_none() {
+            std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
         }
     }
 }

@@ -1,0 +1,196 @@
+//! Snapshots of the engine, from per-pod bindings and node capacity only.
+
+use crate::{Amount, CohortView, GangView, GpuClaim, NodeView, PodView, QueueView, QuotaView};
+use crate::{Snapshot, GPU, PODS};
+use kestrel_core::{
+    CohortSpec, GpuAssignment, GpuRequest, PodPhase, Resources, Scheduler, GPU_RESOURCE,
+};
+use std::collections::BTreeMap;
+
+/// The engine's amounts (cpu in millicores, bytes, plain counts) as milli-units.
+fn resources(r: &Resources) -> BTreeMap<String, Amount> {
+    let mut out = BTreeMap::new();
+    for (name, v) in [
+        ("cpu", Amount::from(r.cpu_milli)),
+        ("memory", Amount::from(r.memory_bytes) * 1000),
+        (
+            "ephemeral-storage",
+            Amount::from(r.ephemeral_storage_bytes) * 1000,
+        ),
+    ] {
+        if v != 0 {
+            out.insert(name.to_string(), v);
+        }
+    }
+    for (name, v) in &r.extended {
+        if *v != 0 {
+            *out.entry(name.clone()).or_default() += Amount::from(*v) * 1000;
+        }
+    }
+    out
+}
+
+/// A quota amount in the engine's units (cpu and GPUs in thousandths, the rest plain)
+/// as milli-units.
+fn quota(resource: &str, v: i64) -> Amount {
+    match resource {
+        "cpu" | GPU_RESOURCE => Amount::from(v),
+        _ => Amount::from(v) * 1000,
+    }
+}
+
+fn root_of<'a>(cohorts: &'a [CohortSpec], name: &'a str) -> &'a str {
+    let mut at = name;
+    for _ in 0..=cohorts.len() {
+        match cohorts
+            .iter()
+            .find(|c| c.name == at)
+            .and_then(|c| c.parent.as_deref())
+        {
+            Some(parent) => at = parent,
+            None => break,
+        }
+    }
+    at
+}
+
+impl Snapshot {
+    /// The engine's state: its nodes' specs (allocatable, pod count, devices), every pod
+    /// that is not gone with its binding, its declared gangs, its ClusterQueues, and the
+    /// `cohorts` the caller added (the engine does not list them). The engine's usage and
+    /// free counters are never read. Pod keys are `namespace/name`: give pods unique
+    /// names. Gangs' `departed` counts are 0 (see [`Snapshot::set_departed`]).
+    pub fn from_engine(s: &Scheduler, cohorts: &[CohortSpec]) -> Snapshot {
+        let cluster = s.cluster();
+        let nodes = cluster
+            .iter()
+            .map(|(_, n)| {
+                let spec = &n.spec;
+                let mut allocatable = resources(&spec.allocatable);
+                allocatable.insert(PODS.to_string(), Amount::from(spec.max_pods) * 1000);
+                if !spec.gpus.is_empty() {
+                    allocatable.insert(GPU.to_string(), spec.gpus.len() as Amount * 1000);
+                }
+                NodeView {
+                    name: spec.name.clone(),
+                    allocatable,
+                    gpu_devices: spec.gpus.len() as u32,
+                }
+            })
+            .collect();
+        let queue_specs: BTreeMap<_, _> = s.cluster_queues().collect();
+        let pods = s
+            .pods()
+            .filter(|(_, r)| r.phase != PodPhase::Gone)
+            .map(|(id, r)| {
+                let mut requests = resources(&r.spec.demand.resources);
+                if let GpuRequest::Whole(n) = r.spec.demand.gpu {
+                    if n > 0 {
+                        requests.insert(GPU.to_string(), Amount::from(n) * 1000);
+                    }
+                }
+                let (node, gpu) = match &r.phase {
+                    PodPhase::Bound { node, gpus, .. } => (
+                        Some(
+                            cluster
+                                .get(*node)
+                                .map(|n| n.spec.name.clone())
+                                .unwrap_or_else(|| format!("<removed node #{}>", node.0)),
+                        ),
+                        match gpus {
+                            GpuAssignment::None => GpuClaim::None,
+                            GpuAssignment::Whole(v) if v.is_empty() => GpuClaim::None,
+                            GpuAssignment::Whole(v) => GpuClaim::Whole(v.clone()),
+                            GpuAssignment::Shared { index, milli } => GpuClaim::Share {
+                                index: *index,
+                                milli: *milli,
+                            },
+                        },
+                    ),
+                    _ => (None, GpuClaim::None),
+                };
+                let cq = s.queue_of(id).and_then(|cq| queue_specs.get(&cq));
+                let mut flavors = BTreeMap::new();
+                if let (Some(cq), Some(admission)) = (cq, &r.admission) {
+                    for (group, &fi) in cq.resource_groups.iter().zip(&admission.flavors) {
+                        if let Some(f) = group.flavors.get(fi as usize) {
+                            for resource in &group.covered {
+                                flavors.insert(resource.clone(), f.flavor.clone());
+                            }
+                        }
+                    }
+                }
+                PodView {
+                    key: r.spec.key(),
+                    node,
+                    requests,
+                    gpu,
+                    gang: r
+                        .spec
+                        .gang
+                        .as_ref()
+                        .map(|g| format!("{}/{}", r.spec.namespace, g.gang)),
+                    queue: cq.map(|q| q.name.clone()),
+                    flavors,
+                    priority: r.spec.priority,
+                }
+            })
+            .collect();
+        let gangs = s
+            .gang_keys()
+            .filter_map(|(ns, name)| {
+                let spec = s.gang(s.gang_id(ns, name)?).spec.as_ref()?;
+                Some(GangView {
+                    key: format!("{ns}/{name}"),
+                    min_member: spec.min_member,
+                    total: spec.total,
+                    departed: 0,
+                })
+            })
+            .collect();
+        let queues = queue_specs
+            .values()
+            .map(|q| QueueView {
+                name: q.name.clone(),
+                cohort: q.cohort.as_deref().map(|c| root_of(cohorts, c).to_string()),
+                quotas: q
+                    .resource_groups
+                    .iter()
+                    .flat_map(|g| &g.flavors)
+                    .flat_map(|f| {
+                        f.resources.iter().map(|r| QuotaView {
+                            flavor: f.flavor.clone(),
+                            resource: r.name.clone(),
+                            nominal: quota(&r.name, r.nominal),
+                            borrowing_limit: r.borrowing_limit.map(|v| quota(&r.name, v)),
+                            lending_limit: r.lending_limit.map(|v| quota(&r.name, v)),
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        let mut roots: BTreeMap<String, CohortView> = BTreeMap::new();
+        for c in cohorts {
+            let root = root_of(cohorts, &c.name).to_string();
+            let view = roots.entry(root.clone()).or_insert_with(|| CohortView {
+                name: root,
+                quotas: BTreeMap::new(),
+            });
+            for f in c.resource_groups.iter().flat_map(|g| &g.flavors) {
+                for r in &f.resources {
+                    *view
+                        .quotas
+                        .entry((f.flavor.clone(), r.name.clone()))
+                        .or_default() += quota(&r.name, r.nominal);
+                }
+            }
+        }
+        Snapshot {
+            nodes,
+            pods,
+            gangs,
+            queues,
+            cohorts: roots.into_values().collect(),
+        }
+    }
+}

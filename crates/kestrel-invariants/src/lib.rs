@@ -1,0 +1,675 @@
+//! One definition of a correct cluster state, for the simulator and the live scheduler alike.
+//!
+//! A [`Snapshot`] is a plain picture of a cluster: nodes with what they can hold, pods with
+//! the node and devices they are bound to, gangs, ClusterQueues and cohorts. [`check`]
+//! recomputes every total from the bound pods alone (never from a scheduler's own usage or
+//! free counters) and lists each rule that is broken; [`check_transition`] compares two
+//! snapshots and finds pending pods that disappeared.
+//!
+//! Snapshots come from the engine ([`Snapshot::from_engine`]) or from a real API server's
+//! Nodes and Pods ([`Snapshot::from_k8s`]), so the simulator and the live scheduler are held
+//! to the same rules.
+//!
+//! # Units
+//!
+//! Every amount is in **milli-units of the Kubernetes quantity**, as `Quantity.MilliValue()`
+//! gives it: cpu in millicores, memory and storage in thousandths of a byte, `pods` in
+//! thousandths of a pod, `nvidia.com/gpu` in thousandths of a device, any other extended
+//! resource in thousandths of one. One scale for every resource: no table of exceptions.
+//! Amounts are `i128`, so sums of many pods never overflow.
+
+mod engine;
+#[cfg(feature = "k8s")]
+mod k8s;
+pub mod quantity;
+pub mod shared;
+
+#[cfg(feature = "k8s")]
+pub use k8s::{parse_gpu_indices, pod_requests, FromK8sError, GPU_INDICES_ANNOTATION};
+pub use shared::{in_ci, shared_path};
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// An amount in milli-units (see the crate docs).
+pub type Amount = i128;
+
+/// The resource name of NVIDIA's whole GPUs.
+pub const GPU: &str = "nvidia.com/gpu";
+/// The pod-count resource: every bound pod takes one (1000 milli-units).
+pub const PODS: &str = "pods";
+
+/// A node and what it can hold.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct NodeView {
+    pub name: String,
+    /// Allocatable amounts per resource name, milli-units, including `pods` and
+    /// `nvidia.com/gpu` (devices times 1000). A resource left out is zero.
+    pub allocatable: BTreeMap<String, Amount>,
+    /// GPU devices, indexed `0..gpu_devices`.
+    pub gpu_devices: u32,
+}
+
+/// The GPUs a bound pod holds.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum GpuClaim {
+    #[default]
+    None,
+    /// Whole devices by index.
+    Whole(Vec<u32>),
+    /// A share of one device, in thousandths.
+    Share { index: u32, milli: u32 },
+}
+
+impl GpuClaim {
+    /// Thousandths of a device the claim holds.
+    pub fn milli(&self) -> Amount {
+        match self {
+            GpuClaim::None => 0,
+            GpuClaim::Whole(v) => 1000 * v.len() as Amount,
+            GpuClaim::Share { milli, .. } => Amount::from(*milli),
+        }
+    }
+}
+
+/// A pod, pending (`node: None`) or bound.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct PodView {
+    /// `namespace/name`.
+    pub key: String,
+    pub node: Option<String>,
+    /// What it requests per resource, milli-units (`pods` is implied: one per pod).
+    /// Whole GPUs are `nvidia.com/gpu`; a share of a device is only in `gpu`.
+    pub requests: BTreeMap<String, Amount>,
+    pub gpu: GpuClaim,
+    /// `namespace/gang`.
+    pub gang: Option<String>,
+    /// The ClusterQueue it is charged to.
+    pub queue: Option<String>,
+    /// The flavor it is charged to per resource; a resource left out is charged to the
+    /// first flavor of its queue that has quota for it.
+    pub flavors: BTreeMap<String, String>,
+    pub priority: i32,
+}
+
+impl PodView {
+    /// What the pod counts against its queue per resource: its requests, one pod, and
+    /// for `nvidia.com/gpu` the thousandths its devices hold when it holds any.
+    pub fn quota_amounts(&self) -> BTreeMap<String, Amount> {
+        let mut out: BTreeMap<String, Amount> = self
+            .requests
+            .iter()
+            .filter(|(_, a)| **a != 0)
+            .map(|(r, a)| (r.clone(), *a))
+            .collect();
+        *out.entry(PODS.to_string()).or_default() += 1000;
+        if self.gpu != GpuClaim::None {
+            out.insert(GPU.to_string(), self.gpu.milli());
+        }
+        out
+    }
+}
+
+/// A gang: at least `min_member` of its pods run together, or none.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct GangView {
+    /// `namespace/gang`.
+    pub key: String,
+    pub min_member: u32,
+    pub total: Option<u32>,
+    /// Members that left the running gang for reasons no scheduler decided (completed,
+    /// deleted, lost with their node): they count towards `min_member`.
+    pub departed: u32,
+}
+
+/// Quota of one resource in one flavor of a ClusterQueue (milli-units).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct QuotaView {
+    pub flavor: String,
+    pub resource: String,
+    pub nominal: Amount,
+    /// How much above nominal the queue may borrow (`None`: as much as its cohort lends).
+    pub borrowing_limit: Option<Amount>,
+    /// How much of nominal the cohort may borrow (`None`: all of it).
+    pub lending_limit: Option<Amount>,
+}
+
+/// A ClusterQueue.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct QueueView {
+    pub name: String,
+    /// The root of its cohort tree (queues under one root share what they lend).
+    pub cohort: Option<String>,
+    pub quotas: Vec<QuotaView>,
+}
+
+/// A cohort tree's own quota (the sum of what the cohorts in it hold themselves).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct CohortView {
+    /// The root cohort's name (what [`QueueView::cohort`] names).
+    pub name: String,
+    /// (flavor, resource) -> nominal quota the cohorts hold, milli-units.
+    pub quotas: BTreeMap<(String, String), Amount>,
+}
+
+/// A picture of a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Snapshot {
+    pub nodes: Vec<NodeView>,
+    pub pods: Vec<PodView>,
+    pub gangs: Vec<GangView>,
+    pub queues: Vec<QueueView>,
+    pub cohorts: Vec<CohortView>,
+}
+
+/// A broken rule, naming the objects and the amounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum Violation {
+    /// The bound pods' requests of a resource add up to more than the node's allocatable.
+    OverAllocatable {
+        node: String,
+        resource: String,
+        requested: Amount,
+        allocatable: Amount,
+        pods: Vec<String>,
+    },
+    /// A device held whole by one pod and also by another (whole or share).
+    DeviceTwice {
+        node: String,
+        index: u32,
+        pods: Vec<String>,
+    },
+    /// Shares on one device add up to more than the whole device.
+    DeviceOverShared {
+        node: String,
+        index: u32,
+        milli: Amount,
+        pods: Vec<String>,
+    },
+    /// A pod holds a device the node does not have.
+    DeviceOutOfRange {
+        node: String,
+        pod: String,
+        index: u32,
+        devices: u32,
+    },
+    /// A pod holds another number of whole devices than it requests.
+    GpuClaimMismatch {
+        pod: String,
+        requested: Amount,
+        claimed: Amount,
+    },
+    /// A pod bound to a node the cluster does not have.
+    UnknownNode { pod: String, node: String },
+    /// Two pods with one key.
+    DuplicatePod { pod: String },
+    /// Some of a gang's pods run, fewer than its minimum.
+    GangPartial {
+        gang: String,
+        bound: u32,
+        departed: u32,
+        min_member: u32,
+    },
+    /// A pod of a gang nobody declared is bound.
+    UnknownGang { pod: String, gang: String },
+    /// A queue uses more than nominal plus its borrowing limit (nominal alone without a
+    /// cohort).
+    QueueOverLimit {
+        queue: String,
+        flavor: String,
+        resource: String,
+        used: Amount,
+        limit: Amount,
+    },
+    /// A queue's bound pod uses a resource the queue has no quota for.
+    QueueNotCovered {
+        queue: String,
+        pod: String,
+        resource: String,
+    },
+    /// The queues of a cohort take more from its pool than its queues lend plus what the
+    /// cohort holds itself.
+    CohortOverLent {
+        cohort: String,
+        flavor: String,
+        resource: String,
+        taken: Amount,
+        pool: Amount,
+    },
+    /// A pod pending before a step is gone after it, though it did not leave.
+    PendingPodDropped { pod: String },
+}
+
+fn amount(resource: &str, milli: Amount) -> String {
+    let whole = |scale: Amount, unit: &str| {
+        if milli % scale == 0 {
+            format!("{}{unit}", milli / scale)
+        } else {
+            format!("{milli}m{unit}")
+        }
+    };
+    match resource {
+        "memory" | "ephemeral-storage" => whole(1000, " bytes"),
+        GPU => whole(1000, " GPU"),
+        _ => whole(1000, ""),
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::OverAllocatable {
+                node,
+                resource,
+                requested,
+                allocatable,
+                pods,
+            } => write!(
+                f,
+                "node {node}: bound pods request {} of {resource}, allocatable is {} (pods {})",
+                amount(resource, *requested),
+                amount(resource, *allocatable),
+                pods.join(", ")
+            ),
+            Violation::DeviceTwice { node, index, pods } => write!(
+                f,
+                "node {node}: GPU {index} is held whole by one pod and also by another: {}",
+                pods.join(", ")
+            ),
+            Violation::DeviceOverShared {
+                node,
+                index,
+                milli,
+                pods,
+            } => write!(
+                f,
+                "node {node}: shares of GPU {index} add up to {milli}/1000: {}",
+                pods.join(", ")
+            ),
+            Violation::DeviceOutOfRange {
+                node,
+                pod,
+                index,
+                devices,
+            } => write!(
+                f,
+                "pod {pod} holds GPU {index} of node {node}, which has {devices} GPU(s)"
+            ),
+            Violation::GpuClaimMismatch {
+                pod,
+                requested,
+                claimed,
+            } => write!(
+                f,
+                "pod {pod} requests {} but holds {} whole",
+                amount(GPU, *requested),
+                amount(GPU, *claimed)
+            ),
+            Violation::UnknownNode { pod, node } => {
+                write!(f, "pod {pod} is bound to node {node}, which does not exist")
+            }
+            Violation::DuplicatePod { pod } => write!(f, "pod {pod} appears twice"),
+            Violation::GangPartial {
+                gang,
+                bound,
+                departed,
+                min_member,
+            } => write!(
+                f,
+                "gang {gang} is partly bound: {bound} pod(s) bound (+{departed} departed) of minMember {min_member}"
+            ),
+            Violation::UnknownGang { pod, gang } => {
+                write!(f, "pod {pod} of undeclared gang {gang} is bound")
+            }
+            Violation::QueueOverLimit {
+                queue,
+                flavor,
+                resource,
+                used,
+                limit,
+            } => write!(
+                f,
+                "ClusterQueue {queue} flavor {flavor}: bound pods use {} of {resource}, its limit is {}",
+                amount(resource, *used),
+                amount(resource, *limit)
+            ),
+            Violation::QueueNotCovered {
+                queue,
+                pod,
+                resource,
+            } => write!(
+                f,
+                "ClusterQueue {queue} has no quota for {resource}, yet its pod {pod} using it is bound"
+            ),
+            Violation::CohortOverLent {
+                cohort,
+                flavor,
+                resource,
+                taken,
+                pool,
+            } => write!(
+                f,
+                "cohort {cohort} flavor {flavor}: its queues take {} of {resource} from a pool of {}",
+                amount(resource, *taken),
+                amount(resource, *pool)
+            ),
+            Violation::PendingPodDropped { pod } => {
+                write!(f, "pending pod {pod} disappeared without completing or being deleted")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Violation {}
+
+/// All violations, one per line (for `assert!`/`prop_assert!` messages).
+pub fn describe(violations: &[Violation]) -> String {
+    violations
+        .iter()
+        .map(|v| format!("  - {v}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Checks a snapshot: every rule, recomputed from the bound pods.
+pub fn check(snapshot: &Snapshot) -> Result<(), Vec<Violation>> {
+    let mut out = Vec::new();
+    let nodes: BTreeMap<&str, &NodeView> = snapshot
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n))
+        .collect();
+    let mut seen = BTreeSet::new();
+    for p in &snapshot.pods {
+        if !seen.insert(p.key.as_str()) {
+            out.push(Violation::DuplicatePod { pod: p.key.clone() });
+        }
+    }
+    check_nodes(snapshot, &nodes, &mut out);
+    check_gangs(snapshot, &mut out);
+    check_queues(snapshot, &mut out);
+    if out.is_empty() {
+        Ok(())
+    } else {
+        Err(out)
+    }
+}
+
+fn check_nodes(snapshot: &Snapshot, nodes: &BTreeMap<&str, &NodeView>, out: &mut Vec<Violation>) {
+    // node -> its bound pods
+    let mut on: BTreeMap<&str, Vec<&PodView>> = BTreeMap::new();
+    for p in &snapshot.pods {
+        let Some(node) = &p.node else { continue };
+        if !nodes.contains_key(node.as_str()) {
+            out.push(Violation::UnknownNode {
+                pod: p.key.clone(),
+                node: node.clone(),
+            });
+            continue;
+        }
+        on.entry(node.as_str()).or_default().push(p);
+        if let GpuClaim::Whole(v) = &p.gpu {
+            let requested = p.requests.get(GPU).copied().unwrap_or(0);
+            if requested != 1000 * v.len() as Amount {
+                out.push(Violation::GpuClaimMismatch {
+                    pod: p.key.clone(),
+                    requested,
+                    claimed: 1000 * v.len() as Amount,
+                });
+            }
+        }
+    }
+    for (name, pods) in on {
+        let node = nodes[name];
+        // Resources, with one pod slot per pod.
+        let mut used: BTreeMap<&str, Amount> = BTreeMap::new();
+        for p in &pods {
+            *used.entry(PODS).or_default() += 1000;
+            for (r, a) in &p.requests {
+                *used.entry(r.as_str()).or_default() += a;
+            }
+        }
+        for (resource, requested) in used {
+            let allocatable = node.allocatable.get(resource).copied().unwrap_or(0);
+            if requested > allocatable {
+                out.push(Violation::OverAllocatable {
+                    node: name.to_string(),
+                    resource: resource.to_string(),
+                    requested,
+                    allocatable,
+                    pods: pods
+                        .iter()
+                        .filter(|p| {
+                            resource == PODS || p.requests.get(resource).is_some_and(|a| *a > 0)
+                        })
+                        .map(|p| p.key.clone())
+                        .collect(),
+                });
+            }
+        }
+        // Devices: who holds each, whole or in part.
+        let mut whole: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
+        let mut shares: BTreeMap<u32, (Amount, Vec<&str>)> = BTreeMap::new();
+        for p in &pods {
+            let indices: Vec<u32> = match &p.gpu {
+                GpuClaim::None => continue,
+                GpuClaim::Whole(v) => {
+                    for &i in v {
+                        whole.entry(i).or_default().push(&p.key);
+                    }
+                    v.clone()
+                }
+                GpuClaim::Share { index, milli } => {
+                    let e = shares.entry(*index).or_default();
+                    e.0 += Amount::from(*milli);
+                    e.1.push(&p.key);
+                    vec![*index]
+                }
+            };
+            for index in indices.into_iter().filter(|&i| i >= node.gpu_devices) {
+                out.push(Violation::DeviceOutOfRange {
+                    node: name.to_string(),
+                    pod: p.key.clone(),
+                    index,
+                    devices: node.gpu_devices,
+                });
+            }
+        }
+        for (index, holders) in &whole {
+            let sharers = shares.get(index).map(|(_, p)| p.as_slice()).unwrap_or(&[]);
+            if holders.len() + sharers.len() > 1 {
+                out.push(Violation::DeviceTwice {
+                    node: name.to_string(),
+                    index: *index,
+                    pods: holders
+                        .iter()
+                        .chain(sharers)
+                        .map(|s| s.to_string())
+                        .collect(),
+                });
+            }
+        }
+        for (index, (milli, holders)) in shares {
+            if milli > 1000 {
+                out.push(Violation::DeviceOverShared {
+                    node: name.to_string(),
+                    index,
+                    milli,
+                    pods: holders.iter().map(|s| s.to_string()).collect(),
+                });
+            }
+        }
+    }
+}
+
+fn check_gangs(snapshot: &Snapshot, out: &mut Vec<Violation>) {
+    let gangs: BTreeMap<&str, &GangView> =
+        snapshot.gangs.iter().map(|g| (g.key.as_str(), g)).collect();
+    let mut bound: BTreeMap<&str, u32> = BTreeMap::new();
+    for p in snapshot.pods.iter().filter(|p| p.node.is_some()) {
+        let Some(gang) = &p.gang else { continue };
+        if !gangs.contains_key(gang.as_str()) {
+            out.push(Violation::UnknownGang {
+                pod: p.key.clone(),
+                gang: gang.clone(),
+            });
+            continue;
+        }
+        *bound.entry(gang.as_str()).or_default() += 1;
+    }
+    for (key, n) in bound {
+        let g = gangs[key];
+        if n + g.departed < g.min_member {
+            out.push(Violation::GangPartial {
+                gang: key.to_string(),
+                bound: n,
+                departed: g.departed,
+                min_member: g.min_member,
+            });
+        }
+    }
+}
+
+fn check_queues(snapshot: &Snapshot, out: &mut Vec<Violation>) {
+    let queues: BTreeMap<&str, &QueueView> = snapshot
+        .queues
+        .iter()
+        .map(|q| (q.name.as_str(), q))
+        .collect();
+    // (queue, flavor, resource) -> used
+    let mut used: BTreeMap<(&str, String, String), Amount> = BTreeMap::new();
+    for p in snapshot.pods.iter().filter(|p| p.node.is_some()) {
+        // A pod of a queue the snapshot does not have (deleted, still draining) is
+        // charged nowhere.
+        let Some(q) = p.queue.as_deref().and_then(|q| queues.get(q)) else {
+            continue;
+        };
+        for (resource, a) in p.quota_amounts() {
+            let flavor = p.flavors.get(&resource).cloned().or_else(|| {
+                q.quotas
+                    .iter()
+                    .find(|x| x.resource == resource)
+                    .map(|x| x.flavor.clone())
+            });
+            match flavor {
+                Some(flavor) => *used.entry((&q.name, flavor, resource)).or_default() += a,
+                None if resource == PODS => {}
+                None => out.push(Violation::QueueNotCovered {
+                    queue: q.name.clone(),
+                    pod: p.key.clone(),
+                    resource,
+                }),
+            }
+        }
+    }
+    let usage = |q: &str, flavor: &str, resource: &str| {
+        used.get(&(q, flavor.to_string(), resource.to_string()))
+            .copied()
+            .unwrap_or(0)
+    };
+    // (cohort, flavor, resource) -> (pool, taken)
+    let mut pools: BTreeMap<(&str, &str, &str), (Amount, Amount)> = BTreeMap::new();
+    for c in &snapshot.cohorts {
+        for ((flavor, resource), nominal) in &c.quotas {
+            pools
+                .entry((c.name.as_str(), flavor.as_str(), resource.as_str()))
+                .or_default()
+                .0 += nominal;
+        }
+    }
+    for q in &snapshot.queues {
+        for quota in &q.quotas {
+            let u = usage(&q.name, &quota.flavor, &quota.resource);
+            let limit = match (&q.cohort, quota.borrowing_limit) {
+                (None, _) => Some(quota.nominal),
+                (Some(_), Some(b)) => Some(quota.nominal + b),
+                (Some(_), None) => None,
+            };
+            if let Some(limit) = limit.filter(|l| u > *l) {
+                out.push(Violation::QueueOverLimit {
+                    queue: q.name.clone(),
+                    flavor: quota.flavor.clone(),
+                    resource: quota.resource.clone(),
+                    used: u,
+                    limit,
+                });
+            }
+            if let Some(cohort) = &q.cohort {
+                // Kueue: what a queue keeps for itself is nominal minus its lending limit;
+                // the rest goes to the cohort's pool, and using more than it keeps takes
+                // from the pool.
+                let kept = quota
+                    .lending_limit
+                    .map_or(0, |l| (quota.nominal - l).max(0));
+                let e = pools
+                    .entry((
+                        cohort.as_str(),
+                        quota.flavor.as_str(),
+                        quota.resource.as_str(),
+                    ))
+                    .or_default();
+                e.0 += quota.nominal - kept;
+                e.1 += (u - kept).max(0);
+            }
+        }
+    }
+    for ((cohort, flavor, resource), (pool, taken)) in pools {
+        if taken > pool {
+            out.push(Violation::CohortOverLent {
+                cohort: cohort.to_string(),
+                flavor: flavor.to_string(),
+                resource: resource.to_string(),
+                taken,
+                pool,
+            });
+        }
+    }
+}
+
+/// Checks a step from `before` to `after`: every pod pending before is still there
+/// (pending or bound) unless it is in `left` (completed or deleted during the step).
+pub fn check_transition(
+    before: &Snapshot,
+    after: &Snapshot,
+    left: &BTreeSet<String>,
+) -> Result<(), Vec<Violation>> {
+    let present: BTreeSet<&str> = after.pods.iter().map(|p| p.key.as_str()).collect();
+    let out: Vec<Violation> = before
+        .pods
+        .iter()
+        .filter(|p| p.node.is_none())
+        .filter(|p| !present.contains(p.key.as_str()) && !left.contains(&p.key))
+        .map(|p| Violation::PendingPodDropped { pod: p.key.clone() })
+        .collect();
+    if out.is_empty() {
+        Ok(())
+    } else {
+        Err(out)
+    }
+}
+
+impl Snapshot {
+    pub fn pod(&self, key: &str) -> Option<&PodView> {
+        self.pods.iter().find(|p| p.key == key)
+    }
+
+    /// Sets how many members of each gang (by key) departed on their own (see
+    /// [`GangView::departed`]).
+    pub fn set_departed(&mut self, departed: &BTreeMap<String, u32>) {
+        for g in &mut self.gangs {
+            g.departed = departed.get(&g.key).copied().unwrap_or(0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
