@@ -115,11 +115,11 @@ fn missing_inputs_and_bad_flags_fail_with_a_clear_message() {
 
 #[test]
 fn bench_openb_prints_each_policy() {
-    let traces = repo().join("../shared/traces/openb");
-    if !traces.is_dir() {
-        eprintln!("skipping: {} is absent", traces.display());
+    // Skipped loudly when ../shared is absent; a failure under CI=true.
+    let Some(traces) = kestrel_invariants::shared_path(repo().join("../shared/traces/openb"))
+    else {
         return;
-    }
+    };
     let nodes = traces.join("openb_node_list_gpu_node.csv");
     let pods = traces.join("openb_pod_list_default.csv");
     let out = kestrel(&[
