@@ -169,6 +169,37 @@ impl ApiWriter {
         }
     }
 
+    /// The `Scheduled` event of a bound pod, as kube-scheduler records it (what
+    /// `kubectl describe pod` users look for).
+    pub async fn report_scheduled(&self, job: &BindJob) -> Result<(), kube::Error> {
+        let note = match &job.gpu_indices {
+            Some(gpus) => format!(
+                "Successfully assigned {}/{} to {} (GPUs {gpus})",
+                job.namespace, job.name, job.node
+            ),
+            None => format!(
+                "Successfully assigned {}/{} to {}",
+                job.namespace, job.name, job.node
+            ),
+        };
+        let event = self.event_of(
+            "Normal",
+            pod_reference(&job.namespace, &job.name, &job.uid),
+            "Binding",
+            "Scheduled",
+            &note,
+            Timestamp::now(),
+        );
+        self.limiter.acquire().await;
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &job.namespace);
+        match events.create(&PostParams::default(), &event).await {
+            Ok(_) => Ok(()),
+            // The namespace is going away with the pod: nothing to record.
+            Err(e) if matches!(status_code(&e), Some(403 | 404)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Marks the pod `PodScheduled=False` with the explanation (status subresource,
     /// strategic merge on `conditions` by `type`), then records a `FailedScheduling` event.
     pub async fn report_unschedulable(&self, job: &StatusJob) -> Result<(), kube::Error> {

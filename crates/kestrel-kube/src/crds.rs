@@ -524,7 +524,27 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         Topology::crd(),
         ClusterQueue::crd(),
         LocalQueue::crd(),
-        Cohort::crd(),
-        ResourceFlavor::crd(),
+        without_required_spec(Cohort::crd()),
+        without_required_spec(ResourceFlavor::crd()),
     ]
+}
+
+/// A kind whose every field is optional may be written with `metadata` alone (Kueue's
+/// default flavor is `kind: ResourceFlavor` and a name): `spec` is not required.
+fn without_required_spec(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
+        let root = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut());
+        if let Some(root) = root {
+            if let Some(required) = root.required.as_mut() {
+                required.retain(|field| field != "spec");
+            }
+            if root.required.as_ref().is_some_and(Vec::is_empty) {
+                root.required = None;
+            }
+        }
+    }
+    crd
 }

@@ -243,6 +243,11 @@ fn unserved(e: &watcher::Error) -> bool {
     matches!(e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404 || s.code == 403)
 }
 
+/// The listing was refused (403), as opposed to a kind that is not served (404).
+fn forbidden(e: &watcher::Error) -> bool {
+    matches!(e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 403)
+}
+
 /// Watches a kind into a reflector store; its events arrive on `tx`. `unserved`: what to
 /// send (once) when the API does not serve the kind, for kinds that may be missing.
 fn spawn_watch<K, F>(
@@ -303,7 +308,11 @@ fn forward_events<K, S, F>(
                 }
                 Err(e) if !listed && unserved(&e) => {
                     if let Some(change) = unserved_change.take() {
-                        tracing::warn!(kind = %kind, error = %e, "kind not served (CRD not installed?) or not readable; going on without it and retrying");
+                        if forbidden(&e) {
+                            tracing::warn!(kind = %kind, error = %e, "forbidden to list this kind: grant the scheduler's ServiceAccount list and watch on it (the ClusterRole kestrel-scheduler in deploy/kestrel.yaml); going on without it and retrying");
+                        } else {
+                            tracing::info!(kind = %kind, "kind not served (its CRD is not installed); going on without it and watching for it");
+                        }
                         if tx.send(change).await.is_err() {
                             return;
                         }
@@ -753,6 +762,7 @@ enum Done {
     CheckpointRequest(CheckpointJob, Result<(), String>),
     Nomination(NominationJob, Result<(), String>),
     Report(StatusJob, Result<(), String>),
+    Scheduled(BindJob, Result<(), String>),
     GroupStatus(GroupStatusJob, Result<Time, String>),
     GroupEvent(GroupEventJob, Result<(), String>),
     QueueStatus(QueueStatusJob, Result<(), String>),
@@ -764,6 +774,9 @@ enum GroupWrite {
     Event(GroupEventJob),
     Queue(QueueStatusJob),
 }
+
+/// How often a leader whose listings are incomplete says which.
+const LISTING_REPORT_EVERY: Duration = Duration::from_secs(10);
 
 /// Why [`lead`] returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -791,10 +804,13 @@ pub async fn lead(
     let mut synced = Synced::default();
     let mut binds: VecDeque<BindJob> = VecDeque::new();
     let mut reports: VecDeque<StatusJob> = VecDeque::new();
+    // `Scheduled` events of bound pods: written after everything else.
+    let mut scheduled: VecDeque<BindJob> = VecDeque::new();
     let mut group_writes: VecDeque<GroupWrite> = VecDeque::new();
     let mut in_flight: JoinSet<Done> = JoinSet::new();
     let mut dirty_since: Option<Instant> = None;
     let started = Instant::now();
+    let mut next_listing_report = started + LISTING_REPORT_EVERY;
     let mut last_gauges = Instant::now() - Duration::from_secs(60);
     let ended = loop {
         // A cycle after a change (debounced), or when an eviction or an engine wake-up
@@ -809,8 +825,8 @@ pub async fn lead(
         .filter(|_| synced.all());
         tokio::select! {
             biased;
-            _ = leader.wait_for(|l| !*l) => break Ended::LostLease,
             _ = shutdown.wait_for(|s| *s) => break Ended::Shutdown,
+            _ = leadership(&mut leader, false) => break Ended::LostLease,
             Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
                 match done {
                     Ok(Done::Bind(job, outcome)) => {
@@ -826,6 +842,9 @@ pub async fn lead(
                         metrics.binds.get_or_create(&vec![("result", label)]).inc();
                         let bound = outcome == BindOutcome::Bound;
                         state.bind_result(job.id, outcome);
+                        if bound {
+                            scheduled.push_back(job);
+                        }
                         // A requeued pod, or a gang whose status may now change.
                         if !bound || state.groups_changed() {
                             dirty_since.get_or_insert_with(Instant::now);
@@ -861,6 +880,15 @@ pub async fn lead(
                         };
                         metrics.status_reports.get_or_create(&vec![("result", label)]).inc();
                     }
+                    Ok(Done::Scheduled(job, result)) => {
+                        let label = if let Err(e) = result {
+                            tracing::debug!(pod = %format!("{}/{}", job.namespace, job.name), error = %e, "could not record the Scheduled event");
+                            "error"
+                        } else {
+                            "ok"
+                        };
+                        metrics.scheduled_events.get_or_create(&vec![("result", label)]).inc();
+                    }
                     Ok(Done::GroupStatus(job, result)) => {
                         let result = result.map_err(|e| {
                             tracing::warn!(pod_group = %format!("{}/{}", job.namespace, job.name), error = %e, "could not write the PodGroup status; written again at its next change");
@@ -883,8 +911,8 @@ pub async fn lead(
                 }
             }
             Some(change) = changes.recv() => {
-                synced.note(&change);
                 let was_synced = synced.all();
+                synced.note(&change);
                 state.set_time(started.elapsed().as_millis() as u64);
                 if apply_change(&mut state, &stores, change) {
                     dirty_since.get_or_insert_with(Instant::now);
@@ -900,6 +928,14 @@ pub async fn lead(
                 if synced.all() {
                     metrics.ready.store(true, Ordering::Relaxed);
                 }
+            }
+            _ = tokio::time::sleep_until(next_listing_report), if !synced.all() => {
+                next_listing_report += LISTING_REPORT_EVERY;
+                tracing::warn!(
+                    waiting_s = started.elapsed().as_secs(),
+                    kinds = %synced.missing().join(", "),
+                    "not scheduling yet: these listings have not completed (see the watch errors above; /readyz stays not ready)"
+                );
             }
             _ = sleep_until(deadline) => {
                 dirty_since = None;
@@ -994,6 +1030,15 @@ pub async fn lead(
                         }
                     }
                 });
+            } else if let Some(job) = scheduled.pop_front() {
+                let writer = writer.clone();
+                in_flight.spawn(async move {
+                    let result = writer
+                        .report_scheduled(&job)
+                        .await
+                        .map_err(|e| e.to_string());
+                    Done::Scheduled(job, result)
+                });
             } else {
                 break;
             }
@@ -1003,6 +1048,14 @@ pub async fn lead(
     watches.abort_all();
     metrics.ready.store(false, Ordering::Relaxed);
     ended
+}
+
+/// Waits until leadership is `want`. A closed channel keeps its last value for good (a
+/// replica without leader election leads until shutdown): it never busy-loops.
+async fn leadership(leader: &mut watch::Receiver<bool>, want: bool) {
+    if leader.wait_for(|l| *l == want).await.is_err() && *leader.borrow() != want {
+        std::future::pending::<()>().await;
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -1025,8 +1078,9 @@ pub async fn run(
     loop {
         metrics.leader.set(0);
         tokio::select! {
-            _ = leader.wait_for(|l| *l) => {}
+            biased;
             _ = shutdown.wait_for(|s| *s) => return,
+            _ = leadership(&mut leader, true) => {}
         }
         tracing::info!("leading: rebuilding state from a fresh listing");
         metrics.leader.set(1);
@@ -1040,9 +1094,10 @@ pub async fn run(
         )
         .await;
         metrics.leader.set(0);
-        match ended {
-            Ended::Shutdown => return,
-            Ended::LostLease => tracing::warn!("lease lost: stopped binding, state dropped"),
+        // Shutting down releases the lease too: that is no loss worth a warning.
+        if ended == Ended::Shutdown || *shutdown.borrow() {
+            return;
         }
+        tracing::warn!("lease lost: stopped binding, state dropped");
     }
 }

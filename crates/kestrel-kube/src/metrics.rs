@@ -24,6 +24,7 @@ pub struct Metrics {
     pub pending: Family<Labels, Gauge>,
     pub binds: Family<Labels, Counter>,
     pub status_reports: Family<Labels, Counter>,
+    pub scheduled_events: Family<Labels, Counter>,
     pub evictions: Family<Labels, Counter>,
     pub leader: Gauge,
     /// Set once the watches have listed everything (and, on a leader, the state is built).
@@ -63,6 +64,12 @@ impl Metrics {
             "PodScheduled=False updates and FailedScheduling events, by result (ok, error)",
             status_reports.clone(),
         );
+        let scheduled_events = Family::<Labels, Counter>::default();
+        registry.register(
+            "scheduled_events",
+            "Scheduled events of bound pods, by result (ok, error)",
+            scheduled_events.clone(),
+        );
         let evictions = Family::<Labels, Counter>::default();
         registry.register(
             "preemption_evictions",
@@ -81,6 +88,7 @@ impl Metrics {
             pending,
             binds,
             status_reports,
+            scheduled_events,
             evictions,
             leader,
             ready: AtomicBool::new(false),

@@ -22,7 +22,10 @@ pub async fn apply_yaml(client: &kube::Client, text: &str, dry_run: bool) -> Res
     for doc in docs.into_iter().filter(|d| d.is_object()) {
         let api_version = doc["apiVersion"].as_str().unwrap_or_default().to_string();
         let kind = doc["kind"].as_str().unwrap_or_default().to_string();
-        let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = doc["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let what = format!("{kind} {name} ({api_version})");
         let (group, version) = match api_version.split_once('/') {
             Some((g, v)) => (g.to_string(), v.to_string()),
@@ -103,11 +106,12 @@ pub async fn service_account_token(client: &kube::Client, namespace: &str, name:
         "spec": {"expirationSeconds": 3600},
     }))
     .expect("TokenRequest");
-    let body = serde_json::to_vec(&request).expect("TokenRequest JSON");
     let answer: TokenRequest = api
-        .create_subresource("token", name, &PostParams::default(), body)
+        .create_subresource("token", name, &PostParams::default(), &request)
         .await
-        .unwrap_or_else(|e| panic!("requesting a token for ServiceAccount {namespace}/{name}: {e}"));
+        .unwrap_or_else(|e| {
+            panic!("requesting a token for ServiceAccount {namespace}/{name}: {e}")
+        });
     answer.status.expect("TokenRequest status").token
 }
 

@@ -7,7 +7,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
 use serde_json::json;
 use std::collections::HashSet;
@@ -30,7 +30,8 @@ impl Drop for FakeKubelet {
 /// `90s`, `2m`, `1h` or plain seconds.
 fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
-    let (number, unit) = text.split_at(text.find(|c: char| c.is_alphabetic()).unwrap_or(text.len()));
+    let (number, unit) =
+        text.split_at(text.find(|c: char| c.is_alphabetic()).unwrap_or(text.len()));
     let n: f64 = number.parse().ok()?;
     let seconds = match unit {
         "" | "s" => n,
@@ -65,7 +66,9 @@ impl FakeKubelet {
                 let uid = pod.metadata.uid.clone().unwrap_or_default();
                 let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
                 if pod.metadata.deletion_timestamp.is_some() {
-                    let _ = pods.delete(&name, &DeleteParams::default().grace_period(0)).await;
+                    let _ = pods
+                        .delete(&name, &DeleteParams::default().grace_period(0))
+                        .await;
                     continue;
                 }
                 let phase = pod.status.as_ref().and_then(|s| s.phase.clone());

@@ -11,7 +11,10 @@ pub fn gpu_node(name: &str, gpus: u32, labels: &[(&str, &str)]) -> Node {
     let mut l = serde_json::Map::new();
     l.insert("kubernetes.io/hostname".into(), json!(name));
     if gpus > 0 {
-        l.insert("nvidia.com/gpu.product".into(), json!("NVIDIA-H100-80GB-HBM3"));
+        l.insert(
+            "nvidia.com/gpu.product".into(),
+            json!("NVIDIA-H100-80GB-HBM3"),
+        );
         l.insert("nvidia.com/gpu.count".into(), json!(gpus.to_string()));
         l.insert("nvidia.com/gpu.memory".into(), json!("81559"));
     }
@@ -44,7 +47,8 @@ pub async fn create_gpu_nodes(client: &kube::Client, nodes: Vec<Node>) {
         tasks.spawn(async move {
             let name = node.metadata.name.clone().unwrap_or_default();
             let status = json!({"status": node.status});
-            let taints = json!({"spec": {"taints": node.spec.as_ref().and_then(|s| s.taints.clone())}});
+            let taints =
+                json!({"spec": {"taints": node.spec.as_ref().and_then(|s| s.taints.clone())}});
             api.create(&PostParams::default(), &node)
                 .await
                 .unwrap_or_else(|e| panic!("creating node {name}: {e}"));

@@ -38,6 +38,7 @@ impl Kestrel {
             .args(args)
             .env("POD_NAME", identity)
             .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("log"))
             .stderr(file);
@@ -66,19 +67,24 @@ impl Kestrel {
 
     /// How many log lines contain `needle`.
     pub fn log_count(&self, needle: &str) -> usize {
-        self.log_text().lines().filter(|l| l.contains(needle)).count()
+        self.log_text()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .count()
     }
 
     /// GET a path of the metrics server: (status code, body), `None` when nothing answers.
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
-        let mut stream =
-            std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
         let mut text = String::new();
         stream.read_to_string(&mut text).ok()?;
         let code = text.split_whitespace().nth(1)?.parse().ok()?;
-        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
         Some((code, body))
     }
 

@@ -36,6 +36,10 @@ pub enum BenchCommand {
     /// Time to explain a pod, a gang, a ClusterQueue and a node, and to list the queue, on
     /// a large cluster (default 5,000 nodes x 8 GPUs, 50,000 pending pods).
     Explain(crate::bench_explain::ExplainArgs),
+    /// Bind throughput on a real API server (the test control plane, testenv/):
+    /// kube-scheduler and `kestrel serve` one after the other, same pods, same client
+    /// limits; binds/s, the ratio, Kestrel's peak RSS.
+    Live(crate::bench_live::LiveArgs),
 }
 
 #[derive(Args)]
@@ -117,6 +121,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Fairness(args) => crate::bench_queues::run_fairness(args),
         BenchCommand::Predict(args) => crate::bench_explain::run_predict(args),
         BenchCommand::Explain(args) => crate::bench_explain::run_explain(args),
+        BenchCommand::Live(args) => crate::bench_live::run_live(args),
     }
 }
 

@@ -84,20 +84,34 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
         .map(|i| kestrel_testenv::gpu_node(&format!("bench-{i:05}"), 8, &[]))
         .collect();
     kestrel_testenv::create_gpu_nodes(&client, nodes).await;
-    eprintln!("{} nodes created in {:.1} s", args.nodes, t.elapsed().as_secs_f64());
+    eprintln!(
+        "{} nodes created in {:.1} s",
+        args.nodes,
+        t.elapsed().as_secs_f64()
+    );
     let mut runs = Vec::new();
     for scheduler in ["kube-scheduler", "kestrel"] {
         if args.only.as_deref().is_some_and(|o| o != scheduler) {
             continue;
         }
         let ns = format!("bench-{scheduler}");
-        let scheduler_name = if scheduler == "kestrel" { "kestrel" } else { "default-scheduler" };
+        let scheduler_name = if scheduler == "kestrel" {
+            "kestrel"
+        } else {
+            "default-scheduler"
+        };
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
-        namespaces.create(&PostParams::default(), &namespace).await?;
+        namespaces
+            .create(&PostParams::default(), &namespace)
+            .await?;
         let t = Instant::now();
         create_pods(&client, &ns, scheduler_name, args.pods).await?;
-        eprintln!("{scheduler}: {} pods created in {:.1} s", args.pods, t.elapsed().as_secs_f64());
+        eprintln!(
+            "{scheduler}: {} pods created in {:.1} s",
+            args.pods,
+            t.elapsed().as_secs_f64()
+        );
         let counter = tokio::spawn(count_binds(client.clone(), ns.clone(), args.pods as usize));
         let started = Instant::now();
         let mut kestrel = None;
@@ -112,7 +126,10 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
                 &["--leader-elect=false", &q, &b],
             ));
         } else {
-            cp.start_kube_scheduler(&[&format!("--kube-api-qps={qps}"), &format!("--kube-api-burst={burst}")]);
+            cp.start_kube_scheduler(&[
+                &format!("--kube-api-qps={qps}"),
+                &format!("--kube-api-burst={burst}"),
+            ]);
         }
         let outcome = tokio::time::timeout(Duration::from_secs(args.timeout), counter).await;
         let peak_rss_mib = kestrel.as_ref().and_then(|k| k.peak_rss_mib());
@@ -125,7 +142,11 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
             Ok(Ok(Ok(times))) => times,
             Ok(Ok(Err(e))) => bail!("{scheduler}: watching the binds failed: {e}"),
             Ok(Err(e)) => bail!("{scheduler}: {e}"),
-            Err(_) => bail!("{scheduler} did not bind all {} pods within {} s", args.pods, args.timeout),
+            Err(_) => bail!(
+                "{scheduler} did not bind all {} pods within {} s",
+                args.pods,
+                args.timeout
+            ),
         };
         let run = Run {
             scheduler,
@@ -142,8 +163,11 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
         );
         runs.push(run);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        pods.delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
-            .await?;
+        pods.delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &ListParams::default(),
+        )
+        .await?;
         wait_empty(&pods).await?;
     }
     report(args, qps, burst, &runs);
@@ -178,7 +202,10 @@ fn report(args: &LiveArgs, qps: f64, burst: u32, runs: &[Run]) {
         "{} nodes x 8 GPUs, {} one-GPU pods, client limits qps {qps} burst {burst}",
         args.nodes, args.pods
     );
-    println!("{:<16} {:>10} {:>14} {:>12} {:>14}", "scheduler", "binds/s", "first bind (s)", "binding (s)", "peak RSS (MiB)");
+    println!(
+        "{:<16} {:>10} {:>14} {:>12} {:>14}",
+        "scheduler", "binds/s", "first bind (s)", "binding (s)", "peak RSS (MiB)"
+    );
     for r in runs {
         println!(
             "{:<16} {:>10.0} {:>14.1} {:>12.1} {:>14}",
@@ -186,7 +213,9 @@ fn report(args: &LiveArgs, qps: f64, burst: u32, runs: &[Run]) {
             r.binds_per_second(args.pods),
             r.to_first_bind.as_secs_f64(),
             r.binding.as_secs_f64(),
-            r.peak_rss_mib.map(|m| format!("{m:.0}")).unwrap_or_else(|| "-".into())
+            r.peak_rss_mib
+                .map(|m| format!("{m:.0}"))
+                .unwrap_or_else(|| "-".into())
         );
     }
     if let Some(ratio) = ratio {
@@ -218,18 +247,27 @@ async fn create_pods(client: &kube::Client, ns: &str, scheduler: &str, count: u3
 }
 
 /// Watches the namespace's pods until `count` have a node: (first bind, last bind).
-async fn count_binds(client: kube::Client, ns: String, count: usize) -> Result<(Instant, Instant), String> {
+async fn count_binds(
+    client: kube::Client,
+    ns: String,
+    count: usize,
+) -> Result<(Instant, Instant), String> {
     let api: Api<Pod> = Api::namespaced(client, &ns);
     let mut bound = HashSet::new();
     let mut first = None;
-    let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+    let mut stream =
+        std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
     while let Some(event) = stream.next().await {
         let pods = match event.map_err(|e| e.to_string())? {
             Event::Apply(p) | Event::InitApply(p) => vec![p],
             _ => continue,
         };
         for pod in pods {
-            if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+            if pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some()
                 && bound.insert(pod.metadata.name.unwrap_or_default())
             {
                 let now = Instant::now();
@@ -245,7 +283,12 @@ async fn count_binds(client: kube::Client, ns: String, count: usize) -> Result<(
 
 async fn wait_empty(pods: &Api<Pod>) -> Result<()> {
     for _ in 0..600 {
-        if pods.list(&ListParams::default().limit(1)).await?.items.is_empty() {
+        if pods
+            .list(&ListParams::default().limit(1))
+            .await?
+            .items
+            .is_empty()
+        {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

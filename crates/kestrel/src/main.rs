@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_explain;
+mod bench_live;
 mod bench_queues;
 mod doctor;
 mod explain;

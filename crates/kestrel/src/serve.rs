@@ -14,6 +14,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::watch;
 
+/// Default client-side limit of API writes per second, and the burst above it.
+pub const DEFAULT_QPS: f64 = 200.0;
+pub const DEFAULT_BURST: u32 = 400;
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum LogFormat {
     Plain,
@@ -29,10 +33,10 @@ pub struct ServeArgs {
     #[arg(long, default_value = "kestrel")]
     scheduler_name: String,
     /// Client-side limit of API writes per second (binds, status, events); 0: none.
-    #[arg(long, default_value_t = 200.0)]
+    #[arg(long, default_value_t = DEFAULT_QPS)]
     qps: f64,
     /// Writes allowed in a burst above --qps.
-    #[arg(long, default_value_t = 400)]
+    #[arg(long, default_value_t = DEFAULT_BURST)]
     burst: u32,
     /// Elect one leader among replicas with a Lease (disable only for a single replica).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -164,13 +168,16 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
         shutdown_rx.clone(),
     ));
 
+    // Without election this replica leads from the start: the sender lives (unused) until
+    // the end, so leadership never reads as closed or lost.
     let (leader_tx, leader_rx) = watch::channel(!args.leader_elect);
+    let mut sole_leader = None;
     let elector = if args.leader_elect {
         let lease = LeaseConfig::new(&args.lease_namespace, &args.scheduler_name, &identity);
         let elector = LeaderElector::new(client.clone(), lease);
         Some(tokio::spawn(elector.run(leader_tx, shutdown_rx.clone())))
     } else {
-        drop(leader_tx);
+        sole_leader = Some(leader_tx);
         None
     };
     let writer = ApiWriter::new(
@@ -213,6 +220,7 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
         elector.await.ok();
     }
     server.await.ok();
+    drop(sole_leader);
     Ok(())
 }
 

@@ -6,36 +6,46 @@
 
 mod live;
 
-use k8s_openapi::api::core::v1::Node;
 use kestrel_testenv::{FakeKubelet, Kestrel};
 use live::*;
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// `nodes` 8-GPU nodes named `{prefix}N`.
-fn gpu_nodes(prefix: &str, nodes: usize) -> Vec<Node> {
-    (0..nodes)
-        .map(|i| kestrel_testenv::gpu_node(&format!("{prefix}{i}"), 8, &[]))
-        .collect()
-}
-
 /// `count` one-GPU pods of `scheduler`, each running `runtime` once started.
-async fn one_gpu_pods(client: &kube::Client, ns: &str, scheduler: &str, count: usize, runtime: &str) {
+async fn one_gpu_pods(
+    client: &kube::Client,
+    ns: &str,
+    scheduler: &str,
+    count: usize,
+    runtime: &str,
+) {
     let pods = (0..count)
-        .map(|i| gpu_pod(ns, &format!("p{i:04}"), scheduler, 1, &[], &[("kestrel.dev/sim-duration", runtime)]))
+        .map(|i| {
+            gpu_pod(
+                ns,
+                &format!("p{i:04}"),
+                scheduler,
+                1,
+                &[],
+                &[("kestrel.dev/sim-duration", runtime)],
+            )
+        })
         .collect();
     create_pods(client, pods).await;
 }
 
 async fn bound_count(client: &kube::Client, ns: &str) -> usize {
-    pods_in(client, ns).await.iter().filter(|p| node_of(p).is_some()).count()
+    pods_in(client, ns)
+        .await
+        .iter()
+        .filter(|p| node_of(p).is_some())
+        .count()
 }
 
 /// Runs the checker every `every` until `done` pods of `ns` have succeeded.
 async fn check_until_done(client: &kube::Client, ns: &str, done: usize, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     loop {
-        assert_invariants(client, &BTreeMap::new()).await;
+        assert_invariants(client).await;
         let pods = pods_in(client, ns).await;
         let succeeded = pods
             .iter()
@@ -62,7 +72,7 @@ async fn apiserver_restart_with_compaction_never_overcommits() {
     let client = env.client().await;
     let (ns, scheduler, prefix) = ("restart", "kestrel-restart", "restart-");
     create_namespace(&client, ns).await;
-    kestrel_testenv::create_gpu_nodes(&client, gpu_nodes(prefix, 20)).await;
+    create_pool_nodes(&client, ns, 0, 20).await;
     let _kubelet = FakeKubelet::start(client.clone(), prefix);
     let kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
     // 320 pods of 8 s on 160 GPUs: two rounds, the restart in the first.
@@ -80,9 +90,11 @@ async fn apiserver_restart_with_compaction_never_overcommits() {
     eprintln!("API server down {:?}", answering - down);
     let client = env.client().await;
     let before = bound_count(&client, ns).await;
-    eventually(Duration::from_secs(10), "a bind within 10 s of the API server answering", || async {
-        (bound_count(&client, ns).await > before || before == 320).then_some(())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "a bind within 10 s of the API server answering",
+        || async { (bound_count(&client, ns).await > before || before == 320).then_some(()) },
+    )
     .await;
     check_until_done(&client, ns, 320, Duration::from_secs(150)).await;
     let log = kestrel.log_text();
@@ -100,7 +112,7 @@ async fn apiserver_unreachable_for_ten_seconds() {
     let client = env.client().await;
     let (ns, scheduler, prefix) = ("frozen", "kestrel-frozen", "frozen-");
     create_namespace(&client, ns).await;
-    kestrel_testenv::create_gpu_nodes(&client, gpu_nodes(prefix, 10)).await;
+    create_pool_nodes(&client, ns, 0, 10).await;
     let _kubelet = FakeKubelet::start(client.clone(), prefix);
     let kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
     one_gpu_pods(&client, ns, scheduler, 160, "6s").await;
@@ -113,7 +125,11 @@ async fn apiserver_unreachable_for_ten_seconds() {
     env.cp.resume_apiserver();
     let client = env.client().await;
     check_until_done(&client, ns, 160, Duration::from_secs(120)).await;
-    assert!(kestrel.ready(), "not ready after the freeze:\n{}", kestrel.log_text());
+    assert!(
+        kestrel.ready(),
+        "not ready after the freeze:\n{}",
+        kestrel.log_text()
+    );
     cleanup(&client, prefix, &[ns]).await;
 }
 
@@ -125,7 +141,7 @@ async fn leader_killed_standby_takes_over() {
     let client = env.client().await;
     let (ns, scheduler, prefix) = ("failover", "kestrel-failover", "failover-");
     create_namespace(&client, ns).await;
-    kestrel_testenv::create_gpu_nodes(&client, gpu_nodes(prefix, 10)).await;
+    create_pool_nodes(&client, ns, 0, 10).await;
     let _kubelet = FakeKubelet::start(client.clone(), prefix);
     let args = ["--scheduler-name", scheduler];
     let mut first = env.kestrel(&format!("{scheduler}-a"), &args);
@@ -146,9 +162,16 @@ async fn leader_killed_standby_takes_over() {
         (second.log_count("leading: rebuilding state") == 1).then(|| killed.elapsed())
     })
     .await;
-    assert!(taken <= Duration::from_secs(20), "takeover took {taken:?} (lease 15 s + 5 s)");
+    assert!(
+        taken <= Duration::from_secs(20),
+        "takeover took {taken:?} (lease 15 s + 5 s)"
+    );
     check_until_done(&client, ns, 200, Duration::from_secs(120)).await;
-    assert!(!second.log_text().contains("lease lost"), "{}", second.log_text());
+    assert!(
+        !second.log_text().contains("lease lost"),
+        "{}",
+        second.log_text()
+    );
     cleanup(&client, prefix, &[ns]).await;
 }
 
@@ -160,7 +183,7 @@ async fn sigterm_hands_over_at_once() {
     let client = env.client().await;
     let (ns, scheduler, prefix) = ("sigterm", "kestrel-sigterm", "sigterm-");
     create_namespace(&client, ns).await;
-    kestrel_testenv::create_gpu_nodes(&client, gpu_nodes(prefix, 4)).await;
+    create_pool_nodes(&client, ns, 0, 4).await;
     let _kubelet = FakeKubelet::start(client.clone(), prefix);
     let args = ["--scheduler-name", scheduler];
     let mut first: Kestrel = env.kestrel(&format!("{scheduler}-a"), &args);
@@ -171,12 +194,19 @@ async fn sigterm_hands_over_at_once() {
     let second = env.kestrel(&format!("{scheduler}-b"), &args);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let asked = Instant::now();
-    assert!(first.terminate(Duration::from_secs(20)), "replica a did not exit 0:\n{}", first.log_text());
+    assert!(
+        first.terminate(Duration::from_secs(20)),
+        "replica a did not exit 0:\n{}",
+        first.log_text()
+    );
     let taken = eventually(Duration::from_secs(20), "replica b leading", || async {
         (second.log_count("leading: rebuilding state") == 1).then(|| asked.elapsed())
     })
     .await;
-    assert!(taken <= Duration::from_secs(5), "the lease was not released: takeover took {taken:?}");
+    assert!(
+        taken <= Duration::from_secs(5),
+        "the lease was not released: takeover took {taken:?}"
+    );
     let log = first.log_text();
     assert_eq!(first.log_count("shutting down"), 1, "{log}");
     assert_eq!(first.log_count("lease lost"), 0, "{log}");

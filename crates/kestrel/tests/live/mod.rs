@@ -59,7 +59,13 @@ impl Env {
 
     /// `kestrel serve` with the ServiceAccount's kubeconfig.
     pub fn kestrel(&self, identity: &str, args: &[&str]) -> Kestrel {
-        Kestrel::start(kestrel_bin(), &self.sa_kubeconfig, &self.cp.dir, identity, args)
+        Kestrel::start(
+            kestrel_bin(),
+            &self.sa_kubeconfig,
+            &self.cp.dir,
+            identity,
+            args,
+        )
     }
 }
 
@@ -69,6 +75,19 @@ pub async fn create_namespace(client: &kube::Client, name: &str) {
     api.create(&PostParams::default(), &ns)
         .await
         .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+}
+
+/// The label that keeps a test's pods on its own nodes: the test's namespace.
+pub const POOL_LABEL: &str = "testenv.kestrel.dev/pool";
+
+/// Creates `count` 8-GPU nodes `{namespace}-N` (from `first`) in the namespace's pool.
+pub async fn create_pool_nodes(client: &kube::Client, namespace: &str, first: usize, count: usize) {
+    let nodes = (first..first + count)
+        .map(|i| {
+            kestrel_testenv::gpu_node(&format!("{namespace}-{i}"), 8, &[(POOL_LABEL, namespace)])
+        })
+        .collect();
+    kestrel_testenv::create_gpu_nodes(client, nodes).await;
 }
 
 /// A pod for `scheduler` asking `gpus` whole GPUs, with extra labels and annotations.
@@ -91,6 +110,8 @@ pub fn gpu_pod(
         "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
         "spec": {
             "schedulerName": scheduler,
+            // Each test's pods stay on its own nodes, whatever another test left behind.
+            "nodeSelector": {POOL_LABEL: namespace},
             "terminationGracePeriodSeconds": 0,
             "containers": [{"name": "main", "image": "trainer:1",
                             "resources": {"requests": resources.clone(), "limits": {"nvidia.com/gpu": resources.get("nvidia.com/gpu").cloned().unwrap_or(json!("0"))}}}],
@@ -122,7 +143,10 @@ pub async fn create_pods(client: &kube::Client, pods: Vec<Pod>) {
 
 pub async fn pods_in(client: &kube::Client, namespace: &str) -> Vec<Pod> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    api.list(&ListParams::default()).await.expect("listing pods").items
+    api.list(&ListParams::default())
+        .await
+        .expect("listing pods")
+        .items
 }
 
 pub fn node_of(pod: &Pod) -> Option<&str> {
@@ -138,17 +162,54 @@ pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
 }
 
 /// Waits until `count` pods of the namespace are bound; returns the pods.
-pub async fn wait_bound(client: &kube::Client, namespace: &str, count: usize, timeout: Duration) -> Vec<Pod> {
-    eventually(timeout, &format!("{count} bound pods in {namespace}"), || async {
-        let pods = pods_in(client, namespace).await;
-        (pods.iter().filter(|p| node_of(p).is_some()).count() >= count).then_some(pods)
-    })
+pub async fn wait_bound(
+    client: &kube::Client,
+    namespace: &str,
+    count: usize,
+    timeout: Duration,
+) -> Vec<Pod> {
+    eventually(
+        timeout,
+        &format!("{count} bound pods in {namespace}"),
+        || async {
+            let pods = pods_in(client, namespace).await;
+            (pods.iter().filter(|p| node_of(p).is_some()).count() >= count).then_some(pods)
+        },
+    )
     .await
 }
 
-/// The invariant checker on what the API server holds: every node and every pod of the
-/// cluster, gangs with the given minimum members. Panics with every violation.
-pub async fn assert_invariants(client: &kube::Client, gang_min_members: &BTreeMap<String, u32>) {
+/// `namespace/name` -> `minMember` of every PodGroup (Kestrel's, scheduler-plugins',
+/// Volcano's) the API server holds; kinds it does not serve have none.
+pub async fn pod_group_min_members(client: &kube::Client) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for (group, version) in [
+        ("scheduling.kestrel.dev", "v1alpha1"),
+        ("scheduling.x-k8s.io", "v1alpha1"),
+        ("scheduling.volcano.sh", "v1beta1"),
+    ] {
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, "PodGroup");
+        let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "podgroups");
+        let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
+        let Ok(list) = api.list(&ListParams::default()).await else {
+            continue;
+        };
+        for pg in list.items {
+            let min = pg.data["spec"]["minMember"].as_u64().unwrap_or(1) as u32;
+            let key = format!(
+                "{}/{}",
+                pg.metadata.namespace.unwrap_or_default(),
+                pg.metadata.name.unwrap_or_default()
+            );
+            out.insert(key, min);
+        }
+    }
+    out
+}
+
+/// The invariant checker on what the API server holds: every node, every pod and every
+/// PodGroup of the cluster. Panics with every violation.
+pub async fn assert_invariants(client: &kube::Client) {
     let nodes: Vec<Node> = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -159,7 +220,9 @@ pub async fn assert_invariants(client: &kube::Client, gang_min_members: &BTreeMa
         .await
         .expect("listing pods")
         .items;
-    let snapshot = kestrel_invariants::Snapshot::from_k8s(&nodes, &pods, gang_min_members);
+    let gangs = pod_group_min_members(client).await;
+    let snapshot = kestrel_invariants::Snapshot::from_k8s(&nodes, &pods, &gangs)
+        .unwrap_or_else(|e| panic!("the API server's objects cannot be checked: {e}"));
     if let Err(violations) = kestrel_invariants::check(&snapshot) {
         let text: Vec<String> = violations.iter().map(|v| v.to_string()).collect();
         panic!("invariants broken on the API server:\n{}", text.join("\n"));
@@ -171,11 +234,19 @@ pub async fn cleanup(client: &kube::Client, node_prefix: &str, namespaces: &[&st
     for ns in namespaces {
         let api: Api<Pod> = Api::namespaced(client.clone(), ns);
         let _ = api
-            .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
+            .delete_collection(
+                &DeleteParams::default().grace_period(0),
+                &ListParams::default(),
+            )
             .await;
     }
     let nodes: Api<Node> = Api::all(client.clone());
-    for node in nodes.list(&ListParams::default()).await.expect("nodes").items {
+    for node in nodes
+        .list(&ListParams::default())
+        .await
+        .expect("nodes")
+        .items
+    {
         let name = node.metadata.name.unwrap_or_default();
         if name.starts_with(node_prefix) {
             let _ = nodes.delete(&name, &DeleteParams::default()).await;
