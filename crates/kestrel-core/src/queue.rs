@@ -846,6 +846,30 @@ impl QueueBook {
         share
     }
 
+    /// The admission of a pod found already bound (by an earlier leader, before a restart):
+    /// per resource group, the first flavor whose node labels the pod's node carries (the
+    /// first flavor when none does). Reality wins: it is charged even past the quota.
+    pub(crate) fn restored_admission(&self, cq: CqId, node_labels: &Labels) -> Admission {
+        let book = &self.cqs[cq.0 as usize];
+        let flavors = book
+            .groups
+            .iter()
+            .map(|g| {
+                g.flavors
+                    .iter()
+                    .position(|f| {
+                        self.flavors.get(&f.flavor).is_some_and(|rf| {
+                            rf.node_labels
+                                .iter()
+                                .all(|(k, v)| node_labels.get(k) == Some(v))
+                        })
+                    })
+                    .unwrap_or(0) as u16
+            })
+            .collect();
+        Admission { cq, flavors }
+    }
+
     /// The flavors' node labels and tolerations for an admission (empty when none).
     pub(crate) fn flavor_constraints(&self, admission: &Admission) -> (Labels, Vec<Toleration>) {
         let mut labels = Labels::new();

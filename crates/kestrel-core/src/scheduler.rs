@@ -530,6 +530,11 @@ impl Scheduler {
         let id = self.submit(spec, now);
         let key = self.pods[id.0 as usize].queue_key(id);
         self.active.remove(&key);
+        // A queued pod counts against its ClusterQueue's quota as it did when admitted.
+        if let QueueLink::Cq(cq) = self.pods[id.0 as usize].link {
+            let labels = &self.cluster.node(node).spec.labels;
+            self.pods[id.0 as usize].admission = Some(self.queues.restored_admission(cq, labels));
+        }
         self.bind(id, node, gpus, now);
         Ok(id)
     }
@@ -1545,11 +1550,29 @@ impl Scheduler {
         }
     }
 
-    /// Queues changed: pending pods find their ClusterQueue again and get another look.
+    /// Queues changed: pending pods find their ClusterQueue again and get another look;
+    /// bound pods that were not charged to a queue (restored before their queue was known)
+    /// are charged to the one they now lead to.
     fn queues_changed(&mut self) {
         for i in 0..self.pods.len() {
-            if self.pods[i].phase == PodPhase::Pending {
-                self.pods[i].link = self.link_of(&self.pods[i].spec);
+            match self.pods[i].phase {
+                PodPhase::Pending => self.pods[i].link = self.link_of(&self.pods[i].spec),
+                PodPhase::Bound { node, .. } if self.pods[i].admission.is_none() => {
+                    let link = self.link_of(&self.pods[i].spec);
+                    if let QueueLink::Cq(cq) = link {
+                        let labels = &self.cluster.node(node).spec.labels;
+                        let admission = self.queues.restored_admission(cq, labels);
+                        self.queues
+                            .charge(&admission, &self.pods[i].quota_request, 1);
+                        self.bound_by_cq
+                            .entry(cq)
+                            .or_default()
+                            .insert(PodId(i as u32));
+                        self.pods[i].admission = Some(admission);
+                    }
+                    self.pods[i].link = link;
+                }
+                _ => {}
             }
         }
         self.capacity_may_have_grown();

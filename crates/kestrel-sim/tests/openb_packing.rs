@@ -55,11 +55,7 @@ fn the_openb_trace_never_overcommits_the_cluster() {
             }
         });
         assert_eq!(run.pods_arrived, arrivals);
-        assert_eq!(
-            checked,
-            arrivals.div_ceil(500),
-            "{policy}"
-        );
+        assert_eq!(checked, arrivals.div_ceil(500), "{policy}");
     }
 }
 
