@@ -45,11 +45,11 @@ fn truncated(text: &str, max: usize) -> String {
 pub enum GpuIndicesWrite {
     /// A merge patch of the annotation, then the binding: two writes, the annotation on
     /// the pod before it has a node.
-    #[default]
     Patch,
     /// In the Binding's `metadata.annotations`, which the API server copies onto the pod
     /// as it sets the node: one write per bind, and no annotation left behind by a bind
-    /// that fails.
+    /// that fails. The default: every supported API server copies them.
+    #[default]
     Binding,
 }
 

@@ -775,6 +775,37 @@ enum GroupWrite {
     Queue(QueueStatusJob),
 }
 
+/// API writes that failed, logged as they happen but at most one line per
+/// [`FAILURE_REPORT_EVERY`]: an API server that goes away fails every write in flight, and
+/// the log should say so once, with a count, not once per pod.
+#[derive(Default)]
+struct WriteFailures {
+    last_report: Option<Instant>,
+    since_report: u64,
+}
+
+const FAILURE_REPORT_EVERY: Duration = Duration::from_secs(10);
+
+impl WriteFailures {
+    fn note(&mut self, what: &str, object: String, error: impl std::fmt::Display) {
+        self.since_report += 1;
+        let now = Instant::now();
+        if self
+            .last_report
+            .is_some_and(|t| now.duration_since(t) < FAILURE_REPORT_EVERY)
+        {
+            return;
+        }
+        let failed = std::mem::take(&mut self.since_report);
+        self.last_report = Some(now);
+        if failed > 1 {
+            tracing::warn!(object = %object, error = %error, failed_writes = failed, "{what} (and {} other API writes failed in the last {} s)", failed - 1, FAILURE_REPORT_EVERY.as_secs());
+        } else {
+            tracing::warn!(object = %object, error = %error, "{what}");
+        }
+    }
+}
+
 /// How often a leader whose listings are incomplete says which.
 const LISTING_REPORT_EVERY: Duration = Duration::from_secs(10);
 
@@ -811,6 +842,7 @@ pub async fn lead(
     let mut dirty_since: Option<Instant> = None;
     let started = Instant::now();
     let mut next_listing_report = started + LISTING_REPORT_EVERY;
+    let mut failures = WriteFailures::default();
     let mut last_gauges = Instant::now() - Duration::from_secs(60);
     let ended = loop {
         // A cycle after a change (debounced), or when an eviction or an engine wake-up
@@ -835,7 +867,7 @@ pub async fn lead(
                             BindOutcome::PodGone => "pod_gone",
                             BindOutcome::Conflict(_) => "conflict",
                             BindOutcome::Retry(why) => {
-                                tracing::warn!(pod = %format!("{}/{}", job.namespace, job.name), node = %job.node, why = %why, "bind failed; requeued");
+                                failures.note("bind failed; requeued", format!("pod {}/{} on {}", job.namespace, job.name, job.node), why);
                                 "retry"
                             }
                         };
@@ -854,7 +886,7 @@ pub async fn lead(
                         let label = match &result {
                             Ok(()) => "ok",
                             Err(e) => {
-                                tracing::warn!(pod = %format!("{}/{}", job.namespace, job.name), error = %e, "could not evict the preemption victim; trying again shortly");
+                                failures.note("could not evict the preemption victim; trying again shortly", format!("pod {}/{}", job.namespace, job.name), e);
                                 "error"
                             }
                         };
@@ -863,17 +895,17 @@ pub async fn lead(
                     }
                     Ok(Done::Nomination(job, result)) => {
                         if let Err(e) = result {
-                            tracing::warn!(pod = %format!("{}/{}", job.namespace, job.name), node = %job.node, error = %e, "could not write the nominated node");
+                            failures.note("could not write the nominated node", format!("pod {}/{} on {}", job.namespace, job.name, job.node), &e);
                         }
                     }
                     Ok(Done::CheckpointRequest(job, result)) => {
                         if let Err(e) = result {
-                            tracing::warn!(pod = %format!("{}/{}", job.namespace, job.name), error = %e, "could not ask the victim to checkpoint; it is evicted when its grace is over");
+                            failures.note("could not ask the victim to checkpoint; it is evicted when its grace is over", format!("pod {}/{}", job.namespace, job.name), &e);
                         }
                     }
                     Ok(Done::Report(job, result)) => {
                         let label = if let Err(e) = result {
-                            tracing::warn!(pod = %format!("{}/{}", job.namespace, job.name), error = %e, "could not report why the pod waits");
+                            failures.note("could not report why the pod waits", format!("pod {}/{}", job.namespace, job.name), &e);
                             "error"
                         } else {
                             "ok"
@@ -891,19 +923,19 @@ pub async fn lead(
                     }
                     Ok(Done::GroupStatus(job, result)) => {
                         let result = result.map_err(|e| {
-                            tracing::warn!(pod_group = %format!("{}/{}", job.namespace, job.name), error = %e, "could not write the PodGroup status; written again at its next change");
+                            failures.note("could not write the PodGroup status; written again at its next change", format!("PodGroup {}/{}", job.namespace, job.name), &e);
                         });
                         state.group_status_result(&job, result);
                     }
                     Ok(Done::QueueStatus(job, result)) => {
                         if let Err(e) = &result {
-                            tracing::warn!(kind = job.kind, name = %job.name, error = %e, "could not write the queue status; written again shortly");
+                            failures.note("could not write the queue status; written again shortly", format!("{} {}", job.kind, job.name), e);
                         }
                         state.queue_status_result(&job, result.is_ok());
                     }
                     Ok(Done::GroupEvent(job, result)) => {
                         if let Err(e) = result {
-                            tracing::warn!(pod_group = %format!("{}/{}", job.namespace, job.name), error = %e, "could not post the PodGroup event");
+                            failures.note("could not post the PodGroup event", format!("PodGroup {}/{}", job.namespace, job.name), &e);
                         }
                     }
                     Err(e) if e.is_cancelled() => {}

@@ -50,7 +50,7 @@ impl Default for InstallValues {
             log_format: "json".into(),
             qps: "200".into(),
             burst: "400".into(),
-            gpu_indices_via: "patch".into(),
+            gpu_indices_via: "binding".into(),
             policy: "kestrel".into(),
             metrics_port: "10251".into(),
             // Memory limited (a leak ends in a restart, not a starved node); cpu not, so

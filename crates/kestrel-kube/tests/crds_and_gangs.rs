@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kestrel_core::SchedulerConfig;
-use kestrel_kube::api::{pod_group_status_patch, ApiWriter};
+use kestrel_kube::api::{pod_group_status_patch, ApiWriter, GpuIndicesWrite};
 use kestrel_kube::crds::{self, PodGroupPhase};
 use kestrel_kube::driver::{self, Change, DriverConfig, Ended, Stores};
 use kestrel_kube::index::{
@@ -1169,6 +1169,8 @@ fn mock_client() -> (Client, MockHandle) {
     (Client::new(service, "default"), handle)
 }
 
+/// A writer in `patch` mode (the annotation, then the binding), whose requests the
+/// tests check.
 fn writer(client: Client) -> ApiWriter {
     ApiWriter::new(
         client,
@@ -1176,6 +1178,7 @@ fn writer(client: Client) -> ApiWriter {
         "replica-a",
         Arc::new(Limiter::unlimited()),
     )
+    .with_gpu_indices_write(GpuIndicesWrite::Patch)
 }
 
 fn query(uri: &str) -> BTreeSet<String> {

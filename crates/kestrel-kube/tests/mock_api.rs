@@ -91,6 +91,8 @@ fn status(code: u16, reason: &str) -> Value {
            "message": reason, "reason": reason, "code": code})
 }
 
+/// A writer in `patch` mode (the annotation, then the binding), whose request shapes most
+/// tests check; `binding` mode has its own test.
 fn writer(client: Client) -> ApiWriter {
     ApiWriter::new(
         client,
@@ -98,6 +100,7 @@ fn writer(client: Client) -> ApiWriter {
         "kestrel-replica-a",
         Arc::new(Limiter::unlimited()),
     )
+    .with_gpu_indices_write(GpuIndicesWrite::Patch)
 }
 
 fn job(gpus: Option<&str>) -> BindJob {
@@ -628,8 +631,8 @@ async fn a_new_leader_counts_bound_pods_from_the_listing_before_it_binds() {
     let lead = tokio::spawn(async move {
         driver::lead(client, w, &config, &metrics, leader_rx, shutdown_rx).await
     });
-    // two: annotate + bind; four: status + event.
-    wait_for(&writes, 4).await;
+    // two: annotate + bind + Scheduled event; four: status + event.
+    wait_for(&writes, 5).await;
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     shutdown_tx.send_replace(true);
     assert_eq!(lead.await.unwrap(), Ended::Shutdown);
@@ -663,9 +666,15 @@ async fn a_new_leader_counts_bound_pods_from_the_listing_before_it_binds() {
         .unwrap()
         .contains("Insufficient nvidia.com/gpu"));
     idx("POST", "/apis/events.k8s.io/v1/namespaces/ml/events");
+    // Two events: FailedScheduling for `four`, Scheduled for `two`.
+    let events = summary
+        .iter()
+        .filter(|(_, p)| p.ends_with("/events"))
+        .count();
+    assert_eq!(events, 2, "{summary:?}");
     assert_eq!(
         writes.len(),
-        4,
+        5,
         "nothing for other schedulers' pods: {summary:?}"
     );
 }

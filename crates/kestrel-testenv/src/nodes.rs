@@ -61,7 +61,9 @@ pub async fn create_gpu_nodes(client: &kube::Client, nodes: Vec<Node>) {
                 .unwrap_or_else(|e| panic!("clearing node {name}'s taints: {e}"));
         });
         while tasks.len() >= 32 {
-            tasks.join_next().await.map(|r| r.expect("node task"));
+            if let Some(r) = tasks.join_next().await {
+                r.expect("node task");
+            }
         }
     }
     while let Some(r) = tasks.join_next().await {

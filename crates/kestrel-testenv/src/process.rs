@@ -37,7 +37,7 @@ impl Kestrel {
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
             .args(args)
             .env("POD_NAME", identity)
-            .env("RUST_LOG", "info")
+            .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("log"))

@@ -55,10 +55,10 @@ pub struct ServeArgs {
     /// Binds and status updates in flight at once.
     #[arg(long, default_value_t = kestrel_kube::driver::DEFAULT_MAX_IN_FLIGHT)]
     max_in_flight: usize,
-    /// How the chosen GPU indices reach the pod: `patch` annotates it, then binds it (two
-    /// writes); `binding` puts them in the Binding, which the API server copies onto the
-    /// pod as it sets the node (one write).
-    #[arg(long, value_enum, default_value = "patch")]
+    /// How the chosen GPU indices reach the pod: `binding` puts them in the Binding, which
+    /// the API server copies onto the pod as it sets the node (one write); `patch`
+    /// annotates the pod, then binds it (two writes).
+    #[arg(long, value_enum, default_value = "binding")]
     gpu_indices_via: GpuIndicesVia,
 }
 
@@ -98,7 +98,13 @@ pub fn crds() -> Result<()> {
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // The client logs every failed request itself; Kestrel reports failed writes with
+        // their object, once per interval, so the client's own line is left out.
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(
+                "info,kube_client::client::builder=off,kube_client::client=error",
+            )
+        });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -4,6 +4,10 @@
 //! twice, no node over its allocatable, nothing stranded (the invariant checker on what
 //! the API server holds), and the log tells what happened once.
 
+// The serial lock is held for a whole test on purpose: tests share one control plane
+// and run one at a time, each on its own runtime, so no task waits on another's guard.
+#![allow(clippy::await_holding_lock)]
+
 mod live;
 
 use kestrel_testenv::{FakeKubelet, Kestrel};

@@ -133,7 +133,9 @@ pub async fn create_pods(client: &kube::Client, pods: Vec<Pod>) {
                 .unwrap_or_else(|e| panic!("creating pod {ns}/{:?}: {e}", pod.metadata.name));
         });
         while tasks.len() >= 32 {
-            tasks.join_next().await.map(|r| r.expect("pod task"));
+            if let Some(r) = tasks.join_next().await {
+                r.expect("pod task");
+            }
         }
     }
     while let Some(r) = tasks.join_next().await {
