@@ -14,6 +14,25 @@ use kestrel_testenv::{FakeKubelet, Kestrel};
 use live::*;
 use std::time::{Duration, Instant};
 
+/// The test's namespace, `nodes` 8-GPU nodes in its pool and a fake kubelet running them.
+async fn pool_with_kubelet(client: &kube::Client, ns: &str, nodes: usize) -> FakeKubelet {
+    create_namespace(client, ns).await;
+    create_pool_nodes(client, ns, 0, nodes).await;
+    FakeKubelet::start(client.clone(), &format!("{ns}-"))
+}
+
+/// Two replicas of `scheduler`: `a` leads before `b` starts.
+async fn two_replicas(env: &Env, scheduler: &str) -> (Kestrel, Kestrel) {
+    let args = ["--scheduler-name", scheduler];
+    let first = env.kestrel(&format!("{scheduler}-a"), &args);
+    eventually(Duration::from_secs(30), "replica a leading", || async {
+        (first.log_count("leading: rebuilding state") == 1).then_some(())
+    })
+    .await;
+    let second = env.kestrel(&format!("{scheduler}-b"), &args);
+    (first, second)
+}
+
 /// `count` one-GPU pods of `scheduler`, each running `runtime` once started.
 async fn one_gpu_pods(
     client: &kube::Client,
@@ -75,9 +94,7 @@ async fn apiserver_restart_with_compaction_never_overcommits() {
     let Some((env, _serial)) = env() else { return };
     let client = env.client().await;
     let (ns, scheduler, prefix) = ("restart", "kestrel-restart", "restart-");
-    create_namespace(&client, ns).await;
-    create_pool_nodes(&client, ns, 0, 20).await;
-    let _kubelet = FakeKubelet::start(client.clone(), prefix);
+    let _kubelet = pool_with_kubelet(&client, ns, 20).await;
     let kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
     // 320 pods of 8 s on 160 GPUs: two rounds, the restart in the first.
     one_gpu_pods(&client, ns, scheduler, 320, "8s").await;
@@ -115,9 +132,7 @@ async fn apiserver_unreachable_for_ten_seconds() {
     let Some((env, _serial)) = env() else { return };
     let client = env.client().await;
     let (ns, scheduler, prefix) = ("frozen", "kestrel-frozen", "frozen-");
-    create_namespace(&client, ns).await;
-    create_pool_nodes(&client, ns, 0, 10).await;
-    let _kubelet = FakeKubelet::start(client.clone(), prefix);
+    let _kubelet = pool_with_kubelet(&client, ns, 10).await;
     let kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
     one_gpu_pods(&client, ns, scheduler, 160, "6s").await;
     eventually(Duration::from_secs(60), "first binds", || async {
@@ -144,17 +159,8 @@ async fn leader_killed_standby_takes_over() {
     let Some((env, _serial)) = env() else { return };
     let client = env.client().await;
     let (ns, scheduler, prefix) = ("failover", "kestrel-failover", "failover-");
-    create_namespace(&client, ns).await;
-    create_pool_nodes(&client, ns, 0, 10).await;
-    let _kubelet = FakeKubelet::start(client.clone(), prefix);
-    let args = ["--scheduler-name", scheduler];
-    let mut first = env.kestrel(&format!("{scheduler}-a"), &args);
-    // The first replica leads before the second starts.
-    eventually(Duration::from_secs(30), "replica a leading", || async {
-        (first.log_count("leading: rebuilding state") == 1).then_some(())
-    })
-    .await;
-    let second = env.kestrel(&format!("{scheduler}-b"), &args);
+    let _kubelet = pool_with_kubelet(&client, ns, 10).await;
+    let (mut first, second) = two_replicas(env, scheduler).await;
     one_gpu_pods(&client, ns, scheduler, 200, "6s").await;
     eventually(Duration::from_secs(60), "first binds", || async {
         (bound_count(&client, ns).await >= 30).then_some(())
@@ -186,16 +192,8 @@ async fn sigterm_hands_over_at_once() {
     let Some((env, _serial)) = env() else { return };
     let client = env.client().await;
     let (ns, scheduler, prefix) = ("sigterm", "kestrel-sigterm", "sigterm-");
-    create_namespace(&client, ns).await;
-    create_pool_nodes(&client, ns, 0, 4).await;
-    let _kubelet = FakeKubelet::start(client.clone(), prefix);
-    let args = ["--scheduler-name", scheduler];
-    let mut first: Kestrel = env.kestrel(&format!("{scheduler}-a"), &args);
-    eventually(Duration::from_secs(30), "replica a leading", || async {
-        (first.log_count("leading: rebuilding state") == 1).then_some(())
-    })
-    .await;
-    let second = env.kestrel(&format!("{scheduler}-b"), &args);
+    let _kubelet = pool_with_kubelet(&client, ns, 4).await;
+    let (mut first, second) = two_replicas(env, scheduler).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let asked = Instant::now();
     assert!(
