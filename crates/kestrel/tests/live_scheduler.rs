@@ -332,3 +332,22 @@ async fn cluster_queue_quota_holds_and_queue_live_agrees() {
     assert_invariants(&client).await;
     cleanup(&client, prefix, &[ns]).await;
 }
+
+/// The chart as helm itself renders it (`build/helm.sh render`, which .ci/run exports as
+/// `KESTREL_HELM_RENDERED`) is accepted by the real API server: server-side dry run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rendered_helm_chart_applies_to_the_api_server() {
+    let Some((env, _serial)) = env() else { return };
+    let Some(path) = std::env::var_os("KESTREL_HELM_RENDERED") else {
+        kestrel_testenv::skip_or_fail(
+            "KESTREL_HELM_RENDERED is not set: run `build/helm.sh render` and export it as target/helm-rendered.yaml (.ci/run does)",
+        );
+        return;
+    };
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", std::path::Path::new(&path).display()));
+    let client = env.client().await;
+    kestrel_testenv::apply_yaml(&client, &text, true)
+        .await
+        .unwrap_or_else(|e| panic!("the rendered chart does not apply: {e}"));
+}
