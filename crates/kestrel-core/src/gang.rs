@@ -274,11 +274,16 @@ impl Scheduler {
                 return;
             }
         }
+        // Members chosen as preemption victims are leaving: a pending member does not
+        // join them (it would be left running alone once they are evicted).
         let running: Vec<PodId> = state
             .members
             .iter()
             .copied()
-            .filter(|&p| matches!(self.pods[p.0 as usize].phase, PodPhase::Bound { .. }))
+            .filter(|&p| {
+                let record = &self.pods[p.0 as usize];
+                matches!(record.phase, PodPhase::Bound { .. }) && !record.evicting
+            })
             .collect();
         let exist = (pending.len() + running.len()) as u32;
         let role_of = |s: &Scheduler, p: PodId| {
