@@ -1558,19 +1558,12 @@ impl Scheduler {
             match self.pods[i].phase {
                 PodPhase::Pending => self.pods[i].link = self.link_of(&self.pods[i].spec),
                 PodPhase::Bound { node, .. } if self.pods[i].admission.is_none() => {
-                    let link = self.link_of(&self.pods[i].spec);
-                    if let QueueLink::Cq(cq) = link {
+                    self.pods[i].link = self.link_of(&self.pods[i].spec);
+                    if let QueueLink::Cq(cq) = self.pods[i].link {
                         let labels = &self.cluster.node(node).spec.labels;
-                        let admission = self.queues.restored_admission(cq, labels);
-                        self.queues
-                            .charge(&admission, &self.pods[i].quota_request, 1);
-                        self.bound_by_cq
-                            .entry(cq)
-                            .or_default()
-                            .insert(PodId(i as u32));
-                        self.pods[i].admission = Some(admission);
+                        self.pods[i].admission = Some(self.queues.restored_admission(cq, labels));
+                        self.charge_admission(PodId(i as u32));
                     }
-                    self.pods[i].link = link;
                 }
                 _ => {}
             }
@@ -1734,10 +1727,8 @@ impl Scheduler {
             at: now,
         };
         record.pending_reason = None;
-        if let Some(admission) = &record.admission {
-            self.queues.charge(admission, &record.quota_request, 1);
-            self.bound_by_cq.entry(admission.cq).or_default().insert(id);
-        }
+        self.charge_admission(id);
+        let record = &self.pods[id.0 as usize];
         self.bound_by_priority.insert((record.spec.priority, id));
         let (cq, priority) = (
             record.admission.as_ref().map(|a| a.cq),
@@ -1745,6 +1736,15 @@ impl Scheduler {
         );
         self.log_bind(node, cq, priority);
         self.pending -= 1;
+    }
+
+    /// Charges a bound pod's admission (if any) to its ClusterQueue's usage.
+    fn charge_admission(&mut self, id: PodId) {
+        let record = &self.pods[id.0 as usize];
+        if let Some(admission) = &record.admission {
+            self.queues.charge(admission, &record.quota_request, 1);
+            self.bound_by_cq.entry(admission.cq).or_default().insert(id);
+        }
     }
 
     fn intern_signature(&mut self, constraint: u32, demand: Demand) -> u32 {

@@ -169,6 +169,14 @@ impl ApiWriter {
         }
     }
 
+    /// Posts an event (events.k8s.io/v1), rate limited.
+    async fn post_event(&self, namespace: &str, event: &Event) -> Result<(), kube::Error> {
+        self.limiter.acquire().await;
+        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        events.create(&PostParams::default(), event).await?;
+        Ok(())
+    }
+
     /// The `Scheduled` event of a bound pod, as kube-scheduler records it (what
     /// `kubectl describe pod` users look for).
     pub async fn report_scheduled(&self, job: &BindJob) -> Result<(), kube::Error> {
@@ -190,10 +198,8 @@ impl ApiWriter {
             &note,
             Timestamp::now(),
         );
-        self.limiter.acquire().await;
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &job.namespace);
-        match events.create(&PostParams::default(), &event).await {
-            Ok(_) => Ok(()),
+        match self.post_event(&job.namespace, &event).await {
+            Ok(()) => Ok(()),
             // The namespace is going away with the pod: nothing to record.
             Err(e) if matches!(status_code(&e), Some(403 | 404)) => Ok(()),
             Err(e) => Err(e),
@@ -226,12 +232,7 @@ impl ApiWriter {
             Err(e) if status_code(&e) == Some(404) => return Ok(()),
             Err(e) => return Err(e),
         }
-        self.limiter.acquire().await;
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &job.namespace);
-        events
-            .create(&PostParams::default(), &self.event(job, now))
-            .await?;
-        Ok(())
+        self.post_event(&job.namespace, &self.event(job, now)).await
     }
 
     /// The `FailedScheduling` event for a pod (events.k8s.io/v1).
@@ -321,10 +322,7 @@ impl ApiWriter {
             &note,
             Timestamp::now(),
         );
-        self.limiter.acquire().await;
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &job.namespace);
-        events.create(&PostParams::default(), &event).await?;
-        Ok(())
+        self.post_event(&job.namespace, &event).await
     }
 
     /// Writes a preemptor's `status.nominatedNodeName` (status subresource, strategic
@@ -391,10 +389,7 @@ impl ApiWriter {
             &job.message,
             now,
         );
-        self.limiter.acquire().await;
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &job.namespace);
-        events.create(&PostParams::default(), &event).await?;
-        Ok(())
+        self.post_event(&job.namespace, &event).await
     }
 
     /// Writes a PodGroup's status by server-side apply of the status subresource (field
@@ -471,10 +466,7 @@ impl ApiWriter {
             &job.message,
             Timestamp::now(),
         );
-        self.limiter.acquire().await;
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &job.namespace);
-        events.create(&PostParams::default(), &event).await?;
-        Ok(())
+        self.post_event(&job.namespace, &event).await
     }
 }
 

@@ -799,7 +799,7 @@ impl WriteFailures {
         let failed = std::mem::take(&mut self.since_report);
         self.last_report = Some(now);
         if failed > 1 {
-            tracing::warn!(object = %object, error = %error, failed_writes = failed, "{what} (and {} other API writes failed in the last {} s)", failed - 1, FAILURE_REPORT_EVERY.as_secs());
+            tracing::warn!(object = %object, error = %error, failed_writes = failed, "{what} (and {} other API writes failed since the last report)", failed - 1);
         } else {
             tracing::warn!(object = %object, error = %error, "{what}");
         }
