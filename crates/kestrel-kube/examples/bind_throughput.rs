@@ -18,7 +18,7 @@
 //! others CPU-only), the rest ask for one GPU each and wait. `--managed-fields` adds the
 //! `metadata.managedFields` the API server sends with every object (unless the watch
 //! strips them). The watches drop the parts of each object no reader uses
-//! (`convert::trim_watched`) before storing it; `--untrimmed` stores them whole.
+//! (`live::trim_watched`) before storing it; `--untrimmed` stores them whole.
 //!
 //! Decisions/s is the cycle in memory; binds/s measures Kestrel's client side
 //! (serialisation, HTTP request building, as many binds in flight as `kestrel serve` keeps)
@@ -29,8 +29,8 @@ use futures::stream::{self, StreamExt};
 use http::{Request, Response};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kestrel_core::SchedulerConfig;
+use kestrel_k8s::live;
 use kestrel_kube::api::{ApiWriter, GpuIndicesWrite};
-use kestrel_kube::convert;
 use kestrel_kube::driver::DriverConfig;
 use kestrel_kube::index::{self, BindOutcome, ClusterState};
 use kestrel_kube::limiter::Limiter;
@@ -455,7 +455,7 @@ fn main() {
     for i in 0..args.nodes {
         let mut object = node(i, args.managed_fields);
         if !args.untrimmed {
-            convert::trim_watched(&mut object);
+            live::trim_watched(&mut object);
         }
         nodes.apply_watcher_event(&Event::InitApply(object));
     }
@@ -485,7 +485,7 @@ fn main() {
         });
         let mut object = pod(i, on, args.managed_fields);
         if !args.untrimmed {
-            convert::trim_watched(&mut object);
+            live::trim_watched(&mut object);
         }
         if i == 0 || i == args.bound {
             let size = serde_json::to_vec(&object).unwrap().len();
@@ -545,10 +545,10 @@ fn main() {
     let idle_time = t.elapsed();
     assert!(idle.binds.is_empty());
     let mut ended = pod(0, Some((0, Some(0))), false);
-    convert::trim_watched(&mut ended);
+    live::trim_watched(&mut ended);
     state.delete_pod(&ended);
     let mut arrived = pod(args.pods, None, false);
-    convert::trim_watched(&mut arrived);
+    live::trim_watched(&mut arrived);
     state.apply_pod(&arrived);
     let t = Instant::now();
     let next = state.cycle(2);

@@ -1,13 +1,13 @@
-//! The namespace policies the API server refuses pods by: ResourceQuotas ([`crate::quota`])
-//! and LimitRanges ([`crate::limit_range`]).
+//! The namespace policies the API server refuses pods by: ResourceQuotas ([`kestrel_k8s::quota`])
+//! and LimitRanges ([`kestrel_k8s::limit_range`]).
 //!
 //! A Job whose pods its namespace's policies refuse cannot create the rest of its gang, and
 //! the gang waits incomplete. The live scheduler keeps the policies it can use
 //! ([`Policies`]) and names the one that refuses pods like a gang's members.
 
-use crate::limit_range::{self, Limits, PodResources};
-use crate::quota::{self, PodUsage, Quota};
 use k8s_openapi::api::core::v1::{LimitRange, ResourceQuota};
+use kestrel_k8s::limit_range::{self, Limits, PodResources};
+use kestrel_k8s::quota::{self, PodUsage, Quota};
 use kube::Resource;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 

@@ -3,8 +3,6 @@
 //! `DisruptionTarget`, deletes, `Preempted` events), and the status of Kestrel's
 //! PodGroups (server-side apply) with Warning events on those it cannot use.
 
-use crate::convert::{CHECKPOINT_REQUEST_ANNOTATION, GPU_INDICES_ANNOTATION};
-use crate::crds::{ClusterQueue, LocalQueue, PodGroup, API_VERSION};
 use crate::index::{
     BindJob, BindOutcome, CheckpointJob, EvictJob, GroupEventJob, GroupStatusJob, NominationJob,
     QueueStatusJob, StatusJob,
@@ -14,6 +12,8 @@ use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
+use kestrel_k8s::crds::{ClusterQueue, LocalQueue, PodGroup, API_VERSION};
+use kestrel_k8s::live::{CHECKPOINT_REQUEST_ANNOTATION, GPU_INDICES_ANNOTATION};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
 };

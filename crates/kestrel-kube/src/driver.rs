@@ -13,7 +13,6 @@
 
 use crate::admission::AdmissionObject;
 use crate::api::ApiWriter;
-use crate::crds::{ClusterQueue, Cohort, LocalQueue, PodGroup, ResourceFlavor, Topology};
 use crate::index::{
     self, BindJob, BindOutcome, CheckpointJob, ClusterState, EvictJob, GroupEventJob, GroupKey,
     GroupStatusJob, NominationJob, QueueStatusJob, StatusJob, REASON_KINDS,
@@ -26,6 +25,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
+use kestrel_k8s::crds::{ClusterQueue, Cohort, LocalQueue, PodGroup, ResourceFlavor, Topology};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::watcher::{self, Event};
@@ -274,7 +274,8 @@ where
     let store = writer.as_reader();
     let stream = reflector::reflector(
         writer,
-        watcher::watcher(api, watcher::Config::default()).modify(crate::convert::trim_watched::<K>),
+        watcher::watcher(api, watcher::Config::default())
+            .modify(kestrel_k8s::live::trim_watched::<K>),
     );
     forward_events(tasks, kind, stream, tx, wrap, unserved_change);
     store
@@ -335,7 +336,7 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         tasks,
         "Pod".to_string(),
         watcher::watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
-            .modify(crate::convert::trim_watched::<Pod>),
+            .modify(kestrel_k8s::live::trim_watched::<Pod>),
         tx.clone(),
         |e| Change::Pod(Box::new(e)),
         None,
@@ -621,7 +622,7 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
                 for o in store.state() {
                     let mut json = to_json(&o);
                     // Listed items may come without their type; the parser needs it.
-                    json["apiVersion"] = serde_json::json!(crate::crds::API_VERSION);
+                    json["apiVersion"] = serde_json::json!(kestrel_k8s::crds::API_VERSION);
                     json["kind"] = serde_json::json!(kind);
                     objects.push(json);
                 }

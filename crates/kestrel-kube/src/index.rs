@@ -18,10 +18,6 @@
 //! ([`ClusterState::apply_admission`]) names that object in its status and its pods'.
 
 use crate::admission::{AdmissionObject, Policies};
-use crate::convert::{self, ConvertError, GPU_INDICES_ANNOTATION, LAST_CHECKPOINT_ANNOTATION};
-use crate::crds::{PodGroupPhase, PodGroupStatus};
-use crate::limit_range::PodResources;
-use crate::quota::PodUsage;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -32,9 +28,13 @@ use kestrel_core::{
     Labels, Millis, PodId, PodPhase, PodSpec, Scheduler, SchedulerConfig, StopPolicy,
     Unschedulable,
 };
-use kestrel_sim::gang_sources::{self, GangDocument, KESTREL_GROUP};
-use kestrel_sim::manifests::Catalog;
-use kestrel_sim::queue_sources::{parse_queue_document, queue_document_key, QueueDocument};
+use kestrel_k8s::crds::{PodGroupPhase, PodGroupStatus};
+use kestrel_k8s::gangs::{self, GangDocument, KESTREL_GROUP};
+use kestrel_k8s::limit_range::PodResources;
+use kestrel_k8s::live::{self, ConvertError, GPU_INDICES_ANNOTATION, LAST_CHECKPOINT_ANNOTATION};
+use kestrel_k8s::pods::Catalog;
+use kestrel_k8s::queues::{parse_queue_document, queue_document_key, QueueDocument};
+use kestrel_k8s::quota::PodUsage;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
@@ -448,7 +448,7 @@ impl ClusterState {
         ClusterState {
             scheduler: Scheduler::new(config),
             scheduler_name: scheduler_name.into(),
-            catalog: Catalog::live(Path::new(convert::API_SOURCE), [], []).0,
+            catalog: Catalog::live(Path::new(live::API_SOURCE), [], []).0,
             pods: HashMap::new(),
             keys: HashMap::new(),
             invalid_reports: Vec::new(),
@@ -831,7 +831,7 @@ impl ClusterState {
                 );
                 self.observe_queue_status(key, object);
             }
-            match parse_queue_document(Path::new(convert::API_SOURCE), name, object) {
+            match parse_queue_document(Path::new(live::API_SOURCE), name, object) {
                 Ok(doc) => {
                     wanted.insert(doc.key(), doc);
                 }
@@ -1134,7 +1134,7 @@ impl ClusterState {
         runtime_classes: impl IntoIterator<Item = &'a RuntimeClass>,
     ) -> &[ConvertError] {
         let (catalog, errors) = Catalog::live(
-            Path::new(convert::API_SOURCE),
+            Path::new(live::API_SOURCE),
             priority_classes,
             runtime_classes,
         );
@@ -1149,7 +1149,7 @@ impl ClusterState {
             })
             .collect();
         for pod in invalid {
-            self.pods.remove(&convert::pod_key(&pod));
+            self.pods.remove(&live::pod_key(&pod));
             self.apply_pod(&pod);
         }
         // Reports for pods that can be read now are stale.
@@ -1165,7 +1165,7 @@ impl ClusterState {
 
     /// A Node was added or changed. An unreadable node is left as it was (and returned).
     pub fn apply_node(&mut self, node: &Node) -> Result<(), ConvertError> {
-        let spec = convert::node_spec(node)?;
+        let spec = live::node_spec(node)?;
         let name = spec.name.clone();
         self.scheduler.update_node(spec).map_err(|e| ConvertError {
             object: Some(format!("Node {name}")),
@@ -1243,7 +1243,7 @@ impl ClusterState {
 
     /// A Pod was added or changed.
     pub fn apply_pod(&mut self, pod: &Pod) {
-        let key = convert::pod_key(pod);
+        let key = live::pod_key(pod);
         self.apply_pod_state(pod, &key);
         self.track_membership(&key, pod);
         if let Some(listed) = &mut self.relisted_pods {
@@ -1268,7 +1268,7 @@ impl ClusterState {
     fn apply_pod_state(&mut self, pod: &Pod, key: &str) {
         let key = key.to_string();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if convert::is_terminal(pod) {
+        if live::is_terminal(pod) {
             self.drop_pod(&key);
             return;
         }
@@ -1276,8 +1276,8 @@ impl ClusterState {
             // Deleted and created again under the same name.
             self.drop_pod(&key);
         }
-        let ours = convert::scheduler_name(pod) == self.scheduler_name;
-        let bound_to = convert::node_name(pod);
+        let ours = live::scheduler_name(pod) == self.scheduler_name;
+        let bound_to = live::node_name(pod);
         let current = self.pods.get(&key).map(|t| &t.state);
         match (bound_to, current) {
             (Some(n), Some(PodState::Binding { id, node })) if node == n => {
@@ -1295,7 +1295,7 @@ impl ClusterState {
             (Some(n), _) => {
                 // Bound by someone else, or first seen bound: count it where it is.
                 self.forget(&key);
-                let mut spec = match convert::pod_spec(&self.catalog, pod) {
+                let mut spec = match live::pod_spec(&self.catalog, pod) {
                     Ok(spec) => spec,
                     Err(e) => {
                         tracing::warn!(pod = %key, error = %e, "bound pod cannot be read; its usage is not counted");
@@ -1311,13 +1311,13 @@ impl ClusterState {
                     .annotations
                     .as_ref()
                     .and_then(|a| a.get(GPU_INDICES_ANNOTATION))
-                    .and_then(|v| convert::parse_gpu_indices(v));
+                    .and_then(|v| live::parse_gpu_indices(v));
                 let started = self.pod_time(pod, true);
                 let state = self.restore(&key, spec, n.to_string(), gpus, started);
                 self.set(&key, uid, state);
             }
             (None, Some(PodState::Queued(_) | PodState::Binding { .. } | PodState::Expired)) => {
-                if convert::is_deleting(pod) || !ours {
+                if live::is_deleting(pod) || !ours {
                     self.forget(&key);
                 }
             }
@@ -1329,14 +1329,14 @@ impl ClusterState {
                 Some(PodState::Gated | PodState::Invalid(_) | PodState::GangWait { .. }) | None,
             ) => {
                 self.forget(&key);
-                if !ours || convert::is_deleting(pod) {
+                if !ours || live::is_deleting(pod) {
                     return;
                 }
-                if convert::is_gated(pod) {
+                if live::is_gated(pod) {
                     self.set(&key, uid, PodState::Gated);
                     return;
                 }
-                let read = convert::pod_spec(&self.catalog, pod).and_then(|mut spec| {
+                let read = live::pod_spec(&self.catalog, pod).and_then(|mut spec| {
                     let group = self.gang_of(pod, &mut spec)?;
                     Ok((spec, group))
                 });
@@ -1376,12 +1376,12 @@ impl ClusterState {
 
     /// Records a pod's gang and whether it runs, for its PodGroup's status.
     fn track_membership(&mut self, key: &str, pod: &Pod) {
-        let group = if convert::scheduler_name(pod) == self.scheduler_name {
-            convert::pod_group_key(pod)
+        let group = if live::scheduler_name(pod) == self.scheduler_name {
+            live::pod_group_key(pod)
         } else {
             None
         };
-        let running = convert::is_running(pod);
+        let running = live::is_running(pod);
         let resources = group.as_ref().map(|_| self.intern_resources(pod));
         let Some(t) = self.pods.get_mut(key) else {
             return;
@@ -1411,7 +1411,7 @@ impl ClusterState {
     /// pods imply (Kueue's plain-pod groups) and takes a topology request from the pods'
     /// annotations for a gang that has none.
     fn gang_of(&mut self, pod: &Pod, spec: &mut PodSpec) -> Result<Option<GroupKey>, ConvertError> {
-        let Some(gang) = convert::pod_gang(pod)? else {
+        let Some(gang) = live::pod_gang(pod)? else {
             return Ok(None);
         };
         let key: GroupKey = (spec.namespace.clone(), gang.membership.gang.clone());
@@ -1442,7 +1442,7 @@ impl ClusterState {
 
     /// A Pod was deleted.
     pub fn delete_pod(&mut self, pod: &Pod) {
-        let key = convert::pod_key(pod);
+        let key = live::pod_key(pod);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if self
             .pods
@@ -1592,7 +1592,7 @@ impl ClusterState {
                 name: name.to_string(),
                 uid: t.uid.clone(),
                 node,
-                gpu_indices: convert::format_gpu_indices(&b.gpus),
+                gpu_indices: live::format_gpu_indices(&b.gpus),
             });
         }
         let mut explained = HashSet::new();
@@ -1788,7 +1788,7 @@ impl ClusterState {
         let generation = meta
             .and_then(|m| m.get("generation"))
             .and_then(Value::as_i64);
-        let spec = match gang_sources::parse_gang_document(Path::new(convert::API_SOURCE), object) {
+        let spec = match gangs::parse_gang_document(Path::new(live::API_SOURCE), object) {
             Ok(GangDocument::PodGroup(spec)) => Ok(spec),
             Ok(GangDocument::Topology(_)) => return,
             Err(e) => Err(format!(
@@ -1868,7 +1868,7 @@ impl ClusterState {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string();
-            match gang_sources::parse_gang_document(Path::new(convert::API_SOURCE), object) {
+            match gangs::parse_gang_document(Path::new(live::API_SOURCE), object) {
                 Ok(GangDocument::Topology(levels)) => {
                     found.insert(name, levels);
                 }

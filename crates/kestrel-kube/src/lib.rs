@@ -7,14 +7,10 @@
 
 pub mod admission;
 pub mod api;
-pub mod convert;
-pub mod crds;
+pub mod deploy;
 pub mod driver;
 pub mod index;
 pub mod leader;
-pub mod limit_range;
 pub mod limiter;
 pub mod live_view;
-pub mod manifests;
 pub mod metrics;
-pub mod quota;

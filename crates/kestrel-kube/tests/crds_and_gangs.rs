@@ -8,14 +8,14 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kestrel_core::SchedulerConfig;
+use kestrel_k8s::crds::{self, PodGroupPhase};
 use kestrel_kube::api::{pod_group_status_patch, ApiWriter, GpuIndicesWrite};
-use kestrel_kube::crds::{self, PodGroupPhase};
+use kestrel_kube::deploy;
 use kestrel_kube::driver::{self, Change, DriverConfig, Ended, Stores};
 use kestrel_kube::index::{
     BindOutcome, ClusterState, CycleOutput, GroupStatusJob, PodState, QueueStatusJob,
 };
 use kestrel_kube::limiter::Limiter;
-use kestrel_kube::manifests;
 use kestrel_kube::metrics::Metrics;
 use kube::api::{ApiResource, DynamicObject};
 use kube::client::Body;
@@ -31,7 +31,7 @@ use tower_test::mock::{self, Handle};
 // ---- CRD generation ---------------------------------------------------------------------
 
 fn crd(kind: &str) -> Value {
-    manifests::crd_objects()
+    deploy::crd_objects()
         .into_iter()
         .find(|c| c["spec"]["names"]["kind"] == kind)
         .unwrap_or_else(|| panic!("no CRD for {kind}"))
@@ -54,7 +54,7 @@ fn every_crd_has_its_group_names_scope_and_subresources() {
         ("Cohort", "cohorts", "Cluster", None, false),
         ("ResourceFlavor", "resourceflavors", "Cluster", None, false),
     ];
-    assert_eq!(manifests::crd_objects().len(), expected.len());
+    assert_eq!(deploy::crd_objects().len(), expected.len());
     for (kind, plural, scope, short, status) in expected {
         let c = crd(kind);
         assert_eq!(c["apiVersion"], "apiextensions.k8s.io/v1");
@@ -149,7 +149,7 @@ fn check_structural(path: &str, node: &Value, problems: &mut Vec<String>) {
 
 #[test]
 fn every_schema_is_structural_and_quantities_are_int_or_string() {
-    for c in manifests::crd_objects() {
+    for c in deploy::crd_objects() {
         let kind = c["spec"]["names"]["kind"].as_str().unwrap().to_string();
         let mut problems = Vec::new();
         check_structural(&kind, &schema(&kind), &mut problems);
@@ -441,7 +441,7 @@ fn typed_objects_round_trip_through_the_simulators_parser() {
     let typed: crds::PodGroup = serde_json::from_value(value.clone()).unwrap();
     assert_eq!(typed.spec.min_member, 5);
     assert_eq!(serde_json::to_value(&typed).unwrap(), value);
-    let parsed = kestrel_sim::gang_sources::parse_gang_document(std::path::Path::new("x"), &value);
+    let parsed = kestrel_k8s::gangs::parse_gang_document(std::path::Path::new("x"), &value);
     assert!(parsed.is_ok(), "{parsed:?}");
 }
 

@@ -9,7 +9,7 @@
 //! `kestrel crds > charts/kestrel/crds/kestrel-crds.yaml`;
 //! `charts/kestrel/values.schema.json` by the bless run only.
 
-use kestrel_kube::manifests::{
+use kestrel_kube::deploy::{
     render_crds, render_helm, render_plain, render_values, render_values_schema, values_schema,
 };
 use serde_json::Value;

@@ -21,15 +21,16 @@
 //! ```
 //!
 //! The GPU topology templates ([`GpuTopology`]) are shared with the Kubernetes Node loader
-//! ([`crate::kube_nodes`]).
+//! ([`kestrel_k8s::nodes`]).
 
-use crate::duration::parse_duration;
-use crate::error::LoadError;
 use crate::workload::{ClusterChange, ClusterEvent, SimCluster};
 use kestrel_core::{
     parse_quantity, GpuTopology, Labels, NodeSpec, Resources, Taint, TaintEffect, BLOCK_LABEL,
     GPU_PRODUCT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL, RACK_LABEL,
 };
+use kestrel_k8s::duration::parse_duration;
+use kestrel_k8s::nodes::{DEFAULT_MAX_PODS, GPU_MEMORY_LABEL};
+use kestrel_k8s::LoadError;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
@@ -43,12 +44,8 @@ pub const API_VERSION: &str = "sim.kestrel.dev/v1alpha1";
 pub const KIND: &str = "SimCluster";
 /// GPU Feature Discovery's label with the number of GPUs on the node.
 pub const GPU_COUNT_LABEL: &str = "nvidia.com/gpu.count";
-/// GPU Feature Discovery's label with each GPU's memory in MiB.
-pub const GPU_MEMORY_LABEL: &str = "nvidia.com/gpu.memory";
 /// The GPU Operator's label on nodes that have NVIDIA GPUs.
 pub const GPU_PRESENT_LABEL: &str = "nvidia.com/gpu.present";
-/// The kubelet's default `--max-pods`.
-pub const DEFAULT_MAX_PODS: u32 = 110;
 
 /// A scalar written as a string or a number (`cpu: 224`, `cpu: "224"`, `at: 7200`).
 #[derive(Debug, Clone, PartialEq)]
@@ -389,7 +386,7 @@ pub fn load_cluster_spec(path: &Path, text: &str) -> Result<SimCluster, LoadErro
                     format!(
                         "no node {name:?} exists at {}; name a node of the pools or \
                             one added by an earlier event",
-                        crate::duration::format_duration(at)
+                        kestrel_k8s::duration::format_duration(at)
                     ),
                 )
                 .object(&object)

@@ -24,9 +24,6 @@
 //! A snapshot is judged as of its newest timestamp (node heartbeats, pod conditions), so
 //! the same file always gives the same findings; the live command passes the clock.
 
-use crate::error::LoadError;
-use crate::kube_nodes::node_from_kube;
-use crate::manifests::{read_documents, Catalog};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
@@ -34,6 +31,10 @@ use kestrel_core::{
     parse_quantity, GpuRequest, NodeSpec, PodSpec, Taint, TaintEffect, GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
 };
+use kestrel_k8s::documents::read_documents;
+use kestrel_k8s::nodes::node_from_kube;
+use kestrel_k8s::pods::Catalog;
+use kestrel_k8s::LoadError;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};

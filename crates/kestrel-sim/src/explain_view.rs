@@ -7,7 +7,6 @@
 //! smallest missing share of a node) and the earliest node where running pods' ends (by
 //! estimated durations) free enough room.
 
-use crate::duration::format_duration;
 use crate::predict::{Estimates, Predictions, StartPrediction};
 use crate::sim::Simulation;
 use kestrel_core::{
@@ -15,6 +14,7 @@ use kestrel_core::{
     GpuRequest, Millis, NodeId, NodeReason, NodeState, PlacementConstraints, PodId, PodPhase,
     PodSpec, Scheduler, Unschedulable, GPU_RESOURCE,
 };
+use kestrel_k8s::duration::format_duration;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -2227,7 +2227,7 @@ mod tests {
         assert_eq!(clock(93_600_000), "26:00");
         assert_eq!(clock(34_230_000), "09:30:30");
         for t in [0, 36_000_000, 34_230_000] {
-            assert_eq!(crate::duration::parse_duration(&clock(t)), Ok(t));
+            assert_eq!(kestrel_k8s::duration::parse_duration(&clock(t)), Ok(t));
         }
     }
 

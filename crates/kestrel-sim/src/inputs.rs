@@ -2,11 +2,11 @@
 //! files in any of the supported formats, told apart by content.
 
 use crate::cluster_spec::load_cluster_spec;
-use crate::error::LoadError;
-use crate::kube_nodes::load_kube_nodes;
 use crate::manifests::load_manifests;
 use crate::openb;
 use crate::workload::{SimCluster, Workload};
+use kestrel_k8s::nodes::load_kube_nodes;
+use kestrel_k8s::LoadError;
 use std::path::{Path, PathBuf};
 
 /// The file in a scenario directory that describes the cluster.

@@ -6,25 +6,20 @@
 
 pub mod cluster_spec;
 pub mod doctor;
-pub mod duration;
-pub mod error;
 pub mod explain_view;
-pub mod gang_sources;
 pub mod generator;
 pub mod inputs;
-pub mod kube_nodes;
 pub mod manifests;
 pub mod metrics;
 pub mod openb;
 pub mod predict;
-pub mod queue_sources;
 pub mod report;
 pub mod scenarios;
 pub mod sim;
 pub mod summary;
 pub mod workload;
 
-pub use error::LoadError;
+pub use kestrel_k8s::LoadError;
 pub use metrics::SimReport;
 pub use sim::{simulate, simulate_with_topology_blind, SimConfig, SimError, Simulation};
 pub use workload::{ClusterChange, ClusterEvent, JobKind, SimCluster, SimJob, Workload};

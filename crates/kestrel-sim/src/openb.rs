@@ -6,13 +6,13 @@
 //! by seeded sampling up to 130% of GPU capacity, shuffle, place one by one, nothing
 //! departs, and record the GPU allocation rate as arrivals pass 100% and 130%.
 
-use crate::error::LoadError;
 use crate::workload::{JobKind, SimJob, Workload};
 use kestrel_core::{
     Demand, GpuDevice, GpuRequest, NodeAffinity, NodeSelectorTerm, NodeSpec, PlacementConstraints,
     PodSpec, Policy, Requirement, Resources, Rng, Scheduler, SchedulerConfig, SelectorOperator,
     GPU_PRODUCT_LABEL,
 };
+use kestrel_k8s::LoadError;
 use serde::Serialize;
 use std::collections::HashSet;
 use std::path::Path;

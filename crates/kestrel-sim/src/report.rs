@@ -9,9 +9,9 @@ use std::fmt::Write;
 
 use kestrel_core::Millis;
 
-use crate::duration::format_duration;
 use crate::metrics::{GroupStats, NodeUsage, Percentiles, SimReport};
 use crate::summary::{clip, fmt_pct, fmt_seconds};
+use kestrel_k8s::duration::format_duration;
 
 const STYLE: &str = "
 :root{color-scheme:light}

@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use crate::duration::format_duration;
 use crate::metrics::{GroupStats, Percentiles, SimReport};
+use kestrel_k8s::duration::format_duration;
 
 /// Widest line the summary writes.
 const WIDTH: usize = 100;

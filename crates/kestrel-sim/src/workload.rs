@@ -1,9 +1,7 @@
 //! What the simulator runs: jobs (one per workload object) and timed cluster events.
 
-use kestrel_core::{
-    ClusterQueueSpec, CohortSpec, DisruptionBudget, GangSpec, GangTopology, Labels, LocalQueueSpec,
-    Millis, NodeSpec, PodSpec, ResourceFlavor,
-};
+use kestrel_core::{GangSpec, GangTopology, Millis, NodeSpec, PodSpec};
+pub use kestrel_k8s::queues::{NamespaceQuota, QueueSetup};
 use serde::Serialize;
 
 /// The controller kind a job came from; decides how its pods are created and replaced.
@@ -107,29 +105,4 @@ impl Workload {
         }
         blind
     }
-}
-
-/// Team queues and namespace limits, from ClusterQueue, LocalQueue, Cohort,
-/// ResourceFlavor, Namespace and ResourceQuota objects.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct QueueSetup {
-    pub cluster_queues: Vec<ClusterQueueSpec>,
-    pub local_queues: Vec<LocalQueueSpec>,
-    pub cohorts: Vec<CohortSpec>,
-    pub flavors: Vec<ResourceFlavor>,
-    /// Namespace labels (for ClusterQueue namespaceSelectors).
-    pub namespaces: Vec<(String, Labels)>,
-    pub resource_quotas: Vec<NamespaceQuota>,
-    pub disruption_budgets: Vec<DisruptionBudget>,
-}
-
-/// A namespace's ResourceQuota: the API server refuses pod creations beyond `hard`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct NamespaceQuota {
-    pub namespace: String,
-    pub name: String,
-    /// (resource, amount) in the engine's units: `cpu` in millicores, `memory` in bytes,
-    /// `nvidia.com/gpu` in thousandths, `pods` a count (from `requests.cpu`, `cpu`,
-    /// `requests.nvidia.com/gpu`, `pods`, `count/pods` ...).
-    pub hard: Vec<(String, i64)>,
 }

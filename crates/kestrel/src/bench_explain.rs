@@ -11,7 +11,7 @@ use kestrel_core::{
     LocalQueueSpec, Millis, NodeSpec, PodSpec, ResourceGroup, ResourceQuota, Resources, Rng, Taint,
     TaintEffect, Toleration, TolerationOperator, GPU_RESOURCE, RACK_LABEL,
 };
-use kestrel_sim::duration::parse_duration;
+use kestrel_k8s::duration::parse_duration;
 use kestrel_sim::explain_view as view;
 use kestrel_sim::predict::{self, Estimates};
 use kestrel_sim::{JobKind, SimCluster, SimConfig, SimJob, Simulation, Workload};
@@ -76,7 +76,7 @@ pub fn run_predict(mut args: PredictArgs) -> Result<()> {
             .collect();
         moments.push(("at submission".to_string(), predict::Moments::Submissions));
         if !times.is_empty() {
-            let label = format!("every {}", kestrel_sim::duration::format_duration(every));
+            let label = format!("every {}", kestrel_k8s::duration::format_duration(every));
             moments.push((label, predict::Moments::At(times)));
         }
     } else {

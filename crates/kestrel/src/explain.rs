@@ -11,7 +11,7 @@ use crate::{load_inputs, Inputs, SimArgs};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use kestrel_core::{Millis, PodId};
-use kestrel_sim::duration::parse_duration;
+use kestrel_k8s::duration::parse_duration;
 use kestrel_sim::explain_view::ExplainState;
 use kestrel_sim::explain_view::{self as view, clock};
 use kestrel_sim::predict::{self, Deadline, Estimates, Predictions};

@@ -11,7 +11,7 @@ mod serve;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use kestrel_core::Policy;
-use kestrel_sim::duration::parse_duration;
+use kestrel_k8s::duration::parse_duration;
 use kestrel_sim::generator::{generate, GeneratorConfig};
 use kestrel_sim::inputs::{load_cluster_file, load_workload_files, resolve_paths};
 use kestrel_sim::{report, simulate, simulate_with_topology_blind, summary, SimConfig};

@@ -80,11 +80,11 @@ pub struct ManifestsArgs {
 
 pub fn manifests(args: ManifestsArgs) -> Result<()> {
     let text = if args.helm {
-        kestrel_kube::manifests::render_helm()
+        kestrel_kube::deploy::render_helm()
     } else if args.values {
-        kestrel_kube::manifests::render_values()
+        kestrel_kube::deploy::render_values()
     } else {
-        kestrel_kube::manifests::render_plain()
+        kestrel_kube::deploy::render_plain()
     };
     print!("{text}");
     Ok(())
@@ -92,7 +92,7 @@ pub fn manifests(args: ManifestsArgs) -> Result<()> {
 
 /// `kestrel crds`: Kestrel's CustomResourceDefinitions (charts/kestrel/crds/).
 pub fn crds() -> Result<()> {
-    print!("{}", kestrel_kube::manifests::render_crds());
+    print!("{}", kestrel_kube::deploy::render_crds());
     Ok(())
 }
 

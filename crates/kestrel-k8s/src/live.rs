@@ -1,14 +1,14 @@
 //! Kubernetes objects as the engine's nodes and pods, and the GPU-indices annotation.
 //!
-//! The conversion rules live in `kestrel-sim` ([`kestrel_sim::kube_nodes::node_from_kube`],
-//! [`kestrel_sim::manifests::Catalog::pod_from_kube`]) so the simulator and the live
-//! scheduler read a Node or a Pod the same way.
+//! The conversion rules are the ones files are read with ([`crate::nodes::node_from_kube`],
+//! [`crate::pods::Catalog::pod_from_kube`]), so the simulator and the live scheduler read a
+//! Node or a Pod the same way; here errors name the cluster instead of a file.
 
+use crate::gangs::{self, PodGang, KESTREL_POD_GROUP_LABEL, KUEUE_GROUP_LABEL};
+use crate::pods::Catalog;
+use crate::LoadError;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kestrel_core::{GpuAssignment, NodeSpec, PodSpec};
-use kestrel_sim::gang_sources::{self, PodGang, KESTREL_POD_GROUP_LABEL, KUEUE_GROUP_LABEL};
-use kestrel_sim::manifests::Catalog;
-use kestrel_sim::LoadError;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -83,7 +83,7 @@ impl From<LoadError> for ConvertError {
 }
 
 pub fn node_spec(node: &Node) -> Result<NodeSpec, ConvertError> {
-    kestrel_sim::kube_nodes::node_from_kube(Path::new(API_SOURCE), node).map_err(Into::into)
+    crate::nodes::node_from_kube(Path::new(API_SOURCE), node).map_err(Into::into)
 }
 
 pub fn pod_spec(catalog: &Catalog, pod: &Pod) -> Result<PodSpec, ConvertError> {
@@ -96,7 +96,7 @@ pub fn pod_spec(catalog: &Catalog, pod: &Pod) -> Result<PodSpec, ConvertError> {
 pub fn pod_gang(pod: &Pod) -> Result<Option<PodGang>, ConvertError> {
     let empty = BTreeMap::new();
     let namespace = pod_namespace(pod);
-    gang_sources::pod_gang(
+    gangs::pod_gang(
         Path::new(API_SOURCE),
         &format!("Pod {}", pod_key(pod)),
         namespace,

@@ -15,9 +15,8 @@
 //! - Taints from `spec.taints`, cordon from `spec.unschedulable`; the hostname label is
 //!   added when missing.
 
-use crate::cluster_spec::{DEFAULT_MAX_PODS, GPU_MEMORY_LABEL};
+use crate::documents::{read_documents, Document};
 use crate::error::LoadError;
-use crate::manifests::{read_documents, Document};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kestrel_core::{
@@ -26,6 +25,11 @@ use kestrel_core::{
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+
+/// GPU Feature Discovery's label with each GPU's memory in MiB.
+pub const GPU_MEMORY_LABEL: &str = "nvidia.com/gpu.memory";
+/// The kubelet's default `--max-pods`.
+pub const DEFAULT_MAX_PODS: u32 = 110;
 
 /// Node annotation naming the node's GPU topology template.
 pub const GPU_TOPOLOGY_ANNOTATION: &str = "kestrel.dev/gpu-topology";

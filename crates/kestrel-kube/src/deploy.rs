@@ -13,7 +13,7 @@
 //! (`KESTREL_BLESS=1 cargo test -p kestrel-kube --test install_manifests` rewrites every
 //! generated file).
 
-use crate::crds;
+use kestrel_k8s::crds;
 use serde_json::{json, Value};
 
 /// What an install can vary (the chart's `values.yaml`).

@@ -45,8 +45,7 @@
 //! an error (a Namespace repeated with the same labels is not).
 
 use crate::error::LoadError;
-use crate::manifests::Ctx;
-use crate::workload::{NamespaceQuota, QueueSetup};
+use crate::fields::Ctx;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kestrel_core::{
@@ -56,9 +55,35 @@ use kestrel_core::{
     ResourceQuota, SelectorOperator, StopPolicy, Taint, TaintEffect, WithinQueuePreemption,
     PODS_RESOURCE,
 };
+use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
+
+/// Team queues and namespace limits, from ClusterQueue, LocalQueue, Cohort,
+/// ResourceFlavor, Namespace and ResourceQuota objects.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct QueueSetup {
+    pub cluster_queues: Vec<ClusterQueueSpec>,
+    pub local_queues: Vec<LocalQueueSpec>,
+    pub cohorts: Vec<CohortSpec>,
+    pub flavors: Vec<ResourceFlavor>,
+    /// Namespace labels (for ClusterQueue namespaceSelectors).
+    pub namespaces: Vec<(String, Labels)>,
+    pub resource_quotas: Vec<NamespaceQuota>,
+    pub disruption_budgets: Vec<DisruptionBudget>,
+}
+
+/// A namespace's ResourceQuota: the API server refuses pod creations beyond `hard`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NamespaceQuota {
+    pub namespace: String,
+    pub name: String,
+    /// (resource, amount) in the engine's units: `cpu` in millicores, `memory` in bytes,
+    /// `nvidia.com/gpu` in thousandths, `pods` a count (from `requests.cpu`, `cpu`,
+    /// `requests.nvidia.com/gpu`, `pods`, `count/pods` ...).
+    pub hard: Vec<(String, i64)>,
+}
 
 /// Kueue's API group.
 pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";

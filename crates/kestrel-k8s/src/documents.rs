@@ -1,0 +1,196 @@
+//! YAML files as Kubernetes objects: documents, `List` items, and where each sits in its
+//! file (for errors that name the object).
+
+use crate::error::LoadError;
+use crate::gangs::is_gang_document;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::path::Path;
+
+/// The kinds a workload file may hold (plus `List`s of them).
+pub const SUPPORTED_KINDS: [&str; 13] = [
+    "Pod",
+    "Job",
+    "Deployment",
+    "StatefulSet",
+    "PriorityClass",
+    "RuntimeClass",
+    "Namespace",
+    "ClusterQueue",
+    "LocalQueue",
+    "Cohort",
+    "ResourceFlavor",
+    "ResourceQuota",
+    "LimitRange",
+];
+
+/// Kinds without a namespace, named `Kind name` rather than `Kind namespace/name`.
+const CLUSTER_SCOPED: [&str; 7] = [
+    "Node",
+    "Namespace",
+    "PriorityClass",
+    "RuntimeClass",
+    "ClusterQueue",
+    "Cohort",
+    "ResourceFlavor",
+];
+
+/// One Kubernetes object read from a file: a document, or an item of a List document.
+pub struct Document {
+    pub value: Value,
+    /// 1-based document number in the file.
+    number: usize,
+    /// Index in the List's `items`, for objects inside a List.
+    item: Option<usize>,
+}
+
+impl Document {
+    pub fn kind(&self) -> &str {
+        self.value.get("kind").and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// A PodGroup or Topology of a project whose gangs Kestrel reads.
+    pub fn is_gang_document(&self) -> bool {
+        let api_version = self
+            .value
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        is_gang_document(self.kind(), api_version)
+    }
+
+    pub fn meta_str(&self, key: &str) -> Option<&str> {
+        self.value
+            .get("metadata")
+            .and_then(|m| m.get(key))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    }
+
+    /// Where the object is in its file: `document 3` or `document 3 items[2]`.
+    pub fn position(&self) -> String {
+        match self.item {
+            None => format!("document {}", self.number),
+            Some(i) => format!("document {} items[{i}]", self.number),
+        }
+    }
+
+    /// `Pod llm/train-0`, `PriorityClass training`, or `Job at document 3` when unnamed.
+    pub fn object(&self) -> String {
+        let kind = self.kind();
+        match self.meta_str("name") {
+            Some(name) if CLUSTER_SCOPED.contains(&kind) => format!("{kind} {name}"),
+            Some(name) => {
+                let ns = self.meta_str("namespace").unwrap_or("default");
+                format!("{kind} {ns}/{name}")
+            }
+            None => format!("{kind} at {}", self.position()),
+        }
+    }
+
+    /// The object as its k8s-openapi type; the API version must be the one Kestrel reads.
+    pub fn typed<T: k8s_openapi::Resource + DeserializeOwned>(
+        &self,
+        path: &Path,
+    ) -> Result<T, LoadError> {
+        if let Some(v) = self.value.get("apiVersion").and_then(Value::as_str) {
+            if v != T::API_VERSION {
+                return Err(LoadError::new(
+                    path,
+                    format!(
+                        "apiVersion {v:?} is not one Kestrel reads for {}; set apiVersion: {}",
+                        T::KIND,
+                        T::API_VERSION
+                    ),
+                )
+                .object(self.object())
+                .field("apiVersion"));
+            }
+        }
+        serde_json::from_value(self.value.clone()).map_err(|e| {
+            LoadError::new(
+                path,
+                format!(
+                    "does not match the Kubernetes {} {} schema: {e}",
+                    T::API_VERSION,
+                    T::KIND
+                ),
+            )
+            .object(self.object())
+        })
+    }
+}
+
+/// Reads every object of a YAML file: each document, with `List` documents (`kind: List` or
+/// `kind: <Kind>List`) replaced by their items. Items without a kind take it from a typed
+/// list's name (`NodeList` -> `Node`), else `item_kind`.
+pub fn read_documents(
+    path: &Path,
+    text: &str,
+    item_kind: Option<&str>,
+) -> Result<Vec<Document>, LoadError> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text)
+        .map_err(|e| LoadError::new(path, format!("not valid YAML: {e}")))?;
+    let mut out = Vec::new();
+    for (i, value) in docs.into_iter().enumerate() {
+        let number = i + 1;
+        let doc = Document {
+            value,
+            number,
+            item: None,
+        };
+        check_object(path, &doc)?;
+        let kind = doc.kind().to_string();
+        if !kind.ends_with("List") {
+            out.push(doc);
+            continue;
+        }
+        let items = match doc.value.get("items") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => items.clone(),
+            Some(_) => {
+                return Err(
+                    LoadError::new(path, "items is not a list; write items: [...]")
+                        .object(doc.object())
+                        .field("items"),
+                )
+            }
+        };
+        let default_kind = kind
+            .strip_suffix("List")
+            .filter(|k| !k.is_empty())
+            .or(item_kind);
+        for (j, mut value) in items.into_iter().enumerate() {
+            if let (Value::Object(map), Some(k)) = (&mut value, default_kind) {
+                map.entry("kind").or_insert_with(|| Value::String(k.into()));
+            }
+            let item = Document {
+                value,
+                number,
+                item: Some(j),
+            };
+            check_object(path, &item)?;
+            out.push(item);
+        }
+    }
+    Ok(out)
+}
+
+fn check_object(path: &Path, doc: &Document) -> Result<(), LoadError> {
+    if !doc.value.is_object() {
+        return Err(LoadError::new(
+            path,
+            "not a Kubernetes object (a mapping with apiVersion, kind and metadata)",
+        )
+        .object(doc.position()));
+    }
+    if doc.kind().is_empty() {
+        return Err(LoadError::new(
+            path,
+            format!("no kind; every object needs apiVersion and kind (one of {SUPPORTED_KINDS:?})"),
+        )
+        .object(doc.position())
+        .field("kind"));
+    }
+    Ok(())
+}

@@ -1,0 +1,23 @@
+//! Kubernetes objects into Kestrel's engine model.
+//!
+//! One reader per kind, used by the simulator (objects from YAML files) and the live
+//! scheduler (objects from the API server) alike: Pods and the classes they name
+//! ([`pods`]), Nodes ([`nodes`]), PodGroups of every flavour ([`gangs`]), queue kinds
+//! ([`queues`]), ResourceQuotas ([`quota`]), LimitRanges ([`limit_range`]), and Kestrel's
+//! own CRDs as typed structs ([`crds`]). Pure: no I/O, no clock.
+
+pub mod annotations;
+pub mod crds;
+pub mod documents;
+pub mod duration;
+pub mod error;
+pub mod fields;
+pub mod gangs;
+pub mod limit_range;
+pub mod live;
+pub mod nodes;
+pub mod pods;
+pub mod queues;
+pub mod quota;
+
+pub use error::LoadError;

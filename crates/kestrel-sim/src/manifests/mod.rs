@@ -1,0 +1,377 @@
+//! Kubernetes workload manifests as a simulator [`Workload`].
+//!
+//! Files hold any number of YAML documents, `kind: List` (and `PodList`, `JobList` ...)
+//! included. Kinds:
+//! - `Pod` -> one pod ([`JobKind::Pod`]);
+//! - `Job` -> [`JobKind::Job`]: `spec.parallelism` (default 1) pods at a time until
+//!   `spec.completions` (default: parallelism) have run;
+//! - `Deployment`, `StatefulSet` -> [`JobKind::Service`] with `spec.replicas` (default 1) pods;
+//! - `PriorityClass`, `RuntimeClass` -> resolve the pods' priority (and `preemptionPolicy`)
+//!   and runtime class, wherever they appear in the file set;
+//! - `ClusterQueue`, `LocalQueue`, `Cohort`, `ResourceFlavor` (Kueue's or Kestrel's),
+//!   `Namespace`, `ResourceQuota`, `LimitRange` -> [`Workload::queues`] and the namespaces'
+//!   default container requests, read by [`kestrel_k8s::queues`] (namespaces need not be
+//!   declared).
+//!
+//! Objects that create no pods (`replicas: 0`, `parallelism: 0`, `completions: 0`) are left
+//! out of the workload.
+//!
+//! How a pod template becomes the scheduler's pod (requests, priority, queue, preemption
+//! terms, GPU annotations) is [`kestrel_k8s::pods`]'s.
+
+use crate::workload::{JobKind, SimJob, Workload};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kestrel_core::{GpuRequest, Millis};
+use kestrel_k8s::documents::{read_documents, Document, SUPPORTED_KINDS};
+use kestrel_k8s::duration::parse_duration;
+use kestrel_k8s::fields::Ctx;
+use kestrel_k8s::gangs::{pod_gang, GangCollector};
+use kestrel_k8s::pods::{Annotations, Catalog};
+use kestrel_k8s::queues::{is_queue_document, QueueCollector, QueueSetup};
+use kestrel_k8s::LoadError;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// When the object is created, from the simulation's start (default `0`).
+pub const ARRIVAL_ANNOTATION: &str = "kestrel.dev/sim-arrival";
+/// How long each pod runs once bound (default: to the end; required on a Job).
+pub const DURATION_ANNOTATION: &str = "kestrel.dev/sim-duration";
+/// Share of its GPUs a pod keeps busy, `0`..=`1` (default 1 for GPU pods).
+pub const GPU_UTILIZATION_ANNOTATION: &str = "kestrel.dev/sim-gpu-utilization";
+
+/// Reads workload manifests: all files are parsed and their PriorityClasses and
+/// RuntimeClasses collected first, then jobs are built in file order, then document order.
+pub fn load_manifests(files: &[(PathBuf, String)]) -> Result<Workload, LoadError> {
+    let mut parsed = Vec::new();
+    for (path, text) in files {
+        parsed.push((path.as_path(), read_documents(path, text, None)?));
+    }
+    let mut catalog = Catalog::new();
+    let mut gangs = GangCollector::default();
+    let mut queues = QueueCollector::default();
+    for (path, docs) in &parsed {
+        for doc in docs {
+            if doc.is_gang_document() {
+                gangs.add_document(path, &doc.value)?;
+            } else if is_queue_document(doc.kind()) {
+                queues.add_document(path, &doc.position(), &doc.value)?;
+            } else {
+                catalog.add(path, doc)?;
+            }
+        }
+    }
+    catalog.set_container_defaults(queues.container_defaults());
+    let mut builder = Builder {
+        catalog,
+        gangs,
+        queues: queues.into_setup(),
+        seen: BTreeMap::new(),
+        generated: BTreeMap::new(),
+        jobs: Vec::new(),
+    };
+    for (path, docs) in &parsed {
+        for doc in docs {
+            builder.add(path, doc)?;
+        }
+    }
+    let (gangs, topology_levels) = builder.gangs.into_parts();
+    Ok(Workload {
+        jobs: builder.jobs,
+        gangs,
+        topology_levels,
+        queues: builder.queues,
+    })
+}
+
+struct Builder {
+    catalog: Catalog,
+    gangs: GangCollector,
+    queues: QueueSetup,
+    /// (kind, namespace, name) -> where it was first defined.
+    seen: BTreeMap<(String, String, String), String>,
+    /// generateName prefix -> names generated so far.
+    generated: BTreeMap<String, u32>,
+    jobs: Vec<SimJob>,
+}
+
+/// Where a pod's template sits in its object.
+struct Shape<'a> {
+    kind: JobKind,
+    /// The object's metadata, then the pod template's (for annotations).
+    meta: &'a ObjectMeta,
+    template_meta: Option<&'a ObjectMeta>,
+    /// Field path of the pod spec (`spec`, `spec.template.spec`).
+    spec_field: &'static str,
+    spec: Option<&'a core::PodSpec>,
+    parallelism: i64,
+    completions: i64,
+}
+
+impl Builder {
+    fn add(&mut self, path: &Path, doc: &Document) -> Result<(), LoadError> {
+        let object = doc.object();
+        let ctx = Ctx {
+            path,
+            object: object.clone(),
+        };
+        if doc.is_gang_document() || is_queue_document(doc.kind()) {
+            return Ok(());
+        }
+        let job = match doc.kind() {
+            "PriorityClass" | "RuntimeClass" => return Ok(()),
+            "Pod" => {
+                let pod: core::Pod = doc.typed(path)?;
+                self.job(
+                    &ctx,
+                    doc,
+                    Shape {
+                        kind: JobKind::Pod,
+                        meta: &pod.metadata,
+                        template_meta: None,
+                        spec_field: "spec",
+                        spec: pod.spec.as_ref(),
+                        parallelism: 1,
+                        completions: 1,
+                    },
+                )?
+            }
+            "Job" => {
+                let job: Job = doc.typed(path)?;
+                let spec = job
+                    .spec
+                    .as_ref()
+                    .ok_or_else(|| ctx.err("spec", "a Job needs spec.template"))?;
+                let parallelism = i64::from(spec.parallelism.unwrap_or(1));
+                let completions = spec.completions.map(i64::from).unwrap_or(parallelism);
+                for (field, v) in [
+                    ("spec.parallelism", parallelism),
+                    ("spec.completions", completions),
+                ] {
+                    if v < 0 {
+                        return Err(ctx.err(field, format!("{v} is negative; set 0 or more")));
+                    }
+                }
+                self.job(
+                    &ctx,
+                    doc,
+                    Shape {
+                        kind: JobKind::Job,
+                        meta: &job.metadata,
+                        template_meta: spec.template.metadata.as_ref(),
+                        spec_field: "spec.template.spec",
+                        spec: spec.template.spec.as_ref(),
+                        // Kubernetes never runs more pods than completions remain.
+                        parallelism: parallelism.min(completions),
+                        completions,
+                    },
+                )?
+            }
+            "Deployment" => {
+                let d: Deployment = doc.typed(path)?;
+                let spec = d
+                    .spec
+                    .as_ref()
+                    .ok_or_else(|| ctx.err("spec", "a Deployment needs spec.template"))?;
+                self.service(&ctx, doc, &d.metadata, spec.replicas, &spec.template)?
+            }
+            "StatefulSet" => {
+                let s: StatefulSet = doc.typed(path)?;
+                let spec = s
+                    .spec
+                    .as_ref()
+                    .ok_or_else(|| ctx.err("spec", "a StatefulSet needs spec.template"))?;
+                self.service(&ctx, doc, &s.metadata, spec.replicas, &spec.template)?
+            }
+            other => {
+                return Err(ctx.err(
+                    "kind",
+                    format!(
+                        "Kestrel does not simulate {other} objects; workload files \
+                            may hold {} (and Lists of them): remove it or move it to a \
+                            file the simulator does not read",
+                        SUPPORTED_KINDS.join(", ")
+                    ),
+                ))
+            }
+        };
+        if let Some(job) = job {
+            self.jobs.push(job);
+        }
+        Ok(())
+    }
+
+    fn service(
+        &mut self,
+        ctx: &Ctx,
+        doc: &Document,
+        meta: &ObjectMeta,
+        replicas: Option<i32>,
+        template: &core::PodTemplateSpec,
+    ) -> Result<Option<SimJob>, LoadError> {
+        let replicas = i64::from(replicas.unwrap_or(1));
+        if replicas < 0 {
+            return Err(ctx.err(
+                "spec.replicas",
+                format!("{replicas} is negative; set 0 or more"),
+            ));
+        }
+        self.job(
+            ctx,
+            doc,
+            Shape {
+                kind: JobKind::Service,
+                meta,
+                template_meta: template.metadata.as_ref(),
+                spec_field: "spec.template.spec",
+                spec: template.spec.as_ref(),
+                parallelism: replicas,
+                completions: replicas,
+            },
+        )
+    }
+
+    fn job(
+        &mut self,
+        ctx: &Ctx,
+        doc: &Document,
+        shape: Shape,
+    ) -> Result<Option<SimJob>, LoadError> {
+        let namespace = shape
+            .meta
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".to_string());
+        let name = match (&shape.meta.name, &shape.meta.generate_name) {
+            (Some(name), _) if !name.is_empty() => name.clone(),
+            (_, Some(prefix)) if !prefix.is_empty() => {
+                let n = self
+                    .generated
+                    .entry(format!("{namespace}/{prefix}"))
+                    .or_default();
+                *n += 1;
+                format!("{prefix}{}", *n - 1)
+            }
+            _ => {
+                return Err(ctx.err(
+                    "metadata.name",
+                    "no name; set metadata.name (or metadata.generateName)",
+                ))
+            }
+        };
+        let key = (doc.kind().to_string(), namespace.clone(), name.clone());
+        let here = format!("{} {}", ctx.path.display(), doc.position());
+        if let Some(first) = self.seen.get(&key) {
+            return Err(ctx.err(
+                "metadata.name",
+                format!(
+                    "a {} {namespace}/{name} is already defined in {first}; rename or remove one",
+                    doc.kind()
+                ),
+            ));
+        }
+        self.seen.insert(key, here);
+
+        let spec = shape.spec.ok_or_else(|| {
+            ctx.err(
+                shape.spec_field,
+                format!("no pod spec; set {}.containers", shape.spec_field),
+            )
+        })?;
+        let annotations = Annotations {
+            sources: [
+                Some(("metadata", shape.meta)),
+                shape.template_meta.map(|m| ("spec.template.metadata", m)),
+            ],
+        };
+        let labels = shape
+            .template_meta
+            .unwrap_or(shape.meta)
+            .labels
+            .clone()
+            .unwrap_or_default();
+        let mut template = self.catalog.pod(
+            ctx,
+            shape.spec_field,
+            spec,
+            &annotations,
+            namespace.clone(),
+            name.clone(),
+            labels,
+        )?;
+        let mut all_annotations = BTreeMap::new();
+        for meta in [Some(shape.meta), shape.template_meta]
+            .into_iter()
+            .flatten()
+        {
+            all_annotations.extend(meta.annotations.clone().unwrap_or_default());
+        }
+        if let Some(gang) = pod_gang(
+            ctx.path,
+            &ctx.object,
+            &namespace,
+            &template.labels,
+            &all_annotations,
+        )? {
+            self.gangs.add_pod(&namespace, &gang);
+            template.gang = Some(gang.membership);
+        }
+
+        let arrival = match annotations.get(ARRIVAL_ANNOTATION) {
+            Some((field, v)) => parse_duration(v).map_err(|e| ctx.err(field, e))?,
+            None => 0,
+        };
+        let duration: Option<Millis> = match annotations.get(DURATION_ANNOTATION) {
+            Some((field, v)) => Some(parse_duration(v).map_err(|e| ctx.err(field, e))?),
+            None if shape.kind == JobKind::Job => {
+                return Err(ctx.err(
+                    format!("metadata.annotations[\"{DURATION_ANNOTATION}\"]"),
+                    format!(
+                        "a Job needs to say how long its pods run; add the \
+                        annotation {DURATION_ANNOTATION}: \"2h\" (or the time you \
+                        expect)"
+                    ),
+                ))
+            }
+            None => None,
+        };
+        let gpu_utilization = match annotations.get(GPU_UTILIZATION_ANNOTATION) {
+            Some((field, v)) => match v.trim().parse::<f64>() {
+                Ok(u) if (0.0..=1.0).contains(&u) => u,
+                _ => {
+                    return Err(ctx.err(
+                        field,
+                        format!("{v:?} is not a share from 0 to 1; write e.g. \"0.5\""),
+                    ))
+                }
+            },
+            None if template.demand.gpu != GpuRequest::None => 1.0,
+            None => 0.0,
+        };
+        if shape.parallelism == 0 || shape.completions == 0 {
+            return Ok(None);
+        }
+        let count = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
+        Ok(Some(SimJob {
+            kind: shape.kind,
+            source_kind: doc.kind().to_string(),
+            namespace,
+            name,
+            arrival,
+            duration,
+            parallelism: count(shape.parallelism),
+            completions: count(shape.completions),
+            template,
+            gpu_utilization,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod example_tests;
