@@ -11,6 +11,7 @@
 //! Kueue's); a gang's topology request from its Kestrel PodGroup or from its pods'
 //! annotations (Kueue's `kueue.x-k8s.io/podset-*` or Kestrel's `kestrel.dev/topology-*`).
 
+use crate::crds::{PodGroupSpec, TopologyLevel};
 use crate::error::LoadError;
 use kestrel_core::{GangMembership, GangSpec, GangTopology};
 use serde::Deserialize;
@@ -75,29 +76,31 @@ pub fn is_gang_document(kind: &str, api_version: &str) -> bool {
         )
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct KestrelPodGroupSpec {
-    min_member: u32,
-    #[serde(default)]
-    schedule_timeout_seconds: Option<u64>,
-    #[serde(default)]
-    min_task_member: BTreeMap<String, u32>,
-    /// Accepted for compatibility with other PodGroups and not used: Kestrel sums the
-    /// requests of the gang's pods instead.
-    #[serde(default, rename = "minResources")]
-    _min_resources: Option<Value>,
-    #[serde(default)]
-    topology: Option<KestrelTopologyRequest>,
-}
+/// The fields of Kestrel's PodGroup spec ([`PodGroupSpec`]) and its topology request;
+/// Kestrel's own objects may hold no others.
+const POD_GROUP_FIELDS: [&str; 5] = [
+    "minMember",
+    "minResources",
+    "scheduleTimeoutSeconds",
+    "minTaskMember",
+    "topology",
+];
+const TOPOLOGY_REQUEST_FIELDS: [&str; 4] = ["required", "preferred", "sliceLevel", "sliceSize"];
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct KestrelTopologyRequest {
-    required: Option<String>,
-    preferred: Option<String>,
-    slice_level: Option<String>,
-    slice_size: Option<u32>,
+/// The first key of `object` not in `known`, as serde names one.
+fn unknown_field(object: &Value, known: &[&str]) -> Option<String> {
+    let key = object
+        .as_object()?
+        .keys()
+        .find(|k| !known.contains(&k.as_str()))?;
+    Some(format!(
+        "unknown field `{key}`, expected one of {}",
+        known
+            .iter()
+            .map(|k| format!("`{k}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
 }
 
 /// The fields other projects' PodGroups share (unknown fields are theirs, and ignored).
@@ -108,12 +111,6 @@ struct ForeignPodGroupSpec {
     schedule_timeout_seconds: Option<u64>,
     #[serde(default)]
     min_task_member: BTreeMap<String, u32>,
-}
-
-#[derive(Deserialize)]
-struct TopologyLevel {
-    #[serde(rename = "nodeLabel")]
-    node_label: String,
 }
 
 fn err(path: &Path, object: &str, field: &str, message: String) -> LoadError {
@@ -173,7 +170,21 @@ pub fn parse_gang_document(path: &Path, doc: &Value) -> Result<GangDocument, Loa
         ..Default::default()
     };
     if group_of(api_version) == KESTREL_GROUP {
-        let s: KestrelPodGroupSpec = serde_json::from_value(spec).map_err(|e| {
+        let unknown = unknown_field(&spec, &POD_GROUP_FIELDS)
+            .map(|e| ("spec", e))
+            .or_else(|| {
+                let topology = spec.get("topology")?;
+                unknown_field(topology, &TOPOLOGY_REQUEST_FIELDS).map(|e| ("spec.topology", e))
+            });
+        if let Some((field, e)) = unknown {
+            return Err(err(
+                path,
+                &object,
+                field,
+                format!("{e}; see the PodGroup format in the README"),
+            ));
+        }
+        let s: PodGroupSpec = serde_json::from_value(spec).map_err(|e| {
             err(
                 path,
                 &object,
@@ -181,9 +192,33 @@ pub fn parse_gang_document(path: &Path, doc: &Value) -> Result<GangDocument, Loa
                 format!("{e}; see the PodGroup format in the README"),
             )
         })?;
-        gang.min_member = s.min_member;
-        gang.schedule_timeout = s.schedule_timeout_seconds.map(|t| t * 1000);
-        gang.role_minimums = s.min_task_member.into_iter().collect();
+        let count = |field: &str, n: i32| {
+            u32::try_from(n).map_err(|_| {
+                err(
+                    path,
+                    &object,
+                    field,
+                    format!("{n} is negative; write a count of 1 or more"),
+                )
+            })
+        };
+        gang.min_member = count("spec.minMember", s.min_member)?;
+        gang.schedule_timeout = match s.schedule_timeout_seconds {
+            Some(t) if t < 0 => {
+                return Err(err(
+                    path,
+                    &object,
+                    "spec.scheduleTimeoutSeconds",
+                    format!("{t} is negative; write 0 or more seconds"),
+                ))
+            }
+            t => t.map(|t| t as u64 * 1000),
+        };
+        gang.role_minimums = s
+            .min_task_member
+            .into_iter()
+            .map(|(role, n)| Ok((role.clone(), count(&format!("spec.minTaskMember.{role}"), n)?)))
+            .collect::<Result<_, LoadError>>()?;
         if let Some(t) = s.topology {
             if t.slice_level.is_some() != t.slice_size.is_some() {
                 return Err(err(
@@ -193,10 +228,14 @@ pub fn parse_gang_document(path: &Path, doc: &Value) -> Result<GangDocument, Loa
                     "sliceLevel and sliceSize go together; set both or neither".into(),
                 ));
             }
+            let slice_size = t
+                .slice_size
+                .map(|n| count("spec.topology.sliceSize", n))
+                .transpose()?;
             gang.topology = GangTopology {
                 required: t.required,
                 preferred: t.preferred,
-                slice: t.slice_level.zip(t.slice_size),
+                slice: t.slice_level.zip(slice_size),
             };
         }
     } else {
