@@ -5,6 +5,7 @@
 //! current time, and carry out the [`Decisions`].
 
 pub mod cluster;
+mod constraints;
 pub mod explain;
 pub mod gang;
 mod hints;

@@ -317,16 +317,16 @@ impl Scheduler {
             let base = record.base_constraint;
             let constraint = match &extra {
                 Some((labels, tolerations)) => {
-                    let mut c = self.constraints[base as usize].constraints.clone();
+                    let mut c = self.constraints.entries[base as usize].constraints.clone();
                     c.node_selector.extend(labels.clone());
                     c.tolerations.extend(tolerations.iter().cloned());
-                    self.intern_constraints(&c)
+                    self.constraints.intern(&c)
                 }
                 None => base,
             };
             if constraint != self.pods[p.0 as usize].constraint {
                 let demand = self.pods[p.0 as usize].spec.demand.clone();
-                let signature = self.intern_signature(constraint, demand);
+                let signature = self.constraints.intern_signature(constraint, demand);
                 let record = &mut self.pods[p.0 as usize];
                 record.constraint = constraint;
                 record.signature = signature;

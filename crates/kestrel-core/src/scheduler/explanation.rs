@@ -1,6 +1,7 @@
 //! Why a pod fits no node: counted over every node, or in short when explanations are off.
 
-use super::{ClassVerdict, Scheduler};
+use super::Scheduler;
+use crate::constraints::ClassVerdict;
 use crate::explain::{NodeReason, Unschedulable};
 use crate::model::Demand;
 use crate::predicates::{node_shortfalls, static_check};
@@ -42,7 +43,7 @@ impl Scheduler {
         // Every reason a node that passes the static predicates gives is one of capacity
         // (resources, pod count, fragmentation, reservation, nomination): the short form
         // keeps `Unschedulable::is_capacity` as the full one has it.
-        let entry = &self.constraints[constraint as usize];
+        let entry = &self.constraints.entries[constraint as usize];
         let passes = self
             .cluster
             .classes
@@ -73,7 +74,7 @@ impl Scheduler {
 
     /// Counts, over all nodes, why a pod with these constraints and demand fits none.
     fn explain(&self, id: PodId, constraint: u32, demand: &Demand, access: bool) -> Unschedulable {
-        let entry = &self.constraints[constraint as usize];
+        let entry = &self.constraints.entries[constraint as usize];
         let reserved = self.reservation.as_ref().filter(|_| !access);
         let mut reasons: BTreeMap<NodeReason, u32> = BTreeMap::new();
         let (mut eligible_free_whole, mut best_free_whole) = (0u32, 0u32);

@@ -132,7 +132,7 @@ impl Scheduler {
             })
             .max();
         let rep = &self.pods[pods[0].0 as usize];
-        let constraints = self.constraints[rep.constraint as usize]
+        let constraints = self.constraints.entries[rep.constraint as usize]
             .constraints
             .clone();
         let holder_name = match gang {

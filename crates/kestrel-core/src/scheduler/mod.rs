@@ -18,10 +18,11 @@ mod queues;
 mod wake;
 
 use crate::cluster::ClusterIndex;
-use crate::explain::{NodeReason, Unschedulable};
+use crate::constraints::ConstraintBook;
+use crate::explain::Unschedulable;
 use crate::gang::GangIndex;
 use crate::hints::{Hints, WakeOn};
-use crate::model::{Demand, GpuRequest, PlacementConstraints, PodSpec};
+use crate::model::{GpuRequest, PodSpec};
 use crate::packing::PackingScorer;
 use crate::policy::Policy;
 use crate::preempt::{VictimOrder, WorkloadKey};
@@ -111,33 +112,6 @@ impl Default for SchedulerConfig {
     }
 }
 
-/// A class-level verdict for one set of constraints.
-#[derive(Debug, Clone)]
-enum ClassVerdict {
-    Feasible { score: i64 },
-    Infeasible(NodeReason),
-}
-
-#[derive(Debug, Clone)]
-struct ConstraintEntry {
-    constraints: PlacementConstraints,
-    /// The constraints name per-node labels or fields: check node by node.
-    per_node: bool,
-    verdicts: Vec<ClassVerdict>,
-    /// Where to look for nodes (unless `per_node`), as of the cluster layout in `.0`.
-    sources: Option<(u64, Vec<Source>)>,
-}
-
-/// Buckets a placement visits, with the static score of the nodes found there.
-#[derive(Debug, Clone, Copy)]
-enum Source {
-    /// One class the constraints allow.
-    Class { class: usize, score: i64 },
-    /// A shape whose allowed classes all score alike, visited as one: nodes of classes
-    /// the constraints rule out are skipped.
-    Shape { shape: usize, score: i64 },
-}
-
 /// The engine. Drivers feed it nodes and pods, call [`Scheduler::schedule`], and carry out
 /// the decisions.
 #[derive(Debug, Clone)]
@@ -155,12 +129,8 @@ pub struct Scheduler {
     pub(crate) record_failures: bool,
     /// Off for runs that only need decisions ([`Scheduler::set_full_explanations`]).
     full_explanations: bool,
-    constraints: Vec<ConstraintEntry>,
-    constraint_ids: HashMap<PlacementConstraints, u32>,
-    signature_ids: HashMap<(u32, Demand), u32>,
-    /// Per signature: the generation it last failed in, whether it could use reserved
-    /// nodes, and the reason.
-    failed: Vec<Option<(u64, bool, Arc<Unschedulable>)>>,
+    /// Constraint sets and signatures, with their class verdicts and cached failures.
+    constraints: ConstraintBook,
     /// Bumped whenever capacity may have grown (release, node added or changed).
     pub(crate) generation: u64,
     parked_generation: u64,
@@ -262,10 +232,7 @@ impl Scheduler {
             domain_cache: HashMap::new(),
             record_failures: true,
             full_explanations: true,
-            constraints: Vec::new(),
-            constraint_ids: HashMap::new(),
-            signature_ids: HashMap::new(),
-            failed: Vec::new(),
+            constraints: ConstraintBook::default(),
             generation: 0,
             parked_generation: 0,
             rng: Rng::new(config.seed),

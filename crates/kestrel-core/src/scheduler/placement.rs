@@ -2,15 +2,15 @@
 //! visiting only the buckets that can win; failures are cached per signature and
 //! generation.
 
-use super::{ClassVerdict, ConstraintEntry, Scheduler, Source};
+use super::Scheduler;
 use crate::cluster::Bucket;
+use crate::constraints::{ClassVerdict, Source};
 use crate::explain::{GangProblem, Unschedulable};
-use crate::model::{Demand, GpuRequest, PlacementConstraints};
+use crate::model::{GpuRequest, PlacementConstraints};
 use crate::policy::Policy;
-use crate::predicates::{names_per_node_labels, static_check};
+use crate::predicates::static_check;
 use crate::types::{GpuAssignment, NodeId, PodId};
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Fitting nodes per bucket the packing scorer compares (the best by the policy key).
@@ -26,7 +26,7 @@ struct Candidate {
 
 impl Scheduler {
     pub(crate) fn constraint_of(&self, id: u32) -> &PlacementConstraints {
-        &self.constraints[id as usize].constraints
+        &self.constraints.entries[id as usize].constraints
     }
 
     /// The best node for a pod among `nodes` (a topology domain), by preference score and
@@ -37,14 +37,14 @@ impl Scheduler {
         nodes: &[NodeId],
     ) -> Option<(NodeId, GpuAssignment)> {
         let constraint = self.pods[id.0 as usize].constraint;
-        self.verdicts(constraint);
-        self.plan_sources(constraint);
+        self.constraints.verdicts(constraint, &self.cluster);
+        self.constraints.plan_sources(constraint, &self.cluster);
         let reserved = match &self.reservation {
             Some(r) if !self.may_use_reserved(id) => Some(&r.nodes),
             _ => None,
         };
         let demand = &self.pods[id.0 as usize].spec.demand;
-        let entry = &self.constraints[constraint as usize];
+        let entry = &self.constraints.entries[constraint as usize];
         let best = nodes
             .iter()
             .filter(|n| !reserved.is_some_and(|r| r.contains(n)))
@@ -73,89 +73,6 @@ impl Scheduler {
         })
     }
 
-    pub(super) fn intern_signature(&mut self, constraint: u32, demand: Demand) -> u32 {
-        let next = self.signature_ids.len() as u32;
-        let signature = *self
-            .signature_ids
-            .entry((constraint, demand))
-            .or_insert(next);
-        if signature == next {
-            self.failed.push(None);
-        }
-        signature
-    }
-
-    pub(super) fn intern_constraints(&mut self, constraints: &PlacementConstraints) -> u32 {
-        if let Some(&id) = self.constraint_ids.get(constraints) {
-            return id;
-        }
-        let id = self.constraints.len() as u32;
-        self.constraints.push(ConstraintEntry {
-            constraints: constraints.clone(),
-            per_node: names_per_node_labels(constraints),
-            verdicts: Vec::new(),
-            sources: None,
-        });
-        self.constraint_ids.insert(constraints.clone(), id);
-        id
-    }
-
-    /// Class verdicts for a constraint set, computed for classes created since last asked.
-    fn verdicts(&mut self, constraint: u32) -> &[ClassVerdict] {
-        let entry = &mut self.constraints[constraint as usize];
-        for class in &self.cluster.classes[entry.verdicts.len()..] {
-            entry.verdicts.push(
-                match static_check(&entry.constraints, &class.representative) {
-                    Ok(score) => ClassVerdict::Feasible { score },
-                    Err(reason) => ClassVerdict::Infeasible(reason),
-                },
-            );
-        }
-        &entry.verdicts
-    }
-
-    /// Plans where placements under a constraint set look (after [`Scheduler::verdicts`]),
-    /// unless the plan is as new as the cluster's layout. Classes of one shape the
-    /// constraints allow alike are visited as that shape when that visits fewer nodes: a
-    /// shape holds `shape.len` nodes of which `allowed` pass, so finding a fitting node
-    /// there takes about `shape.len / allowed` visits, against one shortlist per class.
-    fn plan_sources(&mut self, constraint: u32) {
-        let cluster = &self.cluster;
-        let entry = &mut self.constraints[constraint as usize];
-        if entry.per_node
-            || entry
-                .sources
-                .as_ref()
-                .is_some_and(|(at, _)| *at == cluster.layout)
-        {
-            return;
-        }
-        let mut by_shape: BTreeMap<usize, Vec<(usize, i64)>> = BTreeMap::new();
-        for (ci, class) in cluster.classes.iter().enumerate() {
-            if let (true, ClassVerdict::Feasible { score }) = (class.len > 0, &entry.verdicts[ci]) {
-                by_shape.entry(class.shape).or_default().push((ci, *score));
-            }
-        }
-        let mut sources = Vec::new();
-        for (shape, members) in by_shape {
-            let score = members[0].1;
-            let allowed: usize = members.iter().map(|&(c, _)| cluster.classes[c].len).sum();
-            if members.len() > 1
-                && members.iter().all(|m| m.1 == score)
-                && cluster.shapes[shape].len < members.len() * allowed
-            {
-                sources.push(Source::Shape { shape, score });
-            } else {
-                sources.extend(
-                    members
-                        .into_iter()
-                        .map(|(class, score)| Source::Class { class, score }),
-                );
-            }
-        }
-        entry.sources = Some((cluster.layout, sources));
-    }
-
     /// Finds the best node for a pod, or says why there is none.
     pub(crate) fn place(
         &mut self,
@@ -165,20 +82,21 @@ impl Scheduler {
         let (constraint, signature) = (record.constraint, record.signature);
         let access = self.may_use_reserved(id);
         let cacheable = !self.probing && !self.held_against(id);
-        if let Some((generation, had_access, reason)) = &self.failed[signature as usize] {
+        if let Some((generation, had_access, reason)) = &self.constraints.failed[signature as usize]
+        {
             if *generation == self.generation && *had_access == access && cacheable {
                 return Err(reason.clone());
             }
         }
-        self.verdicts(constraint);
-        self.plan_sources(constraint);
+        self.constraints.verdicts(constraint, &self.cluster);
+        self.constraints.plan_sources(constraint, &self.cluster);
         let reserved = match &self.reservation {
             Some(r) if !access => Some(&r.nodes),
             _ => None,
         };
         let record = &self.pods[id.0 as usize];
         let demand = &record.spec.demand;
-        let entry = &self.constraints[constraint as usize];
+        let entry = &self.constraints.entries[constraint as usize];
         let policy = self.config.policy;
         // How many fitting nodes each bucket contributes: the first fit for key-ranked
         // policies, a shortlist for the packing scorer, all of them for Random.
@@ -329,7 +247,7 @@ impl Scheduler {
             None => {
                 let reason = Arc::new(self.why_not(id, constraint, &demand.clone(), access));
                 if cacheable {
-                    self.failed[signature as usize] =
+                    self.constraints.failed[signature as usize] =
                         Some((self.generation, access, reason.clone()));
                 }
                 Err(reason)

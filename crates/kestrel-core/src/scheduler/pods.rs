@@ -106,8 +106,10 @@ impl Scheduler {
 
     /// Adds a pod to the queue.
     pub fn submit(&mut self, spec: PodSpec, now: Millis) -> PodId {
-        let constraint = self.intern_constraints(&spec.constraints);
-        let signature = self.intern_signature(constraint, spec.demand.clone());
+        let constraint = self.constraints.intern(&spec.constraints);
+        let signature = self
+            .constraints
+            .intern_signature(constraint, spec.demand.clone());
         match spec.demand.gpu {
             // The mix learns a share by memory as the share it takes on the cluster's
             // smallest device that holds it.
