@@ -20,9 +20,10 @@
 
 use crate::gang::GangId;
 use crate::model::{Labels, Requirement};
-use crate::queue::WithinQueuePreemption;
+use crate::queue::{CqId, WithinQueuePreemption};
 use crate::types::{Millis, PodId};
 use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// A PodDisruptionBudget (`policy/v1`): how many of the pods it selects must stay up.
 /// Preemption prefers victims that keep every budget; like kube-scheduler, it still
@@ -129,6 +130,23 @@ pub struct Preemption {
     pub preemptor: Option<PodId>,
     pub victims: Vec<Victim>,
     pub reason: String,
+}
+
+/// The engine's preemption bookkeeping: which bound pods may be asked to leave, the budgets
+/// that protect them, and which preemptors wait for which victims.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PreemptionBook {
+    /// Bound pods per ClusterQueue and by priority: preemption candidates.
+    pub(crate) bound_by_cq: BTreeMap<CqId, BTreeSet<PodId>>,
+    pub(crate) bound_by_priority: BTreeSet<(i32, PodId)>,
+    /// PodDisruptionBudgets by (namespace, name): victims that would break one go last.
+    pub(crate) disruption_budgets: BTreeMap<(String, String), DisruptionBudget>,
+    /// Victims still to leave, per preemptor.
+    pub(crate) awaiting: HashMap<WorkloadKey, u32>,
+    pub(crate) preemptor_of: HashMap<PodId, WorkloadKey>,
+    /// Preemptors whose victims are all gone: they go first in the next cycle, so the room
+    /// made for them is not taken by others.
+    pub(crate) ready_preemptors: Vec<WorkloadKey>,
 }
 
 /// Which workloads of its own queue a preemptor of `priority`, submitted at

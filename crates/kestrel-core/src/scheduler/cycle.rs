@@ -37,7 +37,7 @@ impl Scheduler {
         let mut decisions = Decisions::default();
         self.drain_stopped_queues(now, &mut decisions);
         let mut cycle = Cycle::default();
-        for preemptor in std::mem::take(&mut self.ready_preemptors) {
+        for preemptor in std::mem::take(&mut self.preemption.ready_preemptors) {
             let first = match preemptor {
                 WorkloadKey::Pod(p) => Some(p),
                 WorkloadKey::Gang(g) => self.gangs.gangs[g.0 as usize]
@@ -142,7 +142,7 @@ impl Scheduler {
             |p: QueueProblem| Attempt::Failed(Arc::new(Unschedulable::queue_only(p, total_nodes)));
         // Victims already leave for it: no second round of preemption, but it may start
         // earlier if room turns up elsewhere.
-        let waiting = self.awaiting.get(&workload).copied();
+        let waiting = self.preemption.awaiting.get(&workload).copied();
         let waiting_failure = |victims| queue_failure(QueueProblem::WaitingForVictims { victims });
         let rep = pods[0];
         for &p in pods {
@@ -347,6 +347,7 @@ impl Scheduler {
             .collect();
         for cq in draining {
             let victims: Vec<PodId> = self
+                .preemption
                 .bound_by_cq
                 .get(&cq)
                 .into_iter()

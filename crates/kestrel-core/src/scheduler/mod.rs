@@ -25,7 +25,7 @@ use crate::hints::{Hints, WakeOn};
 use crate::model::{GpuRequest, PodSpec};
 use crate::packing::PackingScorer;
 use crate::policy::Policy;
-use crate::preempt::{VictimOrder, WorkloadKey};
+use crate::preempt::{PreemptionBook, VictimOrder, WorkloadKey};
 use crate::queue::{Admission, CqId, QueueBook, QueueProblem};
 use crate::rng::Rng;
 use crate::types::{GpuAssignment, NodeId};
@@ -139,14 +139,8 @@ pub struct Scheduler {
     next_seq: u64,
     pub(crate) pending: usize,
     pub(crate) queues: QueueBook,
-    /// Bound pods per ClusterQueue and by priority: preemption candidates.
-    pub(crate) bound_by_cq: BTreeMap<CqId, BTreeSet<PodId>>,
-    pub(crate) bound_by_priority: BTreeSet<(i32, PodId)>,
-    /// PodDisruptionBudgets by (namespace, name): victims that would break one go last.
-    pub(crate) disruption_budgets: BTreeMap<(String, String), crate::preempt::DisruptionBudget>,
-    /// Victims still to leave, per preemptor.
-    pub(crate) awaiting: HashMap<WorkloadKey, u32>,
-    pub(crate) preemptor_of: HashMap<PodId, WorkloadKey>,
+    /// Preemption candidates, budgets, and who waits for whose victims.
+    pub(crate) preemption: PreemptionBook,
     /// Set while trying "what if these victims left": cached failures do not apply.
     pub(crate) probing: bool,
     pub(crate) reservation: Option<Reservation>,
@@ -154,9 +148,6 @@ pub struct Scheduler {
     last_holder: Option<WorkloadKey>,
     /// The time of the cycle in progress.
     now: Millis,
-    /// Preemptors whose victims are all gone: they go first in the next cycle, so the room
-    /// made for them is not taken by others.
-    pub(crate) ready_preemptors: Vec<WorkloadKey>,
     /// When parked workloads should be retried for time's sake alone.
     pub(crate) wake_at: std::cell::Cell<Option<Millis>>,
     /// Room promised to preemptors whose victims are leaving (Kubernetes' nominated
@@ -240,17 +231,12 @@ impl Scheduler {
             next_seq: 0,
             pending: 0,
             queues: QueueBook::default(),
-            bound_by_cq: BTreeMap::new(),
-            bound_by_priority: BTreeSet::new(),
-            disruption_budgets: BTreeMap::new(),
-            awaiting: HashMap::new(),
-            preemptor_of: HashMap::new(),
+            preemption: PreemptionBook::default(),
             probing: false,
             reservation: None,
             last_holder: None,
             now: 0,
             wake_at: std::cell::Cell::new(None),
-            ready_preemptors: Vec::new(),
             holds: BTreeMap::new(),
             hints: Hints::default(),
         }

@@ -84,21 +84,23 @@ impl Scheduler {
         let record = &mut self.pods[id.0 as usize];
         if let Some(admission) = record.admission.take() {
             self.queues.charge(&admission, &record.quota_request, -1);
-            if let Some(set) = self.bound_by_cq.get_mut(&admission.cq) {
+            if let Some(set) = self.preemption.bound_by_cq.get_mut(&admission.cq) {
                 set.remove(&id);
             }
         }
         if let GpuRequest::Memory { .. } = record.spec.demand.gpu {
             set_quota_gpu(&mut record.quota_request, 0);
         }
-        self.bound_by_priority.remove(&(record.spec.priority, id));
+        self.preemption
+            .bound_by_priority
+            .remove(&(record.spec.priority, id));
         record.evicting = false;
-        if let Some(preemptor) = self.preemptor_of.remove(&id) {
-            if let Some(left) = self.awaiting.get_mut(&preemptor) {
+        if let Some(preemptor) = self.preemption.preemptor_of.remove(&id) {
+            if let Some(left) = self.preemption.awaiting.get_mut(&preemptor) {
                 *left = left.saturating_sub(1);
                 if *left == 0 {
-                    self.awaiting.remove(&preemptor);
-                    self.ready_preemptors.push(preemptor);
+                    self.preemption.awaiting.remove(&preemptor);
+                    self.preemption.ready_preemptors.push(preemptor);
                 }
             }
         }
@@ -288,7 +290,9 @@ impl Scheduler {
         record.pending_reason = None;
         self.charge_admission(id);
         let record = &self.pods[id.0 as usize];
-        self.bound_by_priority.insert((record.spec.priority, id));
+        self.preemption
+            .bound_by_priority
+            .insert((record.spec.priority, id));
         let (cq, priority) = (
             record.admission.as_ref().map(|a| a.cq),
             record.spec.priority,
@@ -302,7 +306,11 @@ impl Scheduler {
         let record = &self.pods[id.0 as usize];
         if let Some(admission) = &record.admission {
             self.queues.charge(admission, &record.quota_request, 1);
-            self.bound_by_cq.entry(admission.cq).or_default().insert(id);
+            self.preemption
+                .bound_by_cq
+                .entry(admission.cq)
+                .or_default()
+                .insert(id);
         }
     }
 }

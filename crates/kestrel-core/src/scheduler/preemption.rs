@@ -247,38 +247,40 @@ impl Scheduler {
     /// Adds or replaces a PodDisruptionBudget.
     pub fn set_disruption_budget(&mut self, budget: DisruptionBudget) {
         let key = (budget.namespace.clone(), budget.name.clone());
-        self.disruption_budgets.insert(key, budget);
+        self.preemption.disruption_budgets.insert(key, budget);
     }
 
     pub fn disruption_budgets(&self) -> impl Iterator<Item = &DisruptionBudget> {
-        self.disruption_budgets.values()
+        self.preemption.disruption_budgets.values()
     }
 
     pub fn remove_disruption_budget(&mut self, namespace: &str, name: &str) {
-        self.disruption_budgets
+        self.preemption
+            .disruption_budgets
             .remove(&(namespace.to_string(), name.to_string()));
     }
 
     /// Each budget with the disruptions it allows now: its pods are those it selects that
     /// have not ended, the healthy ones those bound and not already leaving.
     fn budget_allowances(&self) -> Vec<(&DisruptionBudget, u32)> {
-        if self.disruption_budgets.is_empty() {
+        if self.preemption.disruption_budgets.is_empty() {
             return Vec::new();
         }
-        let mut counts = vec![(0u32, 0u32); self.disruption_budgets.len()];
+        let mut counts = vec![(0u32, 0u32); self.preemption.disruption_budgets.len()];
         for record in &self.pods {
             if record.phase == PodPhase::Gone {
                 continue;
             }
             let healthy = matches!(record.phase, PodPhase::Bound { .. }) && !record.evicting;
-            for (i, budget) in self.disruption_budgets.values().enumerate() {
+            for (i, budget) in self.preemption.disruption_budgets.values().enumerate() {
                 if budget.selects(&record.spec.namespace, &record.spec.labels) {
                     counts[i].0 += 1;
                     counts[i].1 += healthy as u32;
                 }
             }
         }
-        self.disruption_budgets
+        self.preemption
+            .disruption_budgets
             .values()
             .zip(counts)
             .map(|(b, (expected, healthy))| (b, b.allowed(expected, healthy)))
@@ -350,6 +352,7 @@ impl Scheduler {
         let rep_seq_time = self.pods[pods[0].0 as usize].submitted_at;
         let mut candidates = Vec::new();
         let own: Vec<PodId> = self
+            .preemption
             .bound_by_cq
             .get(&cq)
             .into_iter()
@@ -419,7 +422,13 @@ impl Scheduler {
             .collect();
         let mut out = Vec::new();
         for other in others {
-            let pods = self.bound_by_cq.get(&other).into_iter().flatten().copied();
+            let pods = self
+                .preemption
+                .bound_by_cq
+                .get(&other)
+                .into_iter()
+                .flatten()
+                .copied();
             out.extend(self.candidates(pods, 0, Some(other), now, &|p, _| {
                 let by_reclaim = match reclaim {
                     ReclaimPolicy::Never => false,
@@ -478,7 +487,7 @@ impl Scheduler {
         // Lower-priority pods of the preemptor's own queue go by its policy, those outside
         // any queue by priority; other queues' work only as reclaim or borrowing above.
         let (mut by_queue, mut by_priority) = (Vec::new(), Vec::new());
-        for &(_, p) in self.bound_by_priority.range(..(bound, PodId(0))) {
+        for &(_, p) in self.preemption.bound_by_priority.range(..(bound, PodId(0))) {
             if candidates.iter().any(|c| c.pods.contains(&p)) {
                 continue;
             }
@@ -578,10 +587,10 @@ impl Scheduler {
         let victims: Vec<PodId> = chosen.iter().flat_map(|c| c.pods.iter().copied()).collect();
         for &v in &victims {
             self.pods[v.0 as usize].evicting = true;
-            self.preemptor_of.insert(v, workload);
+            self.preemption.preemptor_of.insert(v, workload);
         }
         let count = victims.len() as u32;
-        self.awaiting.insert(workload, count);
+        self.preemption.awaiting.insert(workload, count);
         decisions
             .preemptions
             .push(self.preemption_notice(Some(pods[0]), victims, reason, now));

@@ -25,11 +25,12 @@ impl Scheduler {
     /// victims it chose to get its quota back: borrowers wait, or they would take that
     /// quota again.
     pub(super) fn reclaim_in_cohort(&self, cq: CqId, workload: WorkloadKey) -> Option<String> {
-        if self.awaiting.is_empty() {
+        if self.preemption.awaiting.is_empty() {
             return None;
         }
         let root = self.queues.cqs[cq.0 as usize].root.as_ref()?;
-        self.awaiting
+        self.preemption
+            .awaiting
             .keys()
             .filter(|w| **w != workload)
             .find_map(|w| {
@@ -51,11 +52,11 @@ impl Scheduler {
     /// Whether a workload of `cq` with at least this priority waits for its victims: the
     /// room they leave is its, not for those behind it.
     pub(super) fn preemptor_ahead(&self, cq: CqId, pods: &[PodId]) -> bool {
-        if self.awaiting.is_empty() {
+        if self.preemption.awaiting.is_empty() {
             return false;
         }
         let priority = self.pods[pods[0].0 as usize].spec.priority;
-        self.awaiting.keys().any(|w| {
+        self.preemption.awaiting.keys().any(|w| {
             self.representative(*w).is_some_and(|p| {
                 let record = &self.pods[p.0 as usize];
                 record.link == QueueLink::Cq(cq)

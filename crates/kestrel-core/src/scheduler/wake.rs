@@ -72,7 +72,7 @@ impl Scheduler {
             return WakeOn::Any;
         }
         let workload = self.workload_of(pods[0]);
-        if self.awaiting.contains_key(&workload)
+        if self.preemption.awaiting.contains_key(&workload)
             || self
                 .holds
                 .values()
