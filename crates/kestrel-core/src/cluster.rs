@@ -15,7 +15,8 @@ use crate::model::{
 };
 use crate::resources::Resources;
 use crate::rng::Rng;
-use crate::PodId;
+use crate::types::PodId;
+pub use crate::types::{GpuAssignment, NodeId};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -23,9 +24,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 /// out of class keys so that a class groups many nodes; pods that select on them are
 /// checked node by node.
 pub const PER_NODE_LABELS: [&str; 4] = [HOSTNAME_LABEL, RACK_LABEL, BLOCK_LABEL, GPU_CLIQUE_LABEL];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct NodeId(pub u32);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ClassId(pub u32);
@@ -37,37 +35,6 @@ pub struct GpuUse {
     pub free_milli: u32,
     /// Held whole by one pod (no shares may join).
     pub held_whole: bool,
-}
-
-/// Which GPUs a binding gives a pod.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-pub enum GpuAssignment {
-    None,
-    /// Device indices (`GpuDevice::index`), ascending.
-    Whole(Vec<u32>),
-    Shared {
-        index: u32,
-        milli: u32,
-    },
-}
-
-impl GpuAssignment {
-    pub fn indices(&self) -> Vec<u32> {
-        match self {
-            GpuAssignment::None => vec![],
-            GpuAssignment::Whole(v) => v.clone(),
-            GpuAssignment::Shared { index, .. } => vec![*index],
-        }
-    }
-
-    /// Thousandths of a device the binding holds (a share by memory: its converted share).
-    pub fn milli(&self) -> u64 {
-        match self {
-            GpuAssignment::None => 0,
-            GpuAssignment::Whole(v) => 1000 * v.len() as u64,
-            GpuAssignment::Shared { milli, .. } => *milli as u64,
-        }
-    }
 }
 
 /// A node and what is in use on it.

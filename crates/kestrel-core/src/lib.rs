@@ -5,23 +5,28 @@
 //! current time, and carry out the [`Decisions`].
 
 pub mod cluster;
+mod constraints;
 pub mod explain;
 pub mod gang;
 mod hints;
 pub mod model;
+pub mod outcome;
 pub mod packing;
 pub mod policy;
+mod predicates;
 pub mod preempt;
 pub mod queue;
 pub mod resources;
 pub mod rng;
 pub mod scheduler;
 pub mod topology;
+pub mod types;
 
-pub use cluster::{ClusterIndex, GpuAssignment, GpuUse, NodeId, NodeState};
+pub use cluster::{ClusterIndex, GpuUse, NodeState};
 pub use explain::{GangProblem, NodeReason, Unschedulable, NUMA_ALIGNED_GPUS};
 pub use gang::{GangError, GangId, GangPhase, GangSpec, GangState, GangTopology};
 pub use model::*;
+pub use outcome::{ClusterError, Decisions};
 pub use policy::Policy;
 pub use preempt::{DisruptionBudget, DisruptionLimit, IntOrPercent, Preemption, VictimOrder};
 pub use queue::{
@@ -32,8 +37,6 @@ pub use queue::{
 };
 pub use resources::{parse_quantity, Bytes, QuantityError, Resources, GPU_RESOURCE};
 pub use rng::Rng;
-pub use scheduler::{
-    Binding, ClusterError, Decisions, Millis, PodId, PodPhase, PodRecord, Scheduler,
-    SchedulerConfig,
-};
+pub use scheduler::{PodRecord, Scheduler, SchedulerConfig};
 pub use topology::GpuTopology;
+pub use types::{Binding, GpuAssignment, Millis, NodeId, PodId, PodPhase};

@@ -42,8 +42,9 @@
 //! Everything is deterministic: ordered maps, a fixed pivoting rule, and scores in integer
 //! millionths of a GPU.
 
-use crate::cluster::{GpuAssignment, NodeState};
+use crate::cluster::NodeState;
 use crate::model::{Demand, GpuRequest};
+use crate::types::GpuAssignment;
 use std::collections::BTreeMap;
 
 /// Score unit: a millionth of a GPU.

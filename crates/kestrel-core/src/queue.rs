@@ -11,7 +11,7 @@
 
 use crate::model::{Labels, Requirement, Taint, Toleration};
 use crate::resources::GPU_RESOURCE;
-use crate::scheduler::Millis;
+use crate::types::Millis;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

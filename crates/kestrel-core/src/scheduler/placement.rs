@@ -1,0 +1,257 @@
+//! Placing one pod: the best node its constraints allow and its demand fits, found by
+//! visiting only the buckets that can win; failures are cached per signature and
+//! generation.
+
+use super::Scheduler;
+use crate::cluster::Bucket;
+use crate::constraints::{ClassVerdict, Source};
+use crate::explain::{GangProblem, Unschedulable};
+use crate::model::{GpuRequest, PlacementConstraints};
+use crate::policy::Policy;
+use crate::predicates::static_check;
+use crate::types::{GpuAssignment, NodeId, PodId};
+use std::cmp::Reverse;
+use std::sync::Arc;
+
+/// Fitting nodes per bucket the packing scorer compares (the best by the policy key).
+const PACKING_SHORTLIST: usize = 8;
+
+/// A node that fits, with what ranks it: preference score first, then the policy key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Candidate {
+    neg_score: i64,
+    key: u64,
+    node: NodeId,
+}
+
+impl Scheduler {
+    pub(crate) fn constraint_of(&self, id: u32) -> &PlacementConstraints {
+        &self.constraints.entries[id as usize].constraints
+    }
+
+    /// The best node for a pod among `nodes` (a topology domain), by preference score and
+    /// policy key.
+    pub(crate) fn place_among(
+        &mut self,
+        id: PodId,
+        nodes: &[NodeId],
+    ) -> Option<(NodeId, GpuAssignment)> {
+        let constraint = self.pods[id.0 as usize].constraint;
+        self.constraints.verdicts(constraint, &self.cluster);
+        self.constraints.plan_sources(constraint, &self.cluster);
+        let reserved = match &self.reservation {
+            Some(r) if !self.may_use_reserved(id) => Some(&r.nodes),
+            _ => None,
+        };
+        let demand = &self.pods[id.0 as usize].spec.demand;
+        let entry = &self.constraints.entries[constraint as usize];
+        let best = nodes
+            .iter()
+            .filter(|n| !reserved.is_some_and(|r| r.contains(n)))
+            .filter_map(|&n| {
+                let node = self.cluster.node(n);
+                let score = if entry.per_node {
+                    static_check(&entry.constraints, &node.spec).ok()?
+                } else {
+                    match &entry.verdicts[node.class.0 as usize] {
+                        ClassVerdict::Feasible { score } => *score,
+                        ClassVerdict::Infeasible(_) => return None,
+                    }
+                };
+                (node.fits_pod(demand, &entry.constraints) && self.fits_beside_holds(id, n))
+                    .then_some((-score, node.slot.1, n))
+            })
+            .min();
+        best.map(|(_, _, node)| {
+            let state = self.cluster.node(node);
+            let gpus = if entry.constraints.single_numa_node {
+                state.choose_gpus_single_numa(demand.gpu)
+            } else {
+                Some(state.choose_gpus(demand.gpu, None))
+            };
+            (node, gpus.expect("the node fits the pod"))
+        })
+    }
+
+    /// Finds the best node for a pod, or says why there is none.
+    pub(crate) fn place(
+        &mut self,
+        id: PodId,
+    ) -> Result<(NodeId, GpuAssignment), Arc<Unschedulable>> {
+        let record = &self.pods[id.0 as usize];
+        let (constraint, signature) = (record.constraint, record.signature);
+        let access = self.may_use_reserved(id);
+        let cacheable = !self.probing && !self.held_against(id);
+        if let Some((generation, had_access, reason)) = &self.constraints.failed[signature as usize]
+        {
+            if *generation == self.generation && *had_access == access && cacheable {
+                return Err(reason.clone());
+            }
+        }
+        self.constraints.verdicts(constraint, &self.cluster);
+        self.constraints.plan_sources(constraint, &self.cluster);
+        let reserved = match &self.reservation {
+            Some(r) if !access => Some(&r.nodes),
+            _ => None,
+        };
+        let record = &self.pods[id.0 as usize];
+        let demand = &record.spec.demand;
+        let entry = &self.constraints.entries[constraint as usize];
+        let policy = self.config.policy;
+        // How many fitting nodes each bucket contributes: the first fit for key-ranked
+        // policies, a shortlist for the packing scorer, all of them for Random.
+        let per_bucket = match policy {
+            Policy::Random => usize::MAX,
+            Policy::Kestrel => PACKING_SHORTLIST,
+            _ => 1,
+        };
+        let mut best: Option<Candidate> = None;
+        let mut found: Vec<Candidate> = Vec::new();
+        let first_bucket = match demand.gpu {
+            GpuRequest::Whole(n) => n as usize,
+            _ => 0,
+        };
+        // Visits one class's or shape's buckets; `allowed_only`: skip nodes whose class
+        // the constraints rule out (a shape mixes classes).
+        let mut visit = |buckets: &[Bucket], class_score: i64, allowed_only: bool| {
+            for bucket in buckets.iter().skip(first_bucket) {
+                let mut taken = 0;
+                for &(key, node_id) in bucket.may_hold(&demand.resources) {
+                    if reserved.is_some_and(|r| r.contains(&node_id)) {
+                        continue;
+                    }
+                    let mut score = class_score;
+                    let node = self.cluster.node(node_id);
+                    if allowed_only
+                        && !matches!(
+                            entry.verdicts[node.class.0 as usize],
+                            ClassVerdict::Feasible { .. }
+                        )
+                    {
+                        continue;
+                    }
+                    if entry.per_node {
+                        match static_check(&entry.constraints, &node.spec) {
+                            Ok(s) => score = s,
+                            Err(_) => continue,
+                        }
+                    }
+                    let candidate = Candidate {
+                        neg_score: -score,
+                        key,
+                        node: node_id,
+                    };
+                    // Later entries in this bucket only have larger keys: stop when they
+                    // cannot beat the best (unless scores vary node by node).
+                    if per_bucket == 1 && !entry.per_node && best.is_some_and(|b| b <= candidate) {
+                        break;
+                    }
+                    if !node.fits_pod(demand, &entry.constraints)
+                        || !self.fits_beside_holds(id, node_id)
+                    {
+                        continue;
+                    }
+                    if per_bucket > 1 {
+                        found.push(candidate);
+                        taken += 1;
+                        if taken >= per_bucket && !entry.per_node {
+                            break;
+                        }
+                        continue;
+                    }
+                    if best.is_none_or(|b| candidate < b) {
+                        best = Some(candidate);
+                    }
+                    if !entry.per_node {
+                        break;
+                    }
+                }
+            }
+        };
+        if entry.per_node {
+            for (ci, class) in self.cluster.classes.iter().enumerate() {
+                if class.len > 0 {
+                    let score = match &entry.verdicts[ci] {
+                        ClassVerdict::Feasible { score } => *score,
+                        ClassVerdict::Infeasible(_) => 0,
+                    };
+                    visit(&class.buckets, score, false);
+                }
+            }
+        } else {
+            let (_, sources) = entry.sources.as_ref().expect("planned above");
+            for source in sources {
+                match *source {
+                    Source::Class { class, score } => {
+                        visit(&self.cluster.classes[class].buckets, score, false)
+                    }
+                    Source::Shape { shape, score } => {
+                        visit(&self.cluster.shapes[shape].buckets, score, true)
+                    }
+                }
+            }
+        }
+        let chosen = match policy {
+            Policy::Random if found.is_empty() => None,
+            Policy::Random => {
+                found.sort_unstable_by_key(|c| c.node);
+                Some(found[self.rng.below(found.len() as u64) as usize].node)
+            }
+            Policy::Kestrel => {
+                // Preferences first, then what the placement does to packing, then the key.
+                self.packing.refresh();
+                let packing = &self.packing;
+                found
+                    .iter()
+                    .map(|c| {
+                        let node = self.cluster.node(c.node);
+                        (
+                            c.neg_score,
+                            Reverse(packing.score(node, demand)),
+                            c.key,
+                            c.node,
+                        )
+                    })
+                    .min()
+                    .map(|(_, _, _, node)| node)
+            }
+            _ => best.map(|b| b.node),
+        };
+        match chosen {
+            Some(node) => {
+                let state = self.cluster.node(node);
+                let gpus = match policy {
+                    _ if entry.constraints.single_numa_node => state
+                        .choose_gpus_single_numa(demand.gpu)
+                        .expect("the node fits the pod"),
+                    // The packing scorer puts a share on the device it scored.
+                    Policy::Kestrel => self.packing.choose_gpus(state, demand),
+                    _ => {
+                        let rng = (policy == Policy::Random).then_some(&mut self.rng);
+                        state.choose_gpus(demand.gpu, rng)
+                    }
+                };
+                Ok((node, gpus))
+            }
+            // Inside a gang attempt the gang explains itself once, after rolling back.
+            None if !self.record_failures || self.probing => {
+                Err(Arc::new(Unschedulable::gang_only(
+                    GangProblem::Unplaceable {
+                        gang: String::new(),
+                        placed: 0,
+                        needed: 0,
+                    },
+                    0,
+                )))
+            }
+            None => {
+                let reason = Arc::new(self.why_not(id, constraint, &demand.clone(), access));
+                if cacheable {
+                    self.constraints.failed[signature as usize] =
+                        Some((self.generation, access, reason.clone()));
+                }
+                Err(reason)
+            }
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! A pod's life in the engine: submitted, bound (charged to its queue), evicted or
+//! unbound back to pending, finished.
+
+use super::{PodRecord, QueueKey, QueueLink, QuotaRequest, Scheduler};
+use crate::hints::WakeOn;
+use crate::model::{Demand, GpuRequest, PodSpec};
+use crate::outcome::ClusterError;
+use crate::queue::PODS_RESOURCE;
+use crate::resources::GPU_RESOURCE;
+use crate::types::{GpuAssignment, Millis, NodeId, PodId, PodPhase};
+use std::collections::{BTreeMap, BTreeSet};
+
+impl Scheduler {
+    /// Accounts a pod that is already bound (by an earlier leader, another scheduler, or
+    /// before a restart). Reality wins over capacity: the pod is counted even if the node
+    /// looks full. `gpus`: the devices recorded on the pod; `None` picks free ones.
+    pub fn restore_bound(
+        &mut self,
+        spec: PodSpec,
+        node_name: &str,
+        gpus: Option<GpuAssignment>,
+        now: Millis,
+    ) -> Result<PodId, ClusterError> {
+        let node = self
+            .cluster
+            .id_of(node_name)
+            .ok_or_else(|| ClusterError::UnknownNode(node_name.to_string()))?;
+        let state = self.cluster.node(node);
+        let gpus = match gpus {
+            Some(gpus) => state.known_devices(&gpus),
+            None if state.gpu_fits(spec.demand.gpu) => state.choose_gpus(spec.demand.gpu, None),
+            None => GpuAssignment::None,
+        };
+        let id = self.submit(spec, now);
+        let key = self.pods[id.0 as usize].queue_key(id);
+        self.active.remove(&key);
+        // A queued pod counts against its ClusterQueue's quota as it did when admitted.
+        if let QueueLink::Cq(cq) = self.pods[id.0 as usize].link {
+            let labels = &self.cluster.node(node).spec.labels;
+            self.pods[id.0 as usize].admission = Some(self.queues.restored_admission(cq, labels));
+        }
+        self.bind(id, node, gpus, now);
+        Ok(id)
+    }
+
+    /// Undoes a binding the driver could not carry out (the API refused it): frees what the
+    /// pod held and puts it back in the queue.
+    pub fn unbind(&mut self, id: PodId) -> Result<(), ClusterError> {
+        let bound = self
+            .pods
+            .get(id.0 as usize)
+            .ok_or(ClusterError::UnknownPod(id))?;
+        if !matches!(bound.phase, PodPhase::Bound { .. }) {
+            return Err(ClusterError::UnknownPod(id));
+        }
+        self.release_to_pending(id);
+        let key = self.pods[id.0 as usize].queue_key(id);
+        self.active.insert(key);
+        self.capacity_may_have_grown();
+        Ok(())
+    }
+
+    /// Frees what a bound pod holds and makes it pending again (not queued).
+    pub(crate) fn release_to_pending(&mut self, id: PodId) {
+        let record = &mut self.pods[id.0 as usize];
+        let PodPhase::Bound { node, gpus, .. } =
+            std::mem::replace(&mut record.phase, PodPhase::Pending)
+        else {
+            unreachable!("release_to_pending on a pod that is not bound")
+        };
+        let resources = record.spec.demand.resources.clone();
+        self.cluster.unindex(node);
+        self.cluster
+            .node_mut_unindexed(node)
+            .release(id, &resources, &gpus);
+        let node_key = self.node_key();
+        self.cluster.reindex(node, &node_key);
+        self.unaccount(id);
+        self.pending += 1;
+    }
+
+    /// Returns a pod's queue charge and takes it out of the preemption indexes.
+    pub(super) fn unaccount(&mut self, id: PodId) {
+        let record = &mut self.pods[id.0 as usize];
+        if let Some(admission) = record.admission.take() {
+            self.queues.charge(&admission, &record.quota_request, -1);
+            if let Some(set) = self.preemption.bound_by_cq.get_mut(&admission.cq) {
+                set.remove(&id);
+            }
+        }
+        if let GpuRequest::Memory { .. } = record.spec.demand.gpu {
+            set_quota_gpu(&mut record.quota_request, 0);
+        }
+        self.preemption
+            .bound_by_priority
+            .remove(&(record.spec.priority, id));
+        record.evicting = false;
+        if let Some(preemptor) = self.preemption.preemptor_of.remove(&id) {
+            if let Some(left) = self.preemption.awaiting.get_mut(&preemptor) {
+                *left = left.saturating_sub(1);
+                if *left == 0 {
+                    self.preemption.awaiting.remove(&preemptor);
+                    self.preemption.ready_preemptors.push(preemptor);
+                }
+            }
+        }
+    }
+
+    /// Adds a pod to the queue.
+    pub fn submit(&mut self, spec: PodSpec, now: Millis) -> PodId {
+        let constraint = self.constraints.intern(&spec.constraints);
+        let signature = self
+            .constraints
+            .intern_signature(constraint, spec.demand.clone());
+        match spec.demand.gpu {
+            // The mix learns a share by memory as the share it takes on the cluster's
+            // smallest device that holds it.
+            GpuRequest::Memory { mib } => {
+                if let Some(milli) = self.cluster.memory_share_milli(mib) {
+                    let gpu = match milli {
+                        1000 => GpuRequest::Whole(1),
+                        milli => GpuRequest::Shared { milli },
+                    };
+                    self.packing.observe(&Demand {
+                        resources: spec.demand.resources.clone(),
+                        gpu,
+                    });
+                }
+            }
+            _ => self.packing.observe(&spec.demand),
+        }
+        let id = PodId(self.pods.len() as u32);
+        let link = self.link_of(&spec);
+        let quota_request = quota_request(&spec);
+        let record = PodRecord {
+            spec,
+            phase: PodPhase::Pending,
+            submitted_at: now,
+            pending_reason: None,
+            admission: None,
+            evicting: false,
+            last_checkpoint: None,
+            link,
+            quota_request,
+            seq: self.next_seq,
+            constraint,
+            base_constraint: constraint,
+            signature,
+            parked_at: 0,
+            wake_on: WakeOn::Any,
+            quota_settled: false,
+        };
+        self.next_seq += 1;
+        self.active.insert(record.queue_key(id));
+        if let Some(membership) = &record.spec.gang {
+            let gang = self.gangs.id(&record.spec.namespace, &membership.gang);
+            let state = &mut self.gangs.gangs[gang.0 as usize];
+            state.first_seen.get_or_insert(now);
+            let members = &mut state.members;
+            // A new member may complete the gang: its waiting peers get another look.
+            let peers: BTreeSet<PodId> = members.iter().copied().collect();
+            members.insert(id);
+            if !peers.is_empty() {
+                let parked_peers: Vec<QueueKey> = self
+                    .parked
+                    .iter()
+                    .copied()
+                    .filter(|k| peers.contains(&k.2))
+                    .collect();
+                self.parked.retain(|k| !peers.contains(&k.2));
+                self.active.extend(parked_peers);
+            }
+        }
+        self.pods.push(record);
+        self.pending += 1;
+        id
+    }
+
+    /// A pod ended (completed, failed or deleted): releases what it held, or takes it out
+    /// of the queue if it never ran.
+    pub fn finish(&mut self, id: PodId) -> Result<(), ClusterError> {
+        let record = self
+            .pods
+            .get_mut(id.0 as usize)
+            .ok_or(ClusterError::UnknownPod(id))?;
+        if let Some(membership) = &record.spec.gang {
+            if let Some(gang) = self.gangs.lookup(&record.spec.namespace, &membership.gang) {
+                self.gangs.gangs[gang.0 as usize].members.remove(&id);
+            }
+        }
+        if matches!(record.phase, PodPhase::Pending) && !self.holds.is_empty() {
+            let workload = self.workload_of(id);
+            self.release_holds(workload);
+        }
+        let record = &mut self.pods[id.0 as usize];
+        match std::mem::replace(&mut record.phase, PodPhase::Gone) {
+            PodPhase::Gone => return Err(ClusterError::UnknownPod(id)),
+            PodPhase::Pending => {
+                let key = record.queue_key(id);
+                if !self.active.remove(&key) {
+                    self.parked.retain(|k| *k != key);
+                }
+                self.pending -= 1;
+            }
+            PodPhase::Bound { node, gpus, .. } => {
+                let resources = record.spec.demand.resources.clone();
+                let cq = record.admission.as_ref().map(|a| a.cq);
+                let gang = record.spec.gang.is_some();
+                self.cluster.unindex(node);
+                self.cluster
+                    .node_mut_unindexed(node)
+                    .release(id, &resources, &gpus);
+                let key = self.node_key();
+                self.cluster.reindex(node, &key);
+                self.unaccount(id);
+                self.log_release(node, cq, gang);
+            }
+        }
+        Ok(())
+    }
+
+    /// The workload reports a checkpoint (e.g. `kestrel.dev/last-checkpoint`).
+    pub fn record_checkpoint(&mut self, id: PodId, at: Millis) -> Result<(), ClusterError> {
+        let record = self
+            .pods
+            .get_mut(id.0 as usize)
+            .ok_or(ClusterError::UnknownPod(id))?;
+        record.last_checkpoint = Some(record.last_checkpoint.map_or(at, |t| t.max(at)));
+        Ok(())
+    }
+
+    /// A preempted (or drained) pod left its node: what it held is free and it waits in
+    /// the queue again, with its original place in line.
+    pub fn evict(&mut self, id: PodId) -> Result<(), ClusterError> {
+        let record = self
+            .pods
+            .get(id.0 as usize)
+            .ok_or(ClusterError::UnknownPod(id))?;
+        if !matches!(record.phase, PodPhase::Bound { .. }) {
+            return Err(ClusterError::UnknownPod(id));
+        }
+        self.release_to_pending(id);
+        let record = &self.pods[id.0 as usize];
+        let key = record.queue_key(id);
+        if let Some(membership) = &record.spec.gang {
+            let gang = self
+                .gangs
+                .id(&record.spec.namespace.clone(), &membership.gang.clone());
+            let still_running = self.gangs.gangs[gang.0 as usize]
+                .members
+                .iter()
+                .any(|p| matches!(self.pods[p.0 as usize].phase, PodPhase::Bound { .. }));
+            if !still_running {
+                self.gangs.gangs[gang.0 as usize].phase = crate::gang::GangPhase::Waiting;
+            }
+        }
+        self.active.insert(key);
+        self.capacity_may_have_grown();
+        Ok(())
+    }
+
+    pub(crate) fn bind(&mut self, id: PodId, node: NodeId, gpus: GpuAssignment, now: Millis) {
+        let key = self.node_key();
+        if let GpuRequest::Memory { .. } = self.pods[id.0 as usize].spec.demand.gpu {
+            // Charged what its device holds; a restored pod whose device is unknown counts
+            // the most it could take (one device if no device here holds it).
+            let milli = match &gpus {
+                GpuAssignment::Shared { milli, .. } => *milli as u64,
+                _ => match self
+                    .gpu_milli_bounds(self.pods[id.0 as usize].spec.demand.gpu)
+                    .1
+                {
+                    0 => 1000,
+                    most => most,
+                },
+            };
+            set_quota_gpu(&mut self.pods[id.0 as usize].quota_request, milli);
+        }
+        let record = &mut self.pods[id.0 as usize];
+        self.cluster.unindex(node);
+        self.cluster
+            .node_mut_unindexed(node)
+            .allocate(id, &record.spec.demand.resources, &gpus);
+        self.cluster.reindex(node, &key);
+        record.phase = PodPhase::Bound {
+            node,
+            gpus,
+            at: now,
+        };
+        record.pending_reason = None;
+        self.charge_admission(id);
+        let record = &self.pods[id.0 as usize];
+        self.preemption
+            .bound_by_priority
+            .insert((record.spec.priority, id));
+        let (cq, priority) = (
+            record.admission.as_ref().map(|a| a.cq),
+            record.spec.priority,
+        );
+        self.log_bind(node, cq, priority);
+        self.pending -= 1;
+    }
+
+    /// Charges a bound pod's admission (if any) to its ClusterQueue's usage.
+    pub(super) fn charge_admission(&mut self, id: PodId) {
+        let record = &self.pods[id.0 as usize];
+        if let Some(admission) = &record.admission {
+            self.queues.charge(admission, &record.quota_request, 1);
+            self.preemption
+                .bound_by_cq
+                .entry(admission.cq)
+                .or_default()
+                .insert(id);
+        }
+    }
+}
+
+/// What a pod counts against queue quota: each resource it requests, and one pod, by name.
+/// A share by GPU memory gets its `nvidia.com/gpu` amount when bound (see
+/// [`set_quota_gpu`]).
+fn quota_request(spec: &PodSpec) -> QuotaRequest {
+    let r = &spec.demand.resources;
+    let mut out: BTreeMap<String, i64> = BTreeMap::from([(PODS_RESOURCE.to_string(), 1)]);
+    for (name, amount) in [
+        ("cpu", r.cpu_milli),
+        ("memory", r.memory_bytes),
+        ("ephemeral-storage", r.ephemeral_storage_bytes),
+        (
+            GPU_RESOURCE,
+            match spec.demand.gpu {
+                GpuRequest::Memory { .. } => 0,
+                gpu => gpu.milli() as i64,
+            },
+        ),
+    ] {
+        if amount > 0 {
+            *out.entry(name.to_string()).or_default() += amount;
+        }
+    }
+    for (name, amount) in r.extended.iter().filter(|(_, a)| *a > 0) {
+        *out.entry(name.clone()).or_default() += amount;
+    }
+    out.into_iter().collect()
+}
+
+/// Sets the `nvidia.com/gpu` amount of a quota request (0: none).
+fn set_quota_gpu(request: &mut QuotaRequest, milli: u64) {
+    let mut out: BTreeMap<String, i64> = request
+        .iter()
+        .filter(|(r, _)| r != GPU_RESOURCE)
+        .cloned()
+        .collect();
+    if milli > 0 {
+        out.insert(GPU_RESOURCE.to_string(), milli as i64);
+    }
+    *request = out.into_iter().collect();
+}
