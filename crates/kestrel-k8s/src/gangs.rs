@@ -217,7 +217,12 @@ pub fn parse_gang_document(path: &Path, doc: &Value) -> Result<GangDocument, Loa
         gang.role_minimums = s
             .min_task_member
             .into_iter()
-            .map(|(role, n)| Ok((role.clone(), count(&format!("spec.minTaskMember.{role}"), n)?)))
+            .map(|(role, n)| {
+                Ok((
+                    role.clone(),
+                    count(&format!("spec.minTaskMember.{role}"), n)?,
+                ))
+            })
             .collect::<Result<_, LoadError>>()?;
         if let Some(t) = s.topology {
             if t.slice_level.is_some() != t.slice_size.is_some() {

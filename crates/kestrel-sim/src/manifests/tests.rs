@@ -1,4 +1,3 @@
-
 use super::*;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kestrel_core::{PreemptionTerms, SelectorOperator, TaintEffect, TolerationOperator};

@@ -1,0 +1,326 @@
+//! Team queues and namespace limits from the YAML users apply to a cluster.
+//!
+//! | kind | apiVersion | becomes |
+//! |---|---|---|
+//! | `ClusterQueue` | `kueue.x-k8s.io/v1beta1`, `v1beta2`, `scheduling.kestrel.dev/v1alpha1` | [`ClusterQueueSpec`] |
+//! | `LocalQueue` | same | [`LocalQueueSpec`] |
+//! | `Cohort` | `kueue.x-k8s.io/v1alpha1`, `v1beta1`, `v1beta2`, `scheduling.kestrel.dev/v1alpha1` | [`CohortSpec`] |
+//! | `ResourceFlavor` | as `ClusterQueue` | [`ResourceFlavor`] |
+//! | `Namespace` | `v1` | its labels, for ClusterQueue `namespaceSelector`s |
+//! | `ResourceQuota` | `v1` | [`NamespaceQuota`] |
+//! | `LimitRange` | `v1` | default container requests per namespace ([`LimitRangeDefaults`]) |
+//! | `PodDisruptionBudget` | `policy/v1` | [`DisruptionBudget`]: preemption takes victims that keep it first |
+//!
+//! Field names are Kueue's. A ClusterQueue reads `spec.cohort` (Kueue v1beta1) or
+//! `spec.cohortName`, `namespaceSelector` (`matchLabels`, `matchExpressions`; `{}` selects
+//! every namespace; Kestrel reads an absent selector as every namespace too, where Kueue
+//! selects none), `queueingStrategy`, `resourceGroups`, `preemption`, `fairSharing.weight`
+//! (default 1), `stopPolicy`, and Kestrel's `minRuntimeSeconds` and `preemptionDelaySeconds`
+//! (`defaultRuntimeSeconds` is accepted and not used yet). Kestrel's own objects
+//! (`scheduling.kestrel.dev`) may hold only the fields Kestrel reads: an unknown field is
+//! an error. Kueue's objects may hold Kueue's other fields (`flavorFungibility`,
+//! `admissionChecks` ...), which are ignored.
+//!
+//! Quotas are in the engine's units (see `kestrel_core::queue`): a quantity as written
+//! times [`quota_scale`] of its resource: `cpu` and `nvidia.com/gpu` in thousandths, memory
+//! in bytes, other resources in their own units.
+//!
+//! A ResourceQuota's `spec.hard` maps `requests.cpu` and `cpu` to `cpu`, `requests.memory`
+//! and `memory` to `memory`, `requests.ephemeral-storage` and `ephemeral-storage` to
+//! `ephemeral-storage`, `requests.<extended resource>` (`requests.nvidia.com/gpu`,
+//! `requests.hugepages-2Mi` ...) to the resource, and `pods` and `count/pods` to `pods`;
+//! when two keys name one resource the smaller amount holds. Limits (`limits.*`) are not
+//! tracked: the scheduler counts requests. Other keys (object counts, storage) are
+//! skipped. Scoped quotas (`spec.scopes`, `spec.scopeSelector`) are refused: the simulator
+//! cannot tell which pods they count.
+//!
+//! A LimitRange item of `type: Container` gives containers of its namespace the requests
+//! they do not set, as the API server does: the container's own limit, else the item's
+//! `defaultRequest`, else its `default` limit, else its `max`, else its `min`. Items of other
+//! types are skipped. The amounts are in the units of pod requests (cpu in millicores,
+//! extended resources in whole units).
+//!
+//! A LocalQueue may name a ClusterQueue that is not in the files: it can be created later,
+//! and the scheduler reports it on the pods. Objects of one kind and name defined twice are
+//! an error (a Namespace repeated with the same labels is not).
+
+use crate::error::LoadError;
+use kestrel_core::{
+    ClusterQueueSpec, CohortSpec, DisruptionBudget, Labels, LocalQueueSpec, ResourceFlavor,
+};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use self::kueue::{cluster_queue, flavor};
+pub use self::kueue::{CLUSTER_QUEUE_FIELDS, COHORT_FIELDS, FLAVOR_FIELDS, LOCAL_QUEUE_FIELDS};
+use self::namespace::{disruption_budget, limit_range, resource_quota};
+pub use self::namespace::{quota_resource, LimitRangeDefaults, NamespaceQuota};
+use self::reader::{namespace_of, namespaced, reader};
+
+mod kueue;
+mod namespace;
+mod reader;
+
+/// Team queues and namespace limits, from ClusterQueue, LocalQueue, Cohort,
+/// ResourceFlavor, Namespace and ResourceQuota objects.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct QueueSetup {
+    pub cluster_queues: Vec<ClusterQueueSpec>,
+    pub local_queues: Vec<LocalQueueSpec>,
+    pub cohorts: Vec<CohortSpec>,
+    pub flavors: Vec<ResourceFlavor>,
+    /// Namespace labels (for ClusterQueue namespaceSelectors).
+    pub namespaces: Vec<(String, Labels)>,
+    pub resource_quotas: Vec<NamespaceQuota>,
+    pub disruption_budgets: Vec<DisruptionBudget>,
+}
+
+/// Kueue's API group.
+pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";
+/// Kestrel's API group.
+pub const KESTREL_GROUP: &str = crate::crds::GROUP;
+/// Kueue's label naming the LocalQueue a workload is submitted to.
+pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
+/// Kestrel's label naming the LocalQueue; wins over Kueue's when both are set.
+pub const KESTREL_QUEUE_LABEL: &str = "kestrel.dev/queue";
+/// The kinds this module reads.
+pub const QUEUE_KINDS: [&str; 8] = [
+    "ClusterQueue",
+    "LocalQueue",
+    "Cohort",
+    "ResourceFlavor",
+    "Namespace",
+    "ResourceQuota",
+    "LimitRange",
+    "PodDisruptionBudget",
+];
+
+/// Whether documents of this kind belong to this module (whatever their apiVersion; a
+/// wrong one is reported by [`parse_queue_document`]).
+pub fn is_queue_document(kind: &str) -> bool {
+    QUEUE_KINDS.contains(&kind)
+}
+
+/// One object read by [`parse_queue_document`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum QueueDocument {
+    ClusterQueue(ClusterQueueSpec),
+    LocalQueue(LocalQueueSpec),
+    Cohort(CohortSpec),
+    Flavor(ResourceFlavor),
+    Namespace(String, Labels),
+    Quota(NamespaceQuota),
+    LimitRange(LimitRangeDefaults),
+    DisruptionBudget(DisruptionBudget),
+}
+
+/// Reads one object of a kind in [`QUEUE_KINDS`]. `position` says where it is in its file
+/// (`document 3`), for objects without a name.
+pub fn parse_queue_document(
+    path: &Path,
+    position: &str,
+    doc: &Value,
+) -> Result<QueueDocument, LoadError> {
+    let r = reader(path, position, doc);
+    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("");
+    let api_version = doc.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let accepted: Vec<String> = match kind {
+        "Namespace" | "ResourceQuota" | "LimitRange" => vec!["v1".into()],
+        "PodDisruptionBudget" => vec!["policy/v1".into()],
+        _ => {
+            let kueue = if kind == "Cohort" {
+                &["v1alpha1", "v1beta1", "v1beta2"][..]
+            } else {
+                &["v1beta1", "v1beta2"][..]
+            };
+            kueue
+                .iter()
+                .map(|v| format!("{KUEUE_GROUP}/{v}"))
+                .chain([format!("{KESTREL_GROUP}/v1alpha1")])
+                .collect()
+        }
+    };
+    if !accepted.iter().any(|a| a == api_version) {
+        return Err(r.err(
+            "apiVersion",
+            format!(
+                "{api_version:?} is not an apiVersion Kestrel reads for {kind}; use {}",
+                accepted.join(" or ")
+            ),
+        ));
+    }
+    let meta = r.map(doc.get("metadata"), "metadata")?;
+    let name = r.required_string(
+        meta.and_then(|m| m.get("name")),
+        "metadata.name",
+        "set metadata.name",
+    )?;
+    let namespace = namespace_of(doc);
+    let spec = r.map(doc.get("spec"), "spec")?;
+    let empty = Map::new();
+    let s = spec.unwrap_or(&empty);
+    Ok(match kind {
+        "ClusterQueue" => QueueDocument::ClusterQueue(cluster_queue(&r, name, s)?),
+        "LocalQueue" => {
+            r.known_fields(s, "spec", LOCAL_QUEUE_FIELDS)?;
+            let cluster_queue = r.required_string(
+                s.get("clusterQueue"),
+                "spec.clusterQueue",
+                "name the ClusterQueue this queue submits to",
+            )?;
+            QueueDocument::LocalQueue(LocalQueueSpec {
+                namespace,
+                name,
+                cluster_queue,
+            })
+        }
+        "Cohort" => {
+            r.known_fields(s, "spec", COHORT_FIELDS)?;
+            let parent_name = r.string(s.get("parentName"), "spec.parentName")?;
+            let parent = r.string(s.get("parent"), "spec.parent")?;
+            if let (Some(a), Some(b)) = (parent_name, parent) {
+                if a != b {
+                    return Err(r.err(
+                        "spec.parent",
+                        format!("names {b:?} but spec.parentName names {a:?}; keep one"),
+                    ));
+                }
+            }
+            r.fair_weight(s.get("fairSharing"), "spec.fairSharing")?;
+            QueueDocument::Cohort(CohortSpec {
+                name,
+                parent: parent_name
+                    .or(parent)
+                    .filter(|p| !p.is_empty())
+                    .map(String::from),
+                resource_groups: r
+                    .resource_groups(s.get("resourceGroups"), "spec.resourceGroups")?,
+            })
+        }
+        "ResourceFlavor" => QueueDocument::Flavor(flavor(&r, name, s)?),
+        "Namespace" => QueueDocument::Namespace(
+            name,
+            r.labels(meta.and_then(|m| m.get("labels")), "metadata.labels")?,
+        ),
+        "ResourceQuota" => QueueDocument::Quota(resource_quota(&r, doc, namespace, name)?),
+        "LimitRange" => QueueDocument::LimitRange(limit_range(&r, doc, namespace, name)?),
+        "PodDisruptionBudget" => {
+            QueueDocument::DisruptionBudget(disruption_budget(&r, s, namespace, name)?)
+        }
+        other => {
+            return Err(r.err(
+                "kind",
+                format!("{other} is not a queue kind; use one of {QUEUE_KINDS:?}"),
+            ))
+        }
+    })
+}
+
+/// The key [`QueueDocument::key`] gives an object of a queue kind, read from its
+/// metadata alone (so an object that does not parse can still be matched with its
+/// previous version); `None` for other kinds or without a name.
+pub fn queue_document_key(doc: &Value) -> Option<(&'static str, String)> {
+    let kind = doc.get("kind").and_then(Value::as_str)?;
+    let kind = QUEUE_KINDS.iter().find(|k| **k == kind)?;
+    let name = doc.pointer("/metadata/name").and_then(Value::as_str)?;
+    Some(match namespaced(kind) {
+        true => (kind, format!("{}/{name}", namespace_of(doc))),
+        false => (kind, name.to_string()),
+    })
+}
+
+impl QueueDocument {
+    /// The kind and the name (`namespace/name` for namespaced kinds) it is known by.
+    pub fn key(&self) -> (&'static str, String) {
+        match self {
+            QueueDocument::ClusterQueue(q) => ("ClusterQueue", q.name.clone()),
+            QueueDocument::LocalQueue(q) => ("LocalQueue", format!("{}/{}", q.namespace, q.name)),
+            QueueDocument::Cohort(c) => ("Cohort", c.name.clone()),
+            QueueDocument::Flavor(f) => ("ResourceFlavor", f.name.clone()),
+            QueueDocument::Namespace(n, _) => ("Namespace", n.clone()),
+            QueueDocument::Quota(q) => ("ResourceQuota", format!("{}/{}", q.namespace, q.name)),
+            QueueDocument::LimitRange(l) => ("LimitRange", format!("{}/{}", l.namespace, l.name)),
+            QueueDocument::DisruptionBudget(b) => {
+                ("PodDisruptionBudget", format!("{}/{}", b.namespace, b.name))
+            }
+        }
+    }
+}
+
+/// Collects the queue kinds of a file set, refusing names defined twice.
+#[derive(Debug, Default)]
+pub struct QueueCollector {
+    setup: QueueSetup,
+    limit_ranges: Vec<LimitRangeDefaults>,
+    /// (kind, name) -> where it was first defined.
+    origin: BTreeMap<(&'static str, String), String>,
+}
+
+impl QueueCollector {
+    /// Reads one document (of a kind in [`QUEUE_KINDS`]) found at `position` in `path`.
+    pub fn add_document(
+        &mut self,
+        path: &Path,
+        position: &str,
+        doc: &Value,
+    ) -> Result<(), LoadError> {
+        let parsed = parse_queue_document(path, position, doc)?;
+        let (kind, key) = parsed.key();
+        let here = format!("{} {position}", path.display());
+        if let Some(first) = self.origin.get(&(kind, key.clone())) {
+            if let QueueDocument::Namespace(name, labels) = &parsed {
+                let same = self
+                    .setup
+                    .namespaces
+                    .iter()
+                    .any(|(n, l)| n == name && l == labels);
+                if same {
+                    return Ok(());
+                }
+            }
+            return Err(LoadError::new(
+                path,
+                format!(
+                    "{kind} {key} is defined twice: first in {first}, again in {here}; keep one"
+                ),
+            )
+            .object(format!("{kind} {key}"))
+            .field("metadata.name"));
+        }
+        self.origin.insert((kind, key), here);
+        let s = &mut self.setup;
+        match parsed {
+            QueueDocument::ClusterQueue(q) => s.cluster_queues.push(q),
+            QueueDocument::LocalQueue(q) => s.local_queues.push(q),
+            QueueDocument::Cohort(c) => s.cohorts.push(c),
+            QueueDocument::Flavor(f) => s.flavors.push(f),
+            QueueDocument::Namespace(n, l) => s.namespaces.push((n, l)),
+            QueueDocument::Quota(q) => s.resource_quotas.push(q),
+            QueueDocument::LimitRange(l) => self.limit_ranges.push(l),
+            QueueDocument::DisruptionBudget(b) => s.disruption_budgets.push(b),
+        }
+        Ok(())
+    }
+
+    /// Default container requests per namespace from its LimitRanges (in file order, the
+    /// first to name a resource gives it).
+    pub fn container_defaults(&self) -> BTreeMap<String, BTreeMap<String, i64>> {
+        let mut out: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
+        for lr in &self.limit_ranges {
+            let ns = out.entry(lr.namespace.clone()).or_default();
+            for (resource, amount) in &lr.container_requests {
+                ns.entry(resource.clone()).or_insert(*amount);
+            }
+        }
+        out
+    }
+
+    pub fn into_setup(self) -> QueueSetup {
+        self.setup
+    }
+}
+
+#[cfg(test)]
+mod tests;
