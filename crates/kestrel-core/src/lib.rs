@@ -35,7 +35,7 @@ pub use queue::{
     QuotaShortfall, QuotaUsage, ReclaimPolicy, ResourceFlavor, ResourceGroup, ResourceQuota,
     StopPolicy, WithinQueuePreemption, PODS_RESOURCE,
 };
-pub use resources::{parse_quantity, Bytes, QuantityError, Resources, GPU_RESOURCE};
+pub use resources::{parse_quantity, request_scale, Bytes, QuantityError, Resources, GPU_RESOURCE};
 pub use rng::Rng;
 pub use scheduler::{PodRecord, Scheduler, SchedulerConfig};
 pub use topology::GpuTopology;

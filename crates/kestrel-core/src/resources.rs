@@ -108,6 +108,17 @@ pub struct QuantityError {
     pub why: &'static str,
 }
 
+/// The scale from a quantity as written to the units of pod requests ([`Resources`]):
+/// millicores for cpu, whole units (bytes, devices) for everything else. Queue quotas
+/// count GPUs in thousandths instead ([`crate::quota_scale`]), so shares can be charged.
+pub fn request_scale(resource: &str) -> i64 {
+    if resource == "cpu" {
+        1000
+    } else {
+        1
+    }
+}
+
 /// Parses a Kubernetes quantity (`resource.Quantity`) and returns it scaled by `scale`,
 /// rounded up, as Kubernetes rounds requests. `scale` is 1000 for millicores, 1 for bytes.
 pub fn parse_quantity(input: &str, scale: i64) -> Result<i64, QuantityError> {

@@ -6,8 +6,8 @@ use crate::error::LoadError;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kestrel_core::{
-    parse_quantity, NodeAffinity, NodeSelectorTerm, Requirement, SelectorOperator, TaintEffect,
-    Toleration, TolerationOperator, GPU_RESOURCE,
+    parse_quantity, request_scale, NodeAffinity, NodeSelectorTerm, Requirement, SelectorOperator,
+    TaintEffect, Toleration, TolerationOperator, GPU_RESOURCE,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -50,8 +50,8 @@ impl Ctx<'_> {
     ) -> Result<i64, LoadError> {
         let whole = !matches!(resource, "cpu" | "memory" | "ephemeral-storage")
             && !resource.starts_with("hugepages-");
-        let scale = if resource == "cpu" { 1000 } else { 1 };
-        let v = parse_quantity(q, scale).map_err(|e| self.err(field, e.to_string()))?;
+        let v = parse_quantity(q, request_scale(resource))
+            .map_err(|e| self.err(field, e.to_string()))?;
         if v < 0 {
             return Err(self.err(field, format!("{q:?} is negative; write 0 or more")));
         }

@@ -9,10 +9,10 @@
 //! `default` and `defaultRequest` are not read: the pods Kestrel reads already carry them.
 //! Amounts are in the engine's units: millicores for cpu, whole units for everything else.
 
-use crate::quota::{amount_scale, amount_text, read_amount};
+use crate::quota::{amount_text, read_amount};
 use k8s_openapi::api::core::v1::{Container, LimitRange, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kestrel_core::parse_quantity;
+use kestrel_core::{parse_quantity, request_scale};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -28,7 +28,9 @@ impl Amounts {
         let read = |list: Option<&BTreeMap<String, Quantity>>| {
             list.into_iter()
                 .flatten()
-                .filter_map(|(r, q)| Some((r.clone(), parse_quantity(&q.0, amount_scale(r)).ok()?)))
+                .filter_map(|(r, q)| {
+                    Some((r.clone(), parse_quantity(&q.0, request_scale(r)).ok()?))
+                })
                 .collect()
         };
         let resources = container.resources.as_ref();
@@ -152,7 +154,7 @@ pub fn read_limit_range(object: &LimitRange) -> (Option<Limits>, Vec<String>) {
         let mut bounds = |field: &str, list: Option<&BTreeMap<String, Quantity>>, ratio: bool| {
             let mut out = Vec::new();
             for (resource, q) in list.into_iter().flatten() {
-                let scale = if ratio { 1000 } else { amount_scale(resource) };
+                let scale = if ratio { 1000 } else { request_scale(resource) };
                 match read_amount(&q.0, scale) {
                     Ok(amount) => out.push(Bound {
                         resource: resource.clone(),

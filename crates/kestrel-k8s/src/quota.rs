@@ -8,13 +8,13 @@
 //! engine's units: millicores for cpu, whole units for everything else.
 
 use k8s_openapi::api::core::v1::ResourceQuota;
-use kestrel_core::{parse_quantity, Bytes, GpuRequest, PodSpec, GPU_RESOURCE};
+use kestrel_core::{parse_quantity, request_scale, Bytes, GpuRequest, PodSpec, GPU_RESOURCE};
 use std::collections::BTreeMap;
 use std::fmt;
 
 /// What a quota limit counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Counted {
+pub enum Counted {
     /// Pods (`pods`, `count/pods`): every pod counts 1.
     Pods,
     /// A requested resource (`cpu`, `memory`, `nvidia.com/gpu`, ...).
@@ -146,10 +146,11 @@ impl fmt::Display for Refusal {
     }
 }
 
-/// What a quota's resource name counts, for the names that count pods: `pods`,
+/// What a quota's resource name counts, for the names that count pods (the one rule the
+/// simulator's namespace quotas and the live explanations share): `pods`,
 /// `count/pods`, `cpu`, `memory`, `ephemeral-storage` and `requests.<resource>`. Limits
 /// (`limits.*`) and other objects (`services`, `count/jobs.batch`, ...) are not read.
-fn counted(key: &str) -> Option<Counted> {
+pub fn counted(key: &str) -> Option<Counted> {
     match key {
         "pods" | "count/pods" => Some(Counted::Pods),
         "cpu" | "memory" | "ephemeral-storage" => Some(Counted::Request(key.to_string())),
@@ -157,16 +158,6 @@ fn counted(key: &str) -> Option<Counted> {
             .strip_prefix("requests.")
             .filter(|r| !r.is_empty() && *r != "storage")
             .map(|r| Counted::Request(r.to_string())),
-    }
-}
-
-/// The engine's unit of a resource, as a multiple of what is written: millicores for cpu,
-/// whole units for everything else.
-pub(crate) fn amount_scale(resource: &str) -> i64 {
-    if resource == "cpu" {
-        1000
-    } else {
-        1
     }
 }
 
@@ -278,7 +269,7 @@ pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<String>) {
             continue;
         };
         let scale = match &counts {
-            Counted::Request(r) => amount_scale(r),
+            Counted::Request(r) => request_scale(r),
             Counted::Pods => 1,
         };
         let mut read = |field: &str, text: &str| {

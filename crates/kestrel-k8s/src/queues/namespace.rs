@@ -3,6 +3,7 @@
 
 use super::reader::{at, typed, Reader};
 use crate::error::LoadError;
+use crate::quota::{counted, Counted};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kestrel_core::{
@@ -33,17 +34,13 @@ pub struct LimitRangeDefaults {
     pub container_requests: BTreeMap<String, i64>,
 }
 
-/// The engine's resource for a ResourceQuota `spec.hard` key, or `None` for keys that
-/// are not tracked (limits, object counts, storage).
+/// The engine's resource for a ResourceQuota `spec.hard` key by the rule the live
+/// scheduler reads quotas with ([`counted`]), or `None` for keys that are not tracked
+/// (limits, object counts, storage).
 pub fn quota_resource(key: &str) -> Option<&str> {
-    match key {
-        "pods" | "count/pods" => Some(PODS_RESOURCE),
-        "cpu" | "requests.cpu" => Some("cpu"),
-        "memory" | "requests.memory" => Some("memory"),
-        "ephemeral-storage" | "requests.ephemeral-storage" => Some("ephemeral-storage"),
-        _ => key
-            .strip_prefix("requests.")
-            .filter(|r| r.contains('/') || r.starts_with("hugepages-")),
+    match counted(key)? {
+        Counted::Pods => Some(PODS_RESOURCE),
+        Counted::Request(_) => Some(key.strip_prefix("requests.").unwrap_or(key)),
     }
 }
 
