@@ -1,0 +1,436 @@
+//! ClusterQueues and LocalQueues through the index: admission by quota, their statuses
+//! and `Active` conditions.
+
+use crate::common::*;
+
+// ---- Queues through the index -----------------------------------------------------------
+
+fn queued(name: &str, queue: &str, gpus: u32) -> Pod {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
+                     "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {"schedulerName": "kestrel", "priority": 0, "containers": [{"name": "c",
+            "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": gpus.to_string()}}}]},
+        "status": {"phase": "Pending"}}))
+    .unwrap()
+}
+
+fn cluster_queue(gpus: u32, selector: Value) -> Value {
+    json!({"metadata": {"name": "team-a"}, "spec": {
+        "namespaceSelector": selector,
+        "resourceGroups": [{"coveredResources": ["cpu", "nvidia.com/gpu"],
+            "flavors": [{"name": "default", "resources": [{"name": "cpu", "nominalQuota": 64},
+                {"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}})
+}
+
+#[test]
+fn live_queues_admit_by_quota_and_changes_apply_without_a_restart() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    h.pod(queued("a", "team", 4));
+    // No LocalQueue yet: the pod waits and says so.
+    let out = h.state.cycle(0);
+    assert!(out.binds.is_empty());
+    assert!(
+        out.unschedulable[0].message.contains("LocalQueue"),
+        "{:?}",
+        out.unschedulable
+    );
+    h.queue(
+        "LocalQueue",
+        json!({"metadata": {"name": "team", "namespace": "ml"}, "spec": {"clusterQueue": "team-a"}}),
+        false,
+    );
+    h.queue("ClusterQueue", cluster_queue(4, json!({})), false);
+    let out = h.state.cycle(1);
+    assert_eq!(out.binds.len(), 1, "{out:?}");
+    // Queue statuses: admitted and pending workloads, usage per flavor; written once.
+    let statuses = h.state.queue_statuses();
+    let cq = statuses.iter().find(|j| j.kind == "ClusterQueue").unwrap();
+    assert_eq!(cq.name, "team-a");
+    assert_eq!(cq.namespace, None);
+    assert_eq!(cq.status["admittedWorkloads"], 1);
+    assert_eq!(cq.status["pendingWorkloads"], 0);
+    let usage = &cq.status["flavorsUsage"][0];
+    assert_eq!(usage["name"], "default");
+    assert!(usage["resources"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({"name": "nvidia.com/gpu", "total": "4", "borrowed": "0"})));
+    let lq = statuses.iter().find(|j| j.kind == "LocalQueue").unwrap();
+    assert_eq!(
+        (lq.namespace.as_deref(), lq.name.as_str()),
+        (Some("ml"), "team")
+    );
+    assert_eq!(lq.status["admittedWorkloads"], 1);
+    assert!(
+        h.state.queue_statuses().is_empty(),
+        "unchanged: not written again"
+    );
+    // The quota is full: the next pod waits for quota although the node has room, under
+    // a reason cluster autoscalers do not scale up for.
+    h.pod(queued("b", "team", 4));
+    let out = h.state.cycle(2);
+    assert!(out.binds.is_empty());
+    assert_eq!(out.unschedulable[0].reason, "WaitingForQueue");
+    assert!(
+        out.unschedulable[0].message.contains("team-a"),
+        "{:?}",
+        out.unschedulable
+    );
+    // An invalid update is refused and the last good version stays in force.
+    let mut bad = cluster_queue(8, json!({}));
+    bad["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = json!("x");
+    h.queue("ClusterQueue", bad, false);
+    assert!(h.state.cycle(3).binds.is_empty());
+    // Raising the quota lets it in.
+    h.queue("ClusterQueue", cluster_queue(8, json!({})), false);
+    let out = h.state.cycle(4);
+    assert_eq!(out.binds.len(), 1, "{out:?}");
+    assert_eq!(out.binds[0].name, "b");
+    // A namespaceSelector that the namespace's labels do not match keeps new pods out,
+    // until the namespace gets the label.
+    h.queue(
+        "ClusterQueue",
+        cluster_queue(16, json!({"matchLabels": {"team": "a"}})),
+        false,
+    );
+    h.pod(queued("c", "team", 0));
+    let out = h.state.cycle(5);
+    assert!(out.binds.is_empty(), "{out:?}");
+    h.namespace("ml", json!({"team": "a"}));
+    let out = h.state.cycle(6);
+    assert_eq!(out.binds.len(), 1, "{out:?}");
+    // The LocalQueue is deleted: new pods wait for it again.
+    h.queue(
+        "LocalQueue",
+        json!({"metadata": {"name": "team", "namespace": "ml"}, "spec": {"clusterQueue": "team-a"}}),
+        true,
+    );
+    h.pod(queued("d", "team", 0));
+    let out = h.state.cycle(7);
+    assert!(out.binds.is_empty());
+    assert!(out.unschedulable[0].message.contains("LocalQueue"));
+}
+
+/// The `Active` condition of a queue's status among those written.
+fn active(statuses: &[QueueStatusJob], kind: &str, name: &str) -> Value {
+    let job = statuses
+        .iter()
+        .find(|j| j.kind == kind && j.name == name)
+        .unwrap_or_else(|| panic!("no status of {kind} {name} written: {statuses:?}"));
+    let conditions = job.status["conditions"].as_array().unwrap();
+    assert_eq!(conditions.len(), 1, "{conditions:?}");
+    assert_eq!(conditions[0]["type"], "Active");
+    conditions[0].clone()
+}
+
+/// Wall time at driver time 0 in the queue condition tests (2027-01-15T08:00:00Z).
+const WALL: i64 = 1_800_000_000_000;
+
+/// `lastTransitionTime` at driver time `ms`.
+fn at(ms: i64) -> Value {
+    json!(Timestamp::from_millisecond(WALL + ms).unwrap().to_string())
+}
+
+fn flavor(name: &str) -> Value {
+    json!({"metadata": {"name": name}, "spec": {}})
+}
+
+fn local_queue(name: &str, cluster_queue: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": "ml", "generation": 1},
+        "spec": {"clusterQueue": cluster_queue}})
+}
+
+#[test]
+fn queue_active_conditions_follow_the_stop_policy_and_keep_their_transition_time() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    h.state.set_wall_origin(WALL);
+    h.queue("ResourceFlavor", flavor("default"), false);
+    let mut cq = cluster_queue(8, json!({}));
+    cq["metadata"]["generation"] = json!(3);
+    h.queue("ClusterQueue", cq.clone(), false);
+    h.queue("LocalQueue", local_queue("team", "team-a"), false);
+    h.state.cycle(1_000);
+    let statuses = h.state.queue_statuses();
+    assert_eq!(
+        active(&statuses, "ClusterQueue", "team-a"),
+        json!({"type": "Active", "status": "True", "reason": "Ready",
+            "message": "Can admit new workloads", "lastTransitionTime": at(1_000),
+            "observedGeneration": 3})
+    );
+    assert_eq!(
+        active(&statuses, "LocalQueue", "team"),
+        json!({"type": "Active", "status": "True", "reason": "Ready",
+            "message": "Can submit new workloads to ClusterQueue team-a",
+            "lastTransitionTime": at(1_000), "observedGeneration": 1})
+    );
+    h.state.cycle(5_000);
+    assert!(
+        h.state.queue_statuses().is_empty(),
+        "unchanged queues are not written again as time passes"
+    );
+
+    // Stopped: inactive, and the LocalQueue says why.
+    cq["metadata"]["generation"] = json!(4);
+    cq["spec"]["stopPolicy"] = json!("Hold");
+    h.queue("ClusterQueue", cq.clone(), false);
+    h.pod(queued("a", "team", 1));
+    let out = h.state.cycle(10_000);
+    assert!(out.binds.is_empty(), "a stopped queue admits nothing");
+    let statuses = h.state.queue_statuses();
+    let c = active(&statuses, "ClusterQueue", "team-a");
+    assert_eq!(
+        (
+            &c["status"],
+            &c["reason"],
+            &c["lastTransitionTime"],
+            &c["observedGeneration"]
+        ),
+        (&json!("False"), &json!("Stopped"), &at(10_000), &json!(4))
+    );
+    assert_eq!(
+        c["message"],
+        "Can't admit new workloads: spec.stopPolicy is Hold; set it to None to admit workloads"
+    );
+    let l = active(&statuses, "LocalQueue", "team");
+    assert_eq!(
+        (&l["status"], &l["reason"], &l["lastTransitionTime"]),
+        (
+            &json!("False"),
+            &json!("ClusterQueueIsInactive"),
+            &at(10_000)
+        )
+    );
+    assert_eq!(
+        l["message"],
+        "Can't submit new workloads: ClusterQueue team-a is inactive (Stopped): spec.stopPolicy is Hold; set it to None to admit workloads"
+    );
+    assert_eq!(
+        statuses
+            .iter()
+            .find(|j| j.kind == "LocalQueue")
+            .unwrap()
+            .status["pendingWorkloads"],
+        1
+    );
+    h.state.cycle(20_000);
+    assert!(h.state.queue_statuses().is_empty());
+
+    // Still stopped, another way: the message changes, the transition time does not.
+    cq["spec"]["stopPolicy"] = json!("HoldAndDrain");
+    h.queue("ClusterQueue", cq.clone(), false);
+    h.state.cycle(30_000);
+    let statuses = h.state.queue_statuses();
+    let c = active(&statuses, "ClusterQueue", "team-a");
+    assert_eq!(
+        (&c["status"], &c["reason"]),
+        (&json!("False"), &json!("Stopped"))
+    );
+    assert!(
+        c["message"].as_str().unwrap().contains("HoldAndDrain"),
+        "{c}"
+    );
+    assert_eq!(
+        c["lastTransitionTime"],
+        at(10_000),
+        "status unchanged: time kept"
+    );
+    let l = active(&statuses, "LocalQueue", "team");
+    assert!(
+        l["message"].as_str().unwrap().contains("HoldAndDrain"),
+        "{l}"
+    );
+    assert_eq!(
+        l["lastTransitionTime"],
+        at(10_000),
+        "status unchanged: time kept"
+    );
+
+    // Running again: True, with a new transition time; the pending pod is admitted.
+    cq["spec"]["stopPolicy"] = json!("None");
+    h.queue("ClusterQueue", cq, false);
+    let out = h.state.cycle(40_000);
+    assert_eq!(out.binds.len(), 1, "{out:?}");
+    let statuses = h.state.queue_statuses();
+    for (kind, name) in [("ClusterQueue", "team-a"), ("LocalQueue", "team")] {
+        let c = active(&statuses, kind, name);
+        assert_eq!(
+            (&c["status"], &c["reason"], &c["lastTransitionTime"]),
+            (&json!("True"), &json!("Ready"), &at(40_000)),
+            "{kind} {name}"
+        );
+    }
+}
+
+#[test]
+fn queue_conditions_name_missing_flavors_queues_and_unreadable_specs() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    h.state.set_wall_origin(WALL);
+    // A flavor that does not exist: the engine admits in it all the same (without node
+    // labels), so the queue is active and says what is missing.
+    h.queue("ClusterQueue", cluster_queue(8, json!({})), false);
+    h.queue("LocalQueue", local_queue("team", "team-a"), false);
+    h.pod(queued("a", "team", 1));
+    let out = h.state.cycle(1_000);
+    assert_eq!(out.binds.len(), 1, "{out:?}");
+    let statuses = h.state.queue_statuses();
+    let c = active(&statuses, "ClusterQueue", "team-a");
+    assert_eq!(
+        (&c["status"], &c["reason"]),
+        (&json!("True"), &json!("FlavorNotFound"))
+    );
+    assert_eq!(
+        c["message"],
+        "Can admit new workloads; spec.resourceGroups[0].flavors[0].name: ResourceFlavor \"default\" does not exist, so workloads admitted in it get no node labels or tolerations; create it, or fix the name"
+    );
+    assert!(
+        c.get("observedGeneration").is_none(),
+        "no generation listed"
+    );
+    assert_eq!(active(&statuses, "LocalQueue", "team")["reason"], "Ready");
+    h.queue("ResourceFlavor", flavor("default"), false);
+    h.state.cycle(2_000);
+    let statuses = h.state.queue_statuses();
+    let c = active(&statuses, "ClusterQueue", "team-a");
+    assert_eq!(
+        (&c["reason"], &c["lastTransitionTime"]),
+        (&json!("Ready"), &at(1_000))
+    );
+
+    // An unreadable update: the previous version stays in force, and the condition says so.
+    let mut bad = cluster_queue(8, json!({}));
+    bad["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] = json!("x");
+    h.queue("ClusterQueue", bad.clone(), false);
+    h.state.cycle(3_000);
+    let c = active(&h.state.queue_statuses(), "ClusterQueue", "team-a");
+    assert_eq!(
+        (&c["status"], &c["reason"]),
+        (&json!("True"), &json!("InvalidSpec"))
+    );
+    let message = c["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Can admit new workloads; its current spec cannot be used, so the previous one stays in force: field spec.resourceGroups[0].flavors[0].resources[1].nominalQuota"),
+        "{message}"
+    );
+
+    // A ClusterQueue never readable is inactive, and so are its LocalQueues.
+    bad["metadata"]["name"] = json!("broken");
+    h.queue("ClusterQueue", bad, false);
+    h.queue("LocalQueue", local_queue("via-broken", "broken"), false);
+    // A LocalQueue whose ClusterQueue does not exist.
+    h.queue("LocalQueue", local_queue("lost", "nope"), false);
+    h.state.cycle(4_000);
+    let statuses = h.state.queue_statuses();
+    let c = active(&statuses, "ClusterQueue", "broken");
+    assert_eq!(
+        (&c["status"], &c["reason"]),
+        (&json!("False"), &json!("InvalidSpec"))
+    );
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Can't admit new workloads: its spec cannot be used: field spec.resourceGroups[0].flavors[0].resources[1].nominalQuota"),
+        "{c}"
+    );
+    let l = active(&statuses, "LocalQueue", "via-broken");
+    assert_eq!(
+        (&l["status"], &l["reason"]),
+        (&json!("False"), &json!("ClusterQueueIsInactive"))
+    );
+    assert!(
+        l["message"]
+            .as_str()
+            .unwrap()
+            .contains("ClusterQueue broken is inactive (InvalidSpec)"),
+        "{l}"
+    );
+    let l = active(&statuses, "LocalQueue", "lost");
+    assert_eq!(
+        l,
+        json!({"type": "Active", "status": "False", "reason": "ClusterQueueDoesNotExist",
+            "message": "Can't submit new workloads: ClusterQueue \"nope\" (spec.clusterQueue) does not exist; create it, or fix spec.clusterQueue",
+            "lastTransitionTime": at(4_000), "observedGeneration": 1})
+    );
+    // Creating it activates the LocalQueue.
+    let mut nope = cluster_queue(8, json!({}));
+    nope["metadata"]["name"] = json!("nope");
+    h.queue("ClusterQueue", nope, false);
+    h.state.cycle(5_000);
+    let l = active(&h.state.queue_statuses(), "LocalQueue", "lost");
+    assert_eq!(
+        (&l["status"], &l["reason"], &l["lastTransitionTime"]),
+        (&json!("True"), &json!("Ready"), &at(5_000))
+    );
+
+    // A namespaceSelector that does not select the LocalQueue's namespace, until it does.
+    h.queue(
+        "ClusterQueue",
+        cluster_queue(8, json!({"matchLabels": {"team": "a"}})),
+        false,
+    );
+    h.state.cycle(6_000);
+    let l = active(&h.state.queue_statuses(), "LocalQueue", "team");
+    assert_eq!(
+        (&l["status"], &l["reason"]),
+        (&json!("False"), &json!("NamespaceNotSelected"))
+    );
+    assert!(
+        l["message"]
+            .as_str()
+            .unwrap()
+            .contains("ClusterQueue team-a does not admit namespace ml"),
+        "{l}"
+    );
+    h.namespace("ml", json!({"team": "a"}));
+    h.state.cycle(7_000);
+    let l = active(&h.state.queue_statuses(), "LocalQueue", "team");
+    assert_eq!(
+        (&l["status"], &l["reason"]),
+        (&json!("True"), &json!("Ready"))
+    );
+}
+
+#[test]
+fn a_queue_status_already_on_the_object_is_kept_and_not_written_again() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    h.state.set_wall_origin(WALL);
+    h.queue("ResourceFlavor", flavor("default"), false);
+    // Written by an earlier leader an hour before: Active since then, counts stale.
+    let mut cq = cluster_queue(8, json!({}));
+    cq["status"] = json!({"pendingWorkloads": 7, "admittedWorkloads": 0,
+        "conditions": [{"type": "Active", "status": "True", "reason": "Ready",
+            "message": "Can admit new workloads", "lastTransitionTime": at(-3_600_000)}]});
+    h.queue("ClusterQueue", cq.clone(), false);
+    h.state.cycle(1_000);
+    let statuses = h.state.queue_statuses();
+    let job = statuses.iter().find(|j| j.name == "team-a").unwrap();
+    assert_eq!(job.status["pendingWorkloads"], 0);
+    assert_eq!(
+        active(&statuses, "ClusterQueue", "team-a")["lastTransitionTime"],
+        at(-3_600_000),
+        "the condition's status did not change"
+    );
+    // The watch brings the written status back: nothing to write.
+    cq["status"] = job.status.clone();
+    h.queue("ClusterQueue", cq.clone(), false);
+    h.state.cycle(2_000);
+    assert!(h.state.queue_statuses().is_empty());
+    // Another replica (or a restart) that finds this status writes nothing either.
+    let mut other = Harness::new(&[node("gpu-0", 8, "r1")]);
+    other.state.set_wall_origin(WALL);
+    other.queue("ResourceFlavor", flavor("default"), false);
+    other.queue("ClusterQueue", cq.clone(), false);
+    other.state.cycle(60_000);
+    assert!(other.state.queue_statuses().is_empty());
+    // Deleted and created again (without a status): written afresh.
+    other.queue("ClusterQueue", cq.clone(), true);
+    cq.as_object_mut().unwrap().remove("status");
+    other.queue("ClusterQueue", cq, false);
+    other.state.cycle(61_000);
+    let statuses = other.state.queue_statuses();
+    assert_eq!(
+        active(&statuses, "ClusterQueue", "team-a")["lastTransitionTime"],
+        at(61_000)
+    );
+}
