@@ -6,6 +6,7 @@
 
 pub mod cluster_spec;
 pub mod doctor;
+pub mod estimates;
 pub mod explain_view;
 pub mod generator;
 pub mod inputs;
@@ -17,6 +18,7 @@ pub mod report;
 pub mod scenarios;
 pub mod sim;
 pub mod summary;
+mod text;
 pub mod workload;
 
 pub use kestrel_k8s::LoadError;

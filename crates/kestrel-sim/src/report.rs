@@ -10,7 +10,7 @@ use std::fmt::Write;
 use kestrel_core::Millis;
 
 use crate::metrics::{GroupStats, NodeUsage, Percentiles, SimReport};
-use crate::summary::{clip, fmt_pct, fmt_seconds};
+use crate::text::{clip, fmt_pct, fmt_seconds};
 use kestrel_k8s::duration::format_duration;
 
 const STYLE: &str = "

@@ -5,7 +5,7 @@
 use crate::metrics::{
     GroupStats, NodeUsage, PendingPod, Percentiles, QueueStats, Sample, SimReport,
 };
-use crate::predict::Estimates;
+use crate::estimates::Estimates;
 use crate::workload::{ClusterChange, JobKind, SimCluster, Workload};
 use kestrel_core::{
     Binding, ClusterError, Decisions, GangError, GangId, GangPhase, GpuAssignment, Millis, NodeId,

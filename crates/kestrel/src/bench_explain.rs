@@ -38,8 +38,8 @@ pub struct PredictArgs {
     every: u64,
     /// Seeds of the runtime estimates (one set of estimates each): a range `42-61`, a
     /// list `42,43` or one seed.
-    #[arg(long, default_value = "42-61", value_parser = crate::bench::parse_seeds)]
-    estimate_seeds: crate::bench::Seeds,
+    #[arg(long, default_value = "42-61", value_parser = crate::seeds::parse_seeds)]
+    estimate_seeds: crate::seeds::Seeds,
 }
 
 #[derive(Args)]

@@ -6,6 +6,7 @@ mod bench_live;
 mod bench_queues;
 mod doctor;
 mod explain;
+mod seeds;
 mod serve;
 
 use anyhow::{bail, Context, Result};
