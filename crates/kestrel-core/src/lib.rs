@@ -32,6 +32,9 @@ pub use queue::{
 };
 pub use resources::{parse_quantity, Bytes, QuantityError, Resources, GPU_RESOURCE};
 pub use rng::Rng;
+/// The engine's static fit check (cordon, node selector and affinity, RuntimeClass,
+/// taints), for tools that judge a node the way the scheduler does.
+pub use scheduler::static_check;
 pub use scheduler::{
     Binding, ClusterError, Decisions, Millis, PodId, PodPhase, PodRecord, Scheduler,
     SchedulerConfig,

@@ -6,8 +6,8 @@ use super::clock::secs;
 use super::ExplainState;
 use crate::predict::Estimates;
 use kestrel_core::{
-    format_amount, memory_share_milli, Bytes, Demand, GpuRequest, Millis, NodeId, NodeState,
-    PlacementConstraints, PodId, PodPhase, PodSpec, Scheduler, GPU_RESOURCE,
+    format_amount, Bytes, Demand, GpuRequest, Millis, NodeId, NodeState, PlacementConstraints,
+    PodId, PodPhase, PodSpec, Scheduler, GPU_RESOURCE,
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -87,96 +87,35 @@ struct Missing<'a> {
     amount: i64,
 }
 
-/// What is missing on a node for a demand (empty when it fits), and the sum of each
-/// missing amount as a share of the node's allocatable (the closeness measure).
+/// What is missing on a node for one more pod: the engine's [`NodeState::shortfall`]
+/// (empty when it fits), and the sum of each missing amount as a share of what the node
+/// has (the closeness measure; memory no device has: a share of what the pod asks).
 fn missing_on<'a>(
     node: &NodeState,
     demand: &'a Demand,
     constraints: &PlacementConstraints,
 ) -> (Vec<Missing<'a>>, f64) {
+    let alloc = &node.spec.allocatable;
     let mut missing = Vec::new();
     let mut share = 0.0;
-    let alloc = &node.spec.allocatable;
-    let mut add = |resource: &'a str, amount: i64, of: i64| {
-        if amount > 0 {
-            share += amount as f64 / of.max(1) as f64;
-            missing.push(Missing { resource, amount });
-        }
-    };
-    let gpu_total = node.gpu_count() as i64 * 1000;
-    match demand.gpu {
-        GpuRequest::None => {}
-        GpuRequest::Whole(n) => {
-            // A single-numa-node pod counts only the GPUs one NUMA node offers.
-            let free = match constraints.single_numa_node {
-                true => node.free_whole_gpus_on_one_numa(),
-                false => node.free_whole_gpus(),
-            };
-            add(
-                GPU_RESOURCE,
-                n.saturating_sub(free) as i64 * 1000,
-                gpu_total,
-            )
-        }
-        GpuRequest::Shared { milli } => {
-            let best = node
-                .gpus
-                .iter()
-                .filter(|g| !g.held_whole)
-                .map(|g| g.free_milli)
-                .max()
-                .unwrap_or(0);
-            add(GPU_RESOURCE, milli.saturating_sub(best) as i64, gpu_total);
-        }
-        GpuRequest::Memory { mib } => {
-            // The least missing on a device with the memory; none: the memory it lacks.
-            let short = node
-                .spec
-                .gpus
-                .iter()
-                .zip(&node.gpus)
-                .filter_map(|(d, g)| {
-                    memory_share_milli(mib, d.memory_mib).map(|m| m.saturating_sub(g.free_milli))
-                })
-                .min();
-            match short {
-                Some(short) => add(GPU_RESOURCE, short as i64, gpu_total),
-                None => {
-                    let largest = node.spec.gpus.iter().map(|d| d.memory_mib).max();
-                    let lacks = mib - largest.unwrap_or(0);
-                    add(GPU_MEMORY, lacks as i64, mib as i64);
-                }
-            }
-        }
-    }
-    let r = &demand.resources;
-    add("cpu", r.cpu_milli - node.free.cpu_milli, alloc.cpu_milli);
-    add(
-        "memory",
-        r.memory_bytes - node.free.memory_bytes,
-        alloc.memory_bytes,
-    );
-    add(
-        "ephemeral-storage",
-        r.ephemeral_storage_bytes - node.free.ephemeral_storage_bytes,
-        alloc.ephemeral_storage_bytes,
-    );
-    for (name, amount) in &r.extended {
-        add(
-            name,
-            amount - node.free.extended(name),
-            alloc.extended(name),
-        );
-    }
-    if node.free_pods == 0 {
-        add("pods", 1, node.spec.max_pods as i64);
+    for (resource, amount) in node.shortfall(demand, constraints) {
+        let of = match resource {
+            GPU_RESOURCE => node.gpu_count() as i64 * 1000,
+            NodeState::GPU_MEMORY_SHORTFALL => match demand.gpu {
+                GpuRequest::Memory { mib } => mib as i64,
+                _ => 1,
+            },
+            "cpu" => alloc.cpu_milli,
+            "memory" => alloc.memory_bytes,
+            "ephemeral-storage" => alloc.ephemeral_storage_bytes,
+            "pods" => node.spec.max_pods as i64,
+            extended => alloc.extended(extended),
+        };
+        share += amount as f64 / of.max(1) as f64;
+        missing.push(Missing { resource, amount });
     }
     (missing, share)
 }
-
-/// What a node lacks, in MiB, when none of its devices has the memory a share by memory
-/// asks for.
-const GPU_MEMORY: &str = "gpu-memory";
 
 /// A missing amount in words and user units.
 fn lack(m: &Missing<'_>, whole_gpus: bool) -> Lack {
@@ -192,7 +131,7 @@ fn lack(m: &Missing<'_>, whole_gpus: bool) -> Lack {
             m.amount as f64 / 1000.0,
             format!("{} more of one GPU", format_amount(GPU_RESOURCE, m.amount)),
         ),
-        GPU_MEMORY => (
+        NodeState::GPU_MEMORY_SHORTFALL => (
             m.amount as f64,
             format!("{} MiB more memory on one GPU", m.amount),
         ),

@@ -11,7 +11,9 @@
 //! - `views`: the pod, gang, queue and node views, with queue positions and predicted
 //!   starts; `explanation`: the engine's explanation and a pod's requests as they show;
 //! - `pending`: `kestrel queue`'s list of pending pods;
-//! - `help`: "what would help" a pod or gang that capacity keeps waiting;
+//! - `help`: "what would help" a pod or gang that capacity keeps waiting, asking the
+//!   engine's own fit check (`Scheduler::could_place_on`, `NodeState::shortfall`,
+//!   `NodeState::take_room`), never a copy of it;
 //! - `render`: the terminal text; `clock`: moments as clock times.
 
 mod clock;
