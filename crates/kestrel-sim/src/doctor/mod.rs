@@ -47,7 +47,7 @@ use node_checks::{
     gpu_count_dropped, gpu_driver_version_mixed, gpu_node_untainted, gpu_node_without_gpus,
     kubelet_version_mixed, node_not_ready, node_pressure,
 };
-use objects::{hard_taints, is_gpu_resource, parse_amounts, NodeView, PodView};
+use objects::{is_gpu_resource, parse_amounts, untainted, NodeView, PodView};
 use pod_checks::{
     cpu_pod_on_gpu_node, gpu_operand_version_mixed, pod_pending_long, pod_resource_unavailable,
     pod_stranded_by_taints,
@@ -182,7 +182,7 @@ pub fn diagnose(snapshot: &Snapshot, options: &DoctorOptions) -> Diagnosis {
                 .is_some_and(|v| v.trim().parse::<i64>().is_ok_and(|n| n > 0));
         nodes.push(NodeView {
             raw,
-            hard_taints: hard_taints(&spec),
+            untainted: untainted(&spec),
             spec,
             labels,
             capacity,

@@ -4,7 +4,8 @@ use super::{CORDON_TAINT, MIRROR_POD_ANNOTATION};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kestrel_core::{
-    parse_quantity, GpuRequest, NodeSpec, PodSpec, Taint, TaintEffect, GPU_RESOURCE,
+    parse_quantity, static_check, GpuRequest, NodeReason, NodeSpec, PlacementConstraints, PodSpec,
+    Taint, TaintEffect, GPU_RESOURCE,
 };
 use std::collections::BTreeMap;
 
@@ -17,8 +18,9 @@ pub(super) struct NodeView<'a> {
     pub(super) gpu_offered: i64,
     /// Labelled by GFD or NFD as having NVIDIA GPUs.
     pub(super) gpu_labelled: bool,
-    /// Taints that keep pods off: NoSchedule and NoExecute, plus the cordon's.
-    pub(super) hard_taints: Vec<Taint>,
+    /// The node with its taints and cordon lifted: judged by the engine's static check,
+    /// it says whether a pod suits the node apart from taints (selectors, affinity).
+    pub(super) untainted: NodeSpec,
 }
 
 impl NodeView<'_> {
@@ -44,23 +46,38 @@ impl NodeView<'_> {
     }
 }
 
-/// Taints that keep pods off a node: its NoSchedule and NoExecute taints, plus the
-/// cordon's when the node is cordoned and the taint is not listed.
-pub(super) fn hard_taints(spec: &NodeSpec) -> Vec<Taint> {
-    let mut taints: Vec<Taint> = spec
-        .taints
-        .iter()
-        .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
-        .cloned()
-        .collect();
-    if spec.unschedulable && !taints.iter().any(|t| t.key == CORDON_TAINT) {
-        taints.push(Taint {
-            key: CORDON_TAINT.to_string(),
-            value: String::new(),
-            effect: TaintEffect::NoSchedule,
-        });
+/// The node with its taints and cordon lifted.
+pub(super) fn untainted(spec: &NodeSpec) -> NodeSpec {
+    NodeSpec {
+        taints: Vec::new(),
+        unschedulable: false,
+        ..spec.clone()
     }
-    taints
+}
+
+/// The taints (the cordon's included) that keep a pod with constraints `c` off a node,
+/// as the engine's static check names them one after another; empty when the pod may go
+/// there (or when the node refuses it for another reason).
+pub(super) fn untolerated_taints(c: &PlacementConstraints, node: &NodeSpec) -> Vec<Taint> {
+    let mut node = node.clone();
+    let mut taints = Vec::new();
+    loop {
+        match static_check(c, &node) {
+            Err(NodeReason::Cordoned) => {
+                node.unschedulable = false;
+                taints.push(Taint {
+                    key: CORDON_TAINT.to_string(),
+                    value: String::new(),
+                    effect: TaintEffect::NoSchedule,
+                });
+            }
+            Err(NodeReason::UntoleratedTaint(taint)) => {
+                node.taints.retain(|t| *t != taint);
+                taints.push(taint);
+            }
+            _ => return taints,
+        }
+    }
 }
 
 pub(super) struct PodView<'a> {

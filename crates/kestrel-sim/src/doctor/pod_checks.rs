@@ -2,10 +2,10 @@
 
 use super::checks::Finding;
 use super::node_checks::by_value;
-use super::objects::{NodeView, PodView};
+use super::objects::{untolerated_taints, NodeView, PodView};
 use super::{count, plural, short_list, PENDING_GROUPS};
 use k8s_openapi::jiff::Timestamp;
-use kestrel_core::Taint;
+use kestrel_core::static_check;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub(super) fn cpu_pod_on_gpu_node(nodes: &[NodeView], pods: &[PodView]) -> Vec<Finding> {
@@ -47,17 +47,6 @@ pub(super) fn cpu_pod_on_gpu_node(nodes: &[NodeView], pods: &[PodView]) -> Vec<F
     )]
 }
 
-pub(super) fn selects(pod: &PodView, node: &NodeView) -> bool {
-    let c = &pod.spec.constraints;
-    c.node_selector
-        .iter()
-        .all(|(k, v)| node.spec.labels.get(k) == Some(v))
-        && c.affinity
-            .required
-            .as_ref()
-            .is_none_or(|terms| terms.iter().any(|t| t.matches(&node.spec)))
-}
-
 pub(super) fn pod_stranded_by_taints(nodes: &[NodeView], pods: &[PodView]) -> Vec<Finding> {
     // (blocking taints) -> (pods, fitting nodes)
     let mut groups: BTreeMap<Vec<String>, (Vec<String>, BTreeSet<String>)> = BTreeMap::new();
@@ -65,7 +54,10 @@ pub(super) fn pod_stranded_by_taints(nodes: &[NodeView], pods: &[PodView]) -> Ve
         let requests = p.extended_requests();
         let candidates: Vec<&NodeView> = nodes
             .iter()
-            .filter(|n| selects(p, n) && requests.iter().all(|(r, a)| n.offers(r) >= *a))
+            .filter(|n| {
+                static_check(&p.spec.constraints, &n.untainted).is_ok()
+                    && requests.iter().all(|(r, a)| n.offers(r) >= *a)
+            })
             .collect();
         if candidates.is_empty() {
             continue;
@@ -73,17 +65,7 @@ pub(super) fn pod_stranded_by_taints(nodes: &[NodeView], pods: &[PodView]) -> Ve
         let mut blocking = BTreeSet::new();
         let mut stranded = true;
         for n in &candidates {
-            let untolerated: Vec<&Taint> = n
-                .hard_taints
-                .iter()
-                .filter(|t| {
-                    !p.spec
-                        .constraints
-                        .tolerations
-                        .iter()
-                        .any(|tol| tol.tolerates(t))
-                })
-                .collect();
+            let untolerated = untolerated_taints(&p.spec.constraints, &n.spec);
             if untolerated.is_empty() {
                 stranded = false;
                 break;
