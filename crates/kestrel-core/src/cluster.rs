@@ -231,6 +231,95 @@ impl NodeState {
         true
     }
 
+    /// What the node reports as missing, in MiB, when none of its devices has the memory
+    /// a share by memory asks for (see [`NodeState::shortfall`]).
+    pub const GPU_MEMORY_SHORTFALL: &'static str = "gpu-memory";
+
+    /// What one more pod with `demand` lacks on this node now, resource by resource, in
+    /// the engine's units: `nvidia.com/gpu` in thousandths of a GPU (1000 per whole GPU
+    /// missing; for a share, what the device with the most free lacks; for a share by
+    /// memory, the least any device with the memory lacks), or
+    /// [`NodeState::GPU_MEMORY_SHORTFALL`] in MiB when no device has the memory; then
+    /// `cpu` (millicores), `memory` and `ephemeral-storage` (bytes), extended resources,
+    /// and `pods` (1) when the node holds its maximum. A `single-numa-node` pod's whole
+    /// GPUs count only those one NUMA node offers. Empty when the amounts fit (where
+    /// the GPUs of a `single-numa-node` share would go aside: [`NodeState::fits_pod`]
+    /// decides that). Static predicates aside.
+    pub fn shortfall<'d>(
+        &self,
+        demand: &'d Demand,
+        constraints: &PlacementConstraints,
+    ) -> Vec<(&'d str, i64)> {
+        let mut out = Vec::new();
+        let mut add = |resource: &'d str, amount: i64| {
+            if amount > 0 {
+                out.push((resource, amount));
+            }
+        };
+        match demand.gpu {
+            GpuRequest::None => {}
+            GpuRequest::Whole(n) => {
+                let free = match constraints.single_numa_node {
+                    true => self.free_whole_gpus_on_one_numa(),
+                    false => self.free_whole_gpus(),
+                };
+                add(
+                    crate::resources::GPU_RESOURCE,
+                    n.saturating_sub(free) as i64 * 1000,
+                );
+            }
+            GpuRequest::Shared { milli } => {
+                let best = self
+                    .gpus
+                    .iter()
+                    .filter(|g| !g.held_whole)
+                    .map(|g| g.free_milli)
+                    .max()
+                    .unwrap_or(0);
+                add(
+                    crate::resources::GPU_RESOURCE,
+                    milli.saturating_sub(best) as i64,
+                );
+            }
+            GpuRequest::Memory { mib } => {
+                let short = self
+                    .spec
+                    .gpus
+                    .iter()
+                    .zip(&self.gpus)
+                    .filter_map(|(d, g)| {
+                        crate::model::memory_share_milli(mib, d.memory_mib)
+                            .map(|m| m.saturating_sub(g.free_milli))
+                    })
+                    .min();
+                match short {
+                    Some(short) => add(crate::resources::GPU_RESOURCE, short as i64),
+                    None => {
+                        let largest = self.spec.gpus.iter().map(|d| d.memory_mib).max();
+                        add(
+                            Self::GPU_MEMORY_SHORTFALL,
+                            (mib - largest.unwrap_or(0)) as i64,
+                        );
+                    }
+                }
+            }
+        }
+        let r = &demand.resources;
+        add("cpu", r.cpu_milli - self.free.cpu_milli);
+        add("memory", r.memory_bytes - self.free.memory_bytes);
+        add(
+            "ephemeral-storage",
+            r.ephemeral_storage_bytes - self.free.ephemeral_storage_bytes,
+        );
+        for (name, amount) in &r.extended {
+            add(name, amount - self.free.extended(name));
+        }
+        if self.free_pods == 0 {
+            add("pods", 1);
+        }
+        out
+    }
+
     /// The most free whole GPUs one NUMA node offers (for `single-numa-node` pods).
     pub fn free_whole_gpus_on_one_numa(&self) -> u32 {
         let by_numa = self.free_whole_by_numa();
@@ -726,5 +815,76 @@ impl ClusterIndex {
             self.unindex(id);
             self.reindex(id, key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::GpuDevice;
+    use crate::resources::GPU_RESOURCE;
+
+    /// A node with 8 cpu, 64 GiB and `gpus` devices of 80 GiB, four per NUMA node.
+    fn node(gpus: u32) -> NodeState {
+        let mut spec = NodeSpec::new("n", Resources::new(8000, 64 << 30));
+        spec.gpus = (0..gpus)
+            .map(|index| GpuDevice {
+                index,
+                model: "H100".into(),
+                memory_mib: 81_920,
+                numa_node: index / 4,
+                nvlink_island: None,
+                pcie_switch: None,
+            })
+            .collect();
+        NodeState::new(spec, ClassId(0))
+    }
+
+    fn demand(cpu_milli: i64, gpu: GpuRequest) -> Demand {
+        Demand {
+            resources: Resources::new(cpu_milli, 1 << 30),
+            gpu,
+        }
+    }
+
+    #[test]
+    fn shortfall_names_what_a_pod_lacks_and_nothing_when_it_fits() {
+        let mut n = node(8);
+        let anywhere = PlacementConstraints::default();
+        let fits = demand(1000, GpuRequest::Whole(2));
+        assert!(n.fits_pod(&fits, &anywhere));
+        assert!(n.shortfall(&fits, &anywhere).is_empty());
+        // Two GPUs and two cores short, in thousandths and millicores.
+        let big = demand(10_000, GpuRequest::Whole(10));
+        assert!(!n.fits_pod(&big, &anywhere));
+        assert_eq!(
+            n.shortfall(&big, &anywhere),
+            vec![(GPU_RESOURCE, 2000), ("cpu", 2000)]
+        );
+        // single-numa-node: only the four GPUs of one NUMA node count.
+        let one_numa = PlacementConstraints {
+            single_numa_node: true,
+            ..Default::default()
+        };
+        let six = demand(1000, GpuRequest::Whole(6));
+        assert_eq!(n.shortfall(&six, &anywhere), vec![]);
+        assert_eq!(n.shortfall(&six, &one_numa), vec![(GPU_RESOURCE, 2000)]);
+        // A share by memory no device has: the MiB missing.
+        let huge = demand(0, GpuRequest::Memory { mib: 100_000 });
+        assert_eq!(
+            n.shortfall(&huge, &anywhere),
+            vec![(NodeState::GPU_MEMORY_SHORTFALL, 100_000 - 81_920)]
+        );
+        // A share where the freest device has 300 thousandths: 200 more.
+        for g in &mut n.gpus {
+            g.free_milli = 300;
+        }
+        let half = demand(0, GpuRequest::Shared { milli: 500 });
+        assert_eq!(n.shortfall(&half, &anywhere), vec![(GPU_RESOURCE, 200)]);
+        // A node at its pod limit lacks room for one more pod.
+        n.free_pods = 0;
+        let cpu_only = demand(1000, GpuRequest::None);
+        assert!(!n.fits_pod(&cpu_only, &anywhere));
+        assert_eq!(n.shortfall(&cpu_only, &anywhere), vec![("pods", 1)]);
     }
 }

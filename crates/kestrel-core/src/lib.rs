@@ -28,6 +28,9 @@ pub use gang::{GangError, GangId, GangPhase, GangSpec, GangState, GangTopology};
 pub use model::*;
 pub use outcome::{ClusterError, Decisions};
 pub use policy::Policy;
+/// The engine's static fit check (cordon, node selector and affinity, RuntimeClass,
+/// taints), for tools that judge a node the way the scheduler does.
+pub use predicates::static_check;
 pub use preempt::{DisruptionBudget, DisruptionLimit, IntOrPercent, Preemption, VictimOrder};
 pub use queue::{
     format_amount, quota_scale, Admission, BorrowWithinCohort, ClusterQueueSpec, CohortSpec, CqId,

@@ -71,7 +71,7 @@ static CORDON_TAINT_VIEW: std::sync::LazyLock<crate::model::Taint> =
 /// TaintToleration), plus the RuntimeClass's own selector. On success, the node's
 /// preference score: matched preferred-affinity weights, minus 100 per untolerated
 /// PreferNoSchedule taint.
-pub(crate) fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, NodeReason> {
+pub fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, NodeReason> {
     if node.unschedulable
         && !c
             .tolerations

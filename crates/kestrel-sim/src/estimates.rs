@@ -141,4 +141,3 @@ pub fn estimated_durations_within(
         })
         .collect()
 }
-

@@ -15,6 +15,8 @@ pub mod metrics;
 pub mod openb;
 pub mod predict;
 pub mod report;
+#[cfg(test)]
+mod sample_report;
 pub mod scenarios;
 pub mod sim;
 pub mod summary;

@@ -18,7 +18,7 @@
 
 use crate::sim::{SimError, Simulation};
 use crate::workload::Workload;
-use kestrel_core::{Millis, PodId, PodPhase, Rng};
+use kestrel_core::{Millis, PodId, PodPhase};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 

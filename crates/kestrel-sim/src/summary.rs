@@ -270,7 +270,7 @@ fn fmt_pct_secs(pc: &Percentiles, seconds: f64) -> String {
 mod tests {
     use super::*;
     use crate::metrics::PendingPod;
-    use crate::report::tests::sample_report;
+    use crate::sample_report::sample_report;
 
     #[test]
     fn summary_has_the_key_figures_and_reasons() {
