@@ -28,7 +28,8 @@ use kestrel_core::SchedulerConfig;
 use kestrel_k8s::crds::{ClusterQueue, Cohort, LocalQueue, PodGroup, ResourceFlavor, Topology};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, store::Writer, Store};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::utils::ResetTimerBackoff;
+use kube::runtime::watcher::{self, Event, ExponentialBackoff};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 use std::collections::VecDeque;
@@ -281,6 +282,20 @@ where
     store
 }
 
+/// How a failed watch retries: after 0.5 s, doubling to at most 4 s (jittered), the delay
+/// forgotten after 2 min without errors. After an API server restart the first retries meet
+/// refused connections and 403s (its authorizer not yet warm); kube-runtime's default (0.8 s
+/// doubling to 30 s) had grown past 6 s by then and left the scheduler blind for that long.
+fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
+    let exponential = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(Duration::from_secs(4))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times();
+    ResetTimerBackoff::new(exponential.into(), Duration::from_secs(120))
+}
+
 /// Sends a watch's events, trimmed and wrapped, to `tx` (with backoff on errors) until the
 /// receiver goes away. `unserved_change`: as for [`spawn_watch`].
 fn forward_events<K, S, F>(
@@ -295,7 +310,7 @@ fn forward_events<K, S, F>(
     S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
     F: Fn(Event<K>) -> Change + Send + 'static,
 {
-    let stream = stream.default_backoff();
+    let stream = stream.backoff(watch_backoff());
     tasks.spawn(async move {
         let mut stream = std::pin::pin!(stream);
         let mut listed = false;
