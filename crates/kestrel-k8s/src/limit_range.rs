@@ -6,9 +6,12 @@
 //! request. A LimitRange tightened after a Job created part of its gang leaves the gang
 //! waiting incomplete. The live scheduler reads the LimitRanges ([`read_limit_range`]) and,
 //! for an incomplete gang, names the one that refuses pods like its members ([`refusal`]).
-//! `default` and `defaultRequest` are not read: the pods Kestrel reads already carry them.
+//! The live scheduler does not read `default` and `defaultRequest`: the pods it reads
+//! already carry them; the simulator does ([`container_defaults`]).
 //! Amounts are in the engine's units: millicores for cpu, whole units for everything else.
 
+use crate::error::LoadError;
+use crate::fields::Ctx;
 use crate::quota::{amount_text, read_amount};
 use k8s_openapi::api::core::v1::{Container, LimitRange, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -193,6 +196,56 @@ pub fn read_limit_range(object: &LimitRange) -> (Option<Limits>, Vec<String>) {
         }),
         warnings,
     )
+}
+
+/// The requests a LimitRange's `Container` items give containers that set none (the
+/// simulator applies them as the API server's LimitRanger does): per resource, in
+/// pod-request units, the first of `defaultRequest`, `default`, `max`, `min`. Errors name
+/// the object and the field; items of unknown type and a default request above its default
+/// limit are refused.
+pub fn container_defaults(ctx: &Ctx, lr: &LimitRange) -> Result<BTreeMap<String, i64>, LoadError> {
+    let mut container_requests = BTreeMap::new();
+    for (i, item) in lr.spec.iter().flat_map(|s| &s.limits).enumerate() {
+        let f = format!("spec.limits[{i}]");
+        match item.type_.as_str() {
+            "Container" => {}
+            "Pod" | "PersistentVolumeClaim" => continue,
+            other => {
+                return Err(ctx.err(
+                    format!("{f}.type"),
+                    format!("unknown type {other:?}; use Container, Pod or PersistentVolumeClaim"),
+                ))
+            }
+        }
+        let amounts = |key: &str, map: Option<&BTreeMap<String, Quantity>>| {
+            ctx.amounts(&format!("{f}.{key}"), map)
+        };
+        let default_request = amounts("defaultRequest", item.default_request.as_ref())?;
+        let default = amounts("default", item.default.as_ref())?;
+        let max = amounts("max", item.max.as_ref())?;
+        let min = amounts("min", item.min.as_ref())?;
+        for (resource, request) in &default_request {
+            if let Some(limit) = default.get(resource).filter(|l| request > *l) {
+                return Err(ctx.err(
+                    format!("{f}.defaultRequest.{resource}"),
+                    format!(
+                        "is more than the default limit of {resource} ({limit} in request units, \
+                        cpu in millicores); a request cannot exceed its limit"
+                    ),
+                ));
+            }
+        }
+        // The API server's defaults: default limit from max, default request from the
+        // default limit, else from min.
+        for source in [&default_request, &default, &max, &min] {
+            for (resource, amount) in source {
+                container_requests
+                    .entry(resource.clone())
+                    .or_insert(*amount);
+            }
+        }
+    }
+    Ok(container_requests)
 }
 
 /// The LimitRange that refuses a pod: the API server would not create it.

@@ -1,8 +1,9 @@
 //! Namespace policies read as queue objects: ResourceQuota, LimitRange and
 //! PodDisruptionBudget.
 
-use super::reader::{at, typed, Reader};
+use super::reader::{typed, Reader};
 use crate::error::LoadError;
+use crate::limit_range::container_defaults;
 use crate::quota::{counted, Counted};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -153,46 +154,7 @@ pub(super) fn limit_range(
     name: String,
 ) -> Result<LimitRangeDefaults, LoadError> {
     let lr: core::LimitRange = typed(r, doc)?;
-    let mut container_requests = BTreeMap::new();
-    for (i, item) in lr.spec.iter().flat_map(|s| &s.limits).enumerate() {
-        let f = format!("spec.limits[{i}]");
-        match item.type_.as_str() {
-            "Container" => {}
-            "Pod" | "PersistentVolumeClaim" => continue,
-            other => {
-                return Err(r.err(
-                    at(&f, "type"),
-                    format!("unknown type {other:?}; use Container, Pod or PersistentVolumeClaim"),
-                ))
-            }
-        }
-        let amounts =
-            |key: &str, map: Option<&BTreeMap<String, Quantity>>| r.ctx.amounts(&at(&f, key), map);
-        let default_request = amounts("defaultRequest", item.default_request.as_ref())?;
-        let default = amounts("default", item.default.as_ref())?;
-        let max = amounts("max", item.max.as_ref())?;
-        let min = amounts("min", item.min.as_ref())?;
-        for (resource, request) in &default_request {
-            if let Some(limit) = default.get(resource).filter(|l| request > *l) {
-                return Err(r.err(
-                    format!("{f}.defaultRequest.{resource}"),
-                    format!(
-                        "is more than the default limit of {resource} ({limit} in request units, \
-                        cpu in millicores); a request cannot exceed its limit"
-                    ),
-                ));
-            }
-        }
-        // The API server's defaults: default limit from max, default request from the
-        // default limit, else from min.
-        for source in [&default_request, &default, &max, &min] {
-            for (resource, amount) in source {
-                container_requests
-                    .entry(resource.clone())
-                    .or_insert(*amount);
-            }
-        }
-    }
+    let container_requests = container_defaults(&r.ctx, &lr)?;
     Ok(LimitRangeDefaults {
         namespace,
         name,
