@@ -151,6 +151,44 @@ fn bench_openb_prints_each_policy() {
 }
 
 #[test]
+fn bench_openb_reads_pod_lists_without_models_or_times() {
+    let Some(traces) = kestrel_invariants::shared_path(repo().join("../shared/traces/openb"))
+    else {
+        return;
+    };
+    // The shared default mix cut to the five columns some published mixes have.
+    let full = std::fs::read_to_string(traces.join("openb_pod_list_default.csv")).unwrap();
+    let short: String = full
+        .lines()
+        .map(|l| l.split(',').take(5).collect::<Vec<_>>().join(",") + "\n")
+        .collect();
+    assert!(short.starts_with("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"));
+    let pods = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("openb_pod_list_short.csv");
+    std::fs::write(&pods, short).unwrap();
+    let nodes = traces.join("openb_node_list_gpu_node.csv");
+    let out = kestrel(&[
+        "bench",
+        "openb",
+        "--nodes",
+        nodes.to_str().unwrap(),
+        "--pods",
+        pods.to_str().unwrap(),
+        "--policy",
+        "bestfit",
+        "--seeds",
+        "42",
+        "--json",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let rate = json[0]["summary"]["mean_allocation_at_130"]
+        .as_f64()
+        .unwrap();
+    assert!((0.8..0.97).contains(&rate), "{rate}");
+}
+
+#[test]
 fn sim_compares_gang_placement_with_a_topology_blind_run() {
     let args = [
         "sim",
