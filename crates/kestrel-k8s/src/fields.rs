@@ -41,6 +41,29 @@ impl Ctx<'_> {
             .field(field)
     }
 
+    /// An error naming the first key of `object` that is not in `allowed` (`field` is the
+    /// object's own path, e.g. `spec`): Kestrel's own kinds may hold only what it reads.
+    pub fn known_fields(
+        &self,
+        object: &serde_json::Map<String, serde_json::Value>,
+        field: &str,
+        allowed: &[&str],
+    ) -> Result<(), LoadError> {
+        match object.keys().find(|k| !allowed.contains(&k.as_str())) {
+            Some(k) => Err(self.err(
+                match field {
+                    "" => k.clone(),
+                    _ => format!("{field}.{k}"),
+                },
+                format!(
+                    "unknown field {k:?}; Kestrel reads {} here",
+                    allowed.join(", ")
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// One resource amount; extended resources (GPUs included) must be whole numbers.
     pub fn amount(
         &self,

@@ -13,6 +13,7 @@
 
 use crate::crds::{PodGroupSpec, TopologyLevel};
 use crate::error::LoadError;
+use crate::fields::Ctx;
 use kestrel_core::{GangMembership, GangSpec, GangTopology};
 use serde::Deserialize;
 use serde_json::Value;
@@ -87,22 +88,6 @@ const POD_GROUP_FIELDS: [&str; 5] = [
 ];
 const TOPOLOGY_REQUEST_FIELDS: [&str; 4] = ["required", "preferred", "sliceLevel", "sliceSize"];
 
-/// The first key of `object` not in `known`, as serde names one.
-fn unknown_field(object: &Value, known: &[&str]) -> Option<String> {
-    let key = object
-        .as_object()?
-        .keys()
-        .find(|k| !known.contains(&k.as_str()))?;
-    Some(format!(
-        "unknown field `{key}`, expected one of {}",
-        known
-            .iter()
-            .map(|k| format!("`{k}`"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    ))
-}
-
 /// The fields other projects' PodGroups share (unknown fields are theirs, and ignored).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -170,19 +155,15 @@ pub fn parse_gang_document(path: &Path, doc: &Value) -> Result<GangDocument, Loa
         ..Default::default()
     };
     if group_of(api_version) == KESTREL_GROUP {
-        let unknown = unknown_field(&spec, &POD_GROUP_FIELDS)
-            .map(|e| ("spec", e))
-            .or_else(|| {
-                let topology = spec.get("topology")?;
-                unknown_field(topology, &TOPOLOGY_REQUEST_FIELDS).map(|e| ("spec.topology", e))
-            });
-        if let Some((field, e)) = unknown {
-            return Err(err(
-                path,
-                &object,
-                field,
-                format!("{e}; see the PodGroup format in the README"),
-            ));
+        let ctx = Ctx {
+            path,
+            object: object.clone(),
+        };
+        if let Some(spec) = spec.as_object() {
+            ctx.known_fields(spec, "spec", &POD_GROUP_FIELDS)?;
+            if let Some(topology) = spec.get("topology").and_then(Value::as_object) {
+                ctx.known_fields(topology, "spec.topology", &TOPOLOGY_REQUEST_FIELDS)?;
+            }
         }
         let s: PodGroupSpec = serde_json::from_value(spec).map_err(|e| {
             err(

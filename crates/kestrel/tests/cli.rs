@@ -113,16 +113,13 @@ fn missing_inputs_and_bad_flags_fail_with_a_clear_message() {
     );
 }
 
-#[test]
-fn bench_openb_prints_each_policy() {
-    // Skipped loudly when ../shared is absent; a failure under CI=true.
-    let Some(traces) = kestrel_invariants::shared_path(repo().join("../shared/traces/openb"))
-    else {
-        return;
-    };
-    let nodes = traces.join("openb_node_list_gpu_node.csv");
-    let pods = traces.join("openb_pod_list_default.csv");
-    let out = kestrel(&[
+/// `kestrel bench openb` on one seed with `--json`, which must succeed.
+fn bench_openb_json(
+    nodes: &std::path::Path,
+    pods: &std::path::Path,
+    extra: &[&str],
+) -> serde_json::Value {
+    let args = [
         "bench",
         "openb",
         "--nodes",
@@ -132,10 +129,23 @@ fn bench_openb_prints_each_policy() {
         "--seeds",
         "42",
         "--json",
-    ]);
+    ];
+    let out = kestrel(&[&args[..], extra].concat());
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
-    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    serde_json::from_str(&stdout).unwrap()
+}
+
+#[test]
+fn bench_openb_prints_each_policy() {
+    // Skipped loudly when ../shared is absent; a failure under CI=true.
+    let Some(traces) = kestrel_invariants::shared_path(repo().join("../shared/traces/openb"))
+    else {
+        return;
+    };
+    let nodes = traces.join("openb_node_list_gpu_node.csv");
+    let pods = traces.join("openb_pod_list_default.csv");
+    let json = bench_openb_json(&nodes, &pods, &[]);
     let policies: Vec<&str> = json
         .as_array()
         .unwrap()
@@ -166,22 +176,7 @@ fn bench_openb_reads_pod_lists_without_models_or_times() {
     let pods = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("openb_pod_list_short.csv");
     std::fs::write(&pods, short).unwrap();
     let nodes = traces.join("openb_node_list_gpu_node.csv");
-    let out = kestrel(&[
-        "bench",
-        "openb",
-        "--nodes",
-        nodes.to_str().unwrap(),
-        "--pods",
-        pods.to_str().unwrap(),
-        "--policy",
-        "bestfit",
-        "--seeds",
-        "42",
-        "--json",
-    ]);
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stderr}");
-    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let json = bench_openb_json(&nodes, &pods, &["--policy", "bestfit"]);
     let rate = json[0]["summary"]["mean_allocation_at_130"]
         .as_f64()
         .unwrap();

@@ -148,18 +148,9 @@ impl Reader<'_> {
         field: &str,
         allowed: &[&str],
     ) -> Result<(), LoadError> {
-        if !self.strict {
-            return Ok(());
-        }
-        match m.keys().find(|k| !allowed.contains(&k.as_str())) {
-            Some(k) => Err(self.err(
-                at(field, k),
-                format!(
-                    "unknown field {k:?}; Kestrel reads {} here",
-                    allowed.join(", ")
-                ),
-            )),
-            None => Ok(()),
+        match self.strict {
+            true => self.ctx.known_fields(m, field, allowed),
+            false => Ok(()),
         }
     }
 
