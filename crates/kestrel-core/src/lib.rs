@@ -7,6 +7,7 @@
 pub mod cluster;
 mod constraints;
 pub mod explain;
+pub mod fgd;
 pub mod gang;
 mod hints;
 pub mod model;

@@ -26,15 +26,20 @@ pub enum Policy {
     BestFit,
     /// Uniformly random among the nodes that fit (a baseline).
     Random,
+    /// The FGD paper's policy (fragmentation gradient descent, [`crate::fgd`]): every
+    /// fitting node, scored by how much the placement grows its fragmentation for the
+    /// typical pods of the mix seen so far (a baseline).
+    Fgd,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 5] = [
+    pub const ALL: [Policy; 6] = [
         Policy::Kestrel,
         Policy::BinPack,
         Policy::Spread,
         Policy::BestFit,
         Policy::Random,
+        Policy::Fgd,
     ];
 
     pub fn name(self) -> &'static str {
@@ -44,10 +49,12 @@ impl Policy {
             Policy::Spread => "spread",
             Policy::BestFit => "bestfit",
             Policy::Random => "random",
+            Policy::Fgd => "fgd",
         }
     }
 
-    /// The node's rank under this policy: lower is better. Random ranks every node alike.
+    /// The node's rank under this policy: lower is better. Random and FGD rank every node
+    /// alike (they look at every fitting node).
     pub fn node_key(self, cluster: &ClusterIndex, node: &NodeState) -> u64 {
         const SCALE: f64 = (1u64 << 20) as f64;
         let frac = |free: i64, total: i64| {
@@ -79,7 +86,7 @@ impl Policy {
                 node.free.cpu_milli.max(0) as u64 * 8000
                     + node.free_gpu_milli() * cluster.max_node_cpu.max(1) as u64
             }
-            Policy::Random => 0,
+            Policy::Random | Policy::Fgd => 0,
         }
     }
 

@@ -7,6 +7,7 @@ use kestrel_core::{
     Demand, GangMembership, GangSpec, GangTopology, GpuRequest, GpuTopology, NodeSpec, PodSpec,
     Policy, Resources, Rng, Scheduler, SchedulerConfig, BLOCK_LABEL, HOSTNAME_LABEL, RACK_LABEL,
 };
+use kestrel_sim::openb::derive::{derive_mix, mix_shares, Derivation};
 use kestrel_sim::openb::{self, packing_summary};
 use serde_json::json;
 use std::path::PathBuf;
@@ -67,6 +68,19 @@ pub struct OpenbArgs {
     /// Seeds: a range `42-51`, a list `42,43` or one seed.
     #[arg(long, default_value = "42-51", value_parser = parse_seeds)]
     seeds: Seeds,
+    /// Derive a mix from the pod list as the FGD paper's mixes vary (repeatable, one per
+    /// kind): `cpu=2.5` (CPU-only pods are 25% of the pods, the paper's cpu250),
+    /// `gpushare=0.8` (fractional pods make 80% of the GPU requests), `gpuspec=0.2` (20% of
+    /// GPU pods limited to some GPU models), `multigpu=0.5` (multi-GPU pods make 50% of the
+    /// GPU requests).
+    #[arg(long = "derive", value_name = "KIND=LEVEL")]
+    derive: Vec<Derivation>,
+    /// Seed of the derivation (the mix is derived once, then run with every seed).
+    #[arg(long, default_value_t = 0)]
+    derive_seed: u64,
+    /// Write the pod list that was run (the derived mix) to this CSV.
+    #[arg(long, value_name = "FILE")]
+    save_mix: Option<PathBuf>,
     /// Print means and per-seed figures as JSON.
     #[arg(long)]
     json: bool,
@@ -106,13 +120,22 @@ fn run_openb(args: OpenbArgs) -> Result<()> {
         std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
     };
     let nodes = openb::load_nodes(&args.nodes, &read(&args.nodes)?)?;
-    let pods = openb::load_pods(&args.pods, &read(&args.pods)?)?;
+    let mut pods = openb::load_pods(&args.pods, &read(&args.pods)?)?;
     if nodes.iter().all(|n| n.gpus == 0) {
         bail!(
             "{}: no node has GPUs; use openb_node_list_gpu_node.csv",
             args.nodes.display()
         );
     }
+    if !args.derive.is_empty() {
+        pods = derive_mix(&pods, &nodes, &args.derive, args.derive_seed)
+            .map_err(|e| anyhow::anyhow!("--derive: {}: {e}", args.pods.display()))?;
+    }
+    if let Some(path) = &args.save_mix {
+        std::fs::write(path, openb::pods_csv(&pods))
+            .with_context(|| format!("writing --save-mix {}", path.display()))?;
+    }
+    let derived: Vec<String> = args.derive.iter().map(|d| d.to_string()).collect();
     let policies = if args.policies.is_empty() {
         vec![Policy::Random, Policy::BestFit, Policy::Kestrel]
     } else {
@@ -128,6 +151,18 @@ fn run_openb(args: OpenbArgs) -> Result<()> {
             args.seeds.0[0],
             args.seeds.0[args.seeds.0.len() - 1]
         );
+        if !derived.is_empty() {
+            let s = mix_shares(&pods);
+            println!(
+                "derived ({}, seed {}): CPU-only pods {:.1}% of pods; of GPU requests: shares {:.1}%, multi-GPU {:.1}%; model-limited {:.1}% of GPU pods",
+                derived.join(" "),
+                args.derive_seed,
+                100.0 * s.cpu_pods,
+                100.0 * s.share_requests,
+                100.0 * s.multi_requests,
+                100.0 * s.model_limited
+            );
+        }
         println!(
             "{:<10} {:>12} {:>12} {:>12}",
             "policy", "alloc@100%", "alloc@130%", "s/run"
@@ -146,7 +181,13 @@ fn run_openb(args: OpenbArgs) -> Result<()> {
                 per_run
             );
         }
-        results.push(json!({"summary": summary, "seconds_per_run": per_run}));
+        results.push(json!({
+            "summary": summary,
+            "seconds_per_run": per_run,
+            "derived": derived,
+            "derive_seed": args.derive_seed,
+            "mix": mix_shares(&pods),
+        }));
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&results)?);

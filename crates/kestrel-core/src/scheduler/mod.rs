@@ -20,6 +20,7 @@ mod wake;
 use crate::cluster::ClusterIndex;
 use crate::constraints::ConstraintBook;
 use crate::explain::Unschedulable;
+use crate::fgd::FgdScorer;
 use crate::gang::GangIndex;
 use crate::hints::{Hints, WakeOn};
 use crate::model::{GpuRequest, PodSpec};
@@ -136,6 +137,8 @@ pub struct Scheduler {
     parked_generation: u64,
     rng: Rng,
     packing: PackingScorer,
+    /// Learns the mix only under [`crate::Policy::Fgd`].
+    fgd: FgdScorer,
     next_seq: u64,
     pub(crate) pending: usize,
     pub(crate) queues: QueueBook,
@@ -228,6 +231,7 @@ impl Scheduler {
             parked_generation: 0,
             rng: Rng::new(config.seed),
             packing: PackingScorer::default(),
+            fgd: FgdScorer::default(),
             next_seq: 0,
             pending: 0,
             queues: QueueBook::default(),

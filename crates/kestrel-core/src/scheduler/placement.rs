@@ -101,7 +101,7 @@ impl Scheduler {
         // How many fitting nodes each bucket contributes: the first fit for key-ranked
         // policies, a shortlist for the packing scorer, all of them for Random.
         let per_bucket = match policy {
-            Policy::Random => usize::MAX,
+            Policy::Random | Policy::Fgd => usize::MAX,
             Policy::Kestrel => PACKING_SHORTLIST,
             _ => 1,
         };
@@ -215,6 +215,18 @@ impl Scheduler {
                     .min()
                     .map(|(_, _, _, node)| node)
             }
+            Policy::Fgd => {
+                self.fgd.refresh();
+                let fgd = &mut self.fgd;
+                found
+                    .iter()
+                    .map(|c| {
+                        let node = self.cluster.node(c.node);
+                        (c.neg_score, fgd.cost(c.node, node, demand).0, c.node)
+                    })
+                    .min()
+                    .map(|(_, _, node)| node)
+            }
             _ => best.map(|b| b.node),
         };
         match chosen {
@@ -226,6 +238,7 @@ impl Scheduler {
                         .expect("the node fits the pod"),
                     // The packing scorer puts a share on the device it scored.
                     Policy::Kestrel => self.packing.choose_gpus(state, demand),
+                    Policy::Fgd => self.fgd.choose_gpus(node, state, demand),
                     _ => {
                         let rng = (policy == Policy::Random).then_some(&mut self.rng);
                         state.choose_gpus(demand.gpu, rng)

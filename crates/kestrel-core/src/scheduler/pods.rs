@@ -5,6 +5,7 @@ use super::{PodRecord, QueueKey, QueueLink, QuotaRequest, Scheduler};
 use crate::hints::WakeOn;
 use crate::model::{Demand, GpuRequest, PodSpec};
 use crate::outcome::ClusterError;
+use crate::policy::Policy;
 use crate::queue::PODS_RESOURCE;
 use crate::resources::GPU_RESOURCE;
 use crate::types::{GpuAssignment, Millis, NodeId, PodId, PodPhase};
@@ -128,6 +129,9 @@ impl Scheduler {
                 }
             }
             _ => self.packing.observe(&spec.demand),
+        }
+        if self.config.policy == Policy::Fgd {
+            self.fgd.observe(&spec.demand, &spec.constraints);
         }
         let id = PodId(self.pods.len() as u32);
         let link = self.link_of(&spec);

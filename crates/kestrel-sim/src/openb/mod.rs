@@ -9,6 +9,8 @@
 //! by seeded sampling up to 130% of GPU capacity, shuffle, place one by one, nothing
 //! departs, and record the GPU allocation rate as arrivals pass 100% and 130%.
 
+pub mod derive;
+
 use crate::workload::{JobKind, SimJob, Workload};
 use kestrel_core::{
     Demand, GpuDevice, GpuRequest, NodeAffinity, NodeSelectorTerm, NodeSpec, PlacementConstraints,
@@ -40,9 +42,9 @@ pub struct OpenbPod {
     pub gpu_milli: u32,
     /// GPU models the pod may run on; empty: any.
     pub gpu_spec: Vec<String>,
-    /// `None` when the list has no `creation_time` column.
+    /// `None` when the list has no `creation_time` column or the field is empty.
     pub creation_time: Option<u64>,
-    /// `None` when the list has no `deletion_time` column.
+    /// `None` when the list has no `deletion_time` column or the field is empty.
     pub deletion_time: Option<u64>,
     /// Empty in the trace for pods that never ran there.
     pub scheduled_time: Option<u64>,
@@ -285,14 +287,14 @@ pub fn load_pods(path: &Path, text: &str) -> Result<Vec<OpenbPod>, LoadError> {
                     .filter(|s| !s.is_empty())
                     .map(str::to_string)
                     .collect(),
-                creation_time: row
-                    .optional("creation_time")
-                    .map(|_| num("creation_time"))
-                    .transpose()?,
-                deletion_time: row
-                    .optional("deletion_time")
-                    .map(|_| num("deletion_time"))
-                    .transpose()?,
+                creation_time: match row.optional("creation_time") {
+                    None | Some("") => None,
+                    Some(_) => Some(num("creation_time")?),
+                },
+                deletion_time: match row.optional("deletion_time") {
+                    None | Some("") => None,
+                    Some(_) => Some(num("deletion_time")?),
+                },
                 scheduled_time: match row.optional("scheduled_time") {
                     None | Some("") => None,
                     Some(_) => Some(num("scheduled_time")?),
@@ -313,6 +315,30 @@ pub fn load_pods(path: &Path, text: &str) -> Result<Vec<OpenbPod>, LoadError> {
             Ok(pod)
         },
     )
+}
+
+/// A pod list as CSV, in the trace's columns (times left empty when unknown); loads back
+/// with [`load_pods`].
+pub fn pods_csv(pods: &[OpenbPod]) -> String {
+    let time = |t: Option<u64>| t.map(|t| t.to_string()).unwrap_or_default();
+    let mut out = String::from(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n",
+    );
+    for p in pods {
+        out.push_str(&format!(
+            "{},{},{},{},{},{},,,{},{},{}\n",
+            p.name,
+            p.cpu_milli,
+            p.memory_mib,
+            p.num_gpu,
+            p.gpu_milli,
+            p.gpu_spec.join("|"),
+            time(p.creation_time),
+            time(p.deletion_time),
+            time(p.scheduled_time)
+        ));
+    }
+    out
 }
 
 /// The trace replayed as a workload: arrival from `creation_time`, runtime from
