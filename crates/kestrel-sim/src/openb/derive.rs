@@ -170,11 +170,20 @@ fn is_multi(pod: &OpenbPod) -> bool {
     pod.num_gpu > 1
 }
 
-/// `count` pods drawn uniformly with replacement from `from`.
+/// `count` pods drawn from `from` without replacement, in rounds (each a fresh shuffle)
+/// when more are wanted than there are: the draw keeps the set's own mix as closely as
+/// its size allows.
 fn draw(from: &[&OpenbPod], count: usize, rng: &mut Rng) -> Vec<OpenbPod> {
-    (0..count)
-        .map(|_| from[rng.below(from.len() as u64) as usize].clone())
-        .collect()
+    let mut out = Vec::with_capacity(count);
+    let mut round: Vec<&OpenbPod> = Vec::new();
+    while out.len() < count {
+        if round.is_empty() {
+            round = from.to_vec();
+            rng.shuffle(&mut round);
+        }
+        out.push(round.pop().expect("refilled").clone());
+    }
+    out
 }
 
 /// GPU pods kept; CPU-only pods redrawn so they are `fraction` of all pods.
