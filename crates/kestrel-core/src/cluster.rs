@@ -607,6 +607,16 @@ pub struct ClusterIndex {
     live: usize,
     /// Devices of the live nodes, counted by memory (MiB).
     device_memory: BTreeMap<u64, u32>,
+    /// Allocatable cpu and memory, and GPUs, of the live nodes together.
+    capacity: Capacity,
+}
+
+/// What the live nodes offer together.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    pub cpu_milli: i64,
+    pub memory_bytes: i64,
+    pub gpus: u64,
 }
 
 impl ClusterIndex {
@@ -648,6 +658,18 @@ impl ClusterIndex {
     /// The memory of the cluster's largest device (MiB).
     pub fn largest_device_memory(&self) -> Option<u64> {
         self.device_memory.keys().next_back().copied()
+    }
+
+    /// What the live nodes offer together.
+    pub fn capacity(&self) -> Capacity {
+        self.capacity
+    }
+
+    fn count_capacity(&mut self, spec: &NodeSpec, add: bool) {
+        let sign = if add { 1 } else { -1 };
+        self.capacity.cpu_milli += sign * spec.allocatable.cpu_milli;
+        self.capacity.memory_bytes += sign * spec.allocatable.memory_bytes;
+        self.capacity.gpus = (self.capacity.gpus as i64 + sign * spec.gpus.len() as i64) as u64;
     }
 
     fn count_devices(&mut self, memory: impl IntoIterator<Item = u64>, add: bool) {
@@ -733,6 +755,7 @@ impl ClusterIndex {
         self.by_name.insert(spec.name.clone(), id);
         self.max_node_cpu = self.max_node_cpu.max(spec.allocatable.cpu_milli);
         self.count_devices(spec.gpus.iter().map(|g| g.memory_mib), true);
+        self.count_capacity(&spec, true);
         self.nodes.push(Some(NodeState::new(spec, class)));
         self.live += 1;
         self.count_member(class, true);
@@ -745,6 +768,7 @@ impl ClusterIndex {
         self.unindex(id);
         let state = self.nodes[id.0 as usize].take().expect("live node");
         self.count_devices(state.spec.gpus.iter().map(|g| g.memory_mib), false);
+        self.count_capacity(&state.spec, false);
         self.by_name.remove(&state.spec.name);
         self.count_member(state.class, false);
         self.live -= 1;
@@ -778,6 +802,9 @@ impl ClusterIndex {
             .collect();
         self.count_devices(old, false);
         self.count_devices(spec.gpus.iter().map(|g| g.memory_mib), true);
+        let old_spec = self.node(id).spec.clone();
+        self.count_capacity(&old_spec, false);
+        self.count_capacity(&spec, true);
         let mut fresh = NodeState::new(spec, class);
         for (pod, resources, gpus) in bound {
             let gpus = fresh.known_devices(gpus);

@@ -42,7 +42,7 @@
 //! Everything is deterministic: ordered maps, a fixed pivoting rule, and scores in integer
 //! millionths of a GPU.
 
-use crate::cluster::NodeState;
+use crate::cluster::{Capacity, NodeState};
 use crate::model::{Demand, GpuRequest};
 use crate::types::GpuAssignment;
 use std::collections::BTreeMap;
@@ -57,6 +57,11 @@ const PRICED_SIZES: usize = 48;
 /// The prices are recomputed when the number of shares seen reaches a power of two, and
 /// every this many shares once past it.
 const RESOLVE_EVERY: u64 = 1024;
+/// CPU-only pods' cpu (memory) counts toward what a GPU needs from none of it, when the
+/// mix at full GPU use asks for this share of the cluster's cpu (memory) or less, ...
+const PRESSURE_FROM: f64 = 0.95;
+/// ... to all of it at this much more.
+const PRESSURE_SPAN: f64 = 0.2;
 /// The mix forgets: every this many GPU pods seen, the counts and totals are halved, so a
 /// long-running scheduler follows a workload whose mix drifts.
 const HALVE_EVERY: u64 = 1 << 16;
@@ -72,6 +77,8 @@ pub struct PackingScorer {
     gpu_cpu: f64,
     gpu_memory: f64,
     gpu_milli: f64,
+    cpu_only_cpu: f64,
+    cpu_only_memory: f64,
     /// GPU pods seen since the counts were last halved.
     since_halving: u64,
     /// GPUs the mix runs per millicore and per byte of memory (`None`: no limit), as of the
@@ -94,6 +101,8 @@ impl Default for PackingScorer {
             gpu_cpu: 0.0,
             gpu_memory: 0.0,
             gpu_milli: 0.0,
+            cpu_only_cpu: 0.0,
+            cpu_only_memory: 0.0,
             since_halving: 0,
             gpus_per_cpu: None,
             gpus_per_byte: None,
@@ -108,6 +117,8 @@ impl PackingScorer {
     pub fn observe(&mut self, demand: &Demand) {
         let milli = demand.gpu.milli();
         if milli == 0 {
+            self.cpu_only_cpu += demand.resources.cpu_milli.max(0) as f64;
+            self.cpu_only_memory += demand.resources.memory_bytes.max(0) as f64;
             return;
         }
         self.gpu_cpu += demand.resources.cpu_milli.max(0) as f64;
@@ -129,16 +140,29 @@ impl PackingScorer {
             self.gpu_cpu /= 2.0;
             self.gpu_memory /= 2.0;
             self.gpu_milli /= 2.0;
+            self.cpu_only_cpu /= 2.0;
+            self.cpu_only_memory /= 2.0;
         }
     }
 
     /// Brings the scorer's view of the mix up to date: the CPU and memory per GPU, and the
     /// share prices when enough new shares were seen since they were computed.
-    pub fn refresh(&mut self) {
+    pub fn refresh(&mut self, cluster: Capacity) {
         let gpus = self.gpu_milli / DEVICE as f64;
         let per = |total: f64| (total > 0.0 && gpus > 0.0).then(|| gpus / total);
-        self.gpus_per_cpu = per(self.gpu_cpu);
-        self.gpus_per_byte = per(self.gpu_memory);
+        // CPU-only pods compete for the cpu and memory free GPUs need as far as the mix
+        // asks the cluster for more than it has.
+        let pressure = |gpu_pods: f64, cpu_pods: f64, capacity: i64| {
+            if gpus <= 0.0 || capacity <= 0 {
+                return 0.0;
+            }
+            let wanted = (gpu_pods + cpu_pods) / gpus * cluster.gpus as f64;
+            ((wanted / capacity as f64 - PRESSURE_FROM) / PRESSURE_SPAN).clamp(0.0, 1.0)
+        };
+        let cpu_weight = pressure(self.gpu_cpu, self.cpu_only_cpu, cluster.cpu_milli);
+        let memory_weight = pressure(self.gpu_memory, self.cpu_only_memory, cluster.memory_bytes);
+        self.gpus_per_cpu = per(self.gpu_cpu + cpu_weight * self.cpu_only_cpu);
+        self.gpus_per_byte = per(self.gpu_memory + memory_weight * self.cpu_only_memory);
         if self.shares_seen < self.next_solve || self.shares.is_empty() {
             return;
         }
@@ -440,7 +464,7 @@ mod tests {
                 scorer.observe(demand);
             }
         }
-        scorer.refresh();
+        scorer.refresh(Capacity::default());
         scorer
     }
 
@@ -530,7 +554,7 @@ mod tests {
         scorer.observe(&share(470));
         scorer.observe(&share(470));
         assert_eq!(scorer.score(&node(&[530], 64, 64), &share(320)), 0);
-        scorer.refresh();
+        scorer.refresh(Capacity::default());
         assert!(scorer.score(&node(&[530], 64, 64), &share(320)) < 0);
     }
 

@@ -199,7 +199,7 @@ impl Scheduler {
             }
             Policy::Kestrel => {
                 // Preferences first, then what the placement does to packing, then the key.
-                self.packing.refresh();
+                self.packing.refresh(self.cluster.capacity());
                 let packing = &self.packing;
                 found
                     .iter()
