@@ -78,6 +78,10 @@ pub struct OpenbArgs {
     /// Seed of the derivation (the mix is derived once, then run with every seed).
     #[arg(long, default_value_t = 0)]
     derive_seed: u64,
+    /// Also compute the offline sorted best-fit: the same pods seen all at once, placed
+    /// largest GPU request first by BestFit.
+    #[arg(long)]
+    bound: bool,
     /// Write the pod list that was run (the derived mix) to this CSV.
     #[arg(long, value_name = "FILE")]
     save_mix: Option<PathBuf>,
@@ -188,6 +192,14 @@ fn run_openb(args: OpenbArgs) -> Result<()> {
             "derive_seed": args.derive_seed,
             "mix": mix_shares(&pods),
         }));
+    }
+    if args.bound {
+        let bound = openb::mean_offline_bound(&nodes, &pods, &args.seeds.0);
+        if args.json {
+            results.push(json!({"offline_bound_at_130": bound}));
+        } else {
+            println!("{:<10} {:>12} {:>11.2}%", "offline", "", 100.0 * bound);
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&results)?);

@@ -414,6 +414,46 @@ pub fn inflate_and_shuffle(pods: &[OpenbPod], capacity_milli: u64, seed: u64) ->
     out
 }
 
+/// The offline sorted best-fit of one run: the same pods (inflated with `seed`), seen all
+/// at once and placed largest GPU request first (then most cpu) by BestFit, one by one. A
+/// reference, not a proof: on the default mix it is about as high as the trace allows, but
+/// it ignores GPU-model limits and packs shares by size alone, so an online policy may beat
+/// it on mixes with many of either.
+pub fn offline_bound(nodes: &[OpenbNode], pods: &[OpenbPod], seed: u64) -> f64 {
+    let capacity: u64 = nodes.iter().map(|n| 1000 * n.gpus as u64).sum();
+    if capacity == 0 {
+        return 0.0;
+    }
+    let mut order = inflate_and_shuffle(pods, capacity, seed);
+    order.sort_by_key(|p| std::cmp::Reverse((p.gpu_request_milli(), p.cpu_milli)));
+    let mut scheduler = Scheduler::new(SchedulerConfig {
+        policy: Policy::BestFit,
+        seed,
+        ..Default::default()
+    });
+    for node in nodes {
+        scheduler
+            .add_node(node.to_node_spec())
+            .expect("node names were checked unique on load");
+    }
+    let mut placed = 0u64;
+    for (i, pod) in order.iter().enumerate() {
+        let id = scheduler.submit(pod.to_pod_spec(), i as u64);
+        if scheduler.schedule(i as u64).bindings.is_empty() {
+            scheduler.finish(id).expect("pod just submitted");
+        } else {
+            placed += pod.gpu_request_milli();
+        }
+    }
+    placed as f64 / capacity as f64
+}
+
+/// The mean offline sorted best-fit over seeds.
+pub fn mean_offline_bound(nodes: &[OpenbNode], pods: &[OpenbPod], seeds: &[u64]) -> f64 {
+    let sum: f64 = seeds.iter().map(|&s| offline_bound(nodes, pods, s)).sum();
+    sum / seeds.len().max(1) as f64
+}
+
 /// Runs the packing experiment once.
 pub fn packing_run(
     nodes: &[OpenbNode],
