@@ -19,6 +19,7 @@ use crate::types::PodId;
 pub use crate::types::{GpuAssignment, NodeId};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::iter::Peekable;
 
 /// Labels that differ from node to node (identity and topology position). They are kept
 /// out of class keys so that a class groups many nodes; pods that select on them are
@@ -535,23 +536,28 @@ impl Bucket {
         match (open.next(), open.next()) {
             (None, _) => MayHold::One(None),
             (Some(only), None) => MayHold::One(Some(only)),
-            (Some(a), Some(b)) => {
-                let mut heads: Vec<_> = [a, b]
-                    .into_iter()
-                    .chain(open)
-                    .map(Iterator::peekable)
-                    .collect();
-                heads.retain_mut(|h| h.peek().is_some());
-                MayHold::Merged(heads)
-            }
+            (Some(a), Some(b)) => match open.next() {
+                None => MayHold::Two(a.peekable(), b.peekable()),
+                Some(c) => MayHold::Merged(
+                    [a, b, c]
+                        .into_iter()
+                        .chain(open)
+                        .map(Iterator::peekable)
+                        .collect(),
+                ),
+            },
         }
     }
 }
 
-/// [`Bucket::may_hold`]: one cell's nodes, or several cells merged in key order.
+type CellIter<'a> = std::collections::btree_set::Iter<'a, (u64, NodeId)>;
+
+/// [`Bucket::may_hold`]: one cell's nodes, or several cells merged in key order. Two cells
+/// (nodes untouched and nodes in use, typically) merge without allocating.
 pub(crate) enum MayHold<'a> {
-    One(Option<std::collections::btree_set::Iter<'a, (u64, NodeId)>>),
-    Merged(Vec<std::iter::Peekable<std::collections::btree_set::Iter<'a, (u64, NodeId)>>>),
+    One(Option<CellIter<'a>>),
+    Two(Peekable<CellIter<'a>>, Peekable<CellIter<'a>>),
+    Merged(Vec<Peekable<CellIter<'a>>>),
 }
 
 impl<'a> Iterator for MayHold<'a> {
@@ -560,6 +566,11 @@ impl<'a> Iterator for MayHold<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         match self {
             MayHold::One(cell) => cell.as_mut()?.next(),
+            MayHold::Two(a, b) => match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) if y < x => b.next(),
+                (Some(_), _) => a.next(),
+                (None, _) => b.next(),
+            },
             MayHold::Merged(heads) => {
                 let (at, _) = heads
                     .iter_mut()

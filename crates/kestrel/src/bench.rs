@@ -245,8 +245,9 @@ fn measure_placement(
             scheduler.submit(pod.clone(), i as u64);
             scheduler.schedule(i as u64);
         }
-        best.one_pod_per_cycle_seconds =
-            best.one_pod_per_cycle_seconds.min(t.elapsed().as_secs_f64());
+        best.one_pod_per_cycle_seconds = best
+            .one_pod_per_cycle_seconds
+            .min(t.elapsed().as_secs_f64());
     }
     Ok(best)
 }
@@ -304,7 +305,10 @@ fn run_placement(args: PlacementArgs) -> Result<()> {
         match &realistic {
             None => {
                 println!("  index build:          {:.3} s", bare.index_build_seconds);
-                println!("  one batch cycle:      {:>10.0} pods/s", rate(bare.batch_seconds));
+                println!(
+                    "  one batch cycle:      {:>10.0} pods/s",
+                    rate(bare.batch_seconds)
+                );
                 println!(
                     "  one pod per cycle:    {:>10.0} pods/s",
                     rate(bare.one_pod_per_cycle_seconds)
@@ -394,8 +398,11 @@ fn realistic_node(i: u32) -> Result<NodeSpec> {
 }
 
 /// Priority classes of realistic pods, by job: (name, value).
-const PRIORITY_CLASSES: [(&str, i32); 3] =
-    [("research", 1000), ("production", 10_000), ("batch-low", 100)];
+const PRIORITY_CLASSES: [(&str, i32); 3] = [
+    ("research", 1000),
+    ("production", 10_000),
+    ("batch-low", 100),
+];
 
 /// A pod as a Job of a live GPU cluster has it (as in kestrel-kube's `bind_throughput`
 /// example), asking for `demand`: labels, an owner reference, an image, a priority class,
@@ -413,7 +420,8 @@ fn realistic_pod(i: u32, demand: &Demand, zone_required: bool) -> Result<PodSpec
         "cpu": format!("{}m", demand.resources.cpu_milli),
         "memory": demand.resources.memory_bytes.to_string(),
     });
-    let mut annotations = json!({"kestrel.dev/runtime-estimate": "6h", "prometheus.io/scrape": "true"});
+    let mut annotations =
+        json!({"kestrel.dev/runtime-estimate": "6h", "prometheus.io/scrape": "true"});
     let mut required = vec![];
     match demand.gpu {
         GpuRequest::None => {}
@@ -430,10 +438,14 @@ fn realistic_pod(i: u32, demand: &Demand, zone_required: bool) -> Result<PodSpec
                              "values": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"]}));
     }
     if zone_required {
-        required.push(json!({"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}));
+        required.push(
+            json!({"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}),
+        );
     }
-    let mut affinity = json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}});
-    let preferred = &mut affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+    let mut affinity =
+        json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}});
+    let preferred =
+        &mut affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
     if !zone_required && job_index % 4 != 3 {
         preferred.as_array_mut().expect("an array").push(json!({"weight": 50, "preference":
             {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}}));

@@ -156,6 +156,9 @@ pub struct Scheduler {
     pub(crate) holds: BTreeMap<NodeId, Vec<Hold>>,
     /// What changed since workloads were parked, and what wakes them.
     pub(crate) hints: Hints,
+    /// The fitting nodes a placement compares, kept between placements so that none
+    /// allocates.
+    placement_candidates: Vec<placement::Candidate>,
 }
 
 /// One pod of a preempting workload, promised room on a node.
@@ -239,6 +242,7 @@ impl Scheduler {
             wake_at: std::cell::Cell::new(None),
             holds: BTreeMap::new(),
             hints: Hints::default(),
+            placement_candidates: Vec::new(),
         }
     }
 
