@@ -613,6 +613,9 @@ pub struct ClusterIndex {
     /// Counts changes to which nodes belong to which class (and shape), so that plans
     /// made from the classes' sizes know when to be made again.
     pub(crate) layout: u64,
+    /// Counts changes to nodes' free room (every reindex), so that what was judged of
+    /// the room knows when to be judged again.
+    pub(crate) room_changes: u64,
     /// Largest allocatable cpu of any node (normalises BestFit keys).
     pub(crate) max_node_cpu: i64,
     live: usize,
@@ -808,6 +811,7 @@ impl ClusterIndex {
 
     /// Puts a node (whose slot is not in any bucket) into its bucket with a fresh key.
     pub(crate) fn reindex(&mut self, id: NodeId, key: &impl Fn(&ClusterIndex, &NodeState) -> u64) {
+        self.room_changes += 1;
         let node = self.node(id);
         let slot = (node.free_whole_gpus() as usize, key(self, node));
         let cell = cell_of(&node.free);
