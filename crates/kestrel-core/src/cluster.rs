@@ -2,8 +2,8 @@
 //!
 //! Nodes with the same static attributes (shape, devices, taints, cordon, labels other
 //! than per-node ones) form a *class*; a pod's static predicates are evaluated once per
-//! class. Inside a class, nodes sit in buckets by free whole GPUs, each bucket ordered by
-//! the policy's node key, so a placement visits the few nodes that can win instead of the
+//! class. Inside a class, nodes sit in buckets by free whole GPUs (full nodes apart, so
+//! that a GPU pod never looks at them), each bucket ordered by the policy's node key, so a placement visits the few nodes that can win instead of the
 //! whole cluster. Classes with the same *shape* (capacity and devices) differ only in
 //! labels, taints or cordon; each shape keeps buckets of its own, so that a pod to which
 //! many such classes are alike (labels that vary from rack to rack, say) visits them as
@@ -497,10 +497,29 @@ fn cell_of(free: &Resources) -> Cell {
     (magnitude(free.cpu_milli), magnitude(free.memory_bytes))
 }
 
-/// Nodes with the same free whole GPUs, in cells by the magnitude of their free CPU and
-/// memory, each cell ordered by (key, node). A placement visits only the cells whose nodes
-/// may have room for the pod, so nodes whose GPUs are free but whose CPU or memory is
-/// spent are passed over without being looked at.
+/// The bucket of a node: 0 when no device has room left (or it has none), else one more
+/// than its free whole GPUs.
+fn bucket_of(node: &NodeState) -> usize {
+    if node.gpus.iter().any(|g| !g.held_whole && g.free_milli > 0) {
+        node.free_whole_gpus() as usize + 1
+    } else {
+        0
+    }
+}
+
+/// The first bucket whose nodes may hold a GPU request (see [`bucket_of`]).
+pub(crate) fn first_bucket_for(gpu: GpuRequest) -> usize {
+    match gpu {
+        GpuRequest::None | GpuRequest::Whole(0) => 0,
+        GpuRequest::Whole(n) => n as usize + 1,
+        GpuRequest::Shared { .. } | GpuRequest::Memory { .. } => 1,
+    }
+}
+
+/// Nodes with the same room for GPUs (see [`bucket_of`]), in cells by the magnitude of
+/// their free CPU and memory, each cell ordered by (key, node). A placement visits only the
+/// cells whose nodes may have room for the pod, so nodes whose GPUs are free but whose CPU
+/// or memory is spent are passed over without being looked at.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Bucket {
     cells: BTreeMap<Cell, BTreeSet<(u64, NodeId)>>,
@@ -532,32 +551,61 @@ impl Bucket {
             .cells
             .range((cpu, 0)..)
             .filter(|((_, m), _)| *m >= memory)
-            .map(|(_, set)| set.iter());
-        match (open.next(), open.next()) {
-            (None, _) => MayHold::One(None),
-            (Some(only), None) => MayHold::One(Some(only)),
-            (Some(a), Some(b)) => match open.next() {
-                None => MayHold::Two(a.peekable(), b.peekable()),
-                Some(c) => MayHold::Merged(
-                    [a, b, c]
-                        .into_iter()
-                        .chain(open)
-                        .map(Iterator::peekable)
-                        .collect(),
-                ),
-            },
+            .map(|(_, set)| set.iter().peekable());
+        let Some(first) = open.next() else {
+            return MayHold::One(None);
+        };
+        let Some(second) = open.next() else {
+            return MayHold::One(Some(first));
+        };
+        let mut few = Few {
+            heads: [const { None }; FEW],
+            len: 2,
+        };
+        (few.heads[0], few.heads[1]) = (Some(first), Some(second));
+        for head in open.by_ref() {
+            if few.len == FEW {
+                let mut many: Vec<_> = few.heads.into_iter().flatten().collect();
+                many.push(head);
+                many.extend(open);
+                return MayHold::Many(many);
+            }
+            few.heads[few.len] = Some(head);
+            few.len += 1;
         }
+        MayHold::Few(few)
     }
 }
 
-type CellIter<'a> = std::collections::btree_set::Iter<'a, (u64, NodeId)>;
+type CellIter<'a> = Peekable<std::collections::btree_set::Iter<'a, (u64, NodeId)>>;
 
-/// [`Bucket::may_hold`]: one cell's nodes, or several cells merged in key order. Two cells
-/// (nodes untouched and nodes in use, typically) merge without allocating.
+/// Cells merged without allocating.
+const FEW: usize = 8;
+
+pub(crate) struct Few<'a> {
+    heads: [Option<CellIter<'a>>; FEW],
+    len: usize,
+}
+
+/// [`Bucket::may_hold`]: one cell's nodes, or several cells merged in key order (up to
+/// [`FEW`] without allocating).
 pub(crate) enum MayHold<'a> {
     One(Option<CellIter<'a>>),
-    Two(Peekable<CellIter<'a>>, Peekable<CellIter<'a>>),
-    Merged(Vec<Peekable<CellIter<'a>>>),
+    Few(Few<'a>),
+    Many(Vec<CellIter<'a>>),
+}
+
+/// Takes the least next entry of `heads`.
+fn merged_next<'a>(heads: &mut [Option<CellIter<'a>>]) -> Option<&'a (u64, NodeId)> {
+    let mut least: Option<(usize, &(u64, NodeId))> = None;
+    for (i, head) in heads.iter_mut().enumerate() {
+        if let Some(&entry) = head.as_mut().and_then(|h| h.peek()) {
+            if least.is_none_or(|(_, e)| entry < e) {
+                least = Some((i, entry));
+            }
+        }
+    }
+    heads[least?.0].as_mut()?.next()
 }
 
 impl<'a> Iterator for MayHold<'a> {
@@ -566,12 +614,8 @@ impl<'a> Iterator for MayHold<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         match self {
             MayHold::One(cell) => cell.as_mut()?.next(),
-            MayHold::Two(a, b) => match (a.peek(), b.peek()) {
-                (Some(x), Some(y)) if y < x => b.next(),
-                (Some(_), _) => a.next(),
-                (None, _) => b.next(),
-            },
-            MayHold::Merged(heads) => {
+            MayHold::Few(few) => merged_next(&mut few.heads[..few.len]),
+            MayHold::Many(heads) => {
                 let (at, _) = heads
                     .iter_mut()
                     .enumerate()
@@ -583,7 +627,8 @@ impl<'a> Iterator for MayHold<'a> {
     }
 }
 
-/// Nodes of one class, in buckets by free whole GPUs, each ordered by (key, node).
+/// Nodes of one class, in buckets by room for GPUs ([`bucket_of`]), each ordered by (key,
+/// node).
 #[derive(Debug, Clone)]
 pub(crate) struct NodeClass {
     /// A member's spec, for class-level predicates (per-node labels are not to be trusted).
@@ -703,7 +748,7 @@ impl ClusterIndex {
             Some(&shape) => shape,
             None => {
                 self.shapes.push(NodeShape {
-                    buckets: vec![Bucket::default(); spec.gpus.len() + 1],
+                    buckets: vec![Bucket::default(); spec.gpus.len() + 2],
                     len: 0,
                 });
                 self.shape_of_key
@@ -714,7 +759,7 @@ impl ClusterIndex {
         let c = ClassId(self.classes.len() as u32);
         self.classes.push(NodeClass {
             representative: spec.clone(),
-            buckets: vec![Bucket::default(); spec.gpus.len() + 1],
+            buckets: vec![Bucket::default(); spec.gpus.len() + 2],
             len: 0,
             shape,
         });
@@ -813,7 +858,7 @@ impl ClusterIndex {
     pub(crate) fn reindex(&mut self, id: NodeId, key: &impl Fn(&ClusterIndex, &NodeState) -> u64) {
         self.room_changes += 1;
         let node = self.node(id);
-        let slot = (node.free_whole_gpus() as usize, key(self, node));
+        let slot = (bucket_of(node), key(self, node));
         let cell = cell_of(&node.free);
         let class = node.class;
         let state = self.node_mut_unindexed(id);

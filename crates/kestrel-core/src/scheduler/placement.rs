@@ -3,10 +3,10 @@
 //! generation.
 
 use super::Scheduler;
-use crate::cluster::Bucket;
+use crate::cluster::{first_bucket_for, Bucket};
 use crate::constraints::{ClassVerdict, Source};
 use crate::explain::{GangProblem, Unschedulable};
-use crate::model::{GpuRequest, PlacementConstraints};
+use crate::model::PlacementConstraints;
 use crate::policy::Policy;
 use crate::predicates::static_check;
 use crate::types::{GpuAssignment, NodeId, PodId};
@@ -114,10 +114,7 @@ impl Scheduler {
         // Random draws among all fitting nodes whatever their score.
         let mut top: Option<i64> = None;
         let skip_worse = policy != Policy::Random && !entry.per_node;
-        let first_bucket = match demand.gpu {
-            GpuRequest::Whole(n) => n as usize,
-            _ => 0,
-        };
+        let first_bucket = first_bucket_for(demand.gpu);
         // Visits one class's or shape's buckets; `only_score`: skip nodes whose class
         // the constraints do not allow with this score (a shape mixes classes).
         let mut visit = |buckets: &[Bucket], class_score: i64, only_score: bool| {
