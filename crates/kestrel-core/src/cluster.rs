@@ -547,33 +547,25 @@ impl Bucket {
     /// The nodes whose free CPU and memory may hold `need`, in (key, node) order.
     pub fn may_hold(&self, need: &Resources) -> MayHold<'_> {
         let (cpu, memory) = cell_of(need);
-        let mut open = self
+        let open = self
             .cells
             .range((cpu, 0)..)
             .filter(|((_, m), _)| *m >= memory)
             .map(|(_, set)| set.iter().peekable());
-        let Some(first) = open.next() else {
-            return MayHold::One(None);
-        };
-        let Some(second) = open.next() else {
-            return MayHold::One(Some(first));
-        };
-        let mut few = Few {
+        let mut merged = MayHold {
             heads: [const { None }; FEW],
-            len: 2,
+            len: 0,
+            spilled: Vec::new(),
         };
-        (few.heads[0], few.heads[1]) = (Some(first), Some(second));
-        for head in open.by_ref() {
-            if few.len == FEW {
-                let mut many: Vec<_> = few.heads.into_iter().flatten().collect();
-                many.push(head);
-                many.extend(open);
-                return MayHold::Many(many);
+        for head in open {
+            if merged.len < FEW {
+                merged.heads[merged.len] = Some(head);
+                merged.len += 1;
+            } else {
+                merged.spilled.push(head);
             }
-            few.heads[few.len] = Some(head);
-            few.len += 1;
         }
-        MayHold::Few(few)
+        merged
     }
 }
 
@@ -582,48 +574,31 @@ type CellIter<'a> = Peekable<std::collections::btree_set::Iter<'a, (u64, NodeId)
 /// Cells merged without allocating.
 const FEW: usize = 8;
 
-pub(crate) struct Few<'a> {
+/// [`Bucket::may_hold`]: the open cells merged in key order, the first [`FEW`] of them
+/// without allocating.
+pub(crate) struct MayHold<'a> {
     heads: [Option<CellIter<'a>>; FEW],
     len: usize,
-}
-
-/// [`Bucket::may_hold`]: one cell's nodes, or several cells merged in key order (up to
-/// [`FEW`] without allocating).
-pub(crate) enum MayHold<'a> {
-    One(Option<CellIter<'a>>),
-    Few(Few<'a>),
-    Many(Vec<CellIter<'a>>),
-}
-
-/// Takes the least next entry of `heads`.
-fn merged_next<'a>(heads: &mut [Option<CellIter<'a>>]) -> Option<&'a (u64, NodeId)> {
-    let mut least: Option<(usize, &(u64, NodeId))> = None;
-    for (i, head) in heads.iter_mut().enumerate() {
-        if let Some(&entry) = head.as_mut().and_then(|h| h.peek()) {
-            if least.is_none_or(|(_, e)| entry < e) {
-                least = Some((i, entry));
-            }
-        }
-    }
-    heads[least?.0].as_mut()?.next()
+    spilled: Vec<CellIter<'a>>,
 }
 
 impl<'a> Iterator for MayHold<'a> {
     type Item = &'a (u64, NodeId);
 
     fn next(&mut self) -> Option<Self::Item> {
-        match self {
-            MayHold::One(cell) => cell.as_mut()?.next(),
-            MayHold::Few(few) => merged_next(&mut few.heads[..few.len]),
-            MayHold::Many(heads) => {
-                let (at, _) = heads
-                    .iter_mut()
-                    .enumerate()
-                    .filter_map(|(i, h)| h.peek().map(|e| (i, *e)))
-                    .min_by_key(|&(_, e)| e)?;
-                heads[at].next()
+        if let [Some(only)] = &mut self.heads[..self.len] {
+            return only.next();
+        }
+        let heads = self.heads[..self.len].iter_mut().flatten();
+        let mut least: Option<(&mut CellIter<'a>, &'a (u64, NodeId))> = None;
+        for head in heads.chain(self.spilled.iter_mut()) {
+            if let Some(&entry) = head.peek() {
+                if least.as_ref().is_none_or(|(_, e)| entry < *e) {
+                    least = Some((head, entry));
+                }
             }
         }
+        least?.0.next()
     }
 }
 

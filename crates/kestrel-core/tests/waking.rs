@@ -30,7 +30,7 @@ fn pod(name: &str, priority: i32, gpus: u32, cpu_milli: i64) -> PodSpec {
 }
 
 enum Step {
-    Submit(PodSpec),
+    Submit(Box<PodSpec>),
     Schedule,
     Finish(&'static str),
 }
@@ -57,7 +57,7 @@ fn play(
         match step {
             Step::Submit(spec) => {
                 let name = spec.name.clone();
-                ids.insert(name, s.submit(spec, t as u64));
+                ids.insert(name, s.submit(*spec, t as u64));
             }
             Step::Schedule => {
                 for b in s.schedule(t as u64).bindings {
@@ -85,11 +85,11 @@ fn two_pods_that_fit_the_freed_room_one_after_the_other_both_start() {
     let nodes = [node("n1", 2, 64_000)];
     let steps = || {
         vec![
-            Step::Submit(pod("running", 10, 2, 1000)),
+            Step::Submit(Box::new(pod("running", 10, 2, 1000))),
             Step::Schedule,
-            Step::Submit(pod("first", 5, 1, 1000)),
-            Step::Submit(pod("second", 0, 1, 1000)),
-            Step::Submit(pod("too-big", 0, 2, 1000)),
+            Step::Submit(Box::new(pod("first", 5, 1, 1000))),
+            Step::Submit(Box::new(pod("second", 0, 1, 1000))),
+            Step::Submit(Box::new(pod("too-big", 0, 2, 1000))),
             Step::Schedule,
             Step::Finish("running"),
             Step::Schedule,
@@ -108,10 +108,10 @@ fn a_pod_short_of_cpu_where_a_gpu_freed_starts_when_the_cpu_frees() {
     let nodes = [node("n1", 2, 16_000)];
     let steps = || {
         vec![
-            Step::Submit(pod("gpu-job", 10, 1, 1000)),
-            Step::Submit(pod("cpu-job", 10, 0, 14_000)),
+            Step::Submit(Box::new(pod("gpu-job", 10, 1, 1000))),
+            Step::Submit(Box::new(pod("cpu-job", 10, 0, 14_000))),
             Step::Schedule,
-            Step::Submit(pod("waiting", 0, 1, 8000)),
+            Step::Submit(Box::new(pod("waiting", 0, 1, 8000))),
             Step::Schedule,
             // A GPU more, but still 2 cpu free of the 8 it needs.
             Step::Finish("gpu-job"),
@@ -133,11 +133,11 @@ fn a_pod_the_room_was_taken_from_starts_at_the_next_end() {
     let nodes = [node("n1", 1, 64_000), node("n2", 1, 64_000)];
     let steps = || {
         vec![
-            Step::Submit(pod("a", 10, 1, 1000)),
-            Step::Submit(pod("b", 10, 1, 1000)),
+            Step::Submit(Box::new(pod("a", 10, 1, 1000))),
+            Step::Submit(Box::new(pod("b", 10, 1, 1000))),
             Step::Schedule,
-            Step::Submit(pod("high", 9, 1, 1000)),
-            Step::Submit(pod("low", 1, 1, 1000)),
+            Step::Submit(Box::new(pod("high", 9, 1, 1000))),
+            Step::Submit(Box::new(pod("low", 1, 1, 1000))),
             Step::Schedule,
             Step::Finish("a"),
             Step::Schedule,
@@ -159,12 +159,12 @@ fn a_pod_the_freed_room_cannot_hold_does_not_stop_the_ones_behind_it() {
     let nodes = [node("n1", 2, 16_000)];
     let steps = || {
         vec![
-            Step::Submit(pod("running", 10, 1, 8000)),
-            Step::Submit(pod("stays", 10, 1, 8000)),
+            Step::Submit(Box::new(pod("running", 10, 1, 8000))),
+            Step::Submit(Box::new(pod("stays", 10, 1, 8000))),
             Step::Schedule,
-            Step::Submit(pod("needs-more-cpu", 9, 1, 12_000)),
-            Step::Submit(pod("one-gpu", 5, 1, 4000)),
-            Step::Submit(pod("cpu-only", 1, 0, 4000)),
+            Step::Submit(Box::new(pod("needs-more-cpu", 9, 1, 12_000))),
+            Step::Submit(Box::new(pod("one-gpu", 5, 1, 4000))),
+            Step::Submit(Box::new(pod("cpu-only", 1, 0, 4000))),
             Step::Schedule,
             Step::Finish("running"),
             Step::Schedule,
@@ -185,13 +185,13 @@ fn ends_on_two_nodes_in_one_cycle_are_shared_as_the_policy_places() {
     let nodes = [node("n1", 2, 64_000), node("n2", 2, 64_000)];
     let steps = || {
         vec![
-            Step::Submit(pod("n1-a", 10, 1, 1000)),
-            Step::Submit(pod("n1-b", 10, 1, 1000)),
-            Step::Submit(pod("n2-a", 10, 2, 1000)),
+            Step::Submit(Box::new(pod("n1-a", 10, 1, 1000))),
+            Step::Submit(Box::new(pod("n1-b", 10, 1, 1000))),
+            Step::Submit(Box::new(pod("n2-a", 10, 2, 1000))),
             Step::Schedule,
-            Step::Submit(pod("one", 5, 1, 1000)),
-            Step::Submit(pod("two", 4, 2, 1000)),
-            Step::Submit(pod("another-one", 3, 1, 1000)),
+            Step::Submit(Box::new(pod("one", 5, 1, 1000))),
+            Step::Submit(Box::new(pod("two", 4, 2, 1000))),
+            Step::Submit(Box::new(pod("another-one", 3, 1, 1000))),
             Step::Schedule,
             Step::Finish("n1-a"),
             Step::Finish("n2-a"),
@@ -211,21 +211,24 @@ fn each_end_on_a_full_cluster_starts_the_next_pod_in_queue_order() {
     let nodes: Vec<NodeSpec> = (0..4).map(|i| node(&format!("n{i}"), 2, 64_000)).collect();
     let mut steps = Vec::new();
     for i in 0..8 {
-        steps.push(Step::Submit(pod(&format!("running-{i}"), 0, 1, 1000)));
+        steps.push(Step::Submit(Box::new(pod(
+            &format!("running-{i}"),
+            0,
+            1,
+            1000,
+        ))));
     }
     steps.push(Step::Schedule);
     let waiting: Vec<String> = (0..20).map(|i| format!("waiting-{i:02}")).collect();
     for name in &waiting {
-        steps.push(Step::Submit(pod(name, 0, 1, 1000)));
+        steps.push(Step::Submit(Box::new(pod(name, 0, 1, 1000))));
     }
     steps.push(Step::Schedule);
     let (mut s, ids, placed) = play(Policy::Kestrel, &nodes, steps, true);
     assert_eq!(placed.len(), 8);
-    let mut t = 100;
     for (i, name) in waiting.iter().take(8).enumerate() {
         s.finish(ids[&format!("running-{i}")]).unwrap();
-        let d = s.schedule(t);
-        t += 1;
+        let d = s.schedule(100 + i as u64);
         let started: Vec<&str> = d
             .bindings
             .iter()
