@@ -2,8 +2,8 @@
 //!
 //! Nodes with the same static attributes (shape, devices, taints, cordon, labels other
 //! than per-node ones) form a *class*; a pod's static predicates are evaluated once per
-//! class. Inside a class, nodes sit in buckets by free whole GPUs, each bucket ordered by
-//! the policy's node key, so a placement visits the few nodes that can win instead of the
+//! class. Inside a class, nodes sit in buckets by free whole GPUs (full nodes apart, so
+//! that a GPU pod never looks at them), each bucket ordered by the policy's node key, so a placement visits the few nodes that can win instead of the
 //! whole cluster. Classes with the same *shape* (capacity and devices) differ only in
 //! labels, taints or cordon; each shape keeps buckets of its own, so that a pod to which
 //! many such classes are alike (labels that vary from rack to rack, say) visits them as
@@ -19,6 +19,7 @@ use crate::types::PodId;
 pub use crate::types::{GpuAssignment, NodeId};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::iter::Peekable;
 
 /// Labels that differ from node to node (identity and topology position). They are kept
 /// out of class keys so that a class groups many nodes; pods that select on them are
@@ -496,10 +497,29 @@ fn cell_of(free: &Resources) -> Cell {
     (magnitude(free.cpu_milli), magnitude(free.memory_bytes))
 }
 
-/// Nodes with the same free whole GPUs, in cells by the magnitude of their free CPU and
-/// memory, each cell ordered by (key, node). A placement visits only the cells whose nodes
-/// may have room for the pod, so nodes whose GPUs are free but whose CPU or memory is
-/// spent are passed over without being looked at.
+/// The bucket of a node: 0 when no device has room left (or it has none), else one more
+/// than its free whole GPUs.
+fn bucket_of(node: &NodeState) -> usize {
+    if node.gpus.iter().any(|g| !g.held_whole && g.free_milli > 0) {
+        node.free_whole_gpus() as usize + 1
+    } else {
+        0
+    }
+}
+
+/// The first bucket whose nodes may hold a GPU request (see [`bucket_of`]).
+pub(crate) fn first_bucket_for(gpu: GpuRequest) -> usize {
+    match gpu {
+        GpuRequest::None | GpuRequest::Whole(0) => 0,
+        GpuRequest::Whole(n) => n as usize + 1,
+        GpuRequest::Shared { .. } | GpuRequest::Memory { .. } => 1,
+    }
+}
+
+/// Nodes with the same room for GPUs (see [`bucket_of`]), in cells by the magnitude of
+/// their free CPU and memory, each cell ordered by (key, node). A placement visits only the
+/// cells whose nodes may have room for the pod, so nodes whose GPUs are free but whose CPU
+/// or memory is spent are passed over without being looked at.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Bucket {
     cells: BTreeMap<Cell, BTreeSet<(u64, NodeId)>>,
@@ -527,52 +547,63 @@ impl Bucket {
     /// The nodes whose free CPU and memory may hold `need`, in (key, node) order.
     pub fn may_hold(&self, need: &Resources) -> MayHold<'_> {
         let (cpu, memory) = cell_of(need);
-        let mut open = self
+        let open = self
             .cells
             .range((cpu, 0)..)
             .filter(|((_, m), _)| *m >= memory)
-            .map(|(_, set)| set.iter());
-        match (open.next(), open.next()) {
-            (None, _) => MayHold::One(None),
-            (Some(only), None) => MayHold::One(Some(only)),
-            (Some(a), Some(b)) => {
-                let mut heads: Vec<_> = [a, b]
-                    .into_iter()
-                    .chain(open)
-                    .map(Iterator::peekable)
-                    .collect();
-                heads.retain_mut(|h| h.peek().is_some());
-                MayHold::Merged(heads)
+            .map(|(_, set)| set.iter().peekable());
+        let mut merged = MayHold {
+            heads: [const { None }; FEW],
+            len: 0,
+            spilled: Vec::new(),
+        };
+        for head in open {
+            if merged.len < FEW {
+                merged.heads[merged.len] = Some(head);
+                merged.len += 1;
+            } else {
+                merged.spilled.push(head);
             }
         }
+        merged
     }
 }
 
-/// [`Bucket::may_hold`]: one cell's nodes, or several cells merged in key order.
-pub(crate) enum MayHold<'a> {
-    One(Option<std::collections::btree_set::Iter<'a, (u64, NodeId)>>),
-    Merged(Vec<std::iter::Peekable<std::collections::btree_set::Iter<'a, (u64, NodeId)>>>),
+type CellIter<'a> = Peekable<std::collections::btree_set::Iter<'a, (u64, NodeId)>>;
+
+/// Cells merged without allocating.
+const FEW: usize = 8;
+
+/// [`Bucket::may_hold`]: the open cells merged in key order, the first [`FEW`] of them
+/// without allocating.
+pub(crate) struct MayHold<'a> {
+    heads: [Option<CellIter<'a>>; FEW],
+    len: usize,
+    spilled: Vec<CellIter<'a>>,
 }
 
 impl<'a> Iterator for MayHold<'a> {
     type Item = &'a (u64, NodeId);
 
     fn next(&mut self) -> Option<Self::Item> {
-        match self {
-            MayHold::One(cell) => cell.as_mut()?.next(),
-            MayHold::Merged(heads) => {
-                let (at, _) = heads
-                    .iter_mut()
-                    .enumerate()
-                    .filter_map(|(i, h)| h.peek().map(|e| (i, *e)))
-                    .min_by_key(|&(_, e)| e)?;
-                heads[at].next()
+        if let [Some(only)] = &mut self.heads[..self.len] {
+            return only.next();
+        }
+        let heads = self.heads[..self.len].iter_mut().flatten();
+        let mut least: Option<(&mut CellIter<'a>, &'a (u64, NodeId))> = None;
+        for head in heads.chain(self.spilled.iter_mut()) {
+            if let Some(&entry) = head.peek() {
+                if least.as_ref().is_none_or(|(_, e)| entry < *e) {
+                    least = Some((head, entry));
+                }
             }
         }
+        least?.0.next()
     }
 }
 
-/// Nodes of one class, in buckets by free whole GPUs, each ordered by (key, node).
+/// Nodes of one class, in buckets by room for GPUs ([`bucket_of`]), each ordered by (key,
+/// node).
 #[derive(Debug, Clone)]
 pub(crate) struct NodeClass {
     /// A member's spec, for class-level predicates (per-node labels are not to be trusted).
@@ -602,6 +633,9 @@ pub struct ClusterIndex {
     /// Counts changes to which nodes belong to which class (and shape), so that plans
     /// made from the classes' sizes know when to be made again.
     pub(crate) layout: u64,
+    /// Counts changes to nodes' free room (every reindex), so that what was judged of
+    /// the room knows when to be judged again.
+    pub(crate) room_changes: u64,
     /// Largest allocatable cpu of any node (normalises BestFit keys).
     pub(crate) max_node_cpu: i64,
     live: usize,
@@ -711,7 +745,7 @@ impl ClusterIndex {
             Some(&shape) => shape,
             None => {
                 self.shapes.push(NodeShape {
-                    buckets: vec![Bucket::default(); spec.gpus.len() + 1],
+                    buckets: vec![Bucket::default(); spec.gpus.len() + 2],
                     len: 0,
                 });
                 self.shape_of_key
@@ -722,7 +756,7 @@ impl ClusterIndex {
         let c = ClassId(self.classes.len() as u32);
         self.classes.push(NodeClass {
             representative: spec.clone(),
-            buckets: vec![Bucket::default(); spec.gpus.len() + 1],
+            buckets: vec![Bucket::default(); spec.gpus.len() + 2],
             len: 0,
             shape,
         });
@@ -824,8 +858,9 @@ impl ClusterIndex {
 
     /// Puts a node (whose slot is not in any bucket) into its bucket with a fresh key.
     pub(crate) fn reindex(&mut self, id: NodeId, key: &impl Fn(&ClusterIndex, &NodeState) -> u64) {
+        self.room_changes += 1;
         let node = self.node(id);
-        let slot = (node.free_whole_gpus() as usize, key(self, node));
+        let slot = (bucket_of(node), key(self, node));
         let cell = cell_of(&node.free);
         let class = node.class;
         let state = self.node_mut_unindexed(id);

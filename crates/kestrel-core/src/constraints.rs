@@ -7,6 +7,7 @@ use crate::cluster::ClusterIndex;
 use crate::explain::{NodeReason, Unschedulable};
 use crate::model::{Demand, PlacementConstraints};
 use crate::predicates::{names_per_node_labels, static_check};
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -34,8 +35,8 @@ pub(crate) struct ConstraintEntry {
 pub(crate) enum Source {
     /// One class the constraints allow.
     Class { class: usize, score: i64 },
-    /// A shape whose allowed classes all score alike, visited as one: nodes of classes
-    /// the constraints rule out are skipped.
+    /// The classes of a shape the constraints allow with this score, visited as one:
+    /// nodes of other classes are skipped.
     Shape { shape: usize, score: i64 },
 }
 
@@ -95,9 +96,11 @@ impl ConstraintBook {
 
     /// Plans where placements under a constraint set look (after [`ConstraintBook::verdicts`]),
     /// unless the plan is as new as the cluster's layout. Classes of one shape the
-    /// constraints allow alike are visited as that shape when that visits fewer nodes: a
-    /// shape holds `shape.len` nodes of which `allowed` pass, so finding a fitting node
-    /// there takes about `shape.len / allowed` visits, against one shortlist per class.
+    /// constraints allow with one score are visited as that shape when that visits fewer
+    /// nodes: they hold `allowed` of the shape's `shape.len` nodes, so finding a fitting
+    /// node there takes about `shape.len / allowed` visits, against one shortlist per
+    /// class. Sources come best score first, so a placement can stop at the first score
+    /// that found a node.
     pub(crate) fn plan_sources(&mut self, constraint: u32, cluster: &ClusterIndex) {
         let entry = &mut self.entries[constraint as usize];
         if entry.per_node
@@ -108,26 +111,25 @@ impl ConstraintBook {
         {
             return;
         }
-        let mut by_shape: BTreeMap<usize, Vec<(usize, i64)>> = BTreeMap::new();
+        let mut groups: BTreeMap<(Reverse<i64>, usize), Vec<usize>> = BTreeMap::new();
         for (ci, class) in cluster.classes.iter().enumerate() {
             if let (true, ClassVerdict::Feasible { score }) = (class.len > 0, &entry.verdicts[ci]) {
-                by_shape.entry(class.shape).or_default().push((ci, *score));
+                groups
+                    .entry((Reverse(*score), class.shape))
+                    .or_default()
+                    .push(ci);
             }
         }
         let mut sources = Vec::new();
-        for (shape, members) in by_shape {
-            let score = members[0].1;
-            let allowed: usize = members.iter().map(|&(c, _)| cluster.classes[c].len).sum();
-            if members.len() > 1
-                && members.iter().all(|m| m.1 == score)
-                && cluster.shapes[shape].len < members.len() * allowed
-            {
+        for ((Reverse(score), shape), classes) in groups {
+            let allowed: usize = classes.iter().map(|&c| cluster.classes[c].len).sum();
+            if classes.len() > 1 && cluster.shapes[shape].len < classes.len() * allowed {
                 sources.push(Source::Shape { shape, score });
             } else {
                 sources.extend(
-                    members
+                    classes
                         .into_iter()
-                        .map(|(class, score)| Source::Class { class, score }),
+                        .map(|class| Source::Class { class, score }),
                 );
             }
         }

@@ -8,6 +8,10 @@
 //! might use (counting the lower-priority pods there, which it might preempt), or quota
 //! freed or new victims in its cohort. Anything else that may grow capacity (nodes,
 //! queues, gangs, holds, reservations, wake-ups) wakes every parked workload, as before.
+//! A single pod that only room freed by ended pods may help waits for its turn in the
+//! cycle's queue order and is tried only if that room may still hold it then: one end on
+//! a full cluster used to wake every pending pod of a matching shape (0.9 s at 50,000
+//! pending), though the first of them takes the room.
 //! A workload is woken whenever it would have been, unless nothing logged could change
 //! its outcome: decisions stay the same (a property test compares them), and only a
 //! parked pod's explanation may lag behind until it is tried again.

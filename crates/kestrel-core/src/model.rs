@@ -279,7 +279,11 @@ pub struct Requirement {
 
 impl Requirement {
     pub fn matches(&self, labels: &Labels) -> bool {
-        let value = labels.get(&self.key);
+        self.matches_value(labels.get(&self.key))
+    }
+
+    /// Whether the requirement holds where its key has `value` (`None`: absent).
+    fn matches_value(&self, value: Option<&String>) -> bool {
         match self.operator {
             SelectorOperator::In => value.is_some_and(|v| self.values.contains(v)),
             SelectorOperator::NotIn => value.is_none_or(|v| !self.values.contains(v)),
@@ -320,9 +324,8 @@ impl NodeSelectorTerm {
             .iter()
             .all(|r| r.matches(&node.labels))
             && self.match_fields.iter().all(|r| {
-                let mut fields = Labels::new();
-                fields.insert("metadata.name".to_string(), node.name.clone());
-                r.matches(&fields)
+                let name = (r.key == "metadata.name").then_some(&node.name);
+                r.matches_value(name)
             })
     }
 }

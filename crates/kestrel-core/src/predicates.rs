@@ -92,8 +92,10 @@ pub fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, No
     if !selector_ok || !affinity_ok {
         return Err(NodeReason::AffinityMismatch);
     }
-    let runtime_tolerations = c.runtime_class.iter().flat_map(|rc| rc.tolerations.iter());
-    let tolerations: Vec<_> = c.tolerations.iter().chain(runtime_tolerations).collect();
+    let tolerations = || {
+        let runtime_tolerations = c.runtime_class.iter().flat_map(|rc| &rc.tolerations);
+        c.tolerations.iter().chain(runtime_tolerations)
+    };
     if let Some(rc) = &c.runtime_class {
         if !rc
             .node_selector
@@ -105,7 +107,7 @@ pub fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, No
     }
     let mut score = 0i64;
     for taint in &node.taints {
-        let tolerated = tolerations.iter().any(|t| t.tolerates(taint));
+        let tolerated = tolerations().any(|t| t.tolerates(taint));
         match taint.effect {
             TaintEffect::NoSchedule | TaintEffect::NoExecute if !tolerated => {
                 return Err(NodeReason::UntoleratedTaint(taint.clone()));

@@ -7,6 +7,7 @@ use crate::outcome::Decisions;
 use crate::preempt::WorkloadKey;
 use crate::queue::{Admission, CqId, QueueProblem, QuotaFit};
 use crate::types::{Binding, GpuAssignment, Millis, NodeId, PodId, PodPhase};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 impl Scheduler {
@@ -55,9 +56,12 @@ impl Scheduler {
                 self.consider(key, now, &mut cycle, &mut decisions);
             }
         }
-        while let Some(key) = self.active.pop_first() {
+        let mut room_looks = HashMap::new();
+        while let Some(key) = self.next_in_queue(&mut room_looks) {
             self.consider(key, now, &mut cycle, &mut decisions);
         }
+        debug_assert!(self.room_waiting.is_empty());
+        self.freed_nodes.clear();
         cycle.borrowing_phase = true;
         while let Some(key) = self.next_borrower(&mut cycle) {
             self.consider(key, now, &mut cycle, &mut decisions);

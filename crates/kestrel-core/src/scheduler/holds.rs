@@ -221,6 +221,8 @@ impl Scheduler {
             // What waited for the reserved nodes gets another look in this very cycle.
             self.capacity_may_have_grown();
             self.active.extend(self.parked.drain(..));
+            let room_waiting = std::mem::take(&mut self.room_waiting);
+            self.active.extend(room_waiting);
             self.parked_generation = self.generation;
         }
     }

@@ -122,6 +122,11 @@ pub struct Scheduler {
     pub(crate) pods: Vec<PodRecord>,
     pub(crate) active: BTreeSet<QueueKey>,
     pub(crate) parked: Vec<QueueKey>,
+    /// Within a cycle: parked pods only room freed by ended pods may help, tried in their
+    /// turn if that room may still hold them ([`Scheduler::next_in_queue`]).
+    pub(crate) room_waiting: BTreeSet<QueueKey>,
+    /// Within a cycle: the nodes where pods ended since the last wake.
+    pub(crate) freed_nodes: Vec<NodeId>,
     pub(crate) gangs: GangIndex,
     /// Topology domains per level, until the next node change.
     pub(crate) domain_cache: HashMap<String, Vec<crate::gang::Domain>>,
@@ -159,6 +164,9 @@ pub struct Scheduler {
     pub(crate) holds: BTreeMap<NodeId, Vec<Hold>>,
     /// What changed since workloads were parked, and what wakes them.
     pub(crate) hints: Hints,
+    /// The fitting nodes a placement compares, kept between placements so that none
+    /// allocates.
+    placement_candidates: Vec<placement::Candidate>,
 }
 
 /// One pod of a preempting workload, promised room on a node.
@@ -222,6 +230,8 @@ impl Scheduler {
             pods: Vec::new(),
             active: BTreeSet::new(),
             parked: Vec::new(),
+            room_waiting: BTreeSet::new(),
+            freed_nodes: Vec::new(),
             gangs: GangIndex::default(),
             domain_cache: HashMap::new(),
             record_failures: true,
@@ -243,6 +253,7 @@ impl Scheduler {
             wake_at: std::cell::Cell::new(None),
             holds: BTreeMap::new(),
             hints: Hints::default(),
+            placement_candidates: Vec::new(),
         }
     }
 

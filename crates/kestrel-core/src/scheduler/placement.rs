@@ -3,10 +3,10 @@
 //! generation.
 
 use super::Scheduler;
-use crate::cluster::Bucket;
+use crate::cluster::{first_bucket_for, Bucket};
 use crate::constraints::{ClassVerdict, Source};
 use crate::explain::{GangProblem, Unschedulable};
-use crate::model::{GpuRequest, PlacementConstraints};
+use crate::model::PlacementConstraints;
 use crate::policy::Policy;
 use crate::predicates::static_check;
 use crate::types::{GpuAssignment, NodeId, PodId};
@@ -18,7 +18,7 @@ const PACKING_SHORTLIST: usize = 8;
 
 /// A node that fits, with what ranks it: preference score first, then the policy key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Candidate {
+pub(crate) struct Candidate {
     neg_score: i64,
     key: u64,
     node: NodeId,
@@ -99,21 +99,28 @@ impl Scheduler {
         let entry = &self.constraints.entries[constraint as usize];
         let policy = self.config.policy;
         // How many fitting nodes each bucket contributes: the first fit for key-ranked
-        // policies, a shortlist for the packing scorer, all of them for Random.
+        // policies, a shortlist for the packing scorer, all of them for Random and FGD.
         let per_bucket = match policy {
             Policy::Random | Policy::Fgd => usize::MAX,
             Policy::Kestrel => PACKING_SHORTLIST,
             _ => 1,
         };
         let mut best: Option<Candidate> = None;
-        let mut found: Vec<Candidate> = Vec::new();
-        let first_bucket = match demand.gpu {
-            GpuRequest::Whole(n) => n as usize,
-            _ => 0,
-        };
-        // Visits one class's or shape's buckets; `allowed_only`: skip nodes whose class
-        // the constraints rule out (a shape mixes classes).
-        let mut visit = |buckets: &[Bucket], class_score: i64, allowed_only: bool| {
+        // Reused from placement to placement: no allocation per pod or node visited.
+        let mut found = std::mem::take(&mut self.placement_candidates);
+        found.clear();
+        // The best preference score (negated) of a fitting node so far: a node scoring
+        // less never wins, so sources (best score first) that score less are not visited.
+        // Random draws among all fitting nodes whatever their score.
+        let mut top: Option<i64> = None;
+        let skip_worse = policy != Policy::Random && !entry.per_node;
+        let first_bucket = first_bucket_for(demand.gpu);
+        // Visits one class's or shape's buckets; `only_score`: skip nodes whose class
+        // the constraints do not allow with this score (a shape mixes classes).
+        let mut visit = |buckets: &[Bucket], class_score: i64, only_score: bool| {
+            if skip_worse && top.is_some_and(|t| t < -class_score) {
+                return;
+            }
             for bucket in buckets.iter().skip(first_bucket) {
                 let mut taken = 0;
                 for &(key, node_id) in bucket.may_hold(&demand.resources) {
@@ -122,10 +129,10 @@ impl Scheduler {
                     }
                     let mut score = class_score;
                     let node = self.cluster.node(node_id);
-                    if allowed_only
+                    if only_score
                         && !matches!(
                             entry.verdicts[node.class.0 as usize],
-                            ClassVerdict::Feasible { .. }
+                            ClassVerdict::Feasible { score } if score == class_score
                         )
                     {
                         continue;
@@ -150,6 +157,9 @@ impl Scheduler {
                         || !self.fits_beside_holds(id, node_id)
                     {
                         continue;
+                    }
+                    if top.is_none_or(|t| candidate.neg_score < t) {
+                        top = Some(candidate.neg_score);
                     }
                     if per_bucket > 1 {
                         found.push(candidate);
@@ -198,22 +208,19 @@ impl Scheduler {
                 Some(found[self.rng.below(found.len() as u64) as usize].node)
             }
             Policy::Kestrel => {
-                // Preferences first, then what the placement does to packing, then the key.
+                // Preferences first, then what the placement does to packing, then the key:
+                // only nodes with the best preference score are worth a packing score.
                 self.packing.refresh(self.cluster.capacity());
                 let packing = &self.packing;
                 found
                     .iter()
+                    .filter(|c| Some(c.neg_score) == top)
                     .map(|c| {
                         let node = self.cluster.node(c.node);
-                        (
-                            c.neg_score,
-                            Reverse(packing.score(node, demand)),
-                            c.key,
-                            c.node,
-                        )
+                        (Reverse(packing.score(node, demand)), c.key, c.node)
                     })
                     .min()
-                    .map(|(_, _, _, node)| node)
+                    .map(|(_, _, node)| node)
             }
             Policy::Fgd => {
                 self.fgd.refresh();
@@ -229,6 +236,7 @@ impl Scheduler {
             }
             _ => best.map(|b| b.node),
         };
+        self.placement_candidates = found;
         match chosen {
             Some(node) => {
                 let state = self.cluster.node(node);

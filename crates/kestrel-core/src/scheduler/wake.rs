@@ -1,6 +1,6 @@
 //! Parking and waking workloads by the queueing hints of [`crate::hints`].
 
-use super::{QueueLink, Scheduler};
+use super::{QueueKey, QueueLink, Scheduler};
 use crate::explain::Unschedulable;
 use crate::gang::GangId;
 use crate::hints::{ChangeKind, QuotaScope, WakeOn};
@@ -10,9 +10,21 @@ use crate::queue::{CqId, QueueProblem, QueueingStrategy};
 use crate::types::{NodeId, PodId, PodPhase};
 use std::collections::HashMap;
 
+/// What the changes since a workload was parked may do for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Help {
+    /// Nothing: it stays parked.
+    Nothing,
+    /// Only room on nodes where pods ended: a single pod is tried in its turn if that
+    /// room may still hold it then.
+    FreedRoom,
+    /// Freed quota, new victims, or anything else: it is tried.
+    Wake,
+}
+
 /// What makes two parked workloads' verdicts the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Alike {
+pub(crate) enum Alike {
     Pod {
         base_constraint: u32,
         signature: u32,
@@ -107,28 +119,102 @@ impl Scheduler {
         self.parked.push(key);
     }
 
-    /// Moves the parked workloads that what changed may help to the active queue.
+    /// Moves the parked workloads that what changed may help to the active queue; single
+    /// pods that only room freed by ended pods may help wait for their turn in queue
+    /// order ([`Scheduler::next_in_queue`]), which looks again whether that room may
+    /// still hold them.
     pub(crate) fn wake_parked(&mut self) {
         let parked = std::mem::take(&mut self.parked);
         // Pods alike (same constraints, demand, priority and queue, parked together)
         // share a verdict, as do a gang's members.
-        let mut verdicts: HashMap<Alike, bool> = HashMap::new();
+        let mut verdicts: HashMap<Alike, Help> = HashMap::new();
         for key in parked {
             let record = &self.pods[key.2 .0 as usize];
-            let wake = record.parked_at < self.hints.global
-                || record.wake_on == WakeOn::Any
-                || *verdicts
-                    .entry(self.alike(key.2))
-                    .or_insert_with(|| self.may_help(key.2));
-            if wake {
-                self.active.insert(key);
+            let help = if record.parked_at < self.hints.global || record.wake_on == WakeOn::Any {
+                Help::Wake
             } else {
-                // Nothing so far helps it: only what comes next is looked at.
-                self.pods[key.2 .0 as usize].parked_at = self.hints.seq;
-                self.parked.push(key);
+                *verdicts
+                    .entry(self.alike(key.2))
+                    .or_insert_with(|| self.may_help(key.2))
+            };
+            match help {
+                Help::Wake => {
+                    self.active.insert(key);
+                }
+                Help::FreedRoom => {
+                    self.room_waiting.insert(key);
+                }
+                Help::Nothing => {
+                    // Nothing so far helps it: only what comes next is looked at.
+                    self.pods[key.2 .0 as usize].parked_at = self.hints.seq;
+                    self.parked.push(key);
+                }
             }
         }
+        self.freed_nodes.clear();
+        if !self.room_waiting.is_empty() {
+            self.freed_nodes.extend(
+                self.hints
+                    .changes
+                    .iter()
+                    .filter(|c| c.kind == ChangeKind::Released)
+                    .map(|c| c.node),
+            );
+            self.freed_nodes.sort_unstable();
+            self.freed_nodes.dedup();
+        }
         self.hints.changes.clear();
+    }
+
+    /// The next workload of the cycle in queue order: the head of the active queue, or a
+    /// pod woken by freed room when it comes first and that room may still hold it. One
+    /// it may not (pods before it took the room) goes back to the parked untried, as if
+    /// it had been tried and failed: nothing but bindings changed since it failed, so it
+    /// would fail. Pods alike share that look until the cluster's room changes again, so
+    /// once the room is taken the rest go back at the cost of a lookup each.
+    pub(crate) fn next_in_queue(
+        &mut self,
+        room_looks: &mut HashMap<Alike, (u64, bool)>,
+    ) -> Option<QueueKey> {
+        loop {
+            let room_first = match (self.active.first(), self.room_waiting.first()) {
+                (_, None) => return self.active.pop_first(),
+                (Some(active), Some(waiting)) => waiting < active,
+                (None, Some(_)) => true,
+            };
+            if !room_first {
+                return self.active.pop_first();
+            }
+            let key = self.room_waiting.pop_first()?;
+            let changes = self.cluster.room_changes;
+            let alike = self.alike(key.2);
+            let may_hold = match room_looks.get(&alike) {
+                Some(&(at, may_hold)) if at == changes => may_hold,
+                _ => {
+                    let may_hold = self.freed_room_may_hold(key.2);
+                    room_looks.insert(alike, (changes, may_hold));
+                    may_hold
+                }
+            };
+            if may_hold {
+                return Some(key);
+            }
+            // As a pod that failed in this cycle: it sees the cycle's bindings later.
+            self.pods[key.2 .0 as usize].parked_at = self.hints.cycle_start;
+            self.parked.push(key);
+        }
+    }
+
+    /// Whether a pod might go on one of the nodes where pods ended, as things are now.
+    fn freed_room_may_hold(&self, pod: PodId) -> bool {
+        let record = &self.pods[pod.0 as usize];
+        let scope = match record.link {
+            QueueLink::Cq(cq) => Some(self.quota_scope(cq)),
+            _ => None,
+        };
+        self.freed_nodes
+            .iter()
+            .any(|&node| self.might_use(&[pod], node, record.spec.priority, scope.as_ref()))
     }
 
     fn alike(&self, pod: PodId) -> Alike {
@@ -149,19 +235,22 @@ impl Scheduler {
         }
     }
 
-    /// Whether a change logged since `pod` was parked may help its workload.
-    fn may_help(&self, pod: PodId) -> bool {
+    /// What the changes logged since `pod` was parked may do for its workload.
+    fn may_help(&self, pod: PodId) -> Help {
         let record = &self.pods[pod.0 as usize];
         let since = record.parked_at;
         let wake = record.wake_on;
-        let pods: Vec<PodId> = match self.workload_of(pod) {
-            WorkloadKey::Pod(p) => vec![p],
-            WorkloadKey::Gang(g) => self.gangs.gangs[g.0 as usize]
-                .members
-                .iter()
-                .copied()
-                .filter(|&p| self.pods[p.0 as usize].phase == PodPhase::Pending)
-                .collect(),
+        let (pods, single): (Vec<PodId>, bool) = match self.workload_of(pod) {
+            WorkloadKey::Pod(p) => (vec![p], true),
+            WorkloadKey::Gang(g) => (
+                self.gangs.gangs[g.0 as usize]
+                    .members
+                    .iter()
+                    .copied()
+                    .filter(|&p| self.pods[p.0 as usize].phase == PodPhase::Pending)
+                    .collect(),
+                false,
+            ),
         };
         let priority = pods
             .iter()
@@ -175,17 +264,33 @@ impl Scheduler {
         let cohort = matches!(scope, Some(QuotaScope::Cohort(_)));
         let room = matches!(wake, WakeOn::Room | WakeOn::RoomOnly);
         let start = self.hints.changes.partition_point(|c| c.seq <= since);
-        self.hints.changes.range(start..).any(|c| {
+        let mut help = Help::Nothing;
+        for c in self.hints.changes.range(start..) {
             let in_scope = scope.is_some() && c.scope == scope;
             // A pod bound in its cohort may be reclaimed whatever its priority.
             let helps = match c.kind {
                 ChangeKind::Released => true,
                 ChangeKind::Bound { priority: p } => p < priority || (in_scope && cohort),
             };
-            helps
-                && ((wake != WakeOn::RoomOnly && in_scope)
-                    || (room && self.might_use(&pods, c.node, priority, scope.as_ref())))
-        })
+            if !helps {
+                continue;
+            }
+            if wake != WakeOn::RoomOnly && in_scope {
+                return Help::Wake;
+            }
+            // Room where a pod ended; a gang's members place together, so it is woken.
+            let freed_room = c.kind == ChangeKind::Released && single;
+            if room
+                && !(freed_room && help == Help::FreedRoom)
+                && self.might_use(&pods, c.node, priority, scope.as_ref())
+            {
+                if !freed_room {
+                    return Help::Wake;
+                }
+                help = Help::FreedRoom;
+            }
+        }
+        help
     }
 
     /// Whether any of `pods` might go on `node` now, by its static predicates and the
