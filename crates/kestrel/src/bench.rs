@@ -264,17 +264,6 @@ fn measure_placement(
     policy: Policy,
     repeat: u32,
 ) -> Result<Throughput> {
-    let scheduler_with_nodes = || -> Result<Scheduler> {
-        let mut scheduler = Scheduler::new(SchedulerConfig {
-            policy,
-            seed: 42,
-            ..Default::default()
-        });
-        for node in nodes {
-            scheduler.add_node(node.clone())?;
-        }
-        Ok(scheduler)
-    };
     let mut best = Throughput {
         index_build_seconds: 0.0,
         placed: 0,
@@ -283,7 +272,7 @@ fn measure_placement(
     };
     for _ in 0..repeat.max(1) {
         let t = Instant::now();
-        let mut scheduler = scheduler_with_nodes()?;
+        let mut scheduler = scheduler_with_nodes(nodes, policy)?;
         best.index_build_seconds = t.elapsed().as_secs_f64();
         for pod in pods {
             scheduler.submit(pod.clone(), 0);
@@ -292,7 +281,7 @@ fn measure_placement(
         best.placed = scheduler.schedule(0).bindings.len();
         best.batch_seconds = best.batch_seconds.min(t.elapsed().as_secs_f64());
 
-        let mut scheduler = scheduler_with_nodes()?;
+        let mut scheduler = scheduler_with_nodes(nodes, policy)?;
         // Pods come as a driver hands them over: copying them is not the scheduler's work.
         let arriving = pods.to_vec();
         let t = Instant::now();
@@ -596,14 +585,7 @@ fn cycle_after_one_end(
         .collect::<Result<_>>()?;
     let mut best: Option<AfterOneEnd> = None;
     for _ in 0..repeat.max(1) {
-        let mut scheduler = Scheduler::new(SchedulerConfig {
-            policy,
-            seed: 42,
-            ..Default::default()
-        });
-        for node in nodes {
-            scheduler.add_node(node.clone())?;
-        }
+        let mut scheduler = scheduler_with_nodes(nodes, policy)?;
         let ids: Vec<_> = running
             .iter()
             .map(|p| scheduler.submit(p.clone(), 0))
@@ -776,6 +758,19 @@ fn run_gangs(args: GangArgs) -> Result<()> {
         println!("      {refused_reason}");
     }
     Ok(())
+}
+
+/// A scheduler under `policy` (seed 42) with `nodes`.
+fn scheduler_with_nodes(nodes: &[NodeSpec], policy: Policy) -> Result<Scheduler> {
+    let mut scheduler = Scheduler::new(SchedulerConfig {
+        policy,
+        seed: 42,
+        ..Default::default()
+    });
+    for node in nodes {
+        scheduler.add_node(node.clone())?;
+    }
+    Ok(scheduler)
 }
 
 #[cfg(test)]

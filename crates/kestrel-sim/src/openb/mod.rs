@@ -414,6 +414,21 @@ pub fn inflate_and_shuffle(pods: &[OpenbPod], capacity_milli: u64, seed: u64) ->
     out
 }
 
+/// A scheduler under `policy` with the trace's nodes.
+fn scheduler_for(nodes: &[OpenbNode], policy: Policy, seed: u64) -> Scheduler {
+    let mut scheduler = Scheduler::new(SchedulerConfig {
+        policy,
+        seed,
+        ..Default::default()
+    });
+    for node in nodes {
+        scheduler
+            .add_node(node.to_node_spec())
+            .expect("node names were checked unique on load");
+    }
+    scheduler
+}
+
 /// The offline sorted best-fit of one run: the same pods (inflated with `seed`), seen all
 /// at once and placed largest GPU request first (then most cpu) by BestFit, one by one. A
 /// reference, not a proof: on the default mix it is about as high as the trace allows, but
@@ -426,16 +441,7 @@ pub fn offline_bound(nodes: &[OpenbNode], pods: &[OpenbPod], seed: u64) -> f64 {
     }
     let mut order = inflate_and_shuffle(pods, capacity, seed);
     order.sort_by_key(|p| std::cmp::Reverse((p.gpu_request_milli(), p.cpu_milli)));
-    let mut scheduler = Scheduler::new(SchedulerConfig {
-        policy: Policy::BestFit,
-        seed,
-        ..Default::default()
-    });
-    for node in nodes {
-        scheduler
-            .add_node(node.to_node_spec())
-            .expect("node names were checked unique on load");
-    }
+    let mut scheduler = scheduler_for(nodes, Policy::BestFit, seed);
     let mut placed = 0u64;
     for (i, pod) in order.iter().enumerate() {
         let id = scheduler.submit(pod.to_pod_spec(), i as u64);
@@ -473,16 +479,7 @@ pub fn packing_run_observed(
     seed: u64,
     mut observe: impl FnMut(&Scheduler),
 ) -> PackingRun {
-    let mut scheduler = Scheduler::new(SchedulerConfig {
-        policy,
-        seed,
-        ..Default::default()
-    });
-    for node in nodes {
-        scheduler
-            .add_node(node.to_node_spec())
-            .expect("node names were checked unique on load");
-    }
+    let mut scheduler = scheduler_for(nodes, policy, seed);
     let capacity: u64 = nodes.iter().map(|n| 1000 * n.gpus as u64).sum();
     let order = inflate_and_shuffle(pods, capacity, seed);
     let (mut arrived_milli, mut placed_milli) = (0u64, 0u64);
