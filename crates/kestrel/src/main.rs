@@ -70,7 +70,7 @@ struct SimArgs {
     /// Span over which generated jobs arrive.
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     span: u64,
-    /// Scoring policy: kestrel, binpack, spread, bestfit, random.
+    /// Scoring policy: kestrel, binpack, spread, bestfit, random, fgd.
     #[arg(long, default_value = "kestrel")]
     policy: Policy,
     /// Seed for the generator and the random policy; the same seed gives the same run.
