@@ -49,7 +49,7 @@ pub struct ServeArgs {
     metrics_addr: SocketAddr,
     #[arg(long, value_enum, default_value = "plain")]
     log_format: LogFormat,
-    /// Scoring policy: kestrel, binpack, spread, bestfit, random.
+    /// Scoring policy: kestrel, binpack, spread, bestfit, random, fgd.
     #[arg(long, default_value = "kestrel")]
     policy: Policy,
     /// Binds and status updates in flight at once.
