@@ -65,6 +65,8 @@ pub struct FgdScorer {
     model_access: Vec<(String, Vec<bool>)>,
     /// Per node, its fragmentation for the state it was last seen in.
     cached: Vec<Option<(NodeKey, f64)>>,
+    /// Reused by [`FgdScorer::cost`] for a node's device amounts.
+    scratch: Vec<u32>,
 }
 
 /// What a node's fragmentation depends on: its model's access, free cpu and each
@@ -228,17 +230,20 @@ impl FgdScorer {
     /// Lower is better: how much placing the pod on node `id` grows the node's
     /// fragmentation (in millionths of a GPU), and the device position a share would take.
     pub fn cost(&mut self, id: NodeId, node: &NodeState, demand: &Demand) -> (i64, Option<usize>) {
-        let mut free: Vec<u32> = node
-            .gpus
-            .iter()
-            .map(|g| if g.held_whole { 0 } else { g.free_milli })
-            .collect();
+        // The devices' free amounts, in a buffer kept from call to call.
+        let mut free = std::mem::take(&mut self.scratch);
+        free.clear();
+        free.extend(
+            node.gpus
+                .iter()
+                .map(|g| if g.held_whole { 0 } else { g.free_milli }),
+        );
         let model = self.model_of(node);
         let before = self.current(id.0 as usize, model, node.free.cpu_milli, &free);
         let access = self.access(model);
         let after_cpu = node.free.cpu_milli - demand.resources.cpu_milli;
         let units = |after: f64| ((after - before) * 1000.0).round() as i64;
-        match demand.gpu {
+        let result = match demand.gpu {
             GpuRequest::None => (units(self.fragmentation(after_cpu, &free, access)), None),
             GpuRequest::Whole(n) => {
                 // Which free devices a whole-GPU pod takes does not change the amounts.
@@ -270,7 +275,9 @@ impl FgdScorer {
                     None => (0, None),
                 }
             }
-        }
+        };
+        self.scratch = free;
+        result
     }
 
     /// The devices for a pod on a node that fits it: a share on the device where it grows
