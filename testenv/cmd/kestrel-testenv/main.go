@@ -469,4 +469,7 @@ func (cp *controlPlane) shutdown() {
 		cp.etcd.Close()
 	}
 	cp.logs.Close()
+	// etcd's data is most of the directory and no one reads it after a stop; the logs,
+	// certificates and kubeconfig stay for whoever looks into a failed test.
+	_ = os.RemoveAll(filepath.Join(cp.dir, "etcd"))
 }
