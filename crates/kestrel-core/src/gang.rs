@@ -32,7 +32,8 @@ pub struct GangSpec {
     pub min_member: u32,
     /// Pods expected in all, when known (for "k of n exist").
     pub total: Option<u32>,
-    /// Give up when the gang has not started this long after its first pod arrived.
+    /// Give up when the gang has not started this long after its first pod arrived (or
+    /// after its last back-off ended); its pods then wait out a back-off and try again.
     pub schedule_timeout: Option<Millis>,
     /// Per-role minimums (role, pods), e.g. one master and four workers.
     pub role_minimums: Vec<(String, u32)>,
@@ -62,7 +63,8 @@ pub enum GangPhase {
     Waiting,
     /// Started: at least `min_member` pods were bound together.
     Running,
-    /// Gave up after `schedule_timeout`; its pending pods were dropped with that reason.
+    /// Did not start within `schedule_timeout`; its pods stay pending and are tried again
+    /// after the back-off (scheduler-plugins' coscheduling does the same).
     TimedOut,
 }
 
@@ -71,9 +73,14 @@ pub struct GangState {
     /// `None` while only pods name the gang and nothing declared it.
     pub spec: Option<GangSpec>,
     pub members: BTreeSet<PodId>,
-    /// When its first pod arrived (the start of `schedule_timeout`).
+    /// When the current `schedule_timeout` window began: the first pod's arrival, the
+    /// end of the last back-off, or when its last running member left.
     pub first_seen: Option<Millis>,
     pub phase: GangPhase,
+    /// After a timeout: no attempt before this time.
+    pub backoff_until: Option<Millis>,
+    /// How often it timed out.
+    pub timeouts: u32,
 }
 
 /// Gangs by namespace/name.
@@ -101,6 +108,8 @@ impl GangIndex {
             members: BTreeSet::new(),
             first_seen: None,
             phase: GangPhase::Waiting,
+            backoff_until: None,
+            timeouts: 0,
         });
         self.ids
             .entry(namespace.to_string())

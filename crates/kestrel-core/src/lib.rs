@@ -41,6 +41,6 @@ pub use queue::{
 };
 pub use resources::{parse_quantity, request_scale, Bytes, QuantityError, Resources, GPU_RESOURCE};
 pub use rng::Rng;
-pub use scheduler::{PodRecord, Scheduler, SchedulerConfig};
+pub use scheduler::{PodRecord, Scheduler, SchedulerConfig, DEFAULT_GANG_BACKOFF};
 pub use topology::GpuTopology;
 pub use types::{Binding, GpuAssignment, Millis, NodeId, PodId, PodPhase};

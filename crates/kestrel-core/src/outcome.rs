@@ -1,6 +1,7 @@
 //! What the engine hands back to drivers: a cycle's decisions, and the errors of its calls.
 
 use crate::explain::Unschedulable;
+use crate::gang::GangId;
 use crate::preempt::Preemption;
 use crate::queue::QueueError;
 use crate::types::{Binding, PodId};
@@ -11,8 +12,9 @@ use std::sync::Arc;
 pub struct Decisions {
     pub bindings: Vec<Binding>,
     pub unschedulable: Vec<(PodId, Arc<Unschedulable>)>,
-    /// Pods dropped from the queue because their gang timed out (reason on the pod).
-    pub expired: Vec<PodId>,
+    /// Gangs whose `schedule_timeout` passed this cycle: marked timed out, their pods stay
+    /// pending (the reason is on each) and are tried again after the back-off.
+    pub timed_out: Vec<GangId>,
     /// Workloads asked to leave: the driver evicts them (after a checkpoint when they
     /// offer one) and reports each with [`crate::Scheduler::evict`].
     pub preemptions: Vec<Preemption>,

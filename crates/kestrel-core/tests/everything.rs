@@ -476,17 +476,14 @@ fn run(case: &Case, checked: bool) -> Outcome {
                 s.evict(v).unwrap();
             }
         }
-        for &p in &d.expired {
-            left.insert(s.pod(p).spec.key());
-        }
         let bindings: Vec<String> = d
             .bindings
             .iter()
             .map(|b| format!("{}@{}{:?}", s.pod(b.pod).spec.key(), b.node.0, b.gpus))
             .collect();
         log.push(format!(
-            "{step}: bind {bindings:?} evict {victims:?} expire {:?}",
-            d.expired
+            "{step}: bind {bindings:?} evict {victims:?} gangs timed out {:?}",
+            d.timed_out
         ));
         if checked {
             let mut after = Snapshot::from_engine(&s, &cohort_specs);

@@ -320,29 +320,72 @@ fn slices_and_ranks_keep_neighbours_together() {
 }
 
 #[test]
-fn a_gang_that_waits_too_long_times_out() {
+fn a_gang_times_out_at_its_deadline_backs_off_and_starts_later() {
     let mut s = scheduler(Policy::Kestrel, vec![node("a", "r0", "b0")]);
-    s.add_gang(GangSpec {
-        schedule_timeout: Some(60_000),
-        ..gang("late", 2)
-    })
-    .unwrap();
+    let gang_id = s
+        .add_gang(GangSpec {
+            schedule_timeout: Some(60_000),
+            ..gang("late", 2)
+        })
+        .unwrap();
     let p0 = s.submit(member("late", "p0", 8, None), 0);
     let p1 = s.submit(member("late", "p1", 8, None), 0);
     s.schedule(0);
     assert_eq!(s.pending_count(), 2);
-    // Capacity changes so the gang is looked at again after the deadline.
-    s.add_node(node("tiny", "r0", "b0")).unwrap();
-    let x = s.submit(PodSpec::new("ml", "x", Demand::default()), 1);
-    s.finish(x).unwrap();
-    let d = s.schedule(61_000);
-    assert_eq!(d.expired, vec![p0, p1]);
-    assert_eq!(s.pending_count(), 0);
-    assert!(
-        reason(&s, p0).contains("timed out after 60 s"),
-        "{}",
-        reason(&s, p0)
-    );
+    // Nothing else happens: the deadline itself brings the gang back.
+    assert_eq!(s.next_wakeup(), Some(60_000));
+    let d = s.schedule(60_000);
+    assert_eq!(d.timed_out, vec![gang_id]);
+    assert_eq!(s.gang(gang_id).phase, GangPhase::TimedOut);
+    assert_eq!(s.gang(gang_id).timeouts, 1);
+    // Its pods are not dropped: they wait, saying why.
+    assert_eq!(s.pending_count(), 2);
+    for p in [p0, p1] {
+        assert!(
+            reason(&s, p).contains("timed out after 60 s"),
+            "{}",
+            reason(&s, p)
+        );
+    }
+    // A quiet cluster stays quiet: no retry for its own sake.
+    assert_eq!(s.next_wakeup(), None);
+    // Room appears during the back-off (60 s by default): the gang waits it out.
+    s.add_node(node("b", "r0", "b0")).unwrap();
+    let d = s.schedule(70_000);
+    assert!(d.bindings.is_empty() && d.timed_out.is_empty(), "{d:?}");
+    assert_eq!(s.next_wakeup(), Some(120_000));
+    let d = s.schedule(120_000);
+    assert_eq!(d.bindings.len(), 2, "{d:?}");
+    assert_eq!(s.gang(gang_id).phase, GangPhase::Running);
+}
+
+#[test]
+fn a_gang_that_does_not_fit_after_its_back_off_times_out_again() {
+    let mut s = Scheduler::new(SchedulerConfig {
+        gang_backoff: 10_000,
+        ..Default::default()
+    });
+    s.add_node(node("a", "r0", "b0")).unwrap();
+    let g = s
+        .add_gang(GangSpec {
+            schedule_timeout: Some(30_000),
+            ..gang("big", 2)
+        })
+        .unwrap();
+    s.submit(member("big", "p0", 8, None), 0);
+    s.submit(member("big", "p1", 8, None), 0);
+    s.schedule(0);
+    assert_eq!(s.schedule(30_000).timed_out, vec![g]);
+    // A change after the back-off: tried at once, and a new window starts at the
+    // back-off's end (40 s), so the next timeout is due at 70 s.
+    s.add_node(NodeSpec::new("cpu-only", Resources::new(64_000, 256 << 30)))
+        .unwrap();
+    let d = s.schedule(50_000);
+    assert!(d.timed_out.is_empty() && d.bindings.is_empty());
+    assert_eq!(s.next_wakeup(), Some(70_000));
+    assert_eq!(s.schedule(70_000).timed_out, vec![g]);
+    assert_eq!(s.gang(g).timeouts, 2);
+    assert_eq!(s.pending_count(), 2);
 }
 
 #[test]

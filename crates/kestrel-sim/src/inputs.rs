@@ -2,7 +2,7 @@
 //! files in any of the supported formats, told apart by content.
 
 use crate::cluster_spec::load_cluster_spec;
-use crate::manifests::load_manifests;
+use crate::manifests::{load_manifests_with, LoadOptions};
 use crate::openb;
 use crate::workload::{SimCluster, Workload};
 use kestrel_k8s::nodes::load_kube_nodes;
@@ -74,6 +74,14 @@ pub fn load_cluster_file(path: &Path) -> Result<SimCluster, LoadError> {
 /// Reads workload files: Kubernetes manifests (YAML, read together so PriorityClasses and
 /// RuntimeClasses may sit in any file) and openb pod CSVs, in the order given.
 pub fn load_workload_files(paths: &[PathBuf]) -> Result<Workload, LoadError> {
+    load_workload_files_with(paths, &LoadOptions::default())
+}
+
+/// [`load_workload_files`] with manifest [`LoadOptions`].
+pub fn load_workload_files_with(
+    paths: &[PathBuf],
+    options: &LoadOptions,
+) -> Result<Workload, LoadError> {
     let mut yaml = Vec::new();
     let mut jobs_from_csv = Vec::new();
     for path in paths {
@@ -87,7 +95,7 @@ pub fn load_workload_files(paths: &[PathBuf]) -> Result<Workload, LoadError> {
     let mut workload = if yaml.is_empty() {
         Workload::default()
     } else {
-        load_manifests(&yaml)?
+        load_manifests_with(&yaml, options)?
     };
     workload.jobs.extend(jobs_from_csv);
     Ok(workload)

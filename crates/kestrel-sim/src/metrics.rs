@@ -93,12 +93,11 @@ pub struct PodCounts {
     /// Pods that were bound at least once.
     pub scheduled: u64,
     pub completed: u64,
-    /// Pods evicted by node removal and requeued.
+    /// Pods evicted by node removal and requeued (preemption victims are counted under
+    /// `preemption`).
     pub evicted: u64,
     pub running_at_end: u64,
     pub pending_at_end: u64,
-    /// Pods dropped because their gang waited past its scheduleTimeoutSeconds.
-    pub gang_timed_out: u64,
     /// Pod creations a namespace ResourceQuota refused (retried when quota frees up, as
     /// Job controllers do).
     pub rejected_by_quota: u64,
@@ -149,11 +148,17 @@ pub struct QueueStats {
 pub struct GangCounts {
     pub declared: u64,
     pub started: u64,
+    /// Gangs that waited past their scheduleTimeoutSeconds at least once (their pods
+    /// waited on, tried again after the back-off).
     pub timed_out: u64,
-    /// Started gangs whose pods all sat in one rack (`topology.kestrel.dev/rack`).
+    /// Timeouts in all (a gang can time out again after its back-off).
+    pub timeouts: u64,
+    /// Started gangs whose pods all sat in one rack: one domain of the narrowest level of
+    /// the workload's Topology above hosts and NVLink domains, else of
+    /// `topology.kestrel.dev/rack`.
     pub started_in_one_rack: u64,
-    /// Started gangs whose pods shared one NVLink domain (one node, or one
-    /// `nvidia.com/gpu.clique`).
+    /// Started gangs of GPU pods only whose pods shared one NVLink domain (one node, or
+    /// one `nvidia.com/gpu.clique`).
     pub started_in_one_nvlink_domain: u64,
 }
 

@@ -100,7 +100,6 @@ pub(crate) fn sample_report() -> SimReport {
             evicted: 3,
             running_at_end: 38,
             pending_at_end: 12,
-            gang_timed_out: 2,
             rejected_by_quota: 0,
         },
         jobs: JobCounts {
@@ -111,6 +110,7 @@ pub(crate) fn sample_report() -> SimReport {
             declared: 10,
             started: 8,
             timed_out: 1,
+            timeouts: 2,
             started_in_one_rack: 6,
             started_in_one_nvlink_domain: 3,
         },

@@ -8,7 +8,7 @@ use crate::workload::{ClusterChange, JobKind, SimCluster, Workload};
 use kestrel_core::{
     Binding, ClusterError, Decisions, GangError, GangId, GpuAssignment, Millis, NodeId, PodId,
     PodPhase, PodSpec, Policy, Scheduler, SchedulerConfig, VictimOrder, GPU_CLIQUE_LABEL,
-    RACK_LABEL,
+    HOSTNAME_LABEL, RACK_LABEL,
 };
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
@@ -37,6 +37,8 @@ pub struct SimConfig {
     pub head_reservation: Millis,
     /// Half-life of the borrowing history fair share counts; 0: only borrowing now.
     pub fair_share_half_life: Millis,
+    /// How long a gang that timed out waits before it is tried again.
+    pub gang_backoff: Millis,
 }
 
 impl Default for SimConfig {
@@ -53,6 +55,7 @@ impl Default for SimConfig {
             checkpoint_duration: 20_000,
             head_reservation: 0,
             fair_share_half_life: 0,
+            gang_backoff: kestrel_core::DEFAULT_GANG_BACKOFF,
         }
     }
 }
@@ -231,6 +234,7 @@ impl<'a> Simulation<'a> {
             victim_order: config.victim_order,
             head_reservation: config.head_reservation,
             fair_share_half_life: config.fair_share_half_life,
+            gang_backoff: config.gang_backoff,
         });
         for node in &cluster.nodes {
             scheduler.add_node(node.clone())?;
@@ -436,7 +440,9 @@ impl<'a> Simulation<'a> {
                 .queue
                 .iter()
                 .any(|Reverse((_, _, e))| !matches!(e, Event::Sample));
-        if going && t > self.now {
+        // After the last event the state stands: the clock still moves to `t`, so waits
+        // read as long as they are by then.
+        if t > self.now {
             self.advance_to(t);
         }
         Ok(going)
@@ -714,14 +720,6 @@ impl<'a> Simulation<'a> {
     }
 
     fn apply(&mut self, decisions: Decisions) {
-        for pod in decisions.expired {
-            self.report.pods.gang_timed_out += 1;
-            if let Some(state) = self.pods.get_mut(&pod) {
-                state.running = false;
-                let job = state.job;
-                self.namespace_quota_release(job);
-            }
-        }
         self.count_started_gangs(&decisions.bindings);
         for binding in decisions.bindings {
             self.report.bindings += 1;
@@ -766,16 +764,20 @@ impl<'a> Simulation<'a> {
 
     /// Counts gangs that started in this cycle and how tightly they landed.
     fn count_started_gangs(&mut self, bindings: &[Binding]) {
-        let mut started: BTreeMap<GangId, Vec<NodeId>> = BTreeMap::new();
+        // (nodes, whether every pod got a GPU) per gang started this cycle.
+        let mut started: BTreeMap<GangId, (Vec<NodeId>, bool)> = BTreeMap::new();
         for b in bindings {
             let spec = &self.scheduler.pod(b.pod).spec;
             if let Some(m) = &spec.gang {
                 if let Some(gang) = self.scheduler.gang_id(&spec.namespace, &m.gang) {
-                    started.entry(gang).or_default().push(b.node);
+                    let entry = started.entry(gang).or_insert((Vec::new(), true));
+                    entry.0.push(b.node);
+                    entry.1 &= b.gpus.milli() > 0;
                 }
             }
         }
-        for (gang, mut nodes) in started {
+        let rack_level = rack_level(&self.workload.topology_levels);
+        for (gang, (mut nodes, all_gpu)) in started {
             if !self.started_gangs.insert(gang) {
                 continue; // a replacement, not a start
             }
@@ -785,12 +787,15 @@ impl<'a> Simulation<'a> {
             let one = |values: Vec<Option<String>>| {
                 values[0].is_some() && values.iter().all(|v| *v == values[0])
             };
-            if one(nodes.iter().map(|n| label(n, RACK_LABEL)).collect()) {
+            if one(nodes.iter().map(|n| label(n, rack_level)).collect()) {
                 self.report.gangs.started_in_one_rack += 1;
             }
             nodes.dedup();
             let one_node = nodes.iter().all(|n| *n == nodes[0]);
-            if one_node || one(nodes.iter().map(|n| label(n, GPU_CLIQUE_LABEL)).collect()) {
+            // NVLink joins GPUs: a gang with CPU-only pods is in no NVLink domain.
+            if all_gpu
+                && (one_node || one(nodes.iter().map(|n| label(n, GPU_CLIQUE_LABEL)).collect()))
+            {
                 self.report.gangs.started_in_one_nvlink_domain += 1;
             }
         }
@@ -991,4 +996,16 @@ impl<'a> Simulation<'a> {
             })
             .collect()
     }
+}
+
+/// The label that makes a "rack" for the report: the narrowest level of the workload's
+/// Topology above hosts and NVLink domains (Kueue's levels name racks their own way),
+/// else Kestrel's rack label.
+fn rack_level(levels: &[String]) -> &str {
+    levels
+        .iter()
+        .rev()
+        .map(String::as_str)
+        .find(|l| *l != HOSTNAME_LABEL && *l != GPU_CLIQUE_LABEL)
+        .unwrap_or(RACK_LABEL)
 }

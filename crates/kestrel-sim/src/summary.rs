@@ -115,6 +115,10 @@ pub fn render_summary(r: &SimReport) -> String {
     group_table(&mut s, "By namespace", &r.by_namespace);
     queue_table(&mut s, r);
 
+    // Numbers wider than their columns could push a line past the width: cut it. The
+    // reasons below are never cut: they are wrapped.
+    let mut s: String = s.lines().map(|line| clip(line, WIDTH) + "\n").collect();
+
     if !r.pending_reasons.is_empty() {
         let total: u64 = r.pending_reasons.iter().map(|(_, n)| n).sum();
         let _ = writeln!(s, "\nTop pending reasons (pod-samples)");
@@ -124,13 +128,8 @@ pub fn render_summary(r: &SimReport) -> String {
             } else {
                 0.0
             };
-            let _ = writeln!(
-                s,
-                "  {:>9} {:>6}  {}",
-                n,
-                fmt_pct(share),
-                clip(reason, WIDTH - 20)
-            );
+            let first = format!("  {:>9} {:>6}  ", n, fmt_pct(share));
+            s.push_str(&wrap(&first, reason, 20));
         }
         if r.pending_reasons.len() > TOP_REASONS {
             let more = r.pending_reasons.len() - TOP_REASONS;
@@ -144,16 +143,16 @@ pub fn render_summary(r: &SimReport) -> String {
 
     if !r.pending_at_end.is_empty() {
         let _ = writeln!(s, "\nPending at end ({} pods)", r.pending_at_end.len());
-        let _ = writeln!(s, "  {:<32} {:>6} {:>10}  reason", "pod", "prio", "waiting");
+        let _ = writeln!(s, "  {:<32} {:>6} {:>10}", "pod", "prio", "waiting");
         for pod in r.pending_at_end.iter().take(PENDING_LISTED) {
-            let _ = writeln!(
-                s,
-                "  {:<32} {:>6} {:>10}  {}",
-                clip(&pod.pod, 32),
+            let row = format!(
+                "  {:<32} {:>6} {:>10}",
+                pod.pod,
                 pod.priority,
-                fmt_seconds(pod.waiting_seconds),
-                clip(&pod.reason, WIDTH - 55)
+                fmt_seconds(pod.waiting_seconds)
             );
+            let _ = writeln!(s, "{}", clip(&row, WIDTH));
+            s.push_str(&wrap("    ", &pod.reason, 4));
         }
         if r.pending_at_end.len() > PENDING_LISTED {
             let _ = writeln!(
@@ -163,8 +162,31 @@ pub fn render_summary(r: &SimReport) -> String {
             );
         }
     }
-    // Numbers wider than their columns could push a line past the width: cut it.
-    s.lines().map(|line| clip(line, WIDTH) + "\n").collect()
+    s
+}
+
+/// `text` after `first`, wrapped at word boundaries to [`WIDTH`], later lines indented by
+/// `indent` spaces; a word longer than a line stays whole.
+fn wrap(first: &str, text: &str, indent: usize) -> String {
+    let mut out = String::new();
+    let mut line = first.to_string();
+    let mut empty = true;
+    for word in text.split_whitespace() {
+        if !empty && line.chars().count() + 1 + word.chars().count() > WIDTH {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = " ".repeat(indent);
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
 }
 
 /// One table of per-group percentiles: pods and their queue wait, jobs and their completion.
@@ -315,6 +337,30 @@ mod tests {
         });
         r.by_namespace[0].group = "n".repeat(80);
         let s = render_summary(&r);
+        for line in s.lines() {
+            assert!(line.chars().count() <= WIDTH, "too long: {line:?}");
+        }
+    }
+
+    #[test]
+    fn pending_reasons_are_wrapped_never_cut() {
+        let mut r = sample_report();
+        let reason = (0..40)
+            .map(|i| format!("word{i}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        r.pending_reasons = vec![(reason.clone(), 5)];
+        r.pending_at_end[0].reason = reason;
+        let s = render_summary(&r);
+        assert!(
+            s.lines().all(|l| !l.ends_with("...")),
+            "a line was cut: {s}"
+        );
+        for i in 0..40 {
+            let n =
+                s.matches(&format!("word{i} ")).count() + s.matches(&format!("word{i}\n")).count();
+            assert_eq!(n, 2, "word{i} twice: {s}");
+        }
         for line in s.lines() {
             assert!(line.chars().count() <= WIDTH, "too long: {line:?}");
         }

@@ -175,3 +175,46 @@ fn a_gang_is_told_which_domain_comes_closest_and_what_its_next_pod_lacks() {
         "{text}"
     );
 }
+
+/// A GPU pod kept off the only GPU node by a taint: "what would help" names the taint, and
+/// never points it at the CPU-only node, however free that node is.
+#[test]
+fn a_taint_is_named_and_a_cpu_only_node_is_never_offered_to_a_gpu_pod() {
+    let mut tainted = gpu_node("gpu", 4);
+    tainted.taints.push(Taint {
+        key: "dedicated".into(),
+        value: "inference".into(),
+        effect: TaintEffect::NoSchedule,
+    });
+    let cpu_only = NodeSpec::new("cpu", Resources::new(64_000, 512 << 30));
+    let cluster = SimCluster {
+        nodes: vec![tainted, cpu_only],
+        events: vec![],
+    };
+    let workload = Workload {
+        jobs: vec![job("waiting", 2, 0, 0, false)],
+        ..Default::default()
+    };
+    let estimates = Estimates::exact(workload.jobs.iter().map(|j| j.duration).collect());
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(MIN).unwrap();
+    let id = find_pod(&sim, "waiting").unwrap();
+    let view = pod_view(&sim, id, &estimates);
+    let help = view
+        .help
+        .as_ref()
+        .expect("help for a pod capacity or taints keep");
+    assert!(help.closest.is_none(), "{:?}", help.closest);
+    assert_eq!(
+        help.blocking_taint,
+        Some(("dedicated=inference:NoSchedule".to_string(), 1))
+    );
+    let text = render_pod(&view);
+    assert!(
+        text.contains(
+            "a toleration of taint dedicated=inference:NoSchedule would let it use 1 more node(s)"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("node cpu"), "{text}");
+}

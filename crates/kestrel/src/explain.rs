@@ -264,10 +264,10 @@ fn state_at(inputs: &Inputs, at: Option<Millis>) -> Result<(Simulation<'_>, f64)
     let at = at.unwrap_or_else(|| inputs.last_arrival());
     let started = Instant::now();
     let mut sim = Simulation::new(&inputs.cluster, &inputs.workload, inputs.config.clone())?;
-    if !sim.run_to(at)? {
-        let end = clock(sim.last_event_at());
-        bail!(
-            "--at {}: the run ends at {end} (nothing happens after that); pick a time up to {end}",
+    if !sim.run_to(at)? && at > sim.last_event_at() {
+        eprintln!(
+            "note: nothing happens after {} in this run; the state at {} is the state from then on",
+            clock(sim.last_event_at()),
             clock(at)
         );
     }

@@ -14,7 +14,8 @@ use clap::{Args, Parser, Subcommand};
 use kestrel_core::Policy;
 use kestrel_k8s::duration::parse_duration;
 use kestrel_sim::generator::{generate, GeneratorConfig};
-use kestrel_sim::inputs::{load_cluster_file, load_workload_files, resolve_paths};
+use kestrel_sim::inputs::{load_cluster_file, load_workload_files_with, resolve_paths};
+use kestrel_sim::manifests::LoadOptions;
 use kestrel_sim::{report, simulate, simulate_with_topology_blind, summary, SimConfig};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -111,6 +112,15 @@ struct SimArgs {
     /// half-life (e.g. 1h) and adds to what it borrows now. Default: only borrowing now.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     fair_share_half_life: u64,
+    /// How long a gang that waited past its scheduleTimeoutSeconds waits before it is
+    /// tried again (its pods stay pending meanwhile).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    gang_backoff: u64,
+    /// How long pods of Pods and Jobs without the kestrel.dev/sim-duration annotation run
+    /// (default: a Pod runs to the end, a Job is refused). Deployments' and
+    /// StatefulSets' pods always run to the end.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    default_duration: Option<u64>,
     /// Run the workload a second time with every gang's topology request dropped and
     /// report how many gangs landed in one rack / one NVLink domain both ways.
     #[arg(long)]
@@ -177,7 +187,10 @@ pub(crate) fn load_inputs(args: &SimArgs) -> Result<Inputs> {
         );
     };
     let cluster = load_cluster_file(&cluster_path)?;
-    let mut workload = load_workload_files(&files.workload)?;
+    let options = LoadOptions {
+        default_duration: args.default_duration,
+    };
+    let mut workload = load_workload_files_with(&files.workload, &options)?;
     if let Some(jobs) = args.synthetic {
         let generated = generate(&GeneratorConfig {
             jobs,
@@ -211,6 +224,7 @@ pub(crate) fn load_inputs(args: &SimArgs) -> Result<Inputs> {
         checkpoint_duration: args.checkpoint_duration,
         head_reservation: args.head_reservation,
         fair_share_half_life: args.fair_share_half_life,
+        gang_backoff: args.gang_backoff,
     };
     Ok(Inputs {
         cluster,

@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// Scoring policy: kestrel, binpack, spread, bestfit, random, fgd.
     #[arg(long, default_value = "kestrel")]
     policy: Policy,
+    /// How long a gang that waited past its scheduleTimeoutSeconds waits before it is
+    /// tried again (its pods stay pending meanwhile).
+    #[arg(long, default_value = "60s", value_parser = kestrel_k8s::duration::parse_duration)]
+    gang_backoff: u64,
     /// Binds and status updates in flight at once.
     #[arg(long, default_value_t = kestrel_kube::driver::DEFAULT_MAX_IN_FLIGHT)]
     max_in_flight: usize,
@@ -199,6 +203,7 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
     let mut config = DriverConfig::new(&args.scheduler_name);
     config.scheduler = SchedulerConfig {
         policy: args.policy,
+        gang_backoff: args.gang_backoff,
         ..SchedulerConfig::default()
     };
     config.max_in_flight = args.max_in_flight.max(1);

@@ -403,11 +403,11 @@ fn an_ambiguous_name_lists_the_candidates() {
 }
 
 #[test]
-fn a_time_beyond_the_run_and_run_only_flags_are_refused() {
+fn a_time_beyond_the_run_shows_the_final_state_and_run_only_flags_are_refused() {
     if !have("falcon-ai") {
         return;
     }
-    let e = fails(&[
+    let out = kestrel(&[
         "explain",
         "pod",
         "jupyter-chen",
@@ -415,12 +415,17 @@ fn a_time_beyond_the_run_and_run_only_flags_are_refused() {
         "--at",
         "30:00",
     ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
     assert!(
-        e.contains("--at 30:00") && e.contains("the run ends at 26:00"),
-        "{e}"
+        stderr.contains("nothing happens after 26:00")
+            && stderr.contains("the state at 30:00 is the state from then on"),
+        "{stderr}"
     );
-    let e = fails(&["queue", "examples/falcon-ai", "--at", "3d"]);
-    assert!(e.contains("the run ends at"), "{e}");
+    assert!(stdout.contains("jupyter-chen"), "{stdout}");
+    let out = kestrel(&["queue", "examples/falcon-ai", "--at", "3d"]);
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
     let e = fails(&["queue", "examples/falcon-ai", "--until", "10h"]);
     assert!(e.contains("--until") && e.contains("--at"), "{e}");
     let out = kestrel(&["queue", "examples/falcon-ai", "--at", "soon"]);

@@ -250,6 +250,61 @@ async fn gangs_of_every_flavour_bind_whole_or_not_at_all() {
     cleanup(&client, prefix, &[ns]).await;
 }
 
+/// A gang that cannot start times out at its deadline on a quiet cluster: its PodGroup
+/// says TimedOut, its pods stay (pending, none bound); room that appears later starts it
+/// once the back-off has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_times_out_on_a_quiet_cluster_and_starts_after_its_back_off() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler, prefix) = ("timeouts", "kestrel-timeouts", "timeouts-");
+    create_namespace(&client, ns).await;
+    let group = format!(
+        "apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: PodGroup\nmetadata: {{name: slow, namespace: {ns}}}\nspec: {{minMember: 2, scheduleTimeoutSeconds: 3}}\n"
+    );
+    kestrel_testenv::apply_yaml(&client, &group, false)
+        .await
+        .unwrap();
+    create_pool_nodes(&client, ns, 0, 1).await;
+    let _kestrel = env.kestrel(
+        scheduler,
+        &["--scheduler-name", scheduler, "--gang-backoff", "2s"],
+    );
+    let pods = (0..2)
+        .map(|i| {
+            gpu_pod(
+                ns,
+                &format!("slow-{i}"),
+                scheduler,
+                8,
+                &[("scheduling.kestrel.dev/pod-group", "slow")],
+                &[],
+            )
+        })
+        .collect();
+    create_pods(&client, pods).await;
+    let gvk = kube::api::GroupVersionKind::gvk("scheduling.kestrel.dev", "v1alpha1", "PodGroup");
+    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "podgroups");
+    let groups: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    let message = eventually(Duration::from_secs(20), "the PodGroup to time out", || {
+        let groups = groups.clone();
+        async move {
+            let pg = groups.get("slow").await.ok()?;
+            (pg.data["status"]["phase"] == "TimedOut").then(|| pg.data["status"].to_string())
+        }
+    })
+    .await;
+    assert!(message.contains("timed out after 3 s"), "{message}");
+    let pods = pods_in(&client, ns).await;
+    assert_eq!(pods.len(), 2, "no pod of the gang is deleted");
+    assert!(pods.iter().all(|p| node_of(p).is_none()), "none bound");
+    assert_invariants(&client).await;
+    create_pool_nodes(&client, ns, 1, 1).await;
+    wait_bound(&client, ns, 2, Duration::from_secs(30)).await;
+    assert_invariants(&client).await;
+    cleanup(&client, prefix, &[ns]).await;
+}
+
 /// A ClusterQueue's quota holds on the real API server while the fake kubelet runs and
 /// completes pods; `kestrel queue --live` sees the pods that wait for quota as waiting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

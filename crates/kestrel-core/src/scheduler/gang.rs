@@ -113,7 +113,7 @@ impl Scheduler {
         decisions: &mut Decisions,
     ) {
         let state = &self.gangs.gangs[gang.0 as usize];
-        let mut pending: Vec<PodId> = state
+        let pending: Vec<PodId> = state
             .members
             .iter()
             .copied()
@@ -152,22 +152,68 @@ impl Scheduler {
             return;
         };
         let gang_name = spec.key();
-        if let Some(timeout) = spec.schedule_timeout {
-            let waited = now.saturating_sub(state.first_seen.unwrap_or(now));
-            if state.phase == GangPhase::Waiting && waited > timeout {
-                let problem = GangProblem::TimedOut {
-                    gang: gang_name,
-                    after_seconds: timeout / 1000,
-                };
-                self.expire_gang(
-                    gang,
-                    &pending,
-                    Unschedulable::gang_only(problem, total_nodes),
-                    decisions,
-                );
+        // The deadline of the current timeout window, while the gang has not started.
+        let mut deadline = None;
+        if let Some(timeout) = spec
+            .schedule_timeout
+            .filter(|_| state.phase != GangPhase::Running)
+        {
+            let timed_out = || {
+                Unschedulable::gang_only(
+                    GangProblem::TimedOut {
+                        gang: gang_name.clone(),
+                        after_seconds: timeout / 1000,
+                    },
+                    total_nodes,
+                )
+            };
+            // Backing off: only a change during the back-off brings it here, and that
+            // change is worth a look once the back-off ends.
+            if let Some(until) = state.backoff_until.filter(|&u| now < u) {
+                self.wake_at_least(until);
+                let reason = timed_out();
+                self.park_gang(&pending, reason, decisions);
                 return;
             }
+            let start = state.first_seen.unwrap_or(now);
+            if now >= start + timeout {
+                // No wake-up at the back-off's end: with nothing changed, the attempt
+                // would fail the same way, and a quiet cluster would never go idle.
+                let backoff = self.config.gang_backoff;
+                let state = &mut self.gangs.gangs[gang.0 as usize];
+                state.phase = GangPhase::TimedOut;
+                state.timeouts += 1;
+                state.backoff_until = Some(now + backoff);
+                state.first_seen = Some(now + backoff);
+                decisions.timed_out.push(gang);
+                let reason = timed_out();
+                self.park_gang(&pending, reason, decisions);
+                return;
+            }
+            deadline = Some(start + timeout);
         }
+        self.attempt_gang(gang, &spec, pending, now, cycle, decisions);
+        // Not started: the timeout fires at its deadline, not at the next unrelated event.
+        if let Some(deadline) = deadline {
+            if self.gangs.gangs[gang.0 as usize].phase != GangPhase::Running {
+                self.wake_at_least(deadline);
+            }
+        }
+    }
+
+    /// Places the gang's pending members, or parks them with the reason.
+    fn attempt_gang(
+        &mut self,
+        gang: GangId,
+        spec: &GangSpec,
+        mut pending: Vec<PodId>,
+        now: Millis,
+        cycle: &mut Cycle,
+        decisions: &mut Decisions,
+    ) {
+        let state = &self.gangs.gangs[gang.0 as usize];
+        let gang_name = spec.key();
+        let total_nodes = self.cluster.len() as u32;
         // Members chosen as preemption victims are leaving: a pending member does not
         // join them (it would be left running alone once they are evicted).
         let running: Vec<PodId> = state
@@ -574,23 +620,5 @@ impl Scheduler {
             }
             self.park(p, wake);
         }
-    }
-
-    fn expire_gang(
-        &mut self,
-        gang: GangId,
-        pending: &[PodId],
-        reason: Unschedulable,
-        decisions: &mut Decisions,
-    ) {
-        let reason = Arc::new(reason);
-        for &p in pending {
-            let record = &mut self.pods[p.0 as usize];
-            record.phase = PodPhase::Gone;
-            record.pending_reason = Some(reason.clone());
-            self.pending -= 1;
-            decisions.expired.push(p);
-        }
-        self.gangs.gangs[gang.0 as usize].phase = GangPhase::TimedOut;
     }
 }

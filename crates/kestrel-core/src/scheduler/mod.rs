@@ -99,7 +99,12 @@ pub struct SchedulerConfig {
     /// Fair share counts recent borrowing too: each queue's borrowed share decays with
     /// this half-life and adds to what it borrows now; 0: only what it borrows now.
     pub fair_share_half_life: Millis,
+    /// How long a gang that timed out waits before it is tried again.
+    pub gang_backoff: Millis,
 }
+
+/// [`SchedulerConfig::gang_backoff`]'s default.
+pub const DEFAULT_GANG_BACKOFF: Millis = 60_000;
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
@@ -109,6 +114,7 @@ impl Default for SchedulerConfig {
             victim_order: VictimOrder::CheckpointAware,
             head_reservation: 0,
             fair_share_half_life: 0,
+            gang_backoff: DEFAULT_GANG_BACKOFF,
         }
     }
 }

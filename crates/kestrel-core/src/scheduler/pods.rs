@@ -255,7 +255,11 @@ impl Scheduler {
                 .iter()
                 .any(|p| matches!(self.pods[p.0 as usize].phase, PodPhase::Bound { .. }));
             if !still_running {
-                self.gangs.gangs[gang.0 as usize].phase = crate::gang::GangPhase::Waiting;
+                // Waiting again, with a fresh timeout window.
+                let now = self.now;
+                let state = &mut self.gangs.gangs[gang.0 as usize];
+                state.phase = crate::gang::GangPhase::Waiting;
+                state.first_seen = Some(now);
             }
         }
         self.active.insert(key);

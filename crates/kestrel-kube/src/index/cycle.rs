@@ -169,27 +169,13 @@ impl ClusterState {
                 ));
             }
         }
-        // Pods of a gang that timed out leave the engine and wait, saying so.
-        for id in decisions.expired {
-            let Some(key) = self.keys.remove(&id) else {
-                continue;
-            };
-            let message = self
-                .scheduler
-                .pod(id)
-                .pending_reason
-                .as_ref()
-                .map(|r| r.to_string())
-                .unwrap_or_else(|| "its gang timed out (scheduleTimeoutSeconds)".into());
-            let Some(t) = self.pods.get_mut(&key) else {
-                continue;
-            };
-            t.state = PodState::Expired;
-            if let Some(g) = &t.group {
-                self.gangs.dirty_groups.insert(g.clone());
+        // A gang that timed out is reported on its PodGroup; its pods stay queued, their
+        // reasons (reported above) say so.
+        for gang in decisions.timed_out {
+            if let Some(spec) = &self.scheduler.gang(gang).spec {
+                let key = (spec.namespace.clone(), spec.name.clone());
+                self.gangs.dirty_groups.insert(key);
             }
-            out.unschedulable
-                .push(StatusJob::of(&key, &t.uid, "Unschedulable", message));
         }
         out.group_status = self.group_statuses();
         out

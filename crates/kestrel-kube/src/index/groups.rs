@@ -468,7 +468,7 @@ impl ClusterState {
         if !g.declared || g.foreign {
             return None;
         }
-        let (mut bound, mut running, mut binding, mut expired, mut invalid) = (0, 0, 0, 0, 0);
+        let (mut bound, mut running, mut binding, mut invalid) = (0, 0, 0, 0);
         let mut waiting: Option<Arc<Unschedulable>> = None;
         for member in &g.members {
             let Some(t) = self.pods.get(member) else {
@@ -485,7 +485,6 @@ impl ClusterState {
                         waiting = self.scheduler.pod(*id).pending_reason.clone();
                     }
                 }
-                PodState::Expired => expired += 1,
                 PodState::Invalid(_) => invalid += 1,
                 PodState::Gated | PodState::GangWait { .. } => {}
             }
@@ -518,26 +517,34 @@ impl ClusterState {
                 "InvalidSpec".into(),
                 why.to_string(),
             ),
-            _ if expired > 0
-                || self
-                    .scheduler
-                    .gang_id(&key.0, &key.1)
-                    .is_some_and(|id| self.scheduler.gang(id).phase == GangPhase::TimedOut) =>
+            _ if self
+                .scheduler
+                .gang_id(&key.0, &key.1)
+                .is_some_and(|id| self.scheduler.gang(id).phase == GangPhase::TimedOut) =>
             {
                 let after = g
                     .effective()
                     .and_then(|s| s.schedule_timeout)
                     .unwrap_or(0)
                     / 1000;
+                let state = self.scheduler.gang(self.scheduler.gang_id(&key.0, &key.1)?);
+                // No countdown: the message stays the same until something changes.
+                let retry = format!(
+                    "; its pods are tried again after a back-off of {} s",
+                    self.scheduler.config().gang_backoff / 1000
+                );
                 (
                     PodGroupPhase::TimedOut,
                     "False",
                     "TimedOut".into(),
-                    GangProblem::TimedOut {
-                        gang,
-                        after_seconds: after,
-                    }
-                    .to_string(),
+                    format!(
+                        "{} ({} times){retry}",
+                        GangProblem::TimedOut {
+                            gang,
+                            after_seconds: after,
+                        },
+                        state.timeouts
+                    ),
                 )
             }
             _ if g.bind_error.is_some() => (

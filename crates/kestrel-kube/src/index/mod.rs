@@ -68,9 +68,6 @@ pub enum PodState {
     /// is invalid (`reason`, reported on the pod). Not in the engine; submitted when the
     /// PodGroup becomes usable.
     GangWait { spec: Box<PodSpec>, reason: String },
-    /// Its gang timed out (`scheduleTimeoutSeconds`): it stays pending with that reason
-    /// until it is deleted.
-    Expired,
 }
 
 /// scheduler-plugins' PodGroup API group, read as well as Kestrel's own.

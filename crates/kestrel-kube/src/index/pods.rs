@@ -176,7 +176,7 @@ impl ClusterState {
                 let state = self.restore(&key, spec, n.to_string(), gpus, started);
                 self.set(&key, uid, state);
             }
-            (None, Some(PodState::Queued(_) | PodState::Binding { .. } | PodState::Expired)) => {
+            (None, Some(PodState::Queued(_) | PodState::Binding { .. })) => {
                 if live::is_deleting(pod) || !ours {
                     self.forget(&key);
                 }
@@ -381,7 +381,7 @@ impl ClusterState {
                     reason_kind(record.pending_reason.as_deref())
                 }
                 PodState::Invalid(_) => "invalid",
-                PodState::GangWait { .. } | PodState::Expired => "gang",
+                PodState::GangWait { .. } => "gang",
                 _ => continue,
             };
             *out.entry(kind).or_default() += 1;

@@ -90,7 +90,7 @@ impl ClusterState {
                 PodState::GangWait { spec, .. } | PodState::Orphan { spec, .. } => {
                     PodUsage::of(spec)
                 }
-                PodState::Gated | PodState::Invalid(_) | PodState::Expired => continue,
+                PodState::Gated | PodState::Invalid(_) => continue,
             };
             if !usages.contains(&usage) {
                 usages.push(usage);

@@ -444,7 +444,7 @@ fn a_failed_bind_of_a_member_requeues_it_and_the_status_says_so() {
 }
 
 #[test]
-fn a_gang_timeout_counts_from_its_first_pod_and_is_reported() {
+fn a_gang_times_out_at_its_deadline_keeps_its_pods_and_starts_after_the_back_off() {
     let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
     // The scheduler has been leading for a day when the gang arrives.
     let day = 86_400_000;
@@ -460,23 +460,36 @@ fn a_gang_timeout_counts_from_its_first_pod_and_is_reported() {
         "Incomplete",
         "not timed out on arrival"
     );
-    // Two minutes later something changes in the cluster and the gang is tried again.
-    h.state.set_time(day + 120_000);
-    h.state.apply_node(&node("gpu-1", 8, "r1")).unwrap();
-    let out = h.state.cycle(day + 120_000);
-    assert_eq!(h.state.pod_state("ml/slow-0"), Some(&PodState::Expired));
+    // Nothing else happens: the driver's timer is the deadline itself.
+    assert_eq!(h.state.next_timer(), Some(day + 60_000));
+    h.state.set_time(day + 60_000);
+    let out = h.state.cycle(day + 60_000);
     let s = status_of(&out, "slow");
     assert_eq!(
         (s.phase, s.reason.as_str()),
         (PodGroupPhase::TimedOut, "TimedOut")
     );
     assert!(s.message.contains("timed out after 60 s"), "{}", s.message);
+    assert!(s.message.contains("back-off of 60 s"), "{}", s.message);
+    // The pod is not dropped: it stays queued, saying why.
+    assert!(matches!(
+        h.state.pod_state("ml/slow-0"),
+        Some(PodState::Queued(_))
+    ));
     assert_eq!(out.unschedulable.len(), 1);
     assert!(out.unschedulable[0].message.contains("timed out"));
     assert_eq!(h.state.pending_by_reason()["gang"], 1);
-    // Deleting the pod releases nothing and panics nowhere.
-    h.state.delete_pod(&member("slow-0", "slow", 1));
-    assert!(h.state.pod_state("ml/slow-0").is_none());
+    // A quiet cluster stays quiet.
+    assert_eq!(h.state.next_timer(), None);
+    // The missing member arrives during the back-off: the gang waits it out, then starts.
+    h.state.set_time(day + 70_000);
+    h.pod(member("slow-1", "slow", 1));
+    let out = h.state.cycle(day + 70_000);
+    assert!(out.binds.is_empty());
+    assert_eq!(h.state.next_timer(), Some(day + 120_000));
+    h.state.set_time(day + 120_000);
+    let out = h.state.cycle(day + 120_000);
+    assert_eq!(out.binds.len(), 2);
 }
 
 #[test]

@@ -6,8 +6,8 @@ use super::clock::secs;
 use super::ExplainState;
 use crate::predict::Estimates;
 use kestrel_core::{
-    format_amount, Bytes, Demand, GpuRequest, Millis, NodeId, NodeState, PlacementConstraints,
-    PodId, PodPhase, PodSpec, Scheduler, GPU_RESOURCE,
+    format_amount, static_check, Bytes, Demand, GpuRequest, Millis, NodeId, NodeReason, NodeState,
+    PlacementConstraints, PodId, PodPhase, PodSpec, Scheduler, GPU_RESOURCE,
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -79,6 +79,23 @@ pub struct Help {
     /// Nodes it may use that have the room now but hold it for other work (reserved for
     /// the head of the queue, or promised to a preemptor).
     pub held: u32,
+    /// The taint that keeps it off the most nodes that could hold it, and how many: what
+    /// a toleration would open.
+    pub blocking_taint: Option<(String, u32)>,
+}
+
+/// Whether the node could ever hold the pod, empty: enough GPUs, cpu and memory in all.
+/// Nodes that never could are no help, however close their free amounts look.
+fn could_ever_hold(node: &NodeState, demand: &Demand) -> bool {
+    let gpus_fit = match demand.gpu {
+        GpuRequest::None => true,
+        GpuRequest::Whole(n) => node.gpu_count() >= n,
+        _ => node.gpu_count() > 0,
+    };
+    let alloc = &node.spec.allocatable;
+    gpus_fit
+        && demand.resources.cpu_milli <= alloc.cpu_milli
+        && demand.resources.memory_bytes <= alloc.memory_bytes
 }
 
 /// One missing amount, in the engine's units, before it is put in words.
@@ -210,9 +227,18 @@ pub fn help_for(sim: &dyn ExplainState, id: PodId, estimates: &Estimates) -> Hel
     // (highest victim priority, victims, node name, the victims)
     let mut preemption: Option<(i32, usize, &str, Victims)> = None;
     let mut held = 0;
+    let mut taints: BTreeMap<String, u32> = BTreeMap::new();
     for (node_id, node) in scheduler.cluster().iter() {
+        if !could_ever_hold(node, demand) {
+            continue;
+        }
         // Static predicates only: a pod with no demand fits wherever they pass.
         if !scheduler.could_place_on(&probe, node_id) {
+            if let Err(NodeReason::UntoleratedTaint(t)) =
+                static_check(&spec.constraints, &node.spec)
+            {
+                *taints.entry(t.to_string()).or_default() += 1;
+            }
             continue;
         }
         let (missing, share) = missing_on(node, demand, &spec.constraints);
@@ -309,6 +335,10 @@ pub fn help_for(sim: &dyn ExplainState, id: PodId, estimates: &Estimates) -> Hel
                 .collect(),
         }),
         held,
+        // The most nodes; ties by name.
+        blocking_taint: taints
+            .into_iter()
+            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0))),
     }
 }
 

@@ -121,6 +121,11 @@ fn render_help(out: &mut String, h: &Help, gang: bool) {
         }
         None => {}
     }
+    if let Some((taint, nodes)) = &h.blocking_taint {
+        lines.push(format!(
+            "a toleration of taint {taint} would let it use {nodes} more node(s) big enough for it"
+        ));
+    }
     if let Some(r) = &h.room {
         let ending: Vec<String> = r
             .ending
@@ -206,11 +211,15 @@ pub fn render_gang(v: &GangView) -> String {
         "not declared by a PodGroup".to_string()
     };
     let _ = writeln!(out, "  phase      {} ({declared})", v.phase);
-    let expected = v.total.or(v.min_member).unwrap_or(v.exist);
+    // "k of n" only when n is the gang's size; minMember is a floor, not a count.
+    let exist = match v.total {
+        Some(total) => format!("{} of {total} exist", v.exist),
+        None => format!("{} exist", v.exist),
+    };
     let _ = writeln!(
         out,
-        "  members    {} of {} exist, {} bound, {} pending",
-        v.exist, expected, v.bound, v.pending
+        "  members    {exist}, {} bound, {} pending",
+        v.bound, v.pending
     );
     for m in &v.members {
         let _ = writeln!(

@@ -42,9 +42,25 @@ pub const DURATION_ANNOTATION: &str = "kestrel.dev/sim-duration";
 /// Share of its GPUs a pod keeps busy, `0`..=`1` (default 1 for GPU pods).
 pub const GPU_UTILIZATION_ANNOTATION: &str = "kestrel.dev/sim-gpu-utilization";
 
+/// How manifests are read beyond what they say themselves.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoadOptions {
+    /// How long pods of Pods and Jobs without [`DURATION_ANNOTATION`] run (default: a Pod
+    /// runs to the end; a Job is refused).
+    pub default_duration: Option<Millis>,
+}
+
+/// Reads workload manifests with the default [`LoadOptions`].
+pub fn load_manifests(files: &[(PathBuf, String)]) -> Result<Workload, LoadError> {
+    load_manifests_with(files, &LoadOptions::default())
+}
+
 /// Reads workload manifests: all files are parsed and their PriorityClasses and
 /// RuntimeClasses collected first, then jobs are built in file order, then document order.
-pub fn load_manifests(files: &[(PathBuf, String)]) -> Result<Workload, LoadError> {
+pub fn load_manifests_with(
+    files: &[(PathBuf, String)],
+    options: &LoadOptions,
+) -> Result<Workload, LoadError> {
     let mut parsed = Vec::new();
     for (path, text) in files {
         parsed.push((path.as_path(), read_documents(path, text, None)?));
@@ -71,6 +87,7 @@ pub fn load_manifests(files: &[(PathBuf, String)]) -> Result<Workload, LoadError
         seen: BTreeMap::new(),
         generated: BTreeMap::new(),
         jobs: Vec::new(),
+        options: options.clone(),
     };
     for (path, docs) in &parsed {
         for doc in docs {
@@ -95,6 +112,7 @@ struct Builder {
     /// generateName prefix -> names generated so far.
     generated: BTreeMap<String, u32>,
     jobs: Vec<SimJob>,
+    options: LoadOptions,
 }
 
 /// Where a pod's template sits in its object.
@@ -326,13 +344,17 @@ impl Builder {
         };
         let duration: Option<Millis> = match annotations.get(DURATION_ANNOTATION) {
             Some((field, v)) => Some(parse_duration(v).map_err(|e| ctx.err(field, e))?),
+            // Services run to the end: their pods are restarted when they exit.
+            None if shape.kind != JobKind::Service && self.options.default_duration.is_some() => {
+                self.options.default_duration
+            }
             None if shape.kind == JobKind::Job => {
                 return Err(ctx.err(
                     format!("metadata.annotations[\"{DURATION_ANNOTATION}\"]"),
                     format!(
                         "a Job needs to say how long its pods run; add the \
                         annotation {DURATION_ANNOTATION}: \"2h\" (or the time you \
-                        expect)"
+                        expect), or run with --default-duration 2h"
                     ),
                 ))
             }

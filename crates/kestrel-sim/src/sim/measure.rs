@@ -5,7 +5,7 @@ use super::Simulation;
 use crate::metrics::{
     GroupStats, NodeUsage, PendingPod, Percentiles, QueueStats, Sample, SimReport,
 };
-use kestrel_core::{GangPhase, Millis, PodId, PodPhase, PodSpec};
+use kestrel_core::{Millis, PodId, PodPhase, PodSpec};
 use std::collections::{BTreeMap, HashMap};
 
 impl Simulation<'_> {
@@ -81,13 +81,16 @@ impl Simulation<'_> {
         let total_gpus: u32 = cluster.iter().map(|(_, n)| n.gpu_count()).sum();
         let report = &mut self.report;
         report.gangs.declared = self.workload.gangs.len() as u64;
-        report.gangs.timed_out = self
+        let timeouts: Vec<u32> = self
             .workload
             .gangs
             .iter()
             .filter_map(|g| self.scheduler.gang_id(&g.namespace, &g.name))
-            .filter(|&id| self.scheduler.gang(id).phase == GangPhase::TimedOut)
-            .count() as u64;
+            .map(|id| self.scheduler.gang(id).timeouts)
+            .filter(|&n| n > 0)
+            .collect();
+        report.gangs.timed_out = timeouts.len() as u64;
+        report.gangs.timeouts = timeouts.iter().map(|&n| u64::from(n)).sum();
         report.span = end;
         report.nodes = cluster.len() as u32;
         report.gpus = total_gpus;
@@ -95,6 +98,12 @@ impl Simulation<'_> {
         if capacity > 0.0 {
             report.gpu_allocation_mean = self.integrals.allocated / capacity;
             report.gpu_utilization_mean = self.integrals.utilized / capacity;
+        } else if total_gpus > 0 {
+            // A run that never leaves its first instant (pods that never end, no later
+            // event) has no time to average over: what is allocated at the end stands.
+            let instant = total_gpus as f64 * 1000.0;
+            report.gpu_allocation_mean = self.integrals.gpu_milli_allocated / instant;
+            report.gpu_utilization_mean = self.integrals.gpu_milli_utilized / instant;
         }
         let (frag, free): (f64, f64) = pairwise_time_weighted(&report.samples);
         report.gpu_fragmentation_mean = if free > 0.0 { frag / free } else { 0.0 };
