@@ -96,7 +96,7 @@ pub fn crds() -> Result<()> {
     Ok(())
 }
 
-fn init_logging(format: LogFormat) {
+pub(crate) fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         // The client logs every failed request itself; Kestrel reports failed writes with
         // their object, once per interval, so the client's own line is left out.
@@ -155,7 +155,7 @@ pub(crate) async fn cluster_config(kubeconfig: Option<PathBuf>) -> Result<kube::
     })
 }
 
-async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client> {
+pub(crate) async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client> {
     let config = cluster_config(kubeconfig).await?;
     kube::Client::try_from(config).context("building the Kubernetes client")
 }
@@ -230,7 +230,7 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

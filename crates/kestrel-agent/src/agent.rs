@@ -1,0 +1,386 @@
+//! The agent's run loop: discover, publish, track health, serve the device plugin and the
+//! metrics endpoint, until told to stop.
+
+use crate::backend::{BackendError, GpuBackend, HealthEvent, NoGpus};
+use crate::cluster::Cluster;
+use crate::fake::FakeBackend;
+use crate::health::{HealthMap, HealthPolicy, HealthTracker, Transition};
+use crate::inventory::Inventory;
+use crate::kubelet::device_holders;
+use crate::metrics::{self, Counters, GpuRow, Scrape};
+use crate::nvml::NvmlBackend;
+use crate::plugin::{self, PluginConfig, PluginError, PluginState};
+use crate::publish;
+use crate::sysfs::Sysfs;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+
+/// How often unhealthy GPUs are probed for recovery.
+const HEALTH_TICK: Duration = Duration::from_secs(5);
+/// How long a scrape waits for the kubelet's PodResources answer.
+const POD_RESOURCES_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What to do when NVML cannot be loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WithoutNvml {
+    /// Exit with the reason (the default: a GPU node without its driver is a fault).
+    Exit,
+    /// Keep serving health and metrics endpoints with zero GPUs.
+    Serve,
+}
+
+pub struct AgentConfig {
+    pub node: String,
+    pub fake_gpus: Option<PathBuf>,
+    pub sysfs_root: PathBuf,
+    pub without_nvml: WithoutNvml,
+    pub metrics_addr: SocketAddr,
+    pub pod_resources_socket: PathBuf,
+    /// `None`: no device plugin (the agent runs beside NVIDIA's).
+    pub plugin: Option<PluginConfig>,
+    pub publish: bool,
+    pub health: HealthPolicy,
+    pub rediscover_every: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Fake(#[from] kestrel_k8s::LoadError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    #[error("cannot serve metrics on {addr}: {error}")]
+    Metrics {
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
+}
+
+/// The backend the flags ask for: the fake file, else NVML (or no GPUs, if NVML is
+/// missing and `without_nvml` is `Serve`).
+pub fn open_backend(
+    fake: Option<&std::path::Path>,
+    sysfs_root: PathBuf,
+    without_nvml: WithoutNvml,
+) -> Result<Arc<dyn GpuBackend>, AgentError> {
+    if let Some(path) = fake {
+        return Ok(Arc::new(FakeBackend::load(path)?));
+    }
+    match NvmlBackend::new(Sysfs::new(sysfs_root)) {
+        Ok(b) => Ok(Arc::new(b)),
+        Err(e @ BackendError::NvmlUnavailable(_)) if without_nvml == WithoutNvml::Serve => {
+            tracing::error!("{e}; serving with zero GPUs");
+            Ok(Arc::new(NoGpus))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Discovery on a blocking thread (NVML calls block).
+pub async fn discover(backend: &Arc<dyn GpuBackend>) -> Result<Inventory, BackendError> {
+    let b = backend.clone();
+    tokio::task::spawn_blocking(move || b.discover())
+        .await
+        .expect("discovery does not panic")
+}
+
+/// The agent's shared state, for the metrics scrape and the tests.
+#[derive(Clone)]
+pub struct Handles {
+    pub inventory: watch::Receiver<Inventory>,
+    pub health: watch::Receiver<HealthMap>,
+    pub counters: Arc<Counters>,
+    /// Where `/metrics` listens (the port, when asked for port 0).
+    pub metrics_addr: SocketAddr,
+}
+
+/// Runs the agent until `shutdown` turns true. `ready` receives the agent's state once
+/// discovery has run (tests watch it).
+pub async fn run(
+    cfg: AgentConfig,
+    backend: Arc<dyn GpuBackend>,
+    cluster: Arc<Cluster>,
+    shutdown: watch::Receiver<bool>,
+    ready: Option<tokio::sync::oneshot::Sender<Handles>>,
+) -> Result<(), AgentError> {
+    let inv = discover(&backend).await?;
+    for w in &inv.warnings {
+        tracing::warn!("discovery: {w}");
+    }
+    tracing::info!(
+        backend = backend.kind(),
+        gpus = inv.gpus.len(),
+        nics = inv.nics.len(),
+        topology = %inv.template(),
+        "discovered"
+    );
+    let counters = Arc::new(Counters::default());
+    counters.discovered.store(true, Ordering::Relaxed);
+    let mut tracker = HealthTracker::new(inv.gpus.iter().map(|g| g.uuid.clone()), cfg.health.clone());
+    let (inventory_tx, inventory_rx) = watch::channel(inv.clone());
+    let (health_tx, health_rx) = watch::channel(tracker.map().clone());
+    let node = cfg.node.clone();
+
+    if cfg.publish {
+        publish_and_log(&cluster, &node, &inv).await;
+        if !inv.gpus.is_empty() {
+            condition(&cluster, &node, &tracker).await;
+        }
+    }
+
+    // Metrics.
+    let listener = tokio::net::TcpListener::bind(cfg.metrics_addr)
+        .await
+        .map_err(|error| AgentError::Metrics {
+            addr: cfg.metrics_addr,
+            error,
+        })?;
+    let metrics_addr = listener.local_addr().unwrap_or(cfg.metrics_addr);
+    tracing::info!(addr = %metrics_addr, "serving metrics");
+    let scrape = scraper(
+        node.clone(),
+        backend.clone(),
+        inventory_rx.clone(),
+        health_rx.clone(),
+        counters.clone(),
+        cfg.pod_resources_socket.clone(),
+        cfg.plugin.as_ref().map(|p| p.resource_name.clone()).unwrap_or_else(|| kestrel_core::GPU_RESOURCE.into()),
+    );
+    let plugin_on = cfg.plugin.is_some();
+    let c = counters.clone();
+    let readiness = Arc::new(move || {
+        c.discovered.load(Ordering::Relaxed) && (!plugin_on || c.registered.load(Ordering::Relaxed))
+    });
+    let metrics_task = tokio::spawn(metrics::serve(listener, scrape, readiness, shutdown.clone()));
+
+    // Device plugin.
+    let mut plugin_task = cfg.plugin.map(|p| {
+        let state = PluginState {
+            inventory: inventory_rx.clone(),
+            health: health_rx.clone(),
+            cluster: cluster.clone(),
+            counters: counters.clone(),
+        };
+        tokio::spawn(plugin::run(p, state, shutdown.clone()))
+    });
+
+    if let Some(ready) = ready {
+        let _ = ready.send(Handles {
+            inventory: inventory_rx.clone(),
+            health: health_rx.clone(),
+            counters: counters.clone(),
+            metrics_addr,
+        });
+    }
+
+    // Health events and rediscovery, until shutdown.
+    let (events_tx, mut events) = mpsc::unbounded_channel::<HealthEvent>();
+    backend.watch_health(events_tx)?;
+    let mut shutdown_rx = shutdown.clone();
+    let mut tick = tokio::time::interval(HEALTH_TICK);
+    let mut rediscover = tokio::time::interval(cfg.rediscover_every);
+    rediscover.tick().await;
+    let mut events_open = true;
+    loop {
+        let transitions: Vec<Transition> = tokio::select! {
+            _ = plugin::stopped(&mut shutdown_rx) => break,
+            // The device plugin stops only on shutdown or an error (its directory vanished).
+            r = wait_plugin(&mut plugin_task) => {
+                plugin_task = None;
+                match r {
+                    Ok(Err(e)) => return Err(e.into()),
+                    Ok(Ok(())) => break,
+                    Err(e) => {
+                        tracing::error!(error = %e, "device plugin task failed");
+                        break;
+                    }
+                }
+            }
+            event = events.recv(), if events_open => match event {
+                Some(e) => tracker.apply(&e, Instant::now()).into_iter().collect(),
+                None => {
+                    events_open = false;
+                    Vec::new()
+                }
+            },
+            _ = tick.tick() => {
+                let sick: Vec<String> = tracker.map().iter().filter(|(_, h)| !h.healthy()).map(|(u, _)| u.clone()).collect();
+                if sick.is_empty() {
+                    Vec::new()
+                } else {
+                    let b = backend.clone();
+                    let answering: Vec<String> = tokio::task::spawn_blocking(move || {
+                        sick.into_iter().filter(|u| b.probe(u)).collect()
+                    }).await.unwrap_or_default();
+                    tracker.tick(Instant::now(), |u| answering.iter().any(|a| a == u))
+                }
+            }
+            _ = rediscover.tick() => {
+                match discover(&backend).await {
+                    Ok(new) if new != *inventory_rx.borrow() => {
+                        tracing::info!(gpus = new.gpus.len(), "the node's GPUs changed");
+                        let uuids: Vec<String> = new.gpus.iter().map(|g| g.uuid.clone()).collect();
+                        tracker.retain(&uuids);
+                        if cfg.publish {
+                            publish_and_log(&cluster, &node, &new).await;
+                        }
+                        inventory_tx.send_replace(new);
+                        health_tx.send_replace(tracker.map().clone());
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "rediscovery failed; keeping the last inventory"),
+                }
+                Vec::new()
+            }
+        };
+        if transitions.is_empty() {
+            // An ignored XID still counts for metrics.
+            health_tx.send_if_modified(|h| {
+                let changed = h != tracker.map();
+                if changed {
+                    *h = tracker.map().clone();
+                }
+                changed
+            });
+            continue;
+        }
+        health_tx.send_replace(tracker.map().clone());
+        for t in &transitions {
+            let inv = inventory_rx.borrow().clone();
+            let (kind, reason, note) = match t {
+                Transition::Unhealthy { uuid, fault } => (
+                    "Warning",
+                    fault.reason(),
+                    format!("GPU {} ({uuid}) is unhealthy: {}; the kubelet no longer hands it out", index_of(&inv, uuid), fault.describe()),
+                ),
+                Transition::Recovered { uuid } => (
+                    "Normal",
+                    "GpuRecovered",
+                    format!("GPU {} ({uuid}) is healthy again", index_of(&inv, uuid)),
+                ),
+            };
+            tracing::warn!(reason, "{note}");
+            if cfg.publish {
+                cluster.node_event(&node, kind, reason, &note).await;
+            }
+        }
+        if cfg.publish {
+            condition(&cluster, &node, &tracker).await;
+        }
+    }
+    if let Some(task) = plugin_task {
+        match task.await {
+            Ok(r) => r?,
+            Err(e) => tracing::error!(error = %e, "device plugin task failed"),
+        }
+    }
+    let _ = metrics_task.await;
+    Ok(())
+}
+
+async fn wait_plugin(
+    task: &mut Option<tokio::task::JoinHandle<Result<(), PluginError>>>,
+) -> Result<Result<(), PluginError>, tokio::task::JoinError> {
+    match task {
+        Some(t) => t.await,
+        None => std::future::pending().await,
+    }
+}
+
+fn index_of(inv: &Inventory, uuid: &str) -> String {
+    inv.gpu_by_uuid(uuid)
+        .map(|g| g.index.to_string())
+        .unwrap_or_else(|| "?".into())
+}
+
+async fn publish_and_log(cluster: &Cluster, node: &str, inv: &Inventory) {
+    match publish::publish(cluster, node, inv).await {
+        Ok(true) => tracing::info!(node, topology = %inv.template(), "published the node's GPU labels and topology"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(node, error = %e, "cannot publish the node's GPU labels"),
+    }
+}
+
+async fn condition(cluster: &Cluster, node: &str, tracker: &HealthTracker) {
+    let sick: Vec<String> = tracker
+        .map()
+        .iter()
+        .filter_map(|(u, h)| h.fault.as_ref().map(|f| format!("{u}: {}", f.describe())))
+        .collect();
+    let (reason, message) = if sick.is_empty() {
+        ("AllGpusHealthy", "every GPU is healthy".to_string())
+    } else {
+        let reason = tracker
+            .map()
+            .values()
+            .find_map(|h| h.fault.as_ref())
+            .map(|f| f.reason())
+            .unwrap_or("XidError");
+        (reason, sick.join("; "))
+    };
+    if let Err(e) = cluster
+        .set_gpu_condition(node, !sick.is_empty(), reason, &message)
+        .await
+    {
+        tracing::warn!(node, error = %e, "cannot set the node's GPU condition");
+    }
+}
+
+fn scraper(
+    node: String,
+    backend: Arc<dyn GpuBackend>,
+    inventory: watch::Receiver<Inventory>,
+    health: watch::Receiver<HealthMap>,
+    counters: Arc<Counters>,
+    pod_resources: PathBuf,
+    resource: String,
+) -> Scrape {
+    Arc::new(move || {
+        let node = node.clone();
+        let backend = backend.clone();
+        let inv = inventory.borrow().clone();
+        let health = health.borrow().clone();
+        let counters = counters.clone();
+        let pod_resources = pod_resources.clone();
+        let resource = resource.clone();
+        Box::pin(async move {
+            let gpus = inv.gpus.clone();
+            let samples = tokio::task::spawn_blocking(move || {
+                gpus.iter().map(|g| backend.sample(g).ok()).collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default();
+            let holders = match tokio::time::timeout(
+                POD_RESOURCES_TIMEOUT,
+                device_holders(&pod_resources, &resource),
+            )
+            .await
+            {
+                Ok(Ok(h)) => h,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "no pod labels on GPU metrics");
+                    Default::default()
+                }
+                Err(_) => Default::default(),
+            };
+            let rows: Vec<GpuRow<'_>> = inv
+                .gpus
+                .iter()
+                .zip(samples.into_iter().chain(std::iter::repeat(None)))
+                .map(|(gpu, sample)| GpuRow {
+                    gpu,
+                    sample,
+                    health: health.get(&gpu.uuid).cloned().unwrap_or_default(),
+                    holder: holders.get(&gpu.uuid).cloned(),
+                })
+                .collect();
+            metrics::render(&node, &rows, &counters)
+        })
+    })
+}
