@@ -60,22 +60,40 @@ pub fn aligned(
         (island.len(), numa.len(), switches.len(), sorted)
     };
     if binomial(rest.len() as u64, need as u64) > MAX_SUBSETS {
-        // Greedy: grow from `must` by the GPU that keeps the score lowest.
-        let mut set: Vec<u32> = must.iter().copied().collect();
-        for _ in 0..need {
-            let (pos, _) = rest
-                .iter()
-                .enumerate()
-                .map(|(p, i)| {
-                    let mut s = set.clone();
-                    s.push(*i);
-                    (p, score(&s))
+        // Greedy: grow from `must` (or from each GPU in turn when there is none) by the
+        // GPU that keeps the score lowest; keep the best grown set.
+        let grow = |mut set: Vec<u32>, mut pool: Vec<u32>| -> Vec<u32> {
+            while set.len() < size {
+                let (pos, _) = pool
+                    .iter()
+                    .enumerate()
+                    .map(|(p, i)| {
+                        let mut s = set.clone();
+                        s.push(*i);
+                        (p, score(&s))
+                    })
+                    .min_by(|a, b| a.1.cmp(&b.1))
+                    .expect("enough GPUs");
+                set.push(pool.remove(pos));
+            }
+            set.sort();
+            set
+        };
+        let seeds: Vec<(Vec<u32>, Vec<u32>)> = if must.is_empty() && need > 0 {
+            (0..rest.len())
+                .map(|p| {
+                    let mut pool = rest.clone();
+                    let seed = pool.remove(p);
+                    (vec![seed], pool)
                 })
-                .min_by(|a, b| a.1.cmp(&b.1))?;
-            set.push(rest.remove(pos));
-        }
-        set.sort();
-        return Some(set);
+                .collect()
+        } else {
+            vec![(must.iter().copied().collect(), rest.clone())]
+        };
+        return seeds
+            .into_iter()
+            .map(|(set, pool)| grow(set, pool))
+            .min_by_key(|set| score(set));
     }
     let mut best: Option<(_, Vec<u32>)> = None;
     let mut pick = Vec::with_capacity(need);

@@ -14,7 +14,6 @@ pub mod metrics;
 pub mod nvml;
 pub mod plugin;
 pub mod publish;
-pub mod rules;
 pub mod sysfs;
 
 /// The kubelet's gRPC APIs, generated from the vendored protos.

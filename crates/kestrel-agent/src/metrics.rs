@@ -338,6 +338,32 @@ mod tests {
         ] {
             assert!(text.contains(&needle), "{needle} not in\n{text}");
         }
+        // Every alert the chart ships is over a series exported here.
+        let full = render(
+            "gpu-0",
+            &[GpuRow {
+                sample: Some(GpuSample {
+                    ecc_uncorrected: Some(0),
+                    ..rows[0].sample.clone().unwrap()
+                }),
+                health: GpuHealth::default(),
+                holder: None,
+                gpu: &gpu,
+            }],
+            &counters,
+        );
+        for rule in kestrel_kube::deploy::AGENT_RULES {
+            let metric = rule
+                .expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .find(|w| w.starts_with("DCGM_") || w.starts_with("kestrel_"))
+                .unwrap_or_else(|| panic!("{}: no metric in {}", rule.alert, rule.expr));
+            assert!(
+                full.contains(&format!("\n{metric}{{")),
+                "{}: {metric} is not exported",
+                rule.alert
+            );
+        }
         // A reading the GPU does not support is left out, family and all.
         assert!(!text.contains("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), "{text}");
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");

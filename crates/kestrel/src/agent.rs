@@ -90,6 +90,9 @@ pub struct AgentArgs {
     metrics_addr: SocketAddr,
     #[arg(long, value_enum, default_value = "plain")]
     log_format: LogFormat,
+    /// Print a PrometheusRule with alerts on the agent's metrics and exit.
+    #[arg(long)]
+    prometheus_rules: bool,
     /// Print what discovery finds (GPUs, NICs, the topology template, the labels and
     /// annotations the agent would publish) as JSON and exit; needs no cluster.
     #[arg(long)]
@@ -120,6 +123,10 @@ fn health_policy(args: &AgentArgs) -> Result<HealthPolicy> {
 }
 
 pub fn run(args: AgentArgs) -> Result<()> {
+    if args.prometheus_rules {
+        print!("{}", kestrel_kube::deploy::render_agent_rules());
+        return Ok(());
+    }
     if !args.discover {
         init_logging(args.log_format);
     }

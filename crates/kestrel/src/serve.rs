@@ -76,10 +76,20 @@ pub struct ManifestsArgs {
     /// Print the chart's values.yaml instead.
     #[arg(long)]
     values: bool,
+    /// Print the node agent's manifests (deploy/kestrel-agent.yaml) instead.
+    #[arg(long, conflicts_with_all = ["helm", "values"])]
+    agent: bool,
+    /// Print the node agent's Helm template (charts/kestrel/templates/agent.yaml) instead.
+    #[arg(long, conflicts_with_all = ["helm", "values", "agent"])]
+    agent_helm: bool,
 }
 
 pub fn manifests(args: ManifestsArgs) -> Result<()> {
-    let text = if args.helm {
+    let text = if args.agent {
+        kestrel_kube::deploy::render_agent_plain()
+    } else if args.agent_helm {
+        kestrel_kube::deploy::render_agent_helm()
+    } else if args.helm {
         kestrel_kube::deploy::render_helm()
     } else if args.values {
         kestrel_kube::deploy::render_values()
