@@ -384,3 +384,41 @@ fn scraper(
         })
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without the NVIDIA library: an error that says so and points at --fake-gpus, or
+    /// (serve) zero GPUs. On a machine with the library, NVML loads and there is nothing
+    /// to check.
+    #[tokio::test]
+    async fn without_nvml_the_agent_explains_or_serves_zero_gpus() {
+        let root = PathBuf::from("/nonexistent-sysfs");
+        match open_backend(None, root.clone(), WithoutNvml::Exit) {
+            Err(AgentError::Backend(e @ BackendError::NvmlUnavailable(_))) => {
+                let text = e.to_string();
+                assert!(text.contains("libnvidia-ml.so.1"), "{text}");
+                assert!(text.contains("--fake-gpus FILE"), "{text}");
+            }
+            Ok(b) => {
+                assert_eq!(b.kind(), "nvml");
+                return;
+            }
+            Err(other) => panic!("{other}"),
+        }
+        let b = open_backend(None, root, WithoutNvml::Serve).unwrap();
+        assert_eq!(b.kind(), "none");
+        let inv = discover(&b).await.unwrap();
+        assert!(inv.gpus.is_empty());
+        // A bad fake file is an error naming it.
+        let Err(e) = open_backend(
+            Some(std::path::Path::new("/nonexistent/gpus.yaml")),
+            PathBuf::from("/sys"),
+            WithoutNvml::Exit,
+        ) else {
+            panic!("a missing fake file opened")
+        };
+        assert!(e.to_string().contains("/nonexistent/gpus.yaml"), "{e}");
+    }
+}
