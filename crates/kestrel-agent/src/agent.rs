@@ -128,10 +128,9 @@ pub async fn run(
     let node = cfg.node.clone();
 
     if cfg.publish {
-        publish_and_log(&cluster, &node, &inv).await;
-        if !inv.gpus.is_empty() {
-            condition(&cluster, &node, &tracker).await;
-        }
+        // In the background: a slow API server must not hold up /healthz or the plugin.
+        let (cluster, node, inv) = (cluster.clone(), node.clone(), inv.clone());
+        tokio::spawn(async move { publish_and_log(&cluster, &node, &inv).await });
     }
 
     // Metrics.
@@ -186,6 +185,11 @@ pub async fn run(
     let mut tick = tokio::time::interval(HEALTH_TICK);
     let mut rediscover = tokio::time::interval(cfg.rediscover_every);
     rediscover.tick().await;
+    // The condition is written from this loop only, so writes keep the order of the
+    // health changes.
+    if cfg.publish && !inventory_rx.borrow().gpus.is_empty() {
+        condition(&cluster, &node, &tracker).await;
+    }
     let mut events_open = true;
     loop {
         let transitions: Vec<Transition> = tokio::select! {
@@ -223,17 +227,21 @@ pub async fn run(
             }
             _ = rediscover.tick() => {
                 match discover(&backend).await {
-                    Ok(new) if new != *inventory_rx.borrow() => {
-                        tracing::info!(gpus = new.gpus.len(), "the node's GPUs changed");
-                        let uuids: Vec<String> = new.gpus.iter().map(|g| g.uuid.clone()).collect();
-                        tracker.retain(&uuids);
+                    Ok(new) => {
+                        let changed = new != *inventory_rx.borrow();
+                        // Published every time: it patches only what differs, so a failed
+                        // earlier write or a removed label is put right.
                         if cfg.publish {
                             publish_and_log(&cluster, &node, &new).await;
                         }
-                        inventory_tx.send_replace(new);
-                        health_tx.send_replace(tracker.map().clone());
+                        if changed {
+                            tracing::info!(gpus = new.gpus.len(), "the node's GPUs changed");
+                            let uuids: Vec<String> = new.gpus.iter().map(|g| g.uuid.clone()).collect();
+                            tracker.retain(&uuids);
+                            inventory_tx.send_replace(new);
+                            health_tx.send_replace(tracker.map().clone());
+                        }
                     }
-                    Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "rediscovery failed; keeping the last inventory"),
                 }
                 Vec::new()
