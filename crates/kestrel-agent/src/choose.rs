@@ -25,7 +25,7 @@ pub fn aligned(
     size: usize,
 ) -> Option<Vec<u32>> {
     let must: BTreeSet<u32> = must.iter().copied().collect();
-    let mut rest: Vec<u32> = available
+    let rest: Vec<u32> = available
         .iter()
         .copied()
         .filter(|i| !must.contains(i))

@@ -314,6 +314,6 @@ fn agent_bad_input_fails_with_a_clear_message() {
     let out = kestrel(&["agent", "--prometheus-rules"]);
     let (stdout, _) = text(&out);
     assert!(out.status.success());
-    assert!(stdout.contains("kind: PrometheusRule"), "{stdout}");
-    assert!(stdout.contains("alert: KestrelGpuUnhealthy"), "{stdout}");
+    assert!(stdout.contains("kind: \"PrometheusRule\""), "{stdout}");
+    assert!(stdout.contains("alert: \"KestrelGpuUnhealthy\""), "{stdout}");
 }
