@@ -122,7 +122,8 @@ pub async fn run(
     );
     let counters = Arc::new(Counters::default());
     counters.discovered.store(true, Ordering::Relaxed);
-    let mut tracker = HealthTracker::new(inv.gpus.iter().map(|g| g.uuid.clone()), cfg.health.clone());
+    let mut tracker =
+        HealthTracker::new(inv.gpus.iter().map(|g| g.uuid.clone()), cfg.health.clone());
     let (inventory_tx, inventory_rx) = watch::channel(inv.clone());
     let (health_tx, health_rx) = watch::channel(tracker.map().clone());
     let node = cfg.node.clone();
@@ -149,14 +150,22 @@ pub async fn run(
         health_rx.clone(),
         counters.clone(),
         cfg.pod_resources_socket.clone(),
-        cfg.plugin.as_ref().map(|p| p.resource_name.clone()).unwrap_or_else(|| kestrel_core::GPU_RESOURCE.into()),
+        cfg.plugin
+            .as_ref()
+            .map(|p| p.resource_name.clone())
+            .unwrap_or_else(|| kestrel_core::GPU_RESOURCE.into()),
     );
     let plugin_on = cfg.plugin.is_some();
     let c = counters.clone();
     let readiness = Arc::new(move || {
         c.discovered.load(Ordering::Relaxed) && (!plugin_on || c.registered.load(Ordering::Relaxed))
     });
-    let metrics_task = tokio::spawn(metrics::serve(listener, scrape, readiness, shutdown.clone()));
+    let metrics_task = tokio::spawn(metrics::serve(
+        listener,
+        scrape,
+        readiness,
+        shutdown.clone(),
+    ));
 
     // Device plugin.
     let mut plugin_task = cfg.plugin.map(|p| {
@@ -265,7 +274,11 @@ pub async fn run(
                 Transition::Unhealthy { uuid, fault } => (
                     "Warning",
                     fault.reason(),
-                    format!("GPU {} ({uuid}) is unhealthy: {}; the kubelet no longer hands it out", index_of(&inv, uuid), fault.describe()),
+                    format!(
+                        "GPU {} ({uuid}) is unhealthy: {}; the kubelet no longer hands it out",
+                        index_of(&inv, uuid),
+                        fault.describe()
+                    ),
                 ),
                 Transition::Recovered { uuid } => (
                     "Normal",
@@ -309,7 +322,9 @@ fn index_of(inv: &Inventory, uuid: &str) -> String {
 
 async fn publish_and_log(cluster: &Cluster, node: &str, inv: &Inventory) {
     match publish::publish(cluster, node, inv).await {
-        Ok(true) => tracing::info!(node, topology = %inv.template(), "published the node's GPU labels and topology"),
+        Ok(true) => {
+            tracing::info!(node, topology = %inv.template(), "published the node's GPU labels and topology")
+        }
         Ok(false) => {}
         Err(e) => tracing::warn!(node, error = %e, "cannot publish the node's GPU labels"),
     }
@@ -360,7 +375,9 @@ fn scraper(
         Box::pin(async move {
             let gpus = inv.gpus.clone();
             let samples = tokio::task::spawn_blocking(move || {
-                gpus.iter().map(|g| backend.sample(g).ok()).collect::<Vec<_>>()
+                gpus.iter()
+                    .map(|g| backend.sample(g).ok())
+                    .collect::<Vec<_>>()
             })
             .await
             .unwrap_or_default();

@@ -18,12 +18,7 @@ const MAX_SUBSETS: u64 = 20_000;
 /// The best-connected `size` GPUs among `available` (GPU indices), containing `must`:
 /// fewest NVLink islands (a GPU without NVLink counts as its own), then fewest NUMA nodes,
 /// then fewest PCIe switches, then the lowest indices. `None` when there are too few.
-pub fn aligned(
-    inv: &Inventory,
-    available: &[u32],
-    must: &[u32],
-    size: usize,
-) -> Option<Vec<u32>> {
+pub fn aligned(inv: &Inventory, available: &[u32], must: &[u32], size: usize) -> Option<Vec<u32>> {
     let must: BTreeSet<u32> = must.iter().copied().collect();
     let rest: Vec<u32> = available
         .iter()
@@ -117,7 +112,13 @@ fn binomial(n: u64, k: u64) -> u64 {
     r
 }
 
-fn combinations(items: &[u32], k: usize, from: usize, pick: &mut Vec<u32>, f: &mut dyn FnMut(&[u32])) {
+fn combinations(
+    items: &[u32],
+    k: usize,
+    from: usize,
+    pick: &mut Vec<u32>,
+    f: &mut dyn FnMut(&[u32]),
+) {
     if pick.len() == k {
         f(pick);
         return;
@@ -208,7 +209,10 @@ impl Candidate {
     }
 }
 
-fn gpu_request(resources: Option<&k8s_openapi::api::core::v1::ResourceRequirements>, resource: &str) -> u32 {
+fn gpu_request(
+    resources: Option<&k8s_openapi::api::core::v1::ResourceRequirements>,
+    resource: &str,
+) -> u32 {
     let Some(r) = resources else { return 0 };
     // Extended resources: limits and requests are equal; either may be written.
     r.limits
@@ -252,7 +256,10 @@ pub fn candidates(pods: &[Pod], node: &str, resource: &str) -> Vec<Candidate> {
             }
             let scheduled = status
                 .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "True"))
+                .and_then(|cs| {
+                    cs.iter()
+                        .find(|c| c.type_ == "PodScheduled" && c.status == "True")
+                })
                 .and_then(|c| c.last_transition_time.as_ref())
                 .map(|t| t.0.to_string());
             let created = pod
@@ -315,7 +322,10 @@ mod tests {
         let all: Vec<u32> = (0..8).collect();
         assert_eq!(aligned(&i, &all, &[], 4).unwrap(), [0, 1, 2, 3]);
         // 1 and 2 taken: 4-7 is the only whole island.
-        assert_eq!(aligned(&i, &[0, 3, 4, 5, 6, 7], &[], 4).unwrap(), [4, 5, 6, 7]);
+        assert_eq!(
+            aligned(&i, &[0, 3, 4, 5, 6, 7], &[], 4).unwrap(),
+            [4, 5, 6, 7]
+        );
         // A pair: same switch beats same island.
         assert_eq!(aligned(&i, &[0, 2, 3, 5], &[], 2).unwrap(), [2, 3]);
         // must-include is honoured.
@@ -341,7 +351,14 @@ mod tests {
         assert_eq!(format_indices(&[6, 7]), "6,7");
     }
 
-    fn pod(name: &str, node: &str, phase: &str, indices: Option<&str>, gpus: &[u32], scheduled: &str) -> Pod {
+    fn pod(
+        name: &str,
+        node: &str,
+        phase: &str,
+        indices: Option<&str>,
+        gpus: &[u32],
+        scheduled: &str,
+    ) -> Pod {
         let containers: Vec<serde_json::Value> = gpus
             .iter()
             .enumerate()
@@ -370,13 +387,62 @@ mod tests {
     #[test]
     fn candidates_are_this_nodes_pending_stamped_gpu_pods_oldest_first() {
         let pods = vec![
-            pod("late", "n1", "Pending", Some("4,5"), &[2], "2026-01-01T00:00:09Z"),
-            pod("early", "n1", "Pending", Some("0,1"), &[2], "2026-01-01T00:00:05Z"),
-            pod("running", "n1", "Running", Some("2,3"), &[2], "2026-01-01T00:00:01Z"),
-            pod("elsewhere", "n2", "Pending", Some("0,1"), &[2], "2026-01-01T00:00:01Z"),
-            pod("unstamped", "n1", "Pending", None, &[2], "2026-01-01T00:00:01Z"),
-            pod("cpu", "n1", "Pending", Some("0"), &[0], "2026-01-01T00:00:01Z"),
-            pod("bad", "n1", "Pending", Some("0,nine"), &[1], "2026-01-01T00:00:07Z"),
+            pod(
+                "late",
+                "n1",
+                "Pending",
+                Some("4,5"),
+                &[2],
+                "2026-01-01T00:00:09Z",
+            ),
+            pod(
+                "early",
+                "n1",
+                "Pending",
+                Some("0,1"),
+                &[2],
+                "2026-01-01T00:00:05Z",
+            ),
+            pod(
+                "running",
+                "n1",
+                "Running",
+                Some("2,3"),
+                &[2],
+                "2026-01-01T00:00:01Z",
+            ),
+            pod(
+                "elsewhere",
+                "n2",
+                "Pending",
+                Some("0,1"),
+                &[2],
+                "2026-01-01T00:00:01Z",
+            ),
+            pod(
+                "unstamped",
+                "n1",
+                "Pending",
+                None,
+                &[2],
+                "2026-01-01T00:00:01Z",
+            ),
+            pod(
+                "cpu",
+                "n1",
+                "Pending",
+                Some("0"),
+                &[0],
+                "2026-01-01T00:00:01Z",
+            ),
+            pod(
+                "bad",
+                "n1",
+                "Pending",
+                Some("0,nine"),
+                &[1],
+                "2026-01-01T00:00:07Z",
+            ),
         ];
         let c = candidates(&pods, "n1", "nvidia.com/gpu");
         let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
@@ -387,7 +453,14 @@ mod tests {
 
     #[test]
     fn containers_take_the_chosen_indices_in_turn() {
-        let mut p = pod("two", "n1", "Pending", Some("6,7,2"), &[2, 0, 1], "2026-01-01T00:00:05Z");
+        let mut p = pod(
+            "two",
+            "n1",
+            "Pending",
+            Some("6,7,2"),
+            &[2, 0, 1],
+            "2026-01-01T00:00:05Z",
+        );
         let c = &candidates(std::slice::from_ref(&p), "n1", "nvidia.com/gpu")[0];
         assert_eq!(c.requests, [2, 1]);
         assert_eq!(c.next_chosen().unwrap().unwrap(), [6, 7]);

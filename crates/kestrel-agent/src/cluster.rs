@@ -135,7 +135,10 @@ impl Cluster {
         match self {
             Cluster::Kube(client) => {
                 let now = Timestamp::now();
-                let ns = regarding.namespace.clone().unwrap_or_else(|| "default".into());
+                let ns = regarding
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into());
                 let event = Event {
                     metadata: ObjectMeta {
                         name: Some(format!("{name}.{:x}", now.as_nanosecond())),
@@ -157,11 +160,12 @@ impl Cluster {
                     tracing::warn!(object = %name, reason, error = %e, "cannot write event");
                 }
             }
-            Cluster::Memory(m) => m.events.lock().expect("events lock").push((
-                name,
-                reason.into(),
-                note.into(),
-            )),
+            Cluster::Memory(m) => {
+                m.events
+                    .lock()
+                    .expect("events lock")
+                    .push((name, reason.into(), note.into()))
+            }
         }
     }
 
@@ -182,7 +186,10 @@ impl Cluster {
             }
             Cluster::Memory(m) => {
                 apply_changes(&mut m.labels.lock().expect("labels lock"), labels);
-                apply_changes(&mut m.annotations.lock().expect("annotations lock"), annotations);
+                apply_changes(
+                    &mut m.annotations.lock().expect("annotations lock"),
+                    annotations,
+                );
                 Ok(())
             }
         }

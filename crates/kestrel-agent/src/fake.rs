@@ -141,8 +141,7 @@ impl FakeBackend {
             ));
         }
         let count = doc.gpu.count;
-        let (devices, template_nics) =
-            topology.devices(&doc.gpu.model, doc.gpu.memory_mib, count);
+        let (devices, template_nics) = topology.devices(&doc.gpu.model, doc.gpu.memory_mib, count);
 
         let mut overrides: BTreeMap<u32, GpuOverride> = BTreeMap::new();
         for (i, o) in doc.gpus.into_iter().enumerate() {
@@ -172,7 +171,10 @@ impl FakeBackend {
                 }
             }
             if overrides.insert(o.index, o).is_some() {
-                return Err(err(&field, "a second entry for this GPU; merge them".into()));
+                return Err(err(
+                    &field,
+                    "a second entry for this GPU; merge them".into(),
+                ));
             }
         }
 
@@ -317,7 +319,9 @@ fn deliver(state: &Mutex<FakeState>, event: HealthEvent) {
         }
         HealthEvent::Xid { .. } => {}
     }
-    state.subscribers.retain(|tx| tx.send(event.clone()).is_ok());
+    state
+        .subscribers
+        .retain(|tx| tx.send(event.clone()).is_ok());
 }
 
 impl GpuBackend for FakeBackend {
@@ -404,7 +408,10 @@ mod tests {
         assert_eq!(fake.sample(g2).unwrap().utilization_pct, Some(50));
         // Events sorted by time.
         assert_eq!(fake.timeline()[0].at, 30_000);
-        assert!(matches!(fake.timeline()[1].event, HealthEvent::Recovered { .. }));
+        assert!(matches!(
+            fake.timeline()[1].event,
+            HealthEvent::Recovered { .. }
+        ));
         // Flat by default.
         let flat = parse("gpu: {model: L4, count: 2, memoryMiB: 23034}\n").unwrap();
         let inv = flat.discover().unwrap();
@@ -489,7 +496,9 @@ mod tests {
         let Err(missing) = FakeBackend::load(Path::new("/nonexistent/gpus.yaml")) else {
             panic!("a missing file loaded")
         };
-        assert!(missing.to_string().starts_with("/nonexistent/gpus.yaml: cannot read"));
+        assert!(missing
+            .to_string()
+            .starts_with("/nonexistent/gpus.yaml: cannot read"));
     }
 
     #[tokio::test(start_paused = true)]

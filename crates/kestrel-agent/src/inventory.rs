@@ -114,10 +114,8 @@ impl Inventory {
                 self.gpu_by_index(d.index)
                     .is_some_and(|g| g.numa_node == d.numa_node)
             });
-            let theirs: BTreeMap<u32, Option<u32>> = devices
-                .iter()
-                .map(|d| (d.index, d.nvlink_island))
-                .collect();
+            let theirs: BTreeMap<u32, Option<u32>> =
+                devices.iter().map(|d| (d.index, d.nvlink_island)).collect();
             if numa_matches && same_partition(&islands, &theirs) {
                 return template;
             }
@@ -241,7 +239,10 @@ mod tests {
 
     #[test]
     fn label_values_are_kubernetes_safe() {
-        assert_eq!(label_value(" NVIDIA A100-SXM4-80GB "), "NVIDIA-A100-SXM4-80GB");
+        assert_eq!(
+            label_value(" NVIDIA A100-SXM4-80GB "),
+            "NVIDIA-A100-SXM4-80GB"
+        );
         assert_eq!(label_value("(weird)"), "weird");
         assert_eq!(label_value(&"x".repeat(80)).len(), 63);
     }

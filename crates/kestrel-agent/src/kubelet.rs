@@ -45,7 +45,12 @@ pub async fn channel(path: &Path) -> Result<Channel, KubeletError> {
         .await
         .map_err(|e| KubeletError::Connect {
             path: path.to_path_buf(),
-            error: format!("{e}: {}", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default()),
+            error: format!(
+                "{e}: {}",
+                std::error::Error::source(&e)
+                    .map(|s| s.to_string())
+                    .unwrap_or_default()
+            ),
         })
 }
 
@@ -102,7 +107,11 @@ pub async fn device_holders(
     let mut out = BTreeMap::new();
     for pod in list.pod_resources {
         for c in pod.containers {
-            for d in c.devices.iter().filter(|d| d.resource_name == resource_name) {
+            for d in c
+                .devices
+                .iter()
+                .filter(|d| d.resource_name == resource_name)
+            {
                 for id in &d.device_ids {
                     out.insert(
                         id.clone(),
@@ -129,7 +138,8 @@ pub fn check_resource_name(name: &str) -> Result<(), String> {
     let dns_label = |l: &str| {
         !l.is_empty()
             && l.len() <= 63
-            && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && l.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
             && !l.starts_with('-')
             && !l.ends_with('-')
     };
@@ -167,7 +177,9 @@ mod tests {
     fn resource_names() {
         check_resource_name("nvidia.com/gpu").unwrap();
         check_resource_name("example.com/gpu-h100").unwrap();
-        assert!(check_resource_name("gpu").unwrap_err().contains("no domain"));
+        assert!(check_resource_name("gpu")
+            .unwrap_err()
+            .contains("no domain"));
         assert!(check_resource_name("kubernetes.io/gpu")
             .unwrap_err()
             .contains("reserved"));

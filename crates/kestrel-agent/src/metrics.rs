@@ -142,7 +142,8 @@ pub fn render(hostname: &str, rows: &[GpuRow<'_>], counters: &Counters) -> Strin
     family(
         Family {
             name: "DCGM_FI_DEV_XID_ERRORS",
-            help: "The most recent XID error code seen on the GPU (0: none since the agent started).",
+            help:
+                "The most recent XID error code seen on the GPU (0: none since the agent started).",
             kind: "gauge",
         },
         &|r| Some(r.health.last_xid.to_string()),
@@ -321,7 +322,9 @@ mod tests {
             }),
         }];
         let counters = Counters::default();
-        counters.allocations_scheduler.fetch_add(3, Ordering::Relaxed);
+        counters
+            .allocations_scheduler
+            .fetch_add(3, Ordering::Relaxed);
         let text = render("gpu-0", &rows, &counters);
         let l = r#"{gpu="2",UUID="GPU-abc",device="nvidia2",modelName="NVIDIA H100 80GB HBM3",Hostname="gpu-0",container="main",namespace="ml",pod="train-0"}"#;
         for needle in [

@@ -124,7 +124,8 @@ impl GpuBackend for NvmlBackend {
             .map(|(g, _)| g.index)
             .collect();
         for (g, ends) in gpus.iter_mut().zip(&remotes) {
-            let mut peers: BTreeSet<u32> = ends.iter().filter_map(|e| by_bus.get(e)).copied().collect();
+            let mut peers: BTreeSet<u32> =
+                ends.iter().filter_map(|e| by_bus.get(e)).copied().collect();
             if switched.contains(&g.index) {
                 peers.extend(switched.iter().copied());
             }
@@ -210,11 +211,7 @@ fn watch(nvml: Nvml, uuids: Vec<String>, tx: UnboundedSender<HealthEvent>) {
             }
         }
     }
-    let probe = |uuid: &str| {
-        nvml.device_by_uuid(uuid)
-            .and_then(|d| d.pci_info())
-            .is_ok()
-    };
+    let probe = |uuid: &str| nvml.device_by_uuid(uuid).and_then(|d| d.pci_info()).is_ok();
     let mut last_probe = Instant::now();
     while !tx.is_closed() {
         let event = match &set {

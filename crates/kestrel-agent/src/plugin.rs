@@ -20,9 +20,9 @@ use crate::metrics::Counters;
 use crate::proto::deviceplugin::device_plugin_server::{DevicePlugin, DevicePluginServer};
 use crate::proto::deviceplugin::{
     AllocateRequest, AllocateResponse, CdiDevice, ContainerAllocateResponse,
-    ContainerPreferredAllocationResponse, Device, DevicePluginOptions, Empty,
-    ListAndWatchResponse, NumaNode, PreStartContainerRequest, PreStartContainerResponse,
-    PreferredAllocationRequest, PreferredAllocationResponse, TopologyInfo,
+    ContainerPreferredAllocationResponse, Device, DevicePluginOptions, Empty, ListAndWatchResponse,
+    NumaNode, PreStartContainerRequest, PreStartContainerResponse, PreferredAllocationRequest,
+    PreferredAllocationResponse, TopologyInfo,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
@@ -71,7 +71,10 @@ pub enum PluginError {
     )]
     NoDir(PathBuf),
     #[error("cannot listen on {path}: {error}")]
-    Listen { path: PathBuf, error: std::io::Error },
+    Listen {
+        path: PathBuf,
+        error: std::io::Error,
+    },
 }
 
 pub struct PluginConfig {
@@ -189,7 +192,9 @@ impl Service {
             }
         }
         if let Some(m) = must.iter().find(|m| !chosen.contains(m)) {
-            return Some(format!("the kubelet requires GPU {m}, which the choice leaves out"));
+            return Some(format!(
+                "the kubelet requires GPU {m}, which the choice leaves out"
+            ));
         }
         None
     }
@@ -277,7 +282,11 @@ impl Service {
         oldest.cloned()
     }
 
-    async fn allocate_one(&self, inv: &Inventory, ids: &[String]) -> Result<ContainerAllocateResponse, Status> {
+    async fn allocate_one(
+        &self,
+        inv: &Inventory,
+        ids: &[String],
+    ) -> Result<ContainerAllocateResponse, Status> {
         let indices = self.indices(inv, ids)?;
         let uuids: Vec<&str> = indices
             .iter()
@@ -473,7 +482,8 @@ pub async fn run(
         let kubelet_id = loop {
             let id = identity(&kubelet_socket);
             if id.is_some() {
-                match kubelet::register(&kubelet_socket, &cfg.socket_name, &cfg.resource_name).await {
+                match kubelet::register(&kubelet_socket, &cfg.socket_name, &cfg.resource_name).await
+                {
                     Ok(()) => break id,
                     Err(e) => tracing::warn!(error = %e, "registering with the kubelet"),
                 }

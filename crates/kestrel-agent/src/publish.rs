@@ -70,18 +70,16 @@ pub async fn publish(cluster: &Cluster, node: &str, inv: &Inventory) -> Result<b
     if labels.is_empty() && annotations.is_empty() {
         return Ok(false);
     }
-    cluster
-        .patch_node_meta(node, &labels, &annotations)
-        .await?;
+    cluster.patch_node_meta(node, &labels, &annotations).await?;
     Ok(true)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::GpuBackend;
     use crate::cluster::MemoryCluster;
     use crate::fake::FakeBackend;
-    use crate::backend::GpuBackend;
     use kestrel_k8s::nodes::node_from_kube;
     use std::path::Path;
 
@@ -104,8 +102,13 @@ mod tests {
             .await
             .unwrap();
         assert!(publish(&cluster, "gpu-0", &inv).await.unwrap());
-        assert!(!publish(&cluster, "gpu-0", &inv).await.unwrap(), "nothing changed");
-        let Cluster::Memory(m) = &cluster else { unreachable!() };
+        assert!(
+            !publish(&cluster, "gpu-0", &inv).await.unwrap(),
+            "nothing changed"
+        );
+        let Cluster::Memory(m) = &cluster else {
+            unreachable!()
+        };
         let labels = m.labels.lock().unwrap().clone();
         let annotations = m.annotations.lock().unwrap().clone();
         assert_eq!(labels["nvidia.com/gpu.product"], "NVIDIA-H100-80GB-HBM3");
@@ -141,10 +144,19 @@ mod tests {
             g.clique = None;
         }
         assert!(publish(&cluster, "gpu-0", &inv2).await.unwrap());
-        assert!(!m.labels.lock().unwrap().contains_key("nvidia.com/gpu.clique"));
+        assert!(!m
+            .labels
+            .lock()
+            .unwrap()
+            .contains_key("nvidia.com/gpu.clique"));
         // No GPUs: every key the agent owns goes.
-        publish(&cluster, "gpu-0", &Inventory::default()).await.unwrap();
-        assert_eq!(m.labels.lock().unwrap().keys().collect::<Vec<_>>(), ["team"]);
+        publish(&cluster, "gpu-0", &Inventory::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            m.labels.lock().unwrap().keys().collect::<Vec<_>>(),
+            ["team"]
+        );
         assert!(m.annotations.lock().unwrap().is_empty());
     }
 }

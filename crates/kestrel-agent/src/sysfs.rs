@@ -93,10 +93,14 @@ impl Sysfs {
     /// ports) and sets `pcie_switch` on each.
     pub fn assign_switches(&self, gpus: &mut [Gpu], nics: &mut [Nic]) {
         let mut keys: BTreeMap<String, u32> = BTreeMap::new();
-        let gpu_keys: Vec<Option<String>> =
-            gpus.iter().map(|g| self.switch_key(&g.pci_bus_id)).collect();
-        let nic_keys: Vec<Option<String>> =
-            nics.iter().map(|n| self.switch_key(&n.pci_bus_id)).collect();
+        let gpu_keys: Vec<Option<String>> = gpus
+            .iter()
+            .map(|g| self.switch_key(&g.pci_bus_id))
+            .collect();
+        let nic_keys: Vec<Option<String>> = nics
+            .iter()
+            .map(|n| self.switch_key(&n.pci_bus_id))
+            .collect();
         for k in gpu_keys.iter().chain(&nic_keys).flatten() {
             keys.entry(k.clone()).or_insert(0);
         }

@@ -246,7 +246,13 @@ async fn device_plugin_lifecycle_with_a_kubelet_restart() {
     let (stop_tx, stop_rx) = watch::channel(false);
     let (ready_tx, ready_rx) = oneshot::channel();
     let backend: Arc<dyn GpuBackend> = fake.clone();
-    let agent = tokio::spawn(agent::run(cfg, backend, cluster.clone(), stop_rx, Some(ready_tx)));
+    let agent = tokio::spawn(agent::run(
+        cfg,
+        backend,
+        cluster.clone(),
+        stop_rx,
+        Some(ready_tx),
+    ));
     let handles: Handles = ready_rx.await.unwrap();
 
     // Registration: the kubelet's API version, the resource, the socket, the options.
@@ -293,13 +299,28 @@ async fn device_plugin_lifecycle_with_a_kubelet_restart() {
         .unwrap()
         .into_inner();
     let c = &allocated.container_responses[0];
-    assert_eq!(c.envs["NVIDIA_VISIBLE_DEVICES"], "GPU-fake-0004,GPU-fake-0005");
+    assert_eq!(
+        c.envs["NVIDIA_VISIBLE_DEVICES"],
+        "GPU-fake-0004,GPU-fake-0005"
+    );
     let cdi: Vec<&str> = c.cdi_devices.iter().map(|d| d.name.as_str()).collect();
     assert_eq!(cdi, ["nvidia.com/gpu=4", "nvidia.com/gpu=5"]);
-    let Cluster::Memory(m) = &*cluster else { unreachable!() };
+    let Cluster::Memory(m) = &*cluster else {
+        unreachable!()
+    };
     let annotation = |name: &str| {
-        m.pods.lock().unwrap().iter().find(|p| p.metadata.name.as_deref() == Some(name)).unwrap()
-            .metadata.annotations.as_ref().unwrap().get("kestrel.dev/gpu-allocated").cloned()
+        m.pods
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .unwrap()
+            .metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .get("kestrel.dev/gpu-allocated")
+            .cloned()
     };
     assert_eq!(annotation("train").as_deref(), Some("4,5"));
 
@@ -321,7 +342,10 @@ async fn device_plugin_lifecycle_with_a_kubelet_restart() {
     {
         let events = m.events.lock().unwrap();
         let (object, reason, note) = events.last().unwrap();
-        assert_eq!((object.as_str(), reason.as_str()), ("bad", "GpuChoiceNotHonoured"));
+        assert_eq!(
+            (object.as_str(), reason.as_str()),
+            ("bad", "GpuChoiceNotHonoured")
+        );
         assert!(note.contains("GPU 9 does not exist"), "{note}");
     }
     plugin
@@ -355,11 +379,14 @@ async fn device_plugin_lifecycle_with_a_kubelet_restart() {
     let list = next_list(&mut stream).await;
     assert_eq!(health_of(&list, "GPU-fake-0003"), "Unhealthy");
     assert_eq!(health_of(&list, "GPU-fake-0002"), "Healthy");
-    wait_for(|| {
-        m.condition.lock().unwrap().as_ref().map(|c| c.0.clone()) == Some("True".into())
-    })
-    .await;
-    assert!(m.events.lock().unwrap().iter().any(|(o, r, _)| o == NODE && r == "GpuLost"));
+    wait_for(|| m.condition.lock().unwrap().as_ref().map(|c| c.0.clone()) == Some("True".into()))
+        .await;
+    assert!(m
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|(o, r, _)| o == NODE && r == "GpuLost"));
     // Metrics while it is down: DCGM names, the pod from PodResources, the XID.
     let text = http_get(handles.metrics_addr, "/metrics").await;
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
@@ -370,17 +397,17 @@ async fn device_plugin_lifecycle_with_a_kubelet_restart() {
     assert!(text.contains(r#"DCGM_FI_DEV_FB_USED{gpu="4""#), "{text}");
     assert!(text.contains(r#"DCGM_FI_DEV_XID_ERRORS{gpu="3",UUID="GPU-fake-0003",device="nvidia3",modelName="NVIDIA H100 80GB HBM3",Hostname="gpu-0"} 79"#), "{text}");
     assert!(text.contains(r#"kestrel_agent_gpu_healthy{gpu="3",UUID="GPU-fake-0003",device="nvidia3",modelName="NVIDIA H100 80GB HBM3",Hostname="gpu-0"} 0"#), "{text}");
-    assert!(http_get(handles.metrics_addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+    assert!(http_get(handles.metrics_addr, "/readyz")
+        .await
+        .starts_with("HTTP/1.1 200"));
     // Recovery.
     fake.inject(HealthEvent::Recovered {
         uuid: "GPU-fake-0003".into(),
     });
     let list = next_list(&mut stream).await;
     assert_eq!(health_of(&list, "GPU-fake-0003"), "Healthy");
-    wait_for(|| {
-        m.condition.lock().unwrap().as_ref().map(|c| c.0.clone()) == Some("False".into())
-    })
-    .await;
+    wait_for(|| m.condition.lock().unwrap().as_ref().map(|c| c.0.clone()) == Some("False".into()))
+        .await;
 
     // Kubelet restart: its socket and the plugin's are removed, a new kubelet starts; the
     // agent serves a new socket and registers again; the old stream ends.
@@ -388,7 +415,9 @@ async fn device_plugin_lifecycle_with_a_kubelet_restart() {
     let mut kubelet = FakeKubelet::start(&dir);
     let reg = kubelet.next_registration().await;
     assert_eq!(reg.endpoint, "kestrel-nvidia.com-gpu.sock");
-    let ended = tokio::time::timeout(WAIT, stream.next()).await.expect("the old stream ends");
+    let ended = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .expect("the old stream ends");
     assert!(!matches!(ended, Some(Ok(_))), "{ended:?}");
     let mut plugin = DevicePluginClient::new(channel(&dir.join(&reg.endpoint)).await.unwrap());
     let mut stream = plugin.list_and_watch(Empty {}).await.unwrap().into_inner();
@@ -397,7 +426,11 @@ async fn device_plugin_lifecycle_with_a_kubelet_restart() {
 
     // Shutdown: the agent returns and removes its socket.
     stop_tx.send(true).unwrap();
-    tokio::time::timeout(WAIT, agent).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(WAIT, agent)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert!(!dir.join(&reg.endpoint).exists());
     kubelet.stop(&dir).await;
     std::fs::remove_dir_all(&dir).unwrap();

@@ -244,14 +244,34 @@ impl Default for AgentValues {
 
 /// The agent's Helm placeholders (see [`HELM`]).
 const AGENT_HELM: [(&str, &str, bool); 8] = [
-    ("agentResourceName", "{{ .Values.agent.resourceName }}", false),
+    (
+        "agentResourceName",
+        "{{ .Values.agent.resourceName }}",
+        false,
+    ),
     ("agentMetricsPort", "{{ .Values.agent.metricsPort }}", true),
     ("agentCdi", "{{ .Values.agent.cdi }}", false),
     ("agentWithoutNvml", "{{ .Values.agent.withoutNvml }}", false),
-    ("agentRuntimeClassName", "{{ .Values.agent.runtimeClassName }}", false),
-    ("agentNodeSelector", "{{ toJson .Values.agent.nodeSelector }}", true),
-    ("agentTolerations", "{{ toJson .Values.agent.tolerations }}", true),
-    ("agentResources", "{{ toJson .Values.agent.resources }}", true),
+    (
+        "agentRuntimeClassName",
+        "{{ .Values.agent.runtimeClassName }}",
+        false,
+    ),
+    (
+        "agentNodeSelector",
+        "{{ toJson .Values.agent.nodeSelector }}",
+        true,
+    ),
+    (
+        "agentTolerations",
+        "{{ toJson .Values.agent.tolerations }}",
+        true,
+    ),
+    (
+        "agentResources",
+        "{{ toJson .Values.agent.resources }}",
+        true,
+    ),
 ];
 
 impl AgentValues {

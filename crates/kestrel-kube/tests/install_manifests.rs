@@ -70,7 +70,10 @@ fn render_template(template: &str, values: &Value, app_version: &str) -> String 
     let mut open: Vec<bool> = Vec::new();
     for line in template.lines() {
         let t = line.trim();
-        if let Some(cond) = t.strip_prefix("{{- if ").and_then(|c| c.strip_suffix(" }}")) {
+        if let Some(cond) = t
+            .strip_prefix("{{- if ")
+            .and_then(|c| c.strip_suffix(" }}"))
+        {
             let path = cond.strip_prefix(".Values.").expect("a value condition");
             open.push(lookup(values, path).as_bool() == Some(true));
             continue;
@@ -89,7 +92,11 @@ fn render_template(template: &str, values: &Value, app_version: &str) -> String 
     while let Some(start) = rest.find("{{") {
         let end = rest[start..].find("}}").expect("a closed expression") + start;
         text.push_str(&rest[..start]);
-        text.push_str(&render_expression(rest[start + 2..end].trim(), values, app_version));
+        text.push_str(&render_expression(
+            rest[start + 2..end].trim(),
+            values,
+            app_version,
+        ));
         rest = &rest[end + 2..];
     }
     text.push_str(rest);
@@ -118,7 +125,10 @@ fn agent_template_is_off_by_default_and_renders_the_agent_manifests() {
     let with_rule: Vec<Value> =
         serde_saphyr::from_multiple(&render_template(&template, &values, &app_version)).unwrap();
     assert_eq!(with_rule.len(), plain.len() + 1);
-    assert_eq!(with_rule.last().unwrap(), &agent_prometheus_rule("kube-system"));
+    assert_eq!(
+        with_rule.last().unwrap(),
+        &agent_prometheus_rule("kube-system")
+    );
 }
 
 #[test]

@@ -106,7 +106,12 @@ fn duration(flag: &str, value: &str) -> Result<Duration> {
 
 fn health_policy(args: &AgentArgs) -> Result<HealthPolicy> {
     let mut ignored_xids = std::collections::BTreeSet::new();
-    for part in args.ignore_xids.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for part in args
+        .ignore_xids
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
         let xid = part.parse::<u64>().map_err(|_| {
             anyhow::anyhow!("--ignore-xids: {part:?} is not an XID number; write e.g. 13,31,43")
         })?;
@@ -130,7 +135,8 @@ pub fn run(args: AgentArgs) -> Result<()> {
     if !args.discover {
         init_logging(args.log_format);
     }
-    check_resource_name(&args.resource_name).map_err(|e| anyhow::anyhow!("--resource-name: {e}"))?;
+    check_resource_name(&args.resource_name)
+        .map_err(|e| anyhow::anyhow!("--resource-name: {e}"))?;
     let health = health_policy(&args)?;
     let rediscover_every = duration("rediscover-every", &args.rediscover_every)?;
     if rediscover_every.is_zero() {
@@ -144,7 +150,11 @@ pub fn run(args: AgentArgs) -> Result<()> {
     runtime.block_on(run_async(args, health, rediscover_every))
 }
 
-async fn run_async(args: AgentArgs, health: HealthPolicy, rediscover_every: Duration) -> Result<()> {
+async fn run_async(
+    args: AgentArgs,
+    health: HealthPolicy,
+    rediscover_every: Duration,
+) -> Result<()> {
     let without_nvml = match args.without_nvml {
         WithoutNvmlArg::Exit => WithoutNvml::Exit,
         WithoutNvmlArg::Serve => WithoutNvml::Serve,

@@ -248,7 +248,10 @@ fn agent_discover_prints_the_inventory_and_what_it_publishes() {
     assert_eq!(json["gpus"].as_array().unwrap().len(), 8);
     assert_eq!(json["gpus"][4]["numaNode"], 1);
     assert_eq!(json["nics"].as_array().unwrap().len(), 8);
-    assert_eq!(json["labels"]["nvidia.com/gpu.product"], "NVIDIA-H100-80GB-HBM3");
+    assert_eq!(
+        json["labels"]["nvidia.com/gpu.product"],
+        "NVIDIA-H100-80GB-HBM3"
+    );
     assert_eq!(json["labels"]["nvidia.com/gpu.count"], "8");
     assert_eq!(json["annotations"]["kestrel.dev/gpu-topology"], "dgx-h100");
 }
@@ -274,7 +277,13 @@ fn agent_bad_input_fails_with_a_clear_message() {
             "field gpus[0].index: GPU index 7 does not exist",
         ),
         (
-            vec!["agent", "--fake-gpus", "examples/agent/dgx-h100.yaml", "--resource-name", "gpu"],
+            vec![
+                "agent",
+                "--fake-gpus",
+                "examples/agent/dgx-h100.yaml",
+                "--resource-name",
+                "gpu",
+            ],
             "--resource-name: resource name \"gpu\" has no domain",
         ),
         (
@@ -290,11 +299,23 @@ fn agent_bad_input_fails_with_a_clear_message() {
             "--device-plugin-dir: /nonexistent/device-plugins does not exist",
         ),
         (
-            vec!["agent", "--fake-gpus", "examples/agent/dgx-h100.yaml", "--ignore-xids", "13,x"],
+            vec![
+                "agent",
+                "--fake-gpus",
+                "examples/agent/dgx-h100.yaml",
+                "--ignore-xids",
+                "13,x",
+            ],
             "--ignore-xids: \"x\" is not an XID number",
         ),
         (
-            vec!["agent", "--fake-gpus", "examples/agent/dgx-h100.yaml", "--xid-recovery", "soon"],
+            vec![
+                "agent",
+                "--fake-gpus",
+                "examples/agent/dgx-h100.yaml",
+                "--xid-recovery",
+                "soon",
+            ],
             "--xid-recovery",
         ),
     ];
@@ -315,5 +336,8 @@ fn agent_bad_input_fails_with_a_clear_message() {
     let (stdout, _) = text(&out);
     assert!(out.status.success());
     assert!(stdout.contains("kind: \"PrometheusRule\""), "{stdout}");
-    assert!(stdout.contains("alert: \"KestrelGpuUnhealthy\""), "{stdout}");
+    assert!(
+        stdout.contains("alert: \"KestrelGpuUnhealthy\""),
+        "{stdout}"
+    );
 }

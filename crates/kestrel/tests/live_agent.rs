@@ -111,22 +111,26 @@ async fn agent_publishes_its_node_and_the_schedulers_choice_reaches_allocate() {
 
     // Published: GPU Feature Discovery's labels, the topology template, the condition.
     let nodes: Api<Node> = Api::all(client.clone());
-    let published = eventually(Duration::from_secs(30), "the agent's labels on the node", || {
-        let nodes = nodes.clone();
-        async move {
-            let n = nodes.get(node_name).await.ok()?;
-            let ok = n
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key("kestrel.dev/gpu-topology"))
-                && n.status
+    let published = eventually(
+        Duration::from_secs(30),
+        "the agent's labels on the node",
+        || {
+            let nodes = nodes.clone();
+            async move {
+                let n = nodes.get(node_name).await.ok()?;
+                let ok = n
+                    .metadata
+                    .annotations
                     .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "GPUUnhealthy"));
-            ok.then_some(n)
-        }
-    })
+                    .is_some_and(|a| a.contains_key("kestrel.dev/gpu-topology"))
+                    && n.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "GPUUnhealthy"));
+                ok.then_some(n)
+            }
+        },
+    )
     .await;
     let l = published.metadata.labels.as_ref().unwrap();
     assert_eq!(l["nvidia.com/gpu.product"], "NVIDIA-H100-80GB-HBM3");
