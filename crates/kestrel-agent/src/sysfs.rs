@@ -195,7 +195,7 @@ impl Sysfs {
             .trim()
             .parse::<i64>()
             .ok()?;
-        (speed > 0).then(|| (speed / 1000) as u32)
+        (speed > 0).then_some((speed / 1000) as u32)
     }
 }
 
