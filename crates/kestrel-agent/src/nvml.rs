@@ -34,13 +34,22 @@ fn nvml_err(what: impl Into<String>) -> impl FnOnce(NvmlError) -> BackendError {
     }
 }
 
+/// A statically linked binary (the release image's musl build) has no dynamic loader:
+/// `dlopen` always fails there, whatever is installed.
+const STATIC_HINT: &str = if cfg!(target_feature = "crt-static") {
+    " (this kestrel is statically linked and cannot load shared libraries at all; run the \
+     agent from a dynamically linked build, see \"The node agent\" in the README)"
+} else {
+    ""
+};
+
 fn init() -> Result<Nvml, BackendError> {
     Nvml::init().map_err(|e| match e {
         NvmlError::LibloadingError(_)
         | NvmlError::FailedToLoadSymbol(_)
         | NvmlError::LibraryNotFound
         | NvmlError::DriverNotLoaded
-        | NvmlError::NoPermission => BackendError::NvmlUnavailable(e.to_string()),
+        | NvmlError::NoPermission => BackendError::NvmlUnavailable(format!("{e}{STATIC_HINT}")),
         other => nvml_err("initialising NVML")(other),
     })
 }
