@@ -422,7 +422,8 @@ async fn device_plugin_lifecycle_with_a_kubelet_restart() {
     let mut plugin = DevicePluginClient::new(channel(&dir.join(&reg.endpoint)).await.unwrap());
     let mut stream = plugin.list_and_watch(Empty {}).await.unwrap().into_inner();
     assert_eq!(next_list(&mut stream).await.devices.len(), 8);
-    assert_eq!(handles.counters.registrations.load(Relaxed), 2);
+    // Counted once the kubelet's answer is back, which may follow its receipt here.
+    wait_for(|| handles.counters.registrations.load(Relaxed) == 2).await;
 
     // Shutdown: the agent returns and removes its socket.
     stop_tx.send(true).unwrap();
