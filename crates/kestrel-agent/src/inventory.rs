@@ -16,6 +16,7 @@ pub struct Gpu {
     pub uuid: String,
     /// The product name as the driver reports it (`NVIDIA H100 80GB HBM3`).
     pub model: String,
+    #[serde(rename = "memoryMiB")]
     pub memory_mib: u64,
     /// Sysfs form, `0000:17:00.0`.
     pub pci_bus_id: String,
@@ -23,9 +24,11 @@ pub struct Gpu {
     /// Indices of the GPUs this one reaches over NVLink, directly or through NVSwitches.
     pub nvlink_peers: Vec<u32>,
     /// The PCIe switch the GPU hangs off (numbered per node), when sysfs shows one.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pcie_switch: Option<u32>,
     pub mig_enabled: bool,
     /// The NVLink fabric clique (`<cluster uuid>.<clique id>`), on multi-node NVLink systems.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub clique: Option<String>,
 }
 
@@ -36,10 +39,12 @@ pub struct Nic {
     /// The RDMA device name (`mlx5_0`).
     pub name: String,
     /// The Ethernet interface of a RoCE NIC (`ens1f0np0`); none for InfiniBand.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub netdev: Option<String>,
     pub gbps: u32,
     pub numa_node: u32,
     pub pci_bus_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pcie_switch: Option<u32>,
 }
 

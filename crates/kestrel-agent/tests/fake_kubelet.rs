@@ -400,6 +400,32 @@ async fn device_plugin_lifecycle_with_a_kubelet_restart() {
     assert!(http_get(handles.metrics_addr, "/readyz")
         .await
         .starts_with("HTTP/1.1 200"));
+    // A pod the scheduler gave the now unhealthy GPU 3: an aligned pair instead, and why.
+    m.pods
+        .lock()
+        .unwrap()
+        .push(pod("sick", "2,3", 2, "2026-01-01T00:00:20Z"));
+    let preferred = plugin
+        .get_preferred_allocation(PreferredAllocationRequest {
+            container_requests: vec![ContainerPreferredAllocationRequest {
+                available_device_i_ds: uuids(&[2, 6, 7]),
+                must_include_device_i_ds: vec![],
+                allocation_size: 2,
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(preferred.container_responses[0].device_i_ds, uuids(&[6, 7]));
+    {
+        let events = m.events.lock().unwrap();
+        let (object, _, note) = events.last().unwrap();
+        assert_eq!(object, "sick");
+        assert!(
+            note.contains("GPU 3 (GPU-fake-0003) is unhealthy"),
+            "{note}"
+        );
+    }
     // Recovery.
     fake.inject(HealthEvent::Recovered {
         uuid: "GPU-fake-0003".into(),
