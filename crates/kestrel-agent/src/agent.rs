@@ -143,6 +143,11 @@ pub async fn run(
         })?;
     let metrics_addr = listener.local_addr().unwrap_or(cfg.metrics_addr);
     tracing::info!(addr = %metrics_addr, "serving metrics");
+    let resource = cfg
+        .plugin
+        .as_ref()
+        .map(|p| p.resource_name.clone())
+        .unwrap_or_else(|| kestrel_core::GPU_RESOURCE.into());
     let scrape = scraper(
         node.clone(),
         backend.clone(),
@@ -150,10 +155,7 @@ pub async fn run(
         health_rx.clone(),
         counters.clone(),
         cfg.pod_resources_socket.clone(),
-        cfg.plugin
-            .as_ref()
-            .map(|p| p.resource_name.clone())
-            .unwrap_or_else(|| kestrel_core::GPU_RESOURCE.into()),
+        resource.clone(),
     );
     let plugin_on = cfg.plugin.is_some();
     let c = counters.clone();
@@ -253,6 +255,12 @@ pub async fn run(
                     }
                     Err(e) => tracing::warn!(error = %e, "rediscovery failed; keeping the last inventory"),
                 }
+                if cfg.publish && plugin_on {
+                    let inv = inventory_rx.borrow().clone();
+                    if let Err(e) = reconcile_allocations(&cluster, &node, &inv, &cfg.pod_resources_socket, &resource).await {
+                        tracing::debug!(error = %e, "allocation records not reconciled");
+                    }
+                }
                 Vec::new()
             }
         };
@@ -303,6 +311,64 @@ pub async fn run(
     }
     let _ = metrics_task.await;
     Ok(())
+}
+
+/// Puts the allocation records right from the kubelet's own account (PodResources): when
+/// two pods asking for the same number of GPUs started at once, the agent may have
+/// recorded each with the other's GPUs (see the README). Only pods the scheduler stamped
+/// are touched. Returns how many records changed.
+pub async fn reconcile_allocations(
+    cluster: &Cluster,
+    node: &str,
+    inv: &Inventory,
+    pod_resources: &std::path::Path,
+    resource: &str,
+) -> Result<usize, String> {
+    let holders = device_holders(pod_resources, resource)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut held: std::collections::BTreeMap<(String, String), Vec<u32>> = Default::default();
+    for (uuid, h) in holders {
+        if let Some(g) = inv.gpu_by_uuid(&uuid) {
+            held.entry((h.namespace, h.pod)).or_default().push(g.index);
+        }
+    }
+    let pods = cluster
+        .pods_on_node(node)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut changed = 0;
+    for pod in pods {
+        let meta = &pod.metadata;
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        if !annotations.contains_key(crate::choose::GPU_INDICES_ANNOTATION) {
+            continue;
+        }
+        let key = (
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        );
+        let Some(indices) = held.get_mut(&key) else {
+            continue;
+        };
+        indices.sort();
+        let mut recorded = annotations
+            .get(crate::choose::GPU_ALLOCATED_ANNOTATION)
+            .and_then(|v| crate::choose::parse_indices(v).ok())
+            .unwrap_or_default();
+        recorded.sort();
+        if recorded == *indices {
+            continue;
+        }
+        let uid = meta.uid.clone().unwrap_or_default();
+        cluster
+            .record_allocation(&key.0, &key.1, &uid, indices)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(pod = %format!("{}/{}", key.0, key.1), gpus = %crate::choose::format_indices(indices), "allocation record corrected from the kubelet's PodResources");
+        changed += 1;
+    }
+    Ok(changed)
 }
 
 async fn wait_plugin(

@@ -82,18 +82,20 @@ impl Cluster {
     /// by the pod's UID so a pod recreated under the same name is left alone.
     pub async fn record_allocation(
         &self,
-        pod: &Candidate,
+        namespace: &str,
+        name: &str,
+        uid: &str,
         allocated: &[u32],
     ) -> Result<(), kube::Error> {
         let value = format_indices(allocated);
         match self {
             Cluster::Kube(client) => {
-                let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+                let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
                 let patch = json!({"metadata": {
-                    "uid": pod.uid,
+                    "uid": uid,
                     "annotations": {GPU_ALLOCATED_ANNOTATION: value},
                 }});
-                api.patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch))
+                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await?;
                 Ok(())
             }
@@ -101,7 +103,7 @@ impl Cluster {
                 let mut pods = m.pods.lock().expect("pods lock");
                 if let Some(p) = pods
                     .iter_mut()
-                    .find(|p| p.metadata.uid.as_deref() == Some(pod.uid.as_str()))
+                    .find(|p| p.metadata.uid.as_deref() == Some(uid))
                 {
                     p.metadata
                         .annotations

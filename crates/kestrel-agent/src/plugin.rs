@@ -308,7 +308,12 @@ impl Service {
                 scheduler_choice = honoured,
                 "allocated"
             );
-            if let Err(e) = self.state.cluster.record_allocation(&pod, &allocated).await {
+            if let Err(e) = self
+                .state
+                .cluster
+                .record_allocation(&pod.namespace, &pod.name, &pod.uid, &allocated)
+                .await
+            {
                 tracing::warn!(pod = %pod.name, error = %e, "cannot record the allocation on the pod");
             }
         } else {

@@ -101,7 +101,8 @@ impl FakeKubelet {
     }
 }
 
-/// PodResources: GPU-fake-0004 and -0005 belong to ml/train, container main.
+/// PodResources: GPU-fake-0004 and -0005 belong to ml/train, -0006 and -0007 to ml/bad
+/// (the kubelet's account, which the allocation records are reconciled with).
 struct FakePodResources;
 
 #[tonic::async_trait]
@@ -111,19 +112,25 @@ impl PodResourcesLister for FakePodResources {
         _: Request<ListPodResourcesRequest>,
     ) -> Result<Response<ListPodResourcesResponse>, Status> {
         Ok(Response::new(ListPodResourcesResponse {
-            pod_resources: vec![PodResources {
-                name: "train".into(),
+            pod_resources: [
+                ("train", ["GPU-fake-0004", "GPU-fake-0005"]),
+                ("bad", ["GPU-fake-0007", "GPU-fake-0006"]),
+            ]
+            .into_iter()
+            .map(|(pod, ids)| PodResources {
+                name: pod.into(),
                 namespace: "ml".into(),
                 containers: vec![ContainerResources {
                     name: "main".into(),
                     devices: vec![ContainerDevices {
                         resource_name: "nvidia.com/gpu".into(),
-                        device_ids: vec!["GPU-fake-0004".into(), "GPU-fake-0005".into()],
+                        device_ids: ids.iter().map(|i| i.to_string()).collect(),
                         topology: None,
                     }],
                     ..Default::default()
                 }],
-            }],
+            })
+            .collect(),
         }))
     }
 
@@ -357,6 +364,16 @@ async fn device_plugin_lifecycle_with_a_kubelet_restart() {
         .await
         .unwrap();
     assert_eq!(annotation("bad").as_deref(), Some("0,1"));
+    // The kubelet's PodResources says `bad` holds 6,7: the record follows it; `train`'s
+    // record already agrees.
+    let inv = handles.inventory.borrow().clone();
+    let changed =
+        agent::reconcile_allocations(&cluster, NODE, &inv, &pod_resources, "nvidia.com/gpu")
+            .await
+            .unwrap();
+    assert_eq!(changed, 1);
+    assert_eq!(annotation("bad").as_deref(), Some("6,7"));
+    assert_eq!(annotation("train").as_deref(), Some("4,5"));
     use std::sync::atomic::Ordering::Relaxed;
     assert_eq!(handles.counters.allocations_scheduler.load(Relaxed), 1);
     assert_eq!(handles.counters.allocations_other.load(Relaxed), 1);
