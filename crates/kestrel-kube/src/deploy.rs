@@ -208,6 +208,302 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
     ]
 }
 
+/// The node agent's install values (the chart's `agent:`; the agent is off by default).
+#[derive(Debug, Clone)]
+pub struct AgentValues {
+    pub resource_name: String,
+    pub metrics_port: String,
+    /// `none`, `index` or `uuid`: CDI names in Allocate responses.
+    pub cdi: String,
+    /// `exit` or `serve`: what the agent does on a node without the NVIDIA library.
+    pub without_nvml: String,
+    /// The RuntimeClass that gives the agent the NVIDIA library and devices (the GPU
+    /// Operator's `nvidia`).
+    pub runtime_class_name: String,
+    pub node_selector: Value,
+    pub tolerations: Value,
+    pub resources: Value,
+}
+
+impl Default for AgentValues {
+    fn default() -> Self {
+        AgentValues {
+            resource_name: "nvidia.com/gpu".into(),
+            // The DCGM exporter's port, so scrape configs written for it find the agent.
+            metrics_port: "9400".into(),
+            cdi: "none".into(),
+            without_nvml: "exit".into(),
+            runtime_class_name: "nvidia".into(),
+            // The GPU Operator's label on nodes with NVIDIA GPUs.
+            node_selector: json!({"nvidia.com/gpu.present": "true"}),
+            tolerations: json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+            resources: json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}),
+        }
+    }
+}
+
+/// The agent's Helm placeholders (see [`HELM`]).
+const AGENT_HELM: [(&str, &str, bool); 8] = [
+    (
+        "agentResourceName",
+        "{{ .Values.agent.resourceName }}",
+        false,
+    ),
+    ("agentMetricsPort", "{{ .Values.agent.metricsPort }}", true),
+    ("agentCdi", "{{ .Values.agent.cdi }}", false),
+    ("agentWithoutNvml", "{{ .Values.agent.withoutNvml }}", false),
+    (
+        "agentRuntimeClassName",
+        "{{ .Values.agent.runtimeClassName }}",
+        false,
+    ),
+    (
+        "agentNodeSelector",
+        "{{ toJson .Values.agent.nodeSelector }}",
+        true,
+    ),
+    (
+        "agentTolerations",
+        "{{ toJson .Values.agent.tolerations }}",
+        true,
+    ),
+    (
+        "agentResources",
+        "{{ toJson .Values.agent.resources }}",
+        true,
+    ),
+];
+
+impl AgentValues {
+    fn helm_markers() -> Self {
+        let m = |k: &str| format!("@@{k}@@");
+        AgentValues {
+            resource_name: m("agentResourceName"),
+            metrics_port: m("agentMetricsPort"),
+            cdi: m("agentCdi"),
+            without_nvml: m("agentWithoutNvml"),
+            runtime_class_name: m("agentRuntimeClassName"),
+            node_selector: json!(m("agentNodeSelector")),
+            tolerations: json!(m("agentTolerations")),
+            resources: json!(m("agentResources")),
+        }
+    }
+}
+
+/// The node agent's objects: its ServiceAccount, RBAC and DaemonSet.
+pub fn agent_objects(v: &InstallValues, a: &AgentValues) -> Vec<Value> {
+    let ns = &v.namespace;
+    let name = "kestrel-agent";
+    let labels =
+        json!({"app.kubernetes.io/name": "kestrel", "app.kubernetes.io/component": "agent"});
+    let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| json!({"apiGroups": groups, "resources": resources, "verbs": verbs});
+    let host_dir = |name: &str, path: &str| json!({"name": name, "hostPath": {"path": path, "type": "Directory"}});
+    vec![
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": name, "namespace": ns, "labels": labels}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": labels},
+        "rules": [
+            // The pods bound to its node (the scheduler's GPU choice), and the allocation
+            // record on them.
+            rule(&[""], &["pods"], &["get", "list", "patch"]),
+            // GPU labels and topology on its node, and the GPUUnhealthy condition.
+            rule(&[""], &["nodes"], &["get", "patch"]),
+            rule(&[""], &["nodes/status"], &["patch"]),
+            rule(&["events.k8s.io"], &["events"], &["create"]),
+        ]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": name, "labels": labels},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}),
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": name,
+                    "priorityClassName": "system-node-critical",
+                    "runtimeClassName": a.runtime_class_name,
+                    "nodeSelector": a.node_selector,
+                    "tolerations": a.tolerations,
+                    "containers": [{
+                        "name": "agent",
+                        "image": format!("{}:{}", v.image_repository, v.image_tag),
+                        "imagePullPolicy": v.image_pull_policy,
+                        "args": [
+                            "agent",
+                            format!("--resource-name={}", a.resource_name),
+                            format!("--metrics-addr=0.0.0.0:{}", a.metrics_port),
+                            format!("--log-format={}", v.log_format),
+                            format!("--cdi={}", a.cdi),
+                            format!("--without-nvml={}", a.without_nvml),
+                            "--sysfs-root=/host/sys",
+                        ],
+                        "env": [
+                            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                            // The NVIDIA runtime mounts the management library and every
+                            // GPU's device node, nothing for compute.
+                            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"}
+                        ],
+                        "ports": [{"name": "metrics", "containerPort": num(&a.metrics_port)}],
+                        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10},
+                        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 5},
+                        "resources": a.resources,
+                        // Root for the kubelet's sockets (root-owned host directories);
+                        // nothing else.
+                        "securityContext": {"runAsUser": 0, "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "privileged": false, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+                        "volumeMounts": [
+                            {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"},
+                            {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": true},
+                            {"name": "sys", "mountPath": "/host/sys", "readOnly": true}
+                        ]
+                    }],
+                    "volumes": [
+                        host_dir("device-plugins", "/var/lib/kubelet/device-plugins"),
+                        host_dir("pod-resources", "/var/lib/kubelet/pod-resources"),
+                        host_dir("sys", "/sys")
+                    ]
+                }
+            }
+        }}),
+    ]
+}
+
+/// One alerting rule over the agent's metrics.
+pub struct AgentRule {
+    pub alert: &'static str,
+    pub expr: &'static str,
+    pub for_: &'static str,
+    pub severity: &'static str,
+    pub summary: &'static str,
+    pub description: &'static str,
+}
+
+/// The alerts on the agent's signals. Summaries carry no `{{ }}` templates, so the same
+/// text is valid in the Helm chart; the alert's labels (`gpu`, `UUID`, `Hostname`) say
+/// which GPU.
+pub const AGENT_RULES: [AgentRule; 5] = [
+    AgentRule {
+        alert: "KestrelGpuUnhealthy",
+        expr: "kestrel_agent_gpu_healthy == 0",
+        for_: "1m",
+        severity: "critical",
+        summary: "A GPU is unhealthy and no longer offered to pods",
+        description: "The Kestrel agent marked the GPU unhealthy after an XID error or because it stopped answering; the node's GPUUnhealthy condition and its events name the XID.",
+    },
+    AgentRule {
+        alert: "KestrelGpuXidErrors",
+        expr: "increase(kestrel_agent_xid_errors_total[10m]) > 0",
+        for_: "0m",
+        severity: "warning",
+        summary: "A GPU reported XID errors in the last 10 minutes",
+        description: "DCGM_FI_DEV_XID_ERRORS holds the last XID. Application XIDs (13, 31, 43, 45, 68, 109) point at the workload; others at the GPU, its driver or its bus.",
+    },
+    AgentRule {
+        alert: "KestrelGpuUncorrectableEcc",
+        expr: "increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[10m]) > 0",
+        for_: "0m",
+        severity: "critical",
+        summary: "A GPU counted uncorrectable memory errors",
+        description: "Uncorrectable (double-bit) ECC errors: the job on the GPU may have read bad data. Drain the node and reset the GPU.",
+    },
+    AgentRule {
+        alert: "KestrelDevicePluginNotRegistered",
+        expr: "kestrel_agent_device_plugin_registered == 0",
+        for_: "5m",
+        severity: "warning",
+        summary: "The Kestrel device plugin is not registered with the kubelet",
+        description: "The node offers no GPUs through Kestrel until the agent registers; check the agent's log and that the kubelet's device plugin directory is mounted.",
+    },
+    AgentRule {
+        alert: "KestrelGpuHot",
+        expr: "DCGM_FI_DEV_GPU_TEMP > 85",
+        for_: "10m",
+        severity: "warning",
+        summary: "A GPU has run above 85 C for 10 minutes",
+        description: "Hot enough to throttle its clocks; check the node's cooling.",
+    },
+];
+
+/// A PrometheusRule (`monitoring.coreos.com/v1`) with [`AGENT_RULES`].
+pub fn agent_prometheus_rule(namespace: &str) -> Value {
+    let rules: Vec<Value> = AGENT_RULES
+        .iter()
+        .map(|r| {
+            json!({
+                "alert": r.alert,
+                "expr": r.expr,
+                "for": r.for_,
+                "labels": {"severity": r.severity},
+                "annotations": {"summary": r.summary, "description": r.description},
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": "kestrel-agent",
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "kestrel", "app.kubernetes.io/component": "agent"},
+        },
+        "spec": {"groups": [{"name": "kestrel-agent", "rules": rules}]},
+    })
+}
+
+/// The agent's plain manifests (`kestrel manifests --agent`, committed as
+/// `deploy/kestrel-agent.yaml`); the alerts come separately (`kestrel agent
+/// --prometheus-rules`), as they need the Prometheus operator's CRD.
+pub fn render_agent_plain() -> String {
+    format!(
+        "# Generated by `kestrel manifests --agent`; do not edit (a test compares it with the code).\n{}",
+        documents(&agent_objects(&InstallValues::default(), &AgentValues::default()))
+    )
+}
+
+/// The alerts as YAML (`kestrel agent --prometheus-rules`).
+pub fn render_agent_rules() -> String {
+    format!(
+        "# Generated by `kestrel agent --prometheus-rules`: alerts on the Kestrel agent's GPU\n\
+         # metrics. Add the labels your Prometheus selects rules by before applying it.\n{}",
+        documents(&[agent_prometheus_rule("kube-system")])
+    )
+}
+
+fn helm_substitute(mut text: String, markers: &[(&str, &str, bool)]) -> String {
+    for (key, expr, number) in markers {
+        let marker = format!("@@{key}@@");
+        if *number {
+            text = text.replace(&format!("\"{marker}\""), expr);
+        }
+        text = text.replace(&marker, expr);
+    }
+    text
+}
+
+/// The agent's Helm template (`charts/kestrel/templates/agent.yaml`): nothing unless
+/// `agent.enabled`, the PrometheusRule only with `agent.prometheusRule.enabled`.
+pub fn render_agent_helm() -> String {
+    let objects = documents(&agent_objects(
+        &InstallValues::helm_markers(),
+        &AgentValues::helm_markers(),
+    ));
+    let rule = documents(&[agent_prometheus_rule("@@namespace@@")]);
+    let markers: Vec<(&str, &str, bool)> = HELM.iter().chain(AGENT_HELM.iter()).copied().collect();
+    format!(
+        "# Generated by `kestrel manifests --agent-helm`; do not edit (a test compares it with the code).\n\
+         {{{{- if .Values.agent.enabled }}}}\n{}\
+         {{{{- if .Values.agent.prometheusRule.enabled }}}}\n{}\
+         {{{{- end }}}}\n{{{{- end }}}}\n",
+        helm_substitute(objects, &markers),
+        helm_substitute(rule, &markers)
+    )
+}
+
 /// Kestrel's kinds the scheduler reads (`scheduling.kestrel.dev`).
 const KESTREL_KINDS: [&str; 6] = [
     "podgroups",
@@ -307,7 +603,7 @@ pub fn render_values() -> String {
          # or \"binding\" (in the Binding, copied onto the pod by the API server: one write).\n\
          gpuIndicesVia: {:?}\npolicy: {:?}\nmetricsPort: {}\n\
          # The scheduler container's requests and limits (memory limited, cpu not).\n\
-         resources:\n{res}",
+         resources:\n{res}{agent}",
         v.scheduler_name,
         v.image_repository,
         v.image_pull_policy,
@@ -317,7 +613,34 @@ pub fn render_values() -> String {
         v.burst,
         v.gpu_indices_via,
         v.policy,
-        v.metrics_port
+        v.metrics_port,
+        agent = agent_values_yaml()
+    )
+}
+
+/// The `agent:` section of `values.yaml`.
+fn agent_values_yaml() -> String {
+    let a = AgentValues::default();
+    let mut block = String::new();
+    yaml(
+        &json!({"nodeSelector": a.node_selector, "tolerations": a.tolerations, "resources": a.resources}),
+        2,
+        &mut block,
+    );
+    format!(
+        "# The node agent (`kestrel agent`), a DaemonSet on the GPU nodes: GPU discovery and\n\
+         # health, the device plugin for agent.resourceName (run it instead of NVIDIA's device\n\
+         # plugin for that resource), GPU labels and topology on each Node, GPU metrics.\n\
+         agent:\n  enabled: false\n  resourceName: {:?}\n  \
+         # Prometheus scrapes /metrics here (the DCGM exporter's port).\n  metricsPort: {}\n  \
+         # CDI device names in Allocate responses: none, index or uuid.\n  cdi: {:?}\n  \
+         # On a node without the NVIDIA library: exit (the pod restarts) or serve zero GPUs.\n  \
+         withoutNvml: {:?}\n  \
+         # Gives the agent the NVIDIA library and devices (the GPU Operator creates it).\n  \
+         runtimeClassName: {:?}\n  \
+         # A PrometheusRule with the agent's alerts (needs the Prometheus operator).\n  \
+         prometheusRule:\n    enabled: false\n{block}",
+        a.resource_name, a.metrics_port, a.cdi, a.without_nvml, a.runtime_class_name
     )
 }
 
@@ -363,6 +686,31 @@ pub fn values_schema() -> Value {
                 "type": "object",
                 "additionalProperties": false,
                 "properties": {"requests": amounts, "limits": amounts}
+            },
+            "agent": {
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "enabled": {"type": "boolean", "description": "Install the node agent DaemonSet."},
+                    "resourceName": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+                                     "description": "The extended resource the agent's device plugin registers."},
+                    "metricsPort": {"type": "integer", "minimum": 1, "maximum": 65535},
+                    "cdi": {"enum": ["none", "index", "uuid"]},
+                    "withoutNvml": {"enum": ["exit", "serve"]},
+                    "runtimeClassName": {"type": "string", "minLength": 1},
+                    "prometheusRule": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "properties": {"enabled": {"type": "boolean"}}
+                    },
+                    "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "tolerations": {"type": "array", "items": {"type": "object"}},
+                    "resources": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "properties": {"requests": amounts, "limits": amounts}
+                    }
+                }
             }
         }
     })

@@ -6,11 +6,14 @@
 //! `kestrel manifests > deploy/kestrel.yaml`,
 //! `kestrel manifests --helm > charts/kestrel/templates/kestrel.yaml`,
 //! `kestrel manifests --values > charts/kestrel/values.yaml`,
-//! `kestrel crds > charts/kestrel/crds/kestrel-crds.yaml`;
+//! `kestrel crds > charts/kestrel/crds/kestrel-crds.yaml`,
+//! `kestrel manifests --agent > deploy/kestrel-agent.yaml`,
+//! `kestrel manifests --agent-helm > charts/kestrel/templates/agent.yaml`;
 //! `charts/kestrel/values.schema.json` by the bless run only.
 
 use kestrel_kube::deploy::{
-    render_crds, render_helm, render_plain, render_values, render_values_schema, values_schema,
+    agent_prometheus_rule, render_agent_helm, render_agent_plain, render_crds, render_helm,
+    render_plain, render_values, render_values_schema, values_schema,
 };
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -42,6 +45,89 @@ fn deploy_manifests_match_the_code() {
         "deploy/kestrel.yaml",
         render_plain(),
         "run `kestrel manifests > deploy/kestrel.yaml`",
+    );
+}
+
+#[test]
+fn agent_manifests_match_the_code() {
+    check_generated(
+        "deploy/kestrel-agent.yaml",
+        render_agent_plain(),
+        "run `kestrel manifests --agent > deploy/kestrel-agent.yaml`",
+    );
+    check_generated(
+        "charts/kestrel/templates/agent.yaml",
+        render_agent_helm(),
+        "run `kestrel manifests --agent-helm > charts/kestrel/templates/agent.yaml`",
+    );
+}
+
+/// Renders a chart template as Helm would, for the few constructs the generated chart
+/// uses: `{{- if .Values.x }}` ... `{{- end }}` blocks, and the expressions of
+/// [`render_expression`].
+fn render_template(template: &str, values: &Value, app_version: &str) -> String {
+    let mut kept = String::new();
+    let mut open: Vec<bool> = Vec::new();
+    for line in template.lines() {
+        let t = line.trim();
+        if let Some(cond) = t
+            .strip_prefix("{{- if ")
+            .and_then(|c| c.strip_suffix(" }}"))
+        {
+            let path = cond.strip_prefix(".Values.").expect("a value condition");
+            open.push(lookup(values, path).as_bool() == Some(true));
+            continue;
+        }
+        if t == "{{- end }}" {
+            open.pop().expect("an open block");
+            continue;
+        }
+        if open.iter().all(|o| *o) {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    let mut text = String::new();
+    let mut rest = kept.as_str();
+    while let Some(start) = rest.find("{{") {
+        let end = rest[start..].find("}}").expect("a closed expression") + start;
+        text.push_str(&rest[..start]);
+        text.push_str(&render_expression(
+            rest[start + 2..end].trim(),
+            values,
+            app_version,
+        ));
+        rest = &rest[end + 2..];
+    }
+    text.push_str(rest);
+    text
+}
+
+/// The agent's template renders nothing by default (so the chart's default install is
+/// deploy/kestrel.yaml alone), the agent's plain manifests when enabled, and its
+/// PrometheusRule when that is enabled too.
+#[test]
+fn agent_template_is_off_by_default_and_renders_the_agent_manifests() {
+    let mut values: Value =
+        serde_saphyr::from_str(&committed("charts/kestrel/values.yaml")).unwrap();
+    let app_version = chart_field(&committed("charts/kestrel/Chart.yaml"), "appVersion");
+    let template = committed("charts/kestrel/templates/agent.yaml");
+    let off: Vec<Value> =
+        serde_saphyr::from_multiple(&render_template(&template, &values, &app_version)).unwrap();
+    assert!(off.is_empty(), "{off:?}");
+    values["agent"]["enabled"] = Value::Bool(true);
+    let on: Vec<Value> =
+        serde_saphyr::from_multiple(&render_template(&template, &values, &app_version)).unwrap();
+    let plain: Vec<Value> =
+        serde_saphyr::from_multiple(&committed("deploy/kestrel-agent.yaml")).unwrap();
+    assert_eq!(on, plain);
+    values["agent"]["prometheusRule"]["enabled"] = Value::Bool(true);
+    let with_rule: Vec<Value> =
+        serde_saphyr::from_multiple(&render_template(&template, &values, &app_version)).unwrap();
+    assert_eq!(with_rule.len(), plain.len() + 1);
+    assert_eq!(
+        with_rule.last().unwrap(),
+        &agent_prometheus_rule("kube-system")
     );
 }
 

@@ -1,5 +1,6 @@
 //! `kestrel`: the one binary. `sim` runs the embedded simulator; `bench` measures.
 
+mod agent;
 mod bench;
 mod bench_explain;
 mod bench_live;
@@ -54,6 +55,10 @@ enum Command {
     /// The pending queue at a moment of a simulated run: position, priority, wait, reason
     /// and predicted start of each pending pod.
     Queue(explain::QueueArgs),
+    /// The node agent (a DaemonSet on GPU nodes): GPU discovery and health, a kubelet
+    /// device plugin that honours the scheduler's GPU choice, GPU labels and topology on
+    /// the Node, DCGM-style GPU metrics.
+    Agent(agent::AgentArgs),
 }
 
 #[derive(Args)]
@@ -140,7 +145,7 @@ fn quiet_on_closed_pipe() {
 
 fn main() {
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Serve(_)) {
+    if !matches!(cli.command, Command::Serve(_) | Command::Agent(_)) {
         quiet_on_closed_pipe();
     }
     let result = match cli.command {
@@ -152,6 +157,7 @@ fn main() {
         Command::Doctor(args) => doctor::run(args),
         Command::Explain(args) => explain::explain(args),
         Command::Queue(args) => explain::queue(args),
+        Command::Agent(args) => agent::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -80,10 +80,20 @@ pub struct ManifestsArgs {
     /// Print the chart's values.yaml instead.
     #[arg(long)]
     values: bool,
+    /// Print the node agent's manifests (deploy/kestrel-agent.yaml) instead.
+    #[arg(long, conflicts_with_all = ["helm", "values"])]
+    agent: bool,
+    /// Print the node agent's Helm template (charts/kestrel/templates/agent.yaml) instead.
+    #[arg(long, conflicts_with_all = ["helm", "values", "agent"])]
+    agent_helm: bool,
 }
 
 pub fn manifests(args: ManifestsArgs) -> Result<()> {
-    let text = if args.helm {
+    let text = if args.agent {
+        kestrel_kube::deploy::render_agent_plain()
+    } else if args.agent_helm {
+        kestrel_kube::deploy::render_agent_helm()
+    } else if args.helm {
         kestrel_kube::deploy::render_helm()
     } else if args.values {
         kestrel_kube::deploy::render_values()
@@ -100,7 +110,7 @@ pub fn crds() -> Result<()> {
     Ok(())
 }
 
-fn init_logging(format: LogFormat) {
+pub(crate) fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         // The client logs every failed request itself; Kestrel reports failed writes with
         // their object, once per interval, so the client's own line is left out.
@@ -159,7 +169,7 @@ pub(crate) async fn cluster_config(kubeconfig: Option<PathBuf>) -> Result<kube::
     })
 }
 
-async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client> {
+pub(crate) async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client> {
     let config = cluster_config(kubeconfig).await?;
     kube::Client::try_from(config).context("building the Kubernetes client")
 }
@@ -235,7 +245,7 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

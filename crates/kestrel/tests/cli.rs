@@ -229,3 +229,115 @@ fn a_reader_that_goes_away_ends_the_output_without_a_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_ne!(status.code(), Some(101), "no panic exit: {status:?}");
 }
+
+/// `kestrel agent --discover` describes the fake node and what the agent would publish,
+/// without a cluster.
+#[test]
+fn agent_discover_prints_the_inventory_and_what_it_publishes() {
+    let out = kestrel(&[
+        "agent",
+        "--fake-gpus",
+        "examples/agent/dgx-h100.yaml",
+        "--discover",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    assert_eq!(json["backend"], "fake");
+    assert_eq!(json["topology"], "dgx-h100");
+    assert_eq!(json["gpus"].as_array().unwrap().len(), 8);
+    assert_eq!(json["gpus"][4]["numaNode"], 1);
+    assert_eq!(json["nics"].as_array().unwrap().len(), 8);
+    assert_eq!(
+        json["labels"]["nvidia.com/gpu.product"],
+        "NVIDIA-H100-80GB-HBM3"
+    );
+    assert_eq!(json["labels"]["nvidia.com/gpu.count"], "8");
+    assert_eq!(json["annotations"]["kestrel.dev/gpu-topology"], "dgx-h100");
+}
+
+/// Bad input to `kestrel agent` fails before anything starts, saying what to fix.
+#[test]
+fn agent_bad_input_fails_with_a_clear_message() {
+    let dir = std::env::temp_dir().join(format!("kestrel-cli-agent-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("gpus.yaml");
+    std::fs::write(
+        &bad,
+        "gpu: {model: L4, count: 2, memoryMiB: 23034}\ngpus: [{index: 7}]\n",
+    )
+    .unwrap();
+    let cases: [(Vec<&str>, &str); 6] = [
+        (
+            vec!["agent", "--fake-gpus", "examples/agent/dgx-h100.yaml"],
+            "no node name: pass --node-name NAME or set NODE_NAME",
+        ),
+        (
+            vec!["agent", "--fake-gpus", bad.to_str().unwrap(), "--discover"],
+            "field gpus[0].index: GPU index 7 does not exist",
+        ),
+        (
+            vec![
+                "agent",
+                "--fake-gpus",
+                "examples/agent/dgx-h100.yaml",
+                "--resource-name",
+                "gpu",
+            ],
+            "--resource-name: resource name \"gpu\" has no domain",
+        ),
+        (
+            vec![
+                "agent",
+                "--fake-gpus",
+                "examples/agent/dgx-h100.yaml",
+                "--node-name",
+                "n1",
+                "--device-plugin-dir",
+                "/nonexistent/device-plugins",
+            ],
+            "--device-plugin-dir: /nonexistent/device-plugins does not exist",
+        ),
+        (
+            vec![
+                "agent",
+                "--fake-gpus",
+                "examples/agent/dgx-h100.yaml",
+                "--ignore-xids",
+                "13,x",
+            ],
+            "--ignore-xids: \"x\" is not an XID number",
+        ),
+        (
+            vec![
+                "agent",
+                "--fake-gpus",
+                "examples/agent/dgx-h100.yaml",
+                "--xid-recovery",
+                "soon",
+            ],
+            "--xid-recovery",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+            .args(&args)
+            .current_dir(repo())
+            .env_remove("NODE_NAME")
+            .output()
+            .expect("run kestrel");
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    // The alerting rules.
+    let out = kestrel(&["agent", "--prometheus-rules"]);
+    let (stdout, _) = text(&out);
+    assert!(out.status.success());
+    assert!(stdout.contains("kind: \"PrometheusRule\""), "{stdout}");
+    assert!(
+        stdout.contains("alert: \"KestrelGpuUnhealthy\""),
+        "{stdout}"
+    );
+}

@@ -1,0 +1,258 @@
+//! The NVML backend: the NVIDIA management library, loaded at run time (`libnvidia-ml.so.1`),
+//! for GPUs, NVLink, MIG mode, readings and XID events; sysfs for NUMA, PCIe switches and
+//! NICs.
+
+use crate::backend::{BackendError, GpuBackend, GpuSample, HealthEvent};
+use crate::inventory::{Gpu, Inventory};
+use crate::sysfs::{sysfs_bus_id, Sysfs};
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::Nvml;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// NVML's `NVML_NVLINK_MAX_LINKS` (18 on Hopper); asking for a link a GPU lacks is an error
+/// that ends the scan.
+const MAX_NVLINKS: u32 = 18;
+const MIB: u64 = 1024 * 1024;
+/// How often the health thread checks that every GPU still answers.
+const PROBE_EVERY: Duration = Duration::from_secs(10);
+
+pub struct NvmlBackend {
+    nvml: Nvml,
+    sysfs: Sysfs,
+}
+
+fn nvml_err(what: impl Into<String>) -> impl FnOnce(NvmlError) -> BackendError {
+    let what = what.into();
+    move |e| BackendError::Nvml {
+        what,
+        error: e.to_string(),
+    }
+}
+
+/// A statically linked binary (the release image's musl build) has no dynamic loader:
+/// `dlopen` always fails there, whatever is installed.
+const STATIC_HINT: &str = if cfg!(target_feature = "crt-static") {
+    " (this kestrel is statically linked and cannot load shared libraries at all; run the \
+     agent from a dynamically linked build, see \"The node agent\" in the README)"
+} else {
+    ""
+};
+
+fn init() -> Result<Nvml, BackendError> {
+    Nvml::init().map_err(|e| match e {
+        NvmlError::LibloadingError(_)
+        | NvmlError::FailedToLoadSymbol(_)
+        | NvmlError::LibraryNotFound
+        | NvmlError::DriverNotLoaded
+        | NvmlError::NoPermission => BackendError::NvmlUnavailable(format!("{e}{STATIC_HINT}")),
+        other => nvml_err("initialising NVML")(other),
+    })
+}
+
+impl NvmlBackend {
+    /// Loads NVML; [`BackendError::NvmlUnavailable`] when the library or the driver is
+    /// missing.
+    pub fn new(sysfs: Sysfs) -> Result<NvmlBackend, BackendError> {
+        Ok(NvmlBackend {
+            nvml: init()?,
+            sysfs,
+        })
+    }
+}
+
+impl GpuBackend for NvmlBackend {
+    fn kind(&self) -> &'static str {
+        "nvml"
+    }
+
+    fn discover(&self) -> Result<Inventory, BackendError> {
+        let mut warnings = Vec::new();
+        let count = self
+            .nvml
+            .device_count()
+            .map_err(nvml_err("counting GPUs"))?;
+        let mut gpus = Vec::new();
+        // Remote ends of each GPU's active NVLinks, by sysfs bus id.
+        let mut remotes: Vec<BTreeSet<String>> = Vec::new();
+        for i in 0..count {
+            let d = self
+                .nvml
+                .device_by_index(i)
+                .map_err(nvml_err(format!("opening GPU {i}")))?;
+            let what = |f: &str| format!("GPU {i}: {f}");
+            let uuid = d.uuid().map_err(nvml_err(what("UUID")))?;
+            let model = d.name().map_err(nvml_err(what("name")))?;
+            let memory = d.memory_info().map_err(nvml_err(what("memory")))?;
+            let pci = d.pci_info().map_err(nvml_err(what("PCI info")))?;
+            let pci_bus_id = sysfs_bus_id(&pci.bus_id);
+            // MIG is unsupported on most parts: that reads as off.
+            let mig_enabled = d.mig_mode().map(|m| m.current == 1).unwrap_or(false);
+            let mut ends = BTreeSet::new();
+            for link in 0..MAX_NVLINKS {
+                let l = d.link_wrapper_for(link);
+                match l.is_active() {
+                    Ok(true) => {
+                        if let Ok(remote) = l.remote_pci_info() {
+                            ends.insert(sysfs_bus_id(&remote.bus_id));
+                        }
+                    }
+                    Ok(false) => {}
+                    Err(_) => break,
+                }
+            }
+            remotes.push(ends);
+            gpus.push(Gpu {
+                index: d.index().unwrap_or(i),
+                uuid,
+                model,
+                memory_mib: memory.total / MIB,
+                numa_node: self.sysfs.numa_node(&pci_bus_id, &mut warnings),
+                pci_bus_id,
+                nvlink_peers: Vec::new(),
+                pcie_switch: None,
+                mig_enabled,
+                // nvml-wrapper has no binding for the fabric (clique) query yet.
+                clique: None,
+            });
+        }
+        let by_bus: BTreeMap<String, u32> = gpus
+            .iter()
+            .map(|g| (g.pci_bus_id.clone(), g.index))
+            .collect();
+        // A link whose far end is not a GPU goes to an NVSwitch: every GPU on a switch
+        // reaches every other.
+        let switched: BTreeSet<u32> = gpus
+            .iter()
+            .zip(&remotes)
+            .filter(|(_, ends)| ends.iter().any(|e| !by_bus.contains_key(e)))
+            .map(|(g, _)| g.index)
+            .collect();
+        for (g, ends) in gpus.iter_mut().zip(&remotes) {
+            let mut peers: BTreeSet<u32> =
+                ends.iter().filter_map(|e| by_bus.get(e)).copied().collect();
+            if switched.contains(&g.index) {
+                peers.extend(switched.iter().copied());
+            }
+            peers.remove(&g.index);
+            g.nvlink_peers = peers.into_iter().collect();
+        }
+        let mut nics = self.sysfs.nics(&mut warnings);
+        self.sysfs.assign_switches(&mut gpus, &mut nics);
+        gpus.sort_by_key(|g| g.index);
+        Ok(Inventory {
+            gpus,
+            nics,
+            warnings,
+        })
+    }
+
+    fn sample(&self, gpu: &Gpu) -> Result<GpuSample, BackendError> {
+        let d = self
+            .nvml
+            .device_by_uuid(gpu.uuid.as_str())
+            .map_err(nvml_err(format!("opening GPU {}", gpu.uuid)))?;
+        Ok(GpuSample {
+            utilization_pct: d.utilization_rates().ok().map(|u| u.gpu),
+            memory_used_mib: d.memory_info().ok().map(|m| m.used / MIB),
+            temperature_c: d.temperature(TemperatureSensor::Gpu).ok(),
+            power_watts: d.power_usage().ok().map(|mw| mw as f64 / 1000.0),
+            ecc_corrected: d
+                .total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+                .ok(),
+            ecc_uncorrected: d
+                .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+                .ok(),
+        })
+    }
+
+    fn probe(&self, uuid: &str) -> bool {
+        self.nvml
+            .device_by_uuid(uuid)
+            .and_then(|d| d.pci_info())
+            .is_ok()
+    }
+
+    fn watch_health(&self, tx: UnboundedSender<HealthEvent>) -> Result<(), BackendError> {
+        let uuids: Vec<String> = self.discover()?.gpus.into_iter().map(|g| g.uuid).collect();
+        // The event set borrows its NVML handle, so the thread opens its own (NVML counts
+        // initialisations; both stay valid).
+        let nvml = init()?;
+        std::thread::Builder::new()
+            .name("nvml-events".into())
+            .spawn(move || watch(nvml, uuids, tx))
+            .map_err(|e| BackendError::Nvml {
+                what: "starting the NVML event thread".into(),
+                error: e.to_string(),
+            })?;
+        Ok(())
+    }
+}
+
+fn watch(nvml: Nvml, uuids: Vec<String>, tx: UnboundedSender<HealthEvent>) {
+    let mut set = match nvml.create_event_set() {
+        Ok(set) => Some(set),
+        Err(e) => {
+            tracing::warn!(error = %e, "NVML events unavailable; health comes from probes only");
+            None
+        }
+    };
+    for uuid in &uuids {
+        let Some(s) = set.take() else { break };
+        let device = match nvml.device_by_uuid(uuid.as_str()) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(gpu = %uuid, error = %e, "cannot open GPU for events");
+                set = Some(s);
+                continue;
+            }
+        };
+        match device.register_events(EventTypes::CRITICAL_XID_ERROR, s) {
+            Ok(s) => set = Some(s),
+            Err(e) => {
+                // The set is released on an unknown error; the rest rely on probes.
+                tracing::warn!(gpu = %uuid, error = %e.error, "cannot watch XID events");
+                set = nvml.create_event_set().ok();
+            }
+        }
+    }
+    let probe = |uuid: &str| nvml.device_by_uuid(uuid).and_then(|d| d.pci_info()).is_ok();
+    let mut last_probe = Instant::now();
+    while !tx.is_closed() {
+        let event = match &set {
+            Some(set) => set.wait(1000),
+            None => {
+                std::thread::sleep(Duration::from_secs(1));
+                Err(NvmlError::Timeout)
+            }
+        };
+        match event {
+            Ok(ev) => {
+                let uuid = ev.device.uuid().unwrap_or_default();
+                let xid = match ev.event_data {
+                    Some(XidError::Value(v)) => v,
+                    _ => 0,
+                };
+                let _ = tx.send(HealthEvent::Xid { uuid, xid });
+            }
+            Err(NvmlError::Timeout) => {}
+            Err(NvmlError::GpuLost) => last_probe = Instant::now() - PROBE_EVERY,
+            Err(e) => {
+                tracing::warn!(error = %e, "waiting for NVML events");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        if last_probe.elapsed() >= PROBE_EVERY {
+            last_probe = Instant::now();
+            for uuid in &uuids {
+                if !probe(uuid) {
+                    let _ = tx.send(HealthEvent::Lost { uuid: uuid.clone() });
+                }
+            }
+        }
+    }
+}
