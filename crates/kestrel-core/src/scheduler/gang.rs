@@ -272,7 +272,7 @@ impl Scheduler {
         let outcome = match self.admit_and_place(
             WorkloadKey::Gang(gang),
             &pending,
-            Some((&spec, &running, needed)),
+            Some((spec, &running, needed)),
             now,
             cycle,
             decisions,
