@@ -73,12 +73,11 @@ pub struct GangState {
     /// `None` while only pods name the gang and nothing declared it.
     pub spec: Option<GangSpec>,
     pub members: BTreeSet<PodId>,
-    /// When the current `schedule_timeout` window began: the first pod's arrival, the
-    /// end of the last back-off, or when its last running member left.
+    /// When the current `schedule_timeout` window begins: the first pod's arrival, the
+    /// end of the last back-off (a time still ahead while it backs off), or when its last
+    /// running member left.
     pub first_seen: Option<Millis>,
     pub phase: GangPhase,
-    /// After a timeout: no attempt before this time.
-    pub backoff_until: Option<Millis>,
     /// How often it timed out.
     pub timeouts: u32,
 }
@@ -108,7 +107,6 @@ impl GangIndex {
             members: BTreeSet::new(),
             first_seen: None,
             phase: GangPhase::Waiting,
-            backoff_until: None,
             timeouts: 0,
         });
         self.ids

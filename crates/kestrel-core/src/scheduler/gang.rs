@@ -169,7 +169,7 @@ impl Scheduler {
             };
             // Backing off: only a change during the back-off brings it here, and that
             // change is worth a look once the back-off ends.
-            if let Some(until) = state.backoff_until.filter(|&u| now < u) {
+            if let Some(until) = state.first_seen.filter(|&u| now < u) {
                 self.wake_at_least(until);
                 let reason = timed_out();
                 self.park_gang(&pending, reason, decisions);
@@ -183,7 +183,6 @@ impl Scheduler {
                 let state = &mut self.gangs.gangs[gang.0 as usize];
                 state.phase = GangPhase::TimedOut;
                 state.timeouts += 1;
-                state.backoff_until = Some(now + backoff);
                 state.first_seen = Some(now + backoff);
                 decisions.timed_out.push(gang);
                 let reason = timed_out();
