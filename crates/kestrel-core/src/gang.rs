@@ -38,6 +38,11 @@ pub struct GangSpec {
     /// Per-role minimums (role, pods), e.g. one master and four workers.
     pub role_minimums: Vec<(String, u32)>,
     pub topology: GangTopology,
+    /// A queued workload (a Job, StatefulSet, JobSet ... as Kueue admits them): admitted
+    /// whole once, it stays admitted while it has pods, so later pods (the next
+    /// completions, replacements) start as they fit, without the minimum. Evicting all of
+    /// its running pods puts it back to waiting whole.
+    pub keeps_admission: bool,
 }
 
 impl GangSpec {

@@ -44,6 +44,7 @@ struct GangCase {
     required_rack: bool,
     preferred_rack: bool,
     timeout: Option<u64>,
+    keeps_admission: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -151,28 +152,32 @@ fn gang_strategy() -> impl Strategy<Value = GangCase> {
         proptest::option::of(0..NAMESPACES),
         0u8..3,
         proptest::option::of(3_000u64..30_000),
+        any::<bool>(),
     )
-        .prop_flat_map(|(size, gpu, cpu, priority, queue, topology, timeout)| {
-            (1..=size as u32).prop_map(move |min| {
-                let mut pod = PodSpec::new(
-                    queue.map_or("free".to_string(), |q| format!("t{q}")),
-                    "",
-                    Demand {
-                        resources: Resources::new(cpu, 1 << 30),
-                        gpu,
-                    },
-                );
-                pod.priority = priority * 100;
-                pod.queue = queue.map(|_| "lq".to_string());
-                GangCase {
-                    pods: vec![pod; size],
-                    min,
-                    required_rack: topology == 1,
-                    preferred_rack: topology == 2,
-                    timeout,
-                }
-            })
-        })
+        .prop_flat_map(
+            |(size, gpu, cpu, priority, queue, topology, timeout, keeps_admission)| {
+                (1..=size as u32).prop_map(move |min| {
+                    let mut pod = PodSpec::new(
+                        queue.map_or("free".to_string(), |q| format!("t{q}")),
+                        "",
+                        Demand {
+                            resources: Resources::new(cpu, 1 << 30),
+                            gpu,
+                        },
+                    );
+                    pod.priority = priority * 100;
+                    pod.queue = queue.map(|_| "lq".to_string());
+                    GangCase {
+                        pods: vec![pod; size],
+                        min,
+                        required_rack: topology == 1,
+                        preferred_rack: topology == 2,
+                        timeout,
+                        keeps_admission,
+                    }
+                })
+            },
+        )
 }
 
 fn queue_strategy() -> impl Strategy<Value = QueueCase> {
@@ -400,6 +405,7 @@ fn run(case: &Case, checked: bool) -> Outcome {
                     schedule_timeout: g.timeout,
                     role_minimums: vec![],
                     topology,
+                    keeps_admission: g.keeps_admission,
                 })
                 .unwrap();
                 let ids = g

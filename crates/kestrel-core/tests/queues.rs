@@ -910,3 +910,90 @@ fn a_deleted_cluster_queue_lends_nothing_and_its_work_can_be_reclaimed() {
     s.schedule(21);
     assert_eq!(bound(&s, &[own]), 1);
 }
+
+fn workload_pods(s: &mut Scheduler, gang: &str, count: u32, at: Millis) -> Vec<PodId> {
+    (0..count)
+        .map(|i| {
+            let mut p = gang_member("team-a", gang, &format!("{gang}-{i}"), "main", 0);
+            p.gang.as_mut().unwrap().rank = Some(i);
+            s.submit(p, at)
+        })
+        .collect()
+}
+
+#[test]
+fn a_workload_is_admitted_whole_or_down_to_its_minimum() {
+    // Quota for 2 GPUs on a node with 8: the node has room, the quota decides.
+    let mut s = scheduler(1, 8);
+    with_queues(&mut s, vec![cq("team-a", None, 2, None)]);
+    s.add_gang(GangSpec {
+        namespace: "team-a".into(),
+        name: "whole".into(),
+        min_member: 3,
+        total: Some(3),
+        keeps_admission: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let whole = workload_pods(&mut s, "whole", 3, 0);
+    s.schedule(0);
+    assert_eq!(bound(&s, &whole), 0, "3 pods under a quota of 2: none run");
+    assert!(
+        reason(&s, whole[0]).contains("quota"),
+        "{}",
+        reason(&s, whole[0])
+    );
+    assert_eq!(gpu_used(&s, "team-a"), 0);
+
+    // Partial admission: parallelism 4, at least 1, quota for 2: the largest count that
+    // fits starts, the lowest ranks first.
+    s.add_gang(GangSpec {
+        namespace: "team-a".into(),
+        name: "partial".into(),
+        min_member: 1,
+        total: Some(4),
+        keeps_admission: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let partial = workload_pods(&mut s, "partial", 4, 1_000);
+    s.schedule(1_000);
+    assert_eq!(bound(&s, &partial[..2]), 2);
+    assert_eq!(bound(&s, &partial[2..]), 0);
+    assert_eq!(gpu_used(&s, "team-a"), 2, "the quota holds");
+}
+
+#[test]
+fn an_admitted_workload_runs_its_next_pods_without_the_minimum() {
+    // A Job of parallelism 3 and completions 5: after the first three end together, its
+    // controller creates the last two. The workload was admitted: they start.
+    let build = |keeps_admission: bool| {
+        let mut s = scheduler(1, 8);
+        with_queues(&mut s, vec![cq("team-a", None, 8, None)]);
+        s.add_gang(GangSpec {
+            namespace: "team-a".into(),
+            name: "job".into(),
+            min_member: 3,
+            total: Some(3),
+            keeps_admission,
+            ..Default::default()
+        })
+        .unwrap();
+        let first = workload_pods(&mut s, "job", 3, 0);
+        s.schedule(0);
+        assert_eq!(bound(&s, &first), 3);
+        for &p in &first {
+            s.finish(p).unwrap();
+        }
+        let next: Vec<PodId> = (3..5)
+            .map(|i| {
+                let p = gang_member("team-a", "job", &format!("job-{i}"), "main", 0);
+                s.submit(p, 10_000)
+            })
+            .collect();
+        s.schedule(10_000);
+        bound(&s, &next)
+    };
+    assert_eq!(build(true), 2, "an admitted workload's last pods run");
+    assert_eq!(build(false), 0, "a PodGroup's minimum holds at every start");
+}

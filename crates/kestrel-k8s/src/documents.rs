@@ -8,11 +8,12 @@ use serde_json::Value;
 use std::path::Path;
 
 /// The kinds a workload file may hold (plus `List`s of them).
-pub const SUPPORTED_KINDS: [&str; 13] = [
+pub const SUPPORTED_KINDS: [&str; 14] = [
     "Pod",
     "Job",
     "Deployment",
     "StatefulSet",
+    "ReplicaSet",
     "PriorityClass",
     "RuntimeClass",
     "Namespace",

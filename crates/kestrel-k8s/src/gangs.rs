@@ -340,6 +340,33 @@ pub fn pod_gang(
         Some(v) => Some(parse_u32(RANK_ANNOTATION, v)?),
         None => None,
     };
+    Ok(Some(PodGang {
+        membership: GangMembership {
+            gang: (*gang).clone(),
+            role,
+            rank,
+        },
+        implied,
+        topology: pod_topology(path, object, annotations)?,
+    }))
+}
+
+/// The topology request in a pod's annotations (Kestrel's, else Kueue's).
+pub fn pod_topology(
+    path: &Path,
+    object: &str,
+    annotations: &BTreeMap<String, String>,
+) -> Result<GangTopology, LoadError> {
+    let parse_u32 = |field: &str, value: &String| {
+        value.parse::<u32>().map_err(|_| {
+            err(
+                path,
+                object,
+                &format!("metadata.annotations[{field:?}]"),
+                format!("{value:?} is not a whole number"),
+            )
+        })
+    };
     let mut topology = GangTopology::default();
     let mut slice_level = None;
     let mut slice_size = None;
@@ -366,15 +393,7 @@ pub fn pod_gang(
             ))
         }
     };
-    Ok(Some(PodGang {
-        membership: GangMembership {
-            gang: (*gang).clone(),
-            role,
-            rank,
-        },
-        implied,
-        topology,
-    }))
+    Ok(topology)
 }
 
 /// Collects gangs from documents and pods: declared PodGroups win; a gang only its pods

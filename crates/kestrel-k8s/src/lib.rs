@@ -4,7 +4,8 @@
 //! scheduler (objects from the API server) alike: Pods and the classes they name
 //! ([`pods`]), Nodes ([`nodes`]), PodGroups of every flavour ([`gangs`]), queue kinds
 //! ([`queues`]), ResourceQuotas ([`quota`]), LimitRanges ([`limit_range`]), and Kestrel's
-//! own CRDs as typed structs ([`crds`]). Pure: no I/O, no clock.
+//! own CRDs as typed structs ([`crds`]), and the gang a queued Job or StatefulSet implies
+//! ([`workloads`]). Pure: no I/O, no clock.
 
 pub mod annotations;
 pub mod crds;
@@ -19,5 +20,6 @@ pub mod nodes;
 pub mod pods;
 pub mod queues;
 pub mod quota;
+pub mod workloads;
 
 pub use error::LoadError;

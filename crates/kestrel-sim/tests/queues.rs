@@ -119,3 +119,122 @@ fn namespace_resource_quota_refuses_creations_until_pods_end() {
     assert_eq!(r.pods.completed, 4);
     assert_eq!(r.span, 60_000, "all four at once");
 }
+
+/// A Kueue setup (one flavor, a ClusterQueue of `gpus` GPUs) and `jobs`, read as files are.
+fn queued(gpus: u32, jobs: &str) -> (SimCluster, Workload) {
+    let mut cluster = SimCluster::default();
+    let mut n = kestrel_core::NodeSpec::new("n0", Resources::new(64_000, 1 << 40));
+    (n.gpus, n.nics) = kestrel_core::GpuTopology::Flat.devices("H100", 81_559, 8);
+    cluster.nodes.push(n);
+    let queues = format!(
+        "apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {{name: default}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {{name: team}}
+spec:
+  namespaceSelector: {{}}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: default
+      resources:
+      - {{name: nvidia.com/gpu, nominalQuota: {gpus}}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {{name: main, namespace: team}}
+spec: {{clusterQueue: team}}
+"
+    );
+    let files = vec![
+        (std::path::PathBuf::from("queues.yaml"), queues),
+        (std::path::PathBuf::from("jobs.yaml"), jobs.to_string()),
+    ];
+    (
+        cluster,
+        kestrel_sim::manifests::load_manifests(&files).unwrap(),
+    )
+}
+
+/// A Job in queue `main` of one-GPU pods running a minute.
+fn job(name: &str, parallelism: u32, completions: u32, annotations: &str) -> String {
+    format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+  namespace: team
+  labels: {{kueue.x-k8s.io/queue-name: main}}
+  annotations: {{kestrel.dev/sim-duration: 60s{annotations}}}
+spec:
+  parallelism: {parallelism}
+  completions: {completions}
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: w
+        image: trainer
+        resources: {{limits: {{nvidia.com/gpu: 1}}}}
+---
+"
+    )
+}
+
+#[test]
+fn a_queued_job_is_admitted_whole_not_pod_by_pod() {
+    // Parallelism 3 under a quota of 2: Kueue runs none, and so does Kestrel.
+    let (cluster, workload) = queued(2, &job("whole", 3, 3, ""));
+    let r = run(&cluster, &workload, SimConfig::default());
+    assert_eq!((r.pods.scheduled, r.pods.pending_at_end), (0, 3));
+    let reason = &r.pending_at_end[0].reason;
+    assert!(reason.contains("quota"), "{reason}");
+
+    // Partial admission down to 1: two start, then the other two once they end.
+    let (cluster, workload) = queued(
+        2,
+        &job(
+            "partial",
+            4,
+            4,
+            ", kueue.x-k8s.io/job-min-parallelism: \"1\"",
+        ),
+    );
+    let r = run(&cluster, &workload, SimConfig::default());
+    assert_eq!(r.pods.completed, 4);
+    assert_eq!(r.span, 120_000, "two at a time");
+
+    // Parallelism 3, completions 5: after the first three end together, the last two
+    // run under the workload's admission, without its minimum of 3.
+    let (cluster, workload) = queued(3, &job("waves", 3, 5, ""));
+    let r = run(&cluster, &workload, SimConfig::default());
+    assert_eq!((r.pods.completed, r.pods.pending_at_end), (5, 0));
+    assert_eq!(r.span, 120_000);
+}
+
+#[test]
+fn a_bad_partial_admission_minimum_names_the_job_and_field() {
+    let files = |min: &str| {
+        vec![(
+            std::path::PathBuf::from("jobs.yaml"),
+            job(
+                "train",
+                4,
+                4,
+                &format!(", kueue.x-k8s.io/job-min-parallelism: \"{min}\""),
+            ),
+        )]
+    };
+    for bad in ["0", "9", "many"] {
+        let e = kestrel_sim::manifests::load_manifests(&files(bad))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("Job team/train") && e.contains("job-min-parallelism"),
+            "{e}"
+        );
+    }
+}

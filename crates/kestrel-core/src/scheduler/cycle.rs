@@ -148,6 +148,7 @@ impl Scheduler {
         // earlier if room turns up elsewhere.
         let waiting = self.preemption.awaiting.get(&workload).copied();
         let waiting_failure = |victims| queue_failure(QueueProblem::WaitingForVictims { victims });
+        let mut pods = pods;
         let rep = pods[0];
         for &p in pods {
             self.pods[p.0 as usize].quota_settled = false;
@@ -179,7 +180,21 @@ impl Scheduler {
                     }
                 }
                 let request = self.workload_request(pods);
-                match self.queues.fit(cq, &request) {
+                let mut fit = self.queues.fit(cq, &request);
+                if let (QuotaFit::No(_), Some((spec, _, needed))) = (&fit, gang) {
+                    // Partial admission: as many as the quota takes, down to the minimum.
+                    if spec.role_minimums.is_empty() {
+                        if let Some((k, smaller)) = (needed.max(1)..pods.len())
+                            .rev()
+                            .map(|k| (k, self.queues.fit(cq, &self.workload_request(&pods[..k]))))
+                            .find(|(_, f)| !matches!(f, QuotaFit::No(_)))
+                        {
+                            pods = &pods[..k];
+                            fit = smaller;
+                        }
+                    }
+                }
+                match fit {
                     QuotaFit::Nominal(admission) => {
                         within_nominal = true;
                         Some(admission)

@@ -240,8 +240,16 @@ impl Scheduler {
             })
         };
         let all: Vec<PodId> = pending.iter().chain(&running).copied().collect();
-        let short_role = role_short(self, &all);
-        if exist < spec.min_member || short_role.is_some() {
+        // An admitted workload's later pods need no minimum: it was met when it started.
+        // Not while members are being evicted: the workload may be leaving whole.
+        let admitted = spec.keeps_admission
+            && state.phase == GangPhase::Running
+            && !state
+                .members
+                .iter()
+                .any(|&p| self.pods[p.0 as usize].evicting);
+        let short_role = role_short(self, &all).filter(|_| !admitted);
+        if !admitted && exist < spec.min_member || short_role.is_some() {
             let problem = GangProblem::Incomplete {
                 gang: gang_name,
                 exist,
@@ -267,7 +275,10 @@ impl Scheduler {
                 self.pods[p.0 as usize].queue_key(p),
             )
         });
-        let needed = spec.min_member.saturating_sub(running.len() as u32) as usize;
+        let needed = match admitted {
+            true => 1,
+            false => spec.min_member.saturating_sub(running.len() as u32) as usize,
+        };
         let outcome = match self.admit_and_place(
             WorkloadKey::Gang(gang),
             &pending,
@@ -293,7 +304,7 @@ impl Scheduler {
                 let complete_roles = {
                     let mut members: Vec<PodId> = running.clone();
                     members.extend(placed.iter().map(|(p, _, _)| *p));
-                    role_short(self, &members).is_none()
+                    admitted || role_short(self, &members).is_none()
                 };
                 if complete_roles {
                     for (pod, node, gpus) in placed {

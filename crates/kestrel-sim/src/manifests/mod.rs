@@ -5,7 +5,12 @@
 //! - `Pod` -> one pod ([`JobKind::Pod`]);
 //! - `Job` -> [`JobKind::Job`]: `spec.parallelism` (default 1) pods at a time until
 //!   `spec.completions` (default: parallelism) have run;
-//! - `Deployment`, `StatefulSet` -> [`JobKind::Service`] with `spec.replicas` (default 1) pods;
+//! - `Deployment`, `StatefulSet`, `ReplicaSet` -> [`JobKind::Service`] with `spec.replicas`
+//!   (default 1) pods;
+//!
+//! A queued Job, StatefulSet or ReplicaSet is one workload, admitted whole (or down to
+//! Kueue's `job-min-parallelism`): its pods form the gang [`kestrel_k8s::workloads`]
+//! implies, unless they name a gang themselves.
 //! - `PriorityClass`, `RuntimeClass` -> resolve the pods' priority (and `preemptionPolicy`)
 //!   and runtime class, wherever they appear in the file set;
 //! - `ClusterQueue`, `LocalQueue`, `Cohort`, `ResourceFlavor` (Kueue's or Kestrel's),
@@ -20,7 +25,7 @@
 //! terms, GPU annotations) is [`kestrel_k8s::pods`]'s.
 
 use crate::workload::{JobKind, SimJob, Workload};
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -28,9 +33,10 @@ use kestrel_core::{GpuRequest, Millis};
 use kestrel_k8s::documents::{read_documents, Document, SUPPORTED_KINDS};
 use kestrel_k8s::duration::parse_duration;
 use kestrel_k8s::fields::Ctx;
-use kestrel_k8s::gangs::{pod_gang, GangCollector};
+use kestrel_k8s::gangs::{pod_gang, pod_topology, GangCollector, PodGang};
 use kestrel_k8s::pods::{Annotations, Catalog};
 use kestrel_k8s::queues::{is_queue_document, QueueCollector, QueueSetup};
+use kestrel_k8s::workloads::queued_workload;
 use kestrel_k8s::LoadError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -203,6 +209,18 @@ impl Builder {
                     .ok_or_else(|| ctx.err("spec", "a StatefulSet needs spec.template"))?;
                 self.service(&ctx, doc, &s.metadata, spec.replicas, &spec.template)?
             }
+            "ReplicaSet" => {
+                let r: ReplicaSet = doc.typed(path)?;
+                let spec = r
+                    .spec
+                    .as_ref()
+                    .ok_or_else(|| ctx.err("spec", "a ReplicaSet needs spec.template"))?;
+                let template = spec
+                    .template
+                    .as_ref()
+                    .ok_or_else(|| ctx.err("spec.template", "a ReplicaSet needs spec.template"))?;
+                self.service(&ctx, doc, &r.metadata, spec.replicas, template)?
+            }
             other => {
                 return Err(ctx.err(
                     "kind",
@@ -336,6 +354,24 @@ impl Builder {
         )? {
             self.gangs.add_pod(&namespace, &gang);
             template.gang = Some(gang.membership);
+        } else if template.queue.is_some() {
+            let pods = u32::try_from(shape.parallelism).unwrap_or(u32::MAX);
+            let meta_annotations = shape.meta.annotations.clone().unwrap_or_default();
+            if let Some(implied) =
+                queued_workload(ctx, doc.kind(), &namespace, &name, pods, &meta_annotations)?
+            {
+                let gang = PodGang {
+                    membership: kestrel_core::GangMembership {
+                        gang: implied.name.clone(),
+                        role: None,
+                        rank: None,
+                    },
+                    implied: Some(implied),
+                    topology: pod_topology(ctx.path, &ctx.object, &all_annotations)?,
+                };
+                self.gangs.add_pod(&namespace, &gang);
+                template.gang = Some(gang.membership);
+            }
         }
 
         let arrival = match annotations.get(ARRIVAL_ANNOTATION) {
