@@ -14,9 +14,14 @@
 //! the Job, so the pods left over wait and start as quota and room free up.
 
 use crate::fields::Ctx;
+use crate::queues::{KESTREL_QUEUE_LABEL, KUEUE_QUEUE_LABEL};
 use crate::LoadError;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use kestrel_core::GangSpec;
+use serde_json::Value;
 use std::collections::BTreeMap;
+use std::path::Path;
 
 /// Kueue's partial admission: a Job may start with this many pods when its parallelism
 /// does not fit the quota.
@@ -78,6 +83,291 @@ pub fn queued_workload(
     }))
 }
 
+/// A Job the live scheduler sees: the LocalQueue it names (on the Job, else its pod
+/// template) and the gang its pods form; `Ok(None)` when it names no queue.
+///
+/// Its pods are the ones it still runs at once: `parallelism`, at most the completions not
+/// yet succeeded, so that a scheduler that restarts midway does not wait for pods the Job
+/// will never create.
+pub fn queued_job(path: &Path, job: &Job) -> Result<Option<(String, GangSpec)>, LoadError> {
+    let namespace = job
+        .metadata
+        .namespace
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("default");
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    let spec = job.spec.as_ref();
+    let template_labels = spec.and_then(|s| s.template.metadata.as_ref()?.labels.as_ref());
+    let queue = [job.metadata.labels.as_ref(), template_labels]
+        .into_iter()
+        .flatten()
+        .find_map(|labels| {
+            [KESTREL_QUEUE_LABEL, KUEUE_QUEUE_LABEL]
+                .iter()
+                .find_map(|key| labels.get(*key))
+        });
+    let Some(queue) = queue else {
+        return Ok(None);
+    };
+    let parallelism = spec.and_then(|s| s.parallelism).unwrap_or(1).max(0);
+    let succeeded = job.status.as_ref().and_then(|s| s.succeeded).unwrap_or(0);
+    let left = spec
+        .and_then(|s| s.completions)
+        .map_or(parallelism, |c| (c - succeeded).max(0));
+    let ctx = Ctx {
+        path,
+        object: format!("Job {namespace}/{name}"),
+    };
+    let annotations = job.metadata.annotations.clone().unwrap_or_default();
+    let count = |v: i32| u32::try_from(v.max(1)).unwrap_or(u32::MAX);
+    // The minimum is checked against the parallelism the user wrote, then shrinks with
+    // the completions left (never to 0: pods may still be finishing).
+    let mut gang = queued_workload(
+        &ctx,
+        "Job",
+        namespace,
+        name,
+        count(parallelism),
+        &annotations,
+    )?
+    .expect("a Job with pods implies a gang");
+    let pods = count(parallelism.min(left));
+    gang.total = Some(pods);
+    gang.min_member = gang.min_member.min(pods);
+    Ok(Some((queue.clone(), gang)))
+}
+
+/// One role of a workload of several pod templates: `pods` at once until `completions`.
+#[derive(Debug, Clone)]
+pub struct Role {
+    pub name: String,
+    pub pods: u32,
+    pub completions: u32,
+    pub template: PodTemplateSpec,
+    /// Field path of the template, for errors (`spec.pytorchReplicaSpecs.Worker.template`).
+    pub field: String,
+}
+
+/// A workload of several roles: a Kubeflow `PyTorchJob` (Master and Worker), a Volcano
+/// `Job` (its tasks) or a `JobSet` (its replicated Jobs). Its pods are one gang over all
+/// roles: all of them (a Volcano Job: its `minAvailable`), each role at least its own
+/// minimum (its replicas; a Volcano task: its `minAvailable`).
+#[derive(Debug, Clone)]
+pub struct RoleWorkload {
+    pub roles: Vec<Role>,
+    pub gang: GangSpec,
+}
+
+/// The multi-role kinds, by (API group, kind).
+pub const ROLE_WORKLOAD_KINDS: [(&str, &str); 3] = [
+    ("kubeflow.org", "PyTorchJob"),
+    ("batch.volcano.sh", "Job"),
+    ("jobset.x-k8s.io", "JobSet"),
+];
+
+/// Reads `value` as a multi-role workload; `Ok(None)` for other kinds. Once started it
+/// stays admitted: pods that come later (a task's last replicas that did not fit, the next
+/// completions) start as they fit, as Volcano counts finished pods towards `minAvailable`.
+pub fn role_workload(
+    ctx: &Ctx,
+    value: &Value,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<RoleWorkload>, LoadError> {
+    let group = value
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .and_then(|v| v.split_once('/'))
+        .map(|(g, _)| g)
+        .unwrap_or_default();
+    let kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !ROLE_WORKLOAD_KINDS.contains(&(group, kind)) {
+        return Ok(None);
+    }
+    let spec = value
+        .get("spec")
+        .and_then(Value::as_object)
+        .ok_or_else(|| {
+            ctx.err(
+                "spec",
+                format!("a {kind} needs a spec with its pod templates"),
+            )
+        })?;
+    let count = |field: &str, v: Option<&Value>, default: u32| -> Result<u32, LoadError> {
+        match v {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| {
+                    ctx.err(
+                        field,
+                        format!("{v} is not a pod count; write a whole number"),
+                    )
+                }),
+        }
+    };
+    let template = |field: &str, v: Option<&Value>| -> Result<PodTemplateSpec, LoadError> {
+        let v = v.ok_or_else(|| ctx.err(field, "missing; add the pod template"))?;
+        serde_json::from_value(v.clone())
+            .map_err(|e| ctx.err(field, format!("not a pod template: {e}")))
+    };
+    let mut roles = Vec::new();
+    let mut role_minimums = Vec::new();
+    let mut min_member = None;
+    match kind {
+        "PyTorchJob" => {
+            let field = "spec.pytorchReplicaSpecs";
+            let specs = spec
+                .get("pytorchReplicaSpecs")
+                .and_then(Value::as_object)
+                .ok_or_else(|| ctx.err(field, "missing; add Master and Worker replica specs"))?;
+            if !specs.contains_key("Master") {
+                return Err(ctx.err(
+                    field,
+                    "no Master; a PyTorchJob needs one Master replica (rank 0)",
+                ));
+            }
+            for (role, replica) in specs {
+                if role != "Master" && role != "Worker" {
+                    return Err(ctx.err(
+                        format!("{field}.{role}"),
+                        "unknown replica type; a PyTorchJob has Master and Worker",
+                    ));
+                }
+                let here = format!("{field}.{role}");
+                let pods = count(&format!("{here}.replicas"), replica.get("replicas"), 1)?;
+                roles.push(Role {
+                    name: role.clone(),
+                    pods,
+                    completions: pods,
+                    template: template(&format!("{here}.template"), replica.get("template"))?,
+                    field: format!("{here}.template"),
+                });
+                role_minimums.push((role.clone(), pods));
+            }
+        }
+        "Job" => {
+            let tasks = spec
+                .get("tasks")
+                .and_then(Value::as_array)
+                .ok_or_else(|| ctx.err("spec.tasks", "missing; a Volcano Job needs its tasks"))?;
+            for (i, task) in tasks.iter().enumerate() {
+                let here = format!("spec.tasks[{i}]");
+                let role = task
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| ctx.err(format!("{here}.name"), "missing; name the task"))?;
+                let pods = count(&format!("{here}.replicas"), task.get("replicas"), 1)?;
+                if let Some(min) = task.get("minAvailable") {
+                    let min = count(&format!("{here}.minAvailable"), Some(min), 0)?;
+                    if min > pods {
+                        return Err(ctx.err(
+                            format!("{here}.minAvailable"),
+                            format!("{min} exceeds the task's {pods} replicas; lower it"),
+                        ));
+                    }
+                    role_minimums.push((role.to_string(), min));
+                }
+                roles.push(Role {
+                    name: role.to_string(),
+                    pods,
+                    completions: pods,
+                    template: template(&format!("{here}.template"), task.get("template"))?,
+                    field: format!("{here}.template"),
+                });
+            }
+            if spec.contains_key("minAvailable") {
+                min_member = Some(count("spec.minAvailable", spec.get("minAvailable"), 0)?);
+            }
+        }
+        _ => {
+            let jobs = spec
+                .get("replicatedJobs")
+                .and_then(Value::as_array)
+                .ok_or_else(|| {
+                    ctx.err(
+                        "spec.replicatedJobs",
+                        "missing; a JobSet needs its replicated Jobs",
+                    )
+                })?;
+            for (i, job) in jobs.iter().enumerate() {
+                let here = format!("spec.replicatedJobs[{i}]");
+                let role = job
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| ctx.err(format!("{here}.name"), "missing; name it"))?;
+                let replicas = count(&format!("{here}.replicas"), job.get("replicas"), 1)?;
+                let job_spec = job.pointer("/template/spec");
+                let field = format!("{here}.template.spec");
+                let parallelism = count(
+                    &format!("{field}.parallelism"),
+                    job_spec.and_then(|s| s.get("parallelism")),
+                    1,
+                )?;
+                let completions = count(
+                    &format!("{field}.completions"),
+                    job_spec.and_then(|s| s.get("completions")),
+                    parallelism,
+                )?;
+                let pods = replicas.saturating_mul(parallelism.min(completions));
+                roles.push(Role {
+                    name: role.to_string(),
+                    pods,
+                    completions: replicas.saturating_mul(completions),
+                    template: template(
+                        &format!("{field}.template"),
+                        job_spec.and_then(|s| s.get("template")),
+                    )?,
+                    field: format!("{field}.template"),
+                });
+                role_minimums.push((role.to_string(), pods));
+            }
+        }
+    }
+    let total: u32 = roles.iter().map(|r| r.pods).sum();
+    if total == 0 {
+        return Ok(None);
+    }
+    let min_member = min_member.unwrap_or(total);
+    if min_member == 0 || min_member > total {
+        return Err(ctx.err(
+            "spec.minAvailable",
+            format!("{min_member} is not from 1 to the Job's {total} pods; set one in that range"),
+        ));
+    }
+    role_minimums.retain(|(_, n)| *n > 0);
+    Ok(Some(RoleWorkload {
+        roles,
+        gang: GangSpec {
+            namespace: namespace.to_string(),
+            name: workload_gang_name(kind, name),
+            min_member,
+            total: Some(total),
+            role_minimums,
+            keeps_admission: true,
+            ..Default::default()
+        },
+    }))
+}
+
+/// The Job that controls `pod` (its controller owner reference, `batch/v1` Job), by name.
+pub fn controlling_job(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .filter(|o| o.kind == "Job" && o.api_version.starts_with("batch/"))
+        .map(|o| o.name.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,5 +415,41 @@ mod tests {
         }
         let e = read("StatefulSet", 4, Some("2")).unwrap_err().to_string();
         assert!(e.contains("partial admission is for Jobs"), "{e}");
+    }
+
+    #[test]
+    fn a_live_job_names_its_queue_and_shrinks_with_its_completions() {
+        let job: Job = serde_json::from_value(serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "train", "namespace": "team-a",
+                "labels": {"kueue.x-k8s.io/queue-name": "main"},
+                "annotations": {"kueue.x-k8s.io/job-min-parallelism": "2"}},
+            "spec": {"parallelism": 3, "completions": 5,
+                "template": {"spec": {"containers": []}}},
+            "status": {"succeeded": 4}
+        }))
+        .unwrap();
+        let (queue, gang) = queued_job(Path::new("cluster"), &job).unwrap().unwrap();
+        assert_eq!(queue, "main");
+        assert_eq!(
+            (gang.min_member, gang.total),
+            (1, Some(1)),
+            "one completion left"
+        );
+        let mut unqueued = job.clone();
+        unqueued.metadata.labels = None;
+        assert_eq!(queued_job(Path::new("cluster"), &unqueued).unwrap(), None);
+        let mut bad = job;
+        bad.metadata.annotations = Some(
+            [(
+                KUEUE_MIN_PARALLELISM_ANNOTATION.to_string(),
+                "7".to_string(),
+            )]
+            .into(),
+        );
+        let e = queued_job(Path::new("cluster"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Job team-a/train") && e.contains("(3)"), "{e}");
     }
 }

@@ -129,6 +129,7 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             rule(&[""], &["nodes"], &["get", "list", "watch"]),
             rule(&[""], &["namespaces", "resourcequotas", "limitranges"], &["list", "watch"]),
             rule(&["policy"], &["poddisruptionbudgets"], &["list", "watch"]),
+            rule(&["batch"], &["jobs"], &["list", "watch"]),
             rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
             rule(&["scheduling.k8s.io"], &["priorityclasses"], &["list", "watch"]),
             rule(&["node.k8s.io"], &["runtimeclasses"], &["list", "watch"]),

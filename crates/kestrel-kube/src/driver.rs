@@ -19,6 +19,7 @@ use crate::index::{
 };
 use crate::metrics::Metrics;
 use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, ResourceQuota};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -100,6 +101,8 @@ pub enum Change {
     ResourceQuota(Box<Event<ResourceQuota>>),
     /// A LimitRange changed.
     LimitRange(Box<Event<LimitRange>>),
+    /// A Job changed (a queued Job's pods are one workload).
+    Job(Box<Event<Job>>),
     /// The API does not serve this kind (its CRD is not installed) or does not let
     /// Kestrel read it: its listing counts as empty until a watch succeeds.
     Unserved {
@@ -125,6 +128,7 @@ pub struct Stores {
     /// To explain gangs whose missing pods the API server refuses.
     pub resource_quotas: Store<ResourceQuota>,
     pub limit_ranges: Store<LimitRange>,
+    pub jobs: Store<Job>,
 }
 
 /// Other projects' PodGroups the live scheduler reads: (name, group, version).
@@ -163,6 +167,7 @@ struct Synced {
     foreign_pod_groups: std::collections::BTreeSet<&'static str>,
     resource_quotas: bool,
     limit_ranges: bool,
+    jobs: bool,
 }
 
 impl Synced {
@@ -185,6 +190,8 @@ impl Synced {
             } => self.resource_quotas = true,
             Change::LimitRange(e) if matches!(**e, Event::InitDone) => self.limit_ranges = true,
             Change::Unserved { kind: "LimitRange" } => self.limit_ranges = true,
+            Change::Job(e) if matches!(**e, Event::InitDone) => self.jobs = true,
+            Change::Unserved { kind: "Job" } => self.jobs = true,
             Change::ForeignPodGroup { kind, event } if matches!(**event, Event::InitDone) => {
                 self.foreign_pod_groups.insert(kind);
             }
@@ -210,6 +217,7 @@ impl Synced {
             (self.topologies, "Topology"),
             (self.resource_quotas, "ResourceQuota"),
             (self.limit_ranges, "LimitRange"),
+            (self.jobs, "Job"),
         ] {
             if !done {
                 missing.push(kind);
@@ -234,6 +242,7 @@ impl Synced {
             && self.topologies
             && self.resource_quotas
             && self.limit_ranges
+            && self.jobs
             && self.queues.len() == QUEUE_WATCHES.len()
             && self.foreign_pod_groups.len() == FOREIGN_POD_GROUPS.len()
     }
@@ -483,9 +492,18 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         tasks,
         Api::<LimitRange>::all(client.clone()),
         (),
-        tx,
+        tx.clone(),
         |e| Change::LimitRange(Box::new(e)),
         Some(Change::Unserved { kind: "LimitRange" }),
+    );
+    // Without read access (an older ClusterRole), a Job's pods are read one by one.
+    let jobs = spawn_watch(
+        tasks,
+        Api::<Job>::all(client.clone()),
+        (),
+        tx,
+        |e| Change::Job(Box::new(e)),
+        Some(Change::Unserved { kind: "Job" }),
     );
     (
         Stores {
@@ -500,6 +518,7 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
             disruption_budgets,
             resource_quotas,
             limit_ranges,
+            jobs,
         },
         rx,
     )
@@ -663,6 +682,27 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
             return admission_change(state, &stores.resource_quotas, *event)
         }
         Change::LimitRange(event) => return admission_change(state, &stores.limit_ranges, *event),
+        Change::Job(event) => match *event {
+            Event::Apply(j) | Event::InitApply(j) => state.apply_job(&j),
+            Event::Delete(j) => state.delete_job(
+                j.metadata.namespace.as_deref().unwrap_or("default"),
+                j.metadata.name.as_deref().unwrap_or_default(),
+            ),
+            Event::Init => return false,
+            Event::InitDone => {
+                let present = stores
+                    .jobs
+                    .state()
+                    .iter()
+                    .filter_map(|j| Some((j.metadata.namespace.clone()?, j.metadata.name.clone()?)))
+                    .collect();
+                state.retain_jobs(&present);
+            }
+        },
+        Change::Unserved { kind: "Job" } => {
+            tracing::warn!("Kestrel may not list Jobs (add batch/jobs list and watch to its ClusterRole): a queued Job's pods are admitted one by one");
+            state.set_jobs_unserved();
+        }
         Change::Unserved { .. } => {}
     }
     true
@@ -759,6 +799,13 @@ pub async fn snapshot(
             .state()
             .iter()
             .map(|l| Change::LimitRange(Box::new(Event::InitApply((**l).clone())))),
+    );
+    ordered.extend(
+        stores
+            .jobs
+            .state()
+            .iter()
+            .map(|j| Change::Job(Box::new(Event::InitApply((**j).clone())))),
     );
     ordered.extend(
         pods.state()

@@ -642,7 +642,7 @@ impl<'a> Simulation<'a> {
         let mut spec: PodSpec = job.template.clone();
         spec.namespace = job.namespace.clone();
         spec.name = match job.kind {
-            JobKind::Pod => job.name.clone(),
+            JobKind::Pod | JobKind::BarePod => job.name.clone(),
             JobKind::Job | JobKind::Service => format!("{}-{}", job.name, state.created),
         };
         if let Some(membership) = &mut spec.gang {
@@ -965,6 +965,7 @@ impl<'a> Simulation<'a> {
         if state.epoch != epoch || !state.running {
             return;
         }
+        let state_job = state.job;
         let ran = self.now.saturating_sub(state.run_start);
         let interval = self.scheduler.pod(pod).spec.preemption.checkpoint_interval;
         let saved = match state.evicting.flatten() {
@@ -980,6 +981,11 @@ impl<'a> Simulation<'a> {
         self.report.preemption.victim_pods += 1;
         self.track_gpu_load(pod, -1.0);
         self.scheduler.evict(pod).expect("running pod is known");
+        if self.workload.jobs[state_job].kind == JobKind::BarePod {
+            // A preempted Pod is deleted; without a controller nothing brings it back.
+            self.scheduler.finish(pod).expect("evicted pod is pending");
+            self.report.preemption.deleted_pods += 1;
+        }
     }
 
     /// Where each bound pod runs now: (pod, node name, GPUs), for inspection and tests.

@@ -7,8 +7,12 @@ use serde::Serialize;
 /// The controller kind a job came from; decides how its pods are created and replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum JobKind {
-    /// A bare Pod (or an openb row): one pod, never replaced.
+    /// One pod that its owner brings back when it is preempted (an openb row, a generated
+    /// notebook): it waits in the queue again.
     Pod,
+    /// A Pod object with no controller: one pod, deleted when preempted, as Kubernetes
+    /// does; nothing creates it again.
+    BarePod,
     /// A batch Job: `parallelism` pods at a time until `completions` pods have succeeded.
     Job,
     /// Deployment or StatefulSet: `replicas` pods that run for the duration (or to the end).
@@ -39,8 +43,8 @@ pub struct SimJob {
 }
 
 impl SimJob {
-    /// A bare Pod (one pod, no controller) created at `arrival` that runs `duration` and
-    /// keeps its GPUs busy.
+    /// A single pod (its owner brings it back when preempted) created at `arrival` that
+    /// runs `duration` and keeps its GPUs busy.
     pub fn pod(
         namespace: &str,
         name: impl Into<String>,

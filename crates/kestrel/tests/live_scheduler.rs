@@ -388,6 +388,118 @@ async fn cluster_queue_quota_holds_and_queue_live_agrees() {
     cleanup(&client, prefix, &[ns]).await;
 }
 
+/// A Job in a queue is one workload on the real API server: its pods (created here, as
+/// the Job controller would, owned by the Job) are admitted whole or down to Kueue's
+/// `job-min-parallelism`, never one by one past the quota; pods seen before their Job
+/// wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_job_is_admitted_whole_or_down_to_its_minimum() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler, prefix) = ("jobs", "kestrel-jobs", "jobs-");
+    create_namespace(&client, ns).await;
+    let queues = format!(
+        "apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ResourceFlavor\nmetadata: {{name: jobs-flavor}}\n---\n\
+         apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ClusterQueue\nmetadata: {{name: jobs}}\nspec:\n  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n  resourceGroups:\n  - coveredResources: [cpu, memory, nvidia.com/gpu]\n    flavors:\n    - name: jobs-flavor\n      resources:\n      - {{name: cpu, nominalQuota: 100}}\n      - {{name: memory, nominalQuota: 1Ti}}\n      - {{name: nvidia.com/gpu, nominalQuota: 2}}\n---\n\
+         apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: LocalQueue\nmetadata: {{name: main, namespace: {ns}}}\nspec: {{clusterQueue: jobs}}\n"
+    );
+    kestrel_testenv::apply_yaml(&client, &queues, false)
+        .await
+        .unwrap();
+    create_pool_nodes(&client, ns, 0, 1).await;
+    let _kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), ns);
+    let job = |name: &str, parallelism: u32, annotations: serde_json::Value| {
+        serde_json::from_value::<k8s_openapi::api::batch::v1::Job>(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": ns,
+                "labels": {"kueue.x-k8s.io/queue-name": "main"}, "annotations": annotations},
+            "spec": {"parallelism": parallelism, "completions": parallelism,
+                "template": {"spec": {"restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "trainer:1"}]}}},
+        }))
+        .unwrap()
+    };
+    // The pods the Job controller would create: owned by the Job, no queue label.
+    let owned = |job: &str, uid: &str, count: u32| -> Vec<Pod> {
+        (0..count)
+            .map(|i| {
+                let mut pod = gpu_pod(ns, &format!("{job}-{i}"), scheduler, 1, &[], &[]);
+                pod.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+                    "apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": uid,
+                    "controller": true, "blockOwnerDeletion": true,
+                }))
+                .unwrap()]);
+                pod
+            })
+            .collect()
+    };
+    let post = kube::api::PostParams::default();
+    let whole = jobs
+        .create(&post, &job("whole", 3, json!({})))
+        .await
+        .unwrap();
+    let uid = whole.metadata.uid.clone().unwrap();
+    create_pods(&client, owned("whole", &uid, 3)).await;
+    // Pods ahead of their Job: they wait to see it.
+    create_pods(
+        &client,
+        owned("partial", "00000000-0000-0000-0000-000000000001", 4),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pods = pods_in(&client, ns).await;
+    assert!(
+        pods.iter().all(|p| node_of(p).is_none()),
+        "3 GPUs under a quota of 2, and pods whose Job is not there: none may bind"
+    );
+    // Each waits for its own reason, said on the pod.
+    let message = |name: &str| {
+        pods.iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .and_then(|p| p.status.as_ref()?.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default()
+    };
+    assert!(
+        message("whole-0").contains("quota"),
+        "{}",
+        message("whole-0")
+    );
+    assert!(
+        message("partial-0").contains("waiting to see its Job jobs/partial"),
+        "{}",
+        message("partial-0")
+    );
+    let partial = job(
+        "partial",
+        4,
+        json!({"kueue.x-k8s.io/job-min-parallelism": "1"}),
+    );
+    jobs.create(&post, &partial).await.unwrap();
+    let pods = wait_bound(&client, ns, 2, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pods_later = pods_in(&client, ns).await;
+    let bound: Vec<&str> = pods_later
+        .iter()
+        .filter(|p| node_of(p).is_some())
+        .filter_map(|p| p.metadata.name.as_deref())
+        .collect();
+    assert_eq!(
+        bound.len(),
+        2,
+        "the quota holds: {bound:?} ({} pods)",
+        pods.len()
+    );
+    assert!(
+        bound.iter().all(|n| n.starts_with("partial-")),
+        "the whole Job stays out: {bound:?}"
+    );
+    assert_invariants(&client).await;
+    cleanup(&client, prefix, &[ns]).await;
+}
+
 /// The chart as helm itself renders it (`build/helm.sh render`, which .ci/run exports as
 /// `KESTREL_HELM_RENDERED`) is accepted by the real API server: server-side dry run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,10 +16,12 @@
 //! cycle returns the PodGroup statuses that changed ([`GroupStatusJob`]). An incomplete
 //! gang whose missing pods a ResourceQuota or LimitRange of its namespace refuses
 //! ([`ClusterState::apply_admission`]) names that object in its status and its pods'.
+//! A queued Job's pods are one gang too ([`ClusterState::apply_job`]).
 
 mod cycle;
 mod evictions;
 mod groups;
+mod jobs;
 mod nodes;
 mod pods;
 mod queue_status;
@@ -32,6 +34,7 @@ pub use queue_status::QueueStatusJob;
 
 use evictions::Evictions;
 use groups::GroupBook;
+use jobs::JobBook;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kestrel_core::{GpuAssignment, Millis, PodId, PodSpec, Scheduler, SchedulerConfig};
 use kestrel_k8s::limit_range::PodResources;
@@ -127,6 +130,8 @@ pub struct ClusterState {
     relisted_pods: Option<HashSet<String>>,
     /// Gangs, their PodGroups' status and events, and the topology levels.
     gangs: GroupBook,
+    /// Jobs whose pods are one workload.
+    jobs: JobBook,
     /// ClusterQueue and LocalQueue objects and the statuses written for them.
     queues: QueueStatusBook,
     /// The ResourceQuotas and LimitRanges that explain incomplete gangs.
@@ -151,6 +156,7 @@ impl ClusterState {
             object_times: false,
             relisted_pods: None,
             gangs: GroupBook::default(),
+            jobs: JobBook::default(),
             queues: QueueStatusBook::default(),
             refusals: Refusals::default(),
             evictions: Evictions::default(),

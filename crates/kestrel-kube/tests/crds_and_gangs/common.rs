@@ -102,6 +102,7 @@ impl Harness {
             disruption_budgets: Writer::default().as_reader(),
             resource_quotas: resource_quotas.as_reader(),
             limit_ranges: limit_ranges.as_reader(),
+            jobs: Writer::default().as_reader(),
         };
         let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
         for n in nodes {
@@ -175,6 +176,17 @@ impl Harness {
             &self.stores,
             Change::LimitRange(Box::new(e)),
         )
+    }
+
+    /// A Job (as JSON) applied or deleted.
+    pub fn job(&mut self, object: Value, delete: bool) {
+        let j: k8s_openapi::api::batch::v1::Job = serde_json::from_value(object).unwrap();
+        let e = if delete {
+            Event::Delete(j)
+        } else {
+            Event::Apply(j)
+        };
+        driver::apply_change(&mut self.state, &self.stores, Change::Job(Box::new(e)));
     }
 
     pub fn namespace(&mut self, name: &str, labels: Value) {

@@ -112,6 +112,93 @@ fn live_queues_admit_by_quota_and_changes_apply_without_a_restart() {
     assert!(out.unschedulable[0].message.contains("LocalQueue"));
 }
 
+/// A pod the Job controller creates for Job `job`: owned by it, no queue label.
+fn job_pod(name: &str, job: &str, gpus: u32) -> Pod {
+    let mut pod = queued(name, "", gpus);
+    pod.metadata.labels = None;
+    pod.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": format!("job-{job}"),
+        "controller": true}))
+    .unwrap()]);
+    pod
+}
+
+fn job(name: &str, parallelism: u32, queue: Option<&str>, annotations: Value) -> Value {
+    let labels = queue.map_or(json!({}), |q| json!({"kueue.x-k8s.io/queue-name": q}));
+    json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("job-{name}"),
+            "labels": labels, "annotations": annotations},
+        "spec": {"parallelism": parallelism, "completions": parallelism,
+            "template": {"spec": {"containers": []}}}})
+}
+
+#[test]
+fn a_queued_jobs_pods_are_admitted_together_live() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    h.queue(
+        "LocalQueue",
+        json!({"metadata": {"name": "team", "namespace": "ml"}, "spec": {"clusterQueue": "team-a"}}),
+        false,
+    );
+    h.queue("ClusterQueue", cluster_queue(2, json!({})), false);
+    // Pods seen before their Job wait for it, whatever room there is.
+    for i in 0..3 {
+        h.pod(job_pod(&format!("whole-{i}"), "whole", 1));
+    }
+    let out = h.state.cycle(0);
+    assert!(out.binds.is_empty(), "{out:?}");
+    assert!(
+        matches!(h.state.pod_state("ml/whole-0"), Some(PodState::GangWait { reason, .. }) if reason.contains("waiting to see its Job ml/whole")),
+        "{:?}",
+        h.state.pod_state("ml/whole-0")
+    );
+    // The Job names the queue: three GPUs under a quota of two, none runs.
+    h.job(job("whole", 3, Some("team"), json!({})), false);
+    let out = h.state.cycle(1);
+    assert!(out.binds.is_empty(), "{out:?}");
+    assert_eq!(out.unschedulable[0].reason, "WaitingForQueue", "{out:?}");
+    // Partial admission: two of four start.
+    h.job(
+        job(
+            "partial",
+            4,
+            Some("team"),
+            json!({"kueue.x-k8s.io/job-min-parallelism": "1"}),
+        ),
+        false,
+    );
+    for i in 0..4 {
+        h.pod(job_pod(&format!("partial-{i}"), "partial", 1));
+    }
+    let out = h.state.cycle(2);
+    let mut bound: Vec<&str> = out.binds.iter().map(|b| b.name.as_str()).collect();
+    bound.sort();
+    assert_eq!(bound, ["partial-0", "partial-1"], "{out:?}");
+    // An unqueued Job's pods are workloads of their own: released once it is seen.
+    h.pod(job_pod("free-0", "free", 0));
+    assert!(h.state.cycle(3).binds.is_empty());
+    h.job(job("free", 1, None, json!({})), false);
+    let out = h.state.cycle(4);
+    assert_eq!(out.binds.len(), 1, "{out:?}");
+    // A bad minimum names the Job, the annotation and the range; its pods wait.
+    h.job(
+        job(
+            "bad",
+            2,
+            Some("team"),
+            json!({"kueue.x-k8s.io/job-min-parallelism": "5"}),
+        ),
+        false,
+    );
+    h.pod(job_pod("bad-0", "bad", 0));
+    let _ = h.state.cycle(5);
+    assert!(
+        matches!(h.state.pod_state("ml/bad-0"), Some(PodState::GangWait { reason, .. }) if reason.contains("Job ml/bad") && reason.contains("job-min-parallelism")),
+        "{:?}",
+        h.state.pod_state("ml/bad-0")
+    );
+}
+
 /// The `Active` condition of a queue's status among those written.
 fn active(statuses: &[QueueStatusJob], kind: &str, name: &str) -> Value {
     let job = statuses

@@ -2,7 +2,7 @@
 //!
 //! Files hold any number of YAML documents, `kind: List` (and `PodList`, `JobList` ...)
 //! included. Kinds:
-//! - `Pod` -> one pod ([`JobKind::Pod`]);
+//! - `Pod` -> one pod ([`JobKind::BarePod`]: deleted when preempted);
 //! - `Job` -> [`JobKind::Job`]: `spec.parallelism` (default 1) pods at a time until
 //!   `spec.completions` (default: parallelism) have run;
 //! - `Deployment`, `StatefulSet`, `ReplicaSet` -> [`JobKind::Service`] with `spec.replicas`
@@ -29,14 +29,14 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kestrel_core::{GpuRequest, Millis};
+use kestrel_core::{GangSpec, GpuRequest, Millis};
 use kestrel_k8s::documents::{read_documents, Document, SUPPORTED_KINDS};
 use kestrel_k8s::duration::parse_duration;
 use kestrel_k8s::fields::Ctx;
 use kestrel_k8s::gangs::{pod_gang, pod_topology, GangCollector, PodGang};
 use kestrel_k8s::pods::{Annotations, Catalog};
 use kestrel_k8s::queues::{is_queue_document, QueueCollector, QueueSetup};
-use kestrel_k8s::workloads::queued_workload;
+use kestrel_k8s::workloads::{queued_workload, role_workload};
 use kestrel_k8s::LoadError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -132,6 +132,9 @@ struct Shape<'a> {
     spec: Option<&'a core::PodSpec>,
     parallelism: i64,
     completions: i64,
+    /// One role of a multi-role workload: its pods' name (`<object>-<role>`), the gang of
+    /// the whole workload, and the role.
+    role: Option<(String, &'a GangSpec, &'a str)>,
 }
 
 impl Builder {
@@ -144,6 +147,10 @@ impl Builder {
         if doc.is_gang_document() || is_queue_document(doc.kind()) {
             return Ok(());
         }
+        if let Some(jobs) = self.role_workload(&ctx, doc)? {
+            self.jobs.extend(jobs);
+            return Ok(());
+        }
         let job = match doc.kind() {
             "PriorityClass" | "RuntimeClass" => return Ok(()),
             "Pod" => {
@@ -152,13 +159,14 @@ impl Builder {
                     &ctx,
                     doc,
                     Shape {
-                        kind: JobKind::Pod,
+                        kind: JobKind::BarePod,
                         meta: &pod.metadata,
                         template_meta: None,
                         spec_field: "spec",
                         spec: pod.spec.as_ref(),
                         parallelism: 1,
                         completions: 1,
+                        role: None,
                     },
                 )?
             }
@@ -190,6 +198,7 @@ impl Builder {
                         // Kubernetes never runs more pods than completions remain.
                         parallelism: parallelism.min(completions),
                         completions,
+                        role: None,
                     },
                 )?
             }
@@ -239,6 +248,60 @@ impl Builder {
         Ok(())
     }
 
+    /// A PyTorchJob, Volcano Job or JobSet: one job per role, all in one gang.
+    fn role_workload(
+        &mut self,
+        ctx: &Ctx,
+        doc: &Document,
+    ) -> Result<Option<Vec<SimJob>>, LoadError> {
+        let meta: ObjectMeta = match doc.value.get("metadata") {
+            Some(m) => serde_json::from_value(m.clone())
+                .map_err(|e| ctx.err("metadata", format!("not object metadata: {e}")))?,
+            None => ObjectMeta::default(),
+        };
+        let namespace = meta
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or("default");
+        let name = meta.name.as_deref().unwrap_or_default();
+        let Some(workload) = role_workload(ctx, &doc.value, namespace, name)? else {
+            return Ok(None);
+        };
+        let mut jobs = Vec::new();
+        for role in &workload.roles {
+            let job = self.job(
+                ctx,
+                doc,
+                Shape {
+                    kind: JobKind::Job,
+                    meta: &meta,
+                    template_meta: role.template.metadata.as_ref(),
+                    spec_field: "spec",
+                    spec: role.template.spec.as_ref(),
+                    parallelism: i64::from(role.pods),
+                    completions: i64::from(role.completions),
+                    role: Some((
+                        format!("{name}-{}", role.name.to_ascii_lowercase()),
+                        &workload.gang,
+                        &role.name,
+                    )),
+                },
+            );
+            // Errors point at the role's template, not the object's spec.
+            let job = job.map_err(|e| match e.field.as_deref() {
+                Some(f) if f.starts_with("spec.") || f == "spec" => {
+                    let rest = f.strip_prefix("spec").unwrap_or_default();
+                    let field = format!("{}.spec{rest}", role.field);
+                    e.field(field)
+                }
+                _ => e,
+            })?;
+            jobs.extend(job);
+        }
+        Ok(Some(jobs))
+    }
+
     fn service(
         &mut self,
         ctx: &Ctx,
@@ -265,6 +328,7 @@ impl Builder {
                 spec: template.spec.as_ref(),
                 parallelism: replicas,
                 completions: replicas,
+                role: None,
             },
         )
     }
@@ -282,6 +346,7 @@ impl Builder {
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| "default".to_string());
         let name = match (&shape.meta.name, &shape.meta.generate_name) {
+            _ if shape.role.is_some() => shape.role.as_ref().expect("checked").0.clone(),
             (Some(name), _) if !name.is_empty() => name.clone(),
             (_, Some(prefix)) if !prefix.is_empty() => {
                 let n = self
@@ -354,6 +419,18 @@ impl Builder {
         )? {
             self.gangs.add_pod(&namespace, &gang);
             template.gang = Some(gang.membership);
+        } else if let Some((_, whole, role)) = shape.role {
+            let gang = PodGang {
+                membership: kestrel_core::GangMembership {
+                    gang: whole.name.clone(),
+                    role: Some(role.to_string()),
+                    rank: None,
+                },
+                implied: Some(whole.clone()),
+                topology: pod_topology(ctx.path, &ctx.object, &all_annotations)?,
+            };
+            self.gangs.add_pod(&namespace, &gang);
+            template.gang = Some(gang.membership);
         } else if template.queue.is_some() {
             let pods = u32::try_from(shape.parallelism).unwrap_or(u32::MAX);
             let meta_annotations = shape.meta.annotations.clone().unwrap_or_default();
@@ -388,9 +465,10 @@ impl Builder {
                 return Err(ctx.err(
                     format!("metadata.annotations[\"{DURATION_ANNOTATION}\"]"),
                     format!(
-                        "a Job needs to say how long its pods run; add the \
+                        "a {} needs to say how long its pods run; add the \
                         annotation {DURATION_ANNOTATION}: \"2h\" (or the time you \
-                        expect), or run with --default-duration 2h"
+                        expect), or run with --default-duration 2h",
+                        doc.kind()
                     ),
                 ))
             }

@@ -1,0 +1,208 @@
+//! Workloads of several pod templates as their users write them: a Kubeflow PyTorchJob, a
+//! Volcano Job and a JobSet are each one gang over all of their roles.
+
+use kestrel_core::Resources;
+use kestrel_sim::manifests::load_manifests;
+use kestrel_sim::metrics::SimReport;
+use kestrel_sim::{simulate, SimCluster, SimConfig, Workload};
+
+fn cluster(gpus: u32) -> SimCluster {
+    let mut cluster = SimCluster::default();
+    let mut n = kestrel_core::NodeSpec::new("n0", Resources::new(64_000, 1 << 40));
+    (n.gpus, n.nics) = kestrel_core::GpuTopology::Flat.devices("H100", 81_559, gpus);
+    cluster.nodes.push(n);
+    cluster
+}
+
+fn read(yaml: &str) -> Result<Workload, String> {
+    load_manifests(&[(std::path::PathBuf::from("w.yaml"), yaml.to_string())])
+        .map_err(|e| e.to_string())
+}
+
+fn run(gpus: u32, yaml: &str) -> SimReport {
+    let workload = read(yaml).unwrap();
+    simulate(
+        &cluster(gpus),
+        &workload,
+        SimConfig::default(),
+        &mut |_, _| {},
+    )
+    .unwrap()
+}
+
+const TEMPLATE: &str = "
+        spec:
+          containers:
+          - name: main
+            image: trainer
+            resources: {limits: {nvidia.com/gpu: 2}}";
+
+fn pytorch(workers: u32) -> String {
+    format!(
+        "apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: llm
+  namespace: ml
+  annotations: {{kestrel.dev/sim-duration: 60s}}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      restartPolicy: OnFailure
+      template:{TEMPLATE}
+    Worker:
+      replicas: {workers}
+      template:{TEMPLATE}
+"
+    )
+}
+
+#[test]
+fn a_pytorchjob_starts_all_its_replicas_together_or_none() {
+    // Master and 3 workers of 2 GPUs: 8 GPUs, all at once.
+    let r = run(8, &pytorch(3));
+    assert_eq!((r.pods.created, r.pods.completed), (4, 4));
+    assert_eq!(r.span, 60_000, "together, in one round");
+    assert_eq!(r.gangs.started, 1, "{:?}", r.gangs);
+    // Four workers: 10 GPUs on 8. None starts, rather than a master without its workers.
+    let r = run(8, &pytorch(4));
+    assert_eq!((r.pods.scheduled, r.pods.pending_at_end), (0, 5));
+    let reason = &r.pending_at_end[0].reason;
+    assert!(reason.contains("pytorchjob-llm"), "{reason}");
+}
+
+#[test]
+fn a_volcano_job_starts_at_its_min_available_and_a_jobset_whole() {
+    let volcano = format!(
+        "apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata:
+  name: mpi
+  namespace: ml
+  annotations: {{kestrel.dev/sim-duration: 60s}}
+spec:
+  minAvailable: 3
+  schedulerName: volcano
+  tasks:
+  - name: launcher
+    replicas: 1
+    minAvailable: 1
+    template:{TEMPLATE}
+  - name: worker
+    replicas: 4
+    template:{TEMPLATE}
+"
+    );
+    // 8 GPUs hold 4 of its 5 pods: minAvailable 3 (the launcher among them) starts it.
+    let r = run(8, &volcano);
+    assert_eq!(r.pods.completed, 5);
+    assert_eq!(r.gangs.started, 1);
+    assert!(r.span > 60_000, "the fifth pod waits for room: {}", r.span);
+
+    let deeper = TEMPLATE.replace('\n', "\n    ");
+    let jobset = format!(
+        "apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata:
+  name: sweep
+  namespace: ml
+  annotations: {{kestrel.dev/sim-duration: 60s}}
+spec:
+  replicatedJobs:
+  - name: driver
+    template:
+      spec:
+        template:{deeper}
+  - name: workers
+    replicas: 2
+    template:
+      spec:
+        parallelism: 2
+        completions: 2
+        template:{deeper}
+"
+    );
+    // 1 driver + 2 x 2 workers = 5 pods of 2 GPUs: 10 on 8, so none; on 10, all.
+    let r = run(8, &jobset);
+    assert_eq!((r.pods.scheduled, r.pods.pending_at_end), (0, 5));
+    let r = run(10, &jobset);
+    assert_eq!((r.pods.completed, r.span), (5, 60_000));
+}
+
+#[test]
+fn bad_multi_role_workloads_name_the_object_and_field() {
+    let no_master = pytorch(2).replace("Master:", "Chief:");
+    let e = read(&no_master).unwrap_err();
+    assert!(
+        e.contains("PyTorchJob ml/llm")
+            && e.contains("pytorchReplicaSpecs")
+            && e.contains("Master"),
+        "{e}"
+    );
+    let too_many = "apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: mpi, namespace: ml}
+spec:
+  tasks:
+  - name: worker
+    replicas: 2
+    minAvailable: 3
+    template: {spec: {containers: [{name: c, image: x}]}}
+";
+    let e = read(too_many).unwrap_err();
+    assert!(
+        e.contains("Job ml/mpi")
+            && e.contains("spec.tasks[0].minAvailable")
+            && e.contains("exceeds"),
+        "{e}"
+    );
+    let no_duration = pytorch(1).replace("  annotations: {kestrel.dev/sim-duration: 60s}\n", "");
+    let e = read(&no_duration).unwrap_err();
+    assert!(e.contains("a PyTorchJob needs to say how long"), "{e}");
+}
+
+#[test]
+fn a_preempted_bare_pod_is_deleted_and_a_jobs_pod_comes_back() {
+    let yaml = "apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: scratch
+  namespace: ml
+  annotations: {kestrel.dev/sim-duration: 1h}
+spec:
+  containers: [{name: c, image: x, resources: {limits: {nvidia.com/gpu: 4}}}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: batch
+  namespace: ml
+  annotations: {kestrel.dev/sim-duration: 1h}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: x, resources: {limits: {nvidia.com/gpu: 4}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: urgent
+  namespace: ml
+  annotations: {kestrel.dev/sim-duration: 10m, kestrel.dev/sim-arrival: 5m}
+spec:
+  priorityClassName: high
+  containers: [{name: c, image: x, resources: {limits: {nvidia.com/gpu: 8}}}]
+";
+    let r = run(8, yaml);
+    assert_eq!(r.preemption.victim_pods, 2, "{:?}", r.preemption);
+    assert_eq!(r.preemption.deleted_pods, 1, "the bare Pod is gone");
+    // urgent and the Job's pod complete; the bare Pod never runs again.
+    assert_eq!((r.pods.completed, r.pods.pending_at_end), (2, 0));
+}
