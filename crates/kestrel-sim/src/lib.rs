@@ -19,6 +19,7 @@ pub mod report;
 mod sample_report;
 pub mod scenarios;
 pub mod sim;
+pub mod upgrade;
 pub mod summary;
 mod text;
 pub mod workload;
