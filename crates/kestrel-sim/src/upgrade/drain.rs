@@ -236,7 +236,11 @@ fn plan_evictions(
             Strategy::Plain => (stopped, None),
             Strategy::CheckpointAware if service => (stopped, None),
             Strategy::CheckpointAware => {
-                let grace = terms.iter().map(|t| t.checkpoint_grace).collect::<Option<Vec<_>>>();
+                let grace = terms
+                    .iter()
+                    .map(|t| t.checkpoint_grace)
+                    .collect::<Option<Vec<_>>>()
+                    .filter(|_| options.ask_for_checkpoints);
                 let interval = terms
                     .iter()
                     .map(|t| t.checkpoint_interval.filter(|&i| i > 0))
@@ -324,15 +328,7 @@ pub fn simulate_upgrade(
     // Cluster changes after the start would fight the upgrade; those before it stand.
     let mut cluster = cluster.clone();
     cluster.events.retain(|e: &ClusterEvent| e.at <= start);
-    let mut sim = Simulation::new(&cluster, workload, config.clone())?;
-    sim.run_to(start)?;
-    let nodes: Vec<_> = sim
-        .scheduler()
-        .cluster()
-        .iter()
-        .map(|(_, n)| n.spec.clone())
-        .collect();
-    let plan = super::plan(&nodes, options)?;
+    let plan = super::plan(&super::nodes_at(&cluster, start), options)?;
     let mut reports = Vec::new();
     for &strategy in strategies {
         let mut sim = Simulation::new(&cluster, workload, config.clone())?;

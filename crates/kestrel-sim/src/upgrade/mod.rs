@@ -34,6 +34,10 @@ pub struct PlanOptions {
     pub checkpoint_deadline: Millis,
     /// How long a workload asked to checkpoint takes to write it (capped by its grace).
     pub checkpoint_duration: Millis,
+    /// Whether a checkpoint-aware drain asks workloads that offer it
+    /// (`kestrel.dev/checkpoint-grace`) for a checkpoint; off: it only waits for periodic
+    /// ones.
+    pub ask_for_checkpoints: bool,
 }
 
 impl Default for PlanOptions {
@@ -46,6 +50,7 @@ impl Default for PlanOptions {
             node_duration: 45 * 60_000,
             checkpoint_deadline: 30 * 60_000,
             checkpoint_duration: 20_000,
+            ask_for_checkpoints: true,
         }
     }
 }
@@ -240,6 +245,20 @@ pub fn pool_of(node: &NodeSpec, pool_label: Option<&str>) -> Option<String> {
             })
         }
     }
+}
+
+/// The cluster's nodes as they stand at `at`: those at the start, with the nodes its
+/// events add or remove by then.
+pub fn nodes_at(cluster: &crate::SimCluster, at: Millis) -> Vec<NodeSpec> {
+    let mut nodes = cluster.nodes.clone();
+    for event in cluster.events.iter().filter(|e| e.at <= at) {
+        match &event.change {
+            crate::ClusterChange::AddNode(spec) => nodes.push(spec.clone()),
+            crate::ClusterChange::RemoveNode(name) => nodes.retain(|n| n.name != *name),
+            crate::ClusterChange::Cordon(_) | crate::ClusterChange::Uncordon(_) => {}
+        }
+    }
+    nodes
 }
 
 /// Plans the upgrade of `nodes`: control-plane pools first, then the pools in the order
