@@ -19,9 +19,9 @@ pub mod report;
 mod sample_report;
 pub mod scenarios;
 pub mod sim;
-pub mod upgrade;
 pub mod summary;
 mod text;
+pub mod upgrade;
 pub mod workload;
 
 pub use kestrel_k8s::LoadError;

@@ -21,6 +21,7 @@ use std::fmt;
 
 /// How a batch's nodes are emptied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     Plain,
     CheckpointAware,
@@ -120,10 +121,17 @@ pub fn run_upgrade(
     for batch in &plan.batches {
         let t0 = sim.now();
         let mut nodes: Vec<(String, NodeId, u32)> = Vec::new();
+        // Nodes someone else had cordoned stay cordoned after their upgrade.
+        let mut cordoned_before = BTreeSet::new();
         for name in &batch.nodes {
             let cluster = sim.scheduler().cluster();
             match cluster.id_of(name) {
-                Some(id) => nodes.push((name.clone(), id, cluster.node(id).gpu_count())),
+                Some(id) => {
+                    if cluster.node(id).spec.unschedulable {
+                        cordoned_before.insert(id);
+                    }
+                    nodes.push((name.clone(), id, cluster.node(id).gpu_count()));
+                }
                 None => report.nodes_gone.push(name.clone()),
             }
         }
@@ -163,7 +171,9 @@ pub fn run_upgrade(
             if kind == 0 {
                 evict(sim, &evictions[i], &mut report);
             } else {
-                sim.set_unschedulable(&nodes[i].0, false)?;
+                if !cordoned_before.contains(&nodes[i].1) {
+                    sim.set_unschedulable(&nodes[i].0, false)?;
+                }
                 report.nodes_upgraded += 1;
             }
             observe(sim);

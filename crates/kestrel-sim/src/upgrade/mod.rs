@@ -89,8 +89,13 @@ pub enum PlanError {
     NoNodes,
     #[error("--target {given:?}: expected COMPONENT=VERSION with COMPONENT one of kubernetes, containerd, gpuOperator, driver")]
     BadTarget { given: String },
-    #[error("--target {component}={version}: {component} is given twice; give each component once")]
-    TargetTwice { component: Component, version: String },
+    #[error(
+        "--target {component}={version}: {component} is given twice; give each component once"
+    )]
+    TargetTwice {
+        component: Component,
+        version: String,
+    },
     #[error("{file}: field {component}: target version {version} is not in the compatibility list (allowed: {allowed}); pick an allowed version or add it to the list once it is validated")]
     NotCompatible {
         file: String,
@@ -294,13 +299,17 @@ pub fn plan(nodes: &[NodeSpec], options: &PlanOptions) -> Result<UpgradePlan, Pl
                 });
             }
         }
+        let mut seen = std::collections::BTreeSet::new();
         let mut asked = options.pools.clone();
-        asked.dedup();
+        asked.retain(|p| seen.insert(p.clone()));
         asked
     };
     // The control plane goes first: workers must not run a newer kubelet than it.
-    let is_control_plane =
-        |pool: &String| pools[pool].iter().any(|n| n.labels.contains_key(CONTROL_PLANE_LABEL));
+    let is_control_plane = |pool: &String| {
+        pools[pool]
+            .iter()
+            .any(|n| n.labels.contains_key(CONTROL_PLANE_LABEL))
+    };
     order.sort_by_key(|p| !is_control_plane(p));
     let mut batches = Vec::new();
     for pool in order {

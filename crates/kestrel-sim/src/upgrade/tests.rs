@@ -5,7 +5,9 @@ use crate::SimConfig;
 use kestrel_core::{
     Demand, GangMembership, GangSpec, GpuRequest, GpuTopology, PodPhase, PodSpec, Resources,
 };
-use proptest::prelude::{any, prop_assert, prop_assert_eq, prop_oneof, proptest, Just, ProptestConfig};
+use proptest::prelude::{
+    any, prop_assert, prop_assert_eq, prop_oneof, proptest, Just, ProptestConfig,
+};
 use proptest::strategy::Strategy as Gen;
 use std::collections::BTreeMap;
 
@@ -34,7 +36,8 @@ fn batches_stay_within_the_limits_and_the_control_plane_goes_first() {
     nodes.push(node("cpu-0", 0));
     nodes.push(node("cpu-1", 0));
     let mut cp = node("cp-0", 0);
-    cp.labels.insert(CONTROL_PLANE_LABEL.to_string(), String::new());
+    cp.labels
+        .insert(CONTROL_PLANE_LABEL.to_string(), String::new());
     nodes.push(cp);
     let plan = plan(&nodes, &options(3, 16)).unwrap();
     let shape: Vec<(&str, Vec<&str>, u32)> = plan
@@ -219,9 +222,24 @@ fn small_day(requests: bool) -> (SimCluster, Workload) {
         events: Vec::new(),
     };
     let mut workload = Workload::default();
-    gang_job(&mut workload, "gang-a", 2, 0, trainer(4, Some(30), requests));
-    gang_job(&mut workload, "gang-b", 2, 7 * MIN, trainer(4, Some(20), requests));
-    for (i, interval) in [Some(30), Some(60), Some(15), Some(30)].into_iter().enumerate() {
+    gang_job(
+        &mut workload,
+        "gang-a",
+        2,
+        0,
+        trainer(4, Some(30), requests),
+    );
+    gang_job(
+        &mut workload,
+        "gang-b",
+        2,
+        7 * MIN,
+        trainer(4, Some(20), requests),
+    );
+    for (i, interval) in [Some(30), Some(60), Some(15), Some(30)]
+        .into_iter()
+        .enumerate()
+    {
         workload.jobs.push(SimJob::pod(
             "ml",
             format!("solo-{i}"),
@@ -281,6 +299,34 @@ fn checkpoint_aware_drains_lose_far_less_work_than_plain_ones() {
     assert!(
         aware.lost_gpu_hours < plain.lost_gpu_hours,
         "plain {plain:?}\naware {aware:?}"
+    );
+}
+
+#[test]
+fn a_node_cordoned_before_its_batch_stays_cordoned_and_gone_nodes_are_skipped() {
+    let mut cordoned = node("gpu-1", 8);
+    cordoned.unschedulable = true;
+    let cluster = SimCluster {
+        nodes: vec![node("gpu-0", 8), cordoned, node("gpu-2", 8)],
+        events: Vec::new(),
+    };
+    let (_, workload) = small_day(true);
+    let plan = plan(&cluster.nodes, &options(1, 8)).unwrap();
+    let mut smaller = cluster.clone();
+    smaller.nodes.pop();
+    let mut sim = Simulation::new(&smaller, &workload, SimConfig::default()).unwrap();
+    let report = run_upgrade(&mut sim, &plan, drain::Strategy::Plain, HOUR, &mut |_| {}).unwrap();
+    assert_eq!(report.nodes_upgraded, 2);
+    assert_eq!(report.nodes_gone, ["gpu-2"]);
+    let cordons: Vec<(String, bool)> = sim
+        .scheduler()
+        .cluster()
+        .iter()
+        .map(|(_, n)| (n.spec.name.clone(), n.spec.unschedulable))
+        .collect();
+    assert_eq!(
+        cordons,
+        [("gpu-0".to_string(), false), ("gpu-1".to_string(), true)]
     );
 }
 
