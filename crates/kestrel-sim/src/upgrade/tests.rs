@@ -368,10 +368,13 @@ fn observe(sim: &Simulation<'_>, seen: &mut Seen) {
     }
 }
 
-fn arb_day() -> impl Gen<Value = (Vec<u32>, Vec<(u32, u32, Option<u64>, bool, u64)>)> {
+/// A job: (pods, GPUs each, checkpoint interval in minutes, answers requests, arrival in
+/// minutes).
+type JobShape = (u32, u32, Option<u64>, bool, u64);
+
+fn arb_day() -> impl Gen<Value = (Vec<u32>, Vec<JobShape>)> {
     (
         proptest::collection::vec(prop_oneof![Just(0u32), Just(4), Just(8)], 2..7),
-        // (pods, GPUs each, interval minutes, answers requests, arrival minutes)
         proptest::collection::vec(
             (
                 1u32..4,
