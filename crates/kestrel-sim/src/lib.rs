@@ -21,6 +21,7 @@ pub mod scenarios;
 pub mod sim;
 pub mod summary;
 mod text;
+pub mod upgrade;
 pub mod workload;
 
 pub use kestrel_k8s::LoadError;

@@ -93,7 +93,7 @@ pub struct PodCounts {
     /// Pods that were bound at least once.
     pub scheduled: u64,
     pub completed: u64,
-    /// Pods evicted by node removal and requeued (preemption victims are counted under
+    /// Pods evicted by node removal or a drain and requeued (preemption victims are counted under
     /// `preemption`).
     pub evicted: u64,
     pub running_at_end: u64,

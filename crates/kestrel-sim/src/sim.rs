@@ -959,13 +959,25 @@ impl<'a> Simulation<'a> {
     /// A victim leaves: the work since its last checkpoint is lost, the rest is kept for
     /// its next run.
     fn evict(&mut self, pod: PodId, epoch: u32) {
-        let Some(state) = self.pods.get_mut(&pod) else {
-            return;
-        };
-        if state.epoch != epoch || !state.running {
-            return;
+        if let Some(lost) = self.leave(pod, epoch) {
+            self.report.preemption.lost_gpu_hours += lost;
+            self.report.preemption.victim_pods += 1;
+            let job = self.pods[&pod].job;
+            if self.workload.jobs[job].kind == JobKind::BarePod {
+                // A preempted Pod is deleted; without a controller nothing brings it back.
+                self.scheduler.finish(pod).expect("evicted pod is pending");
+                self.report.preemption.deleted_pods += 1;
+            }
         }
-        let state_job = state.job;
+    }
+
+    /// A running pod of this epoch leaves its node and waits in the queue again; returns
+    /// the GPU-hours of work it lost (`None`: it was not running in this epoch).
+    fn leave(&mut self, pod: PodId, epoch: u32) -> Option<f64> {
+        let state = self.pods.get_mut(&pod)?;
+        if state.epoch != epoch || !state.running {
+            return None;
+        }
         let ran = self.now.saturating_sub(state.run_start);
         let interval = self.scheduler.pod(pod).spec.preemption.checkpoint_interval;
         let saved = match state.evicting.flatten() {
@@ -977,15 +989,41 @@ impl<'a> Simulation<'a> {
         state.running = false;
         state.evicting = None;
         let gpus = self.scheduler.gpu_milli(pod) as f64 / 1000.0;
-        self.report.preemption.lost_gpu_hours += gpus * (ran - saved) as f64 / 3_600_000.0;
-        self.report.preemption.victim_pods += 1;
         self.track_gpu_load(pod, -1.0);
         self.scheduler.evict(pod).expect("running pod is known");
-        if self.workload.jobs[state_job].kind == JobKind::BarePod {
-            // A preempted Pod is deleted; without a controller nothing brings it back.
-            self.scheduler.finish(pod).expect("evicted pod is pending");
-            self.report.preemption.deleted_pods += 1;
-        }
+        Some(gpus * (ran - saved) as f64 / 3_600_000.0)
+    }
+
+    /// Cordons (`true`) or uncordons a node now, for a driver that steps the run (a
+    /// rolling upgrade); the next cycle runs at this instant.
+    pub fn set_unschedulable(&mut self, node: &str, unschedulable: bool) -> Result<(), SimError> {
+        self.scheduler.set_unschedulable(node, unschedulable)?;
+        self.push(self.now, Event::Wake);
+        Ok(())
+    }
+
+    /// When a running pod's current run started working (its periodic checkpoints fall at
+    /// this plus multiples of its interval); `None`: not running.
+    pub fn run_start(&self, pod: PodId) -> Option<Millis> {
+        self.pods
+            .get(&pod)
+            .filter(|s| s.running)
+            .map(|s| s.run_start)
+    }
+
+    /// Evicts a running pod now for a drain: it goes back to the queue at its original
+    /// place. `checkpoint_asked`: it was asked to checkpoint at that time and saved its work
+    /// up to it; otherwise it keeps what its last periodic checkpoint saved. Returns the
+    /// GPU-hours of work lost, `None` when the pod was not running. The next cycle runs at
+    /// this instant.
+    pub fn drain_evict(&mut self, pod: PodId, checkpoint_asked: Option<Millis>) -> Option<f64> {
+        let state = self.pods.get_mut(&pod).filter(|s| s.running)?;
+        state.evicting = Some(checkpoint_asked);
+        let epoch = state.epoch;
+        let lost = self.leave(pod, epoch)?;
+        self.report.pods.evicted += 1;
+        self.push(self.now, Event::Wake);
+        Some(lost)
     }
 
     /// Where each bound pod runs now: (pod, node name, GPUs), for inspection and tests.

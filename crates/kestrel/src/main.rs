@@ -9,6 +9,7 @@ mod doctor;
 mod explain;
 mod seeds;
 mod serve;
+mod upgrade;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -59,6 +60,10 @@ enum Command {
     /// device plugin that honours the scheduler's GPU choice, GPU labels and topology on
     /// the Node, DCGM-style GPU metrics.
     Agent(agent::AgentArgs),
+    /// Rolling upgrades of a simulated cluster's nodes: `plan` prints the batches,
+    /// `simulate` compares plain and checkpoint-aware drains on a workload.
+    #[command(subcommand)]
+    Upgrade(upgrade::UpgradeCommand),
 }
 
 #[derive(Args)]
@@ -158,6 +163,7 @@ fn main() {
         Command::Explain(args) => explain::explain(args),
         Command::Queue(args) => explain::queue(args),
         Command::Agent(args) => agent::run(args),
+        Command::Upgrade(command) => upgrade::run(command),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
