@@ -216,6 +216,9 @@ impl Unschedulable {
                 QueueProblem::BehindPreemptor { .. } => "behind a preemptor".to_string(),
                 QueueProblem::BehindReclaim { .. } => "behind a reclaim".to_string(),
                 QueueProblem::Stopped { .. } => "queue stopped".to_string(),
+                QueueProblem::FlavorTaint { flavor, .. } => {
+                    format!("flavor {flavor}'s taint not tolerated")
+                }
                 QueueProblem::NotCovered { resource, .. } => {
                     format!("queue has no quota for {resource}")
                 }

@@ -9,7 +9,7 @@
 //! thousandths of a GPU (so shared GPUs count their share), memory and storage in bytes,
 //! `pods` as a count, other extended resources in their own units.
 
-use crate::model::{Labels, Requirement, Taint, Toleration};
+use crate::model::{Labels, Requirement, Taint, TaintEffect, Toleration};
 use crate::resources::GPU_RESOURCE;
 use crate::types::Millis;
 use serde::Serialize;
@@ -25,7 +25,8 @@ pub struct ResourceFlavor {
     pub name: String,
     /// Pods admitted under this flavor only go to nodes with these labels.
     pub node_labels: Labels,
-    /// Taints the flavor's nodes carry (informational: the nodes' own taints decide).
+    /// Taints the flavor's nodes carry: the flavor admits only pods that tolerate them
+    /// (with its own `tolerations`); the next flavor is tried for the others.
     pub node_taints: Vec<Taint>,
     /// Tolerations added to pods admitted under this flavor.
     pub tolerations: Vec<Toleration>,
@@ -180,6 +181,13 @@ pub enum QueueProblem {
     },
     /// Not enough quota: the first resource that does not fit in any flavor.
     Quota(Box<QuotaShortfall>),
+    /// The only flavors with room taint their nodes (`spec.nodeTaints`) with what the pod
+    /// does not tolerate: the first such flavor and taint.
+    FlavorTaint {
+        cluster_queue: String,
+        flavor: String,
+        taint: String,
+    },
     /// A StrictFIFO queue whose head does not fit holds everything behind it.
     BehindHead { cluster_queue: String },
     /// A workload of the queue at this priority or higher is making room by preemption;
@@ -250,6 +258,10 @@ impl fmt::Display for QueueProblem {
             QueueProblem::Stopped { cluster_queue } => write!(
                 f,
                 "ClusterQueue {cluster_queue} is stopped (spec.stopPolicy): set it to None to admit work"
+            ),
+            QueueProblem::FlavorTaint { cluster_queue, flavor, taint } => write!(
+                f,
+                "ClusterQueue {cluster_queue}: the nodes of flavor {flavor} carry the taint {taint} (its spec.nodeTaints), which the pod does not tolerate: add a toleration, or quota in a flavor it may use"
             ),
             QueueProblem::NotCovered { cluster_queue, resource } => write!(
                 f,
@@ -658,7 +670,16 @@ impl QueueBook {
     }
 
     /// Whether `request` (per resource name) fits `cq`'s quota, and with which flavors.
-    pub(crate) fn fit(&self, cq: CqId, request: &[(String, i64)]) -> QuotaFit {
+    /// Whether the workload fits its queue's quota, and in which flavors: per resource
+    /// group the first flavor (in the queue's order) whose `nodeTaints` its pods tolerate
+    /// (`tolerations`, with the flavor's own) and that has room without borrowing, else the
+    /// first that has room by borrowing.
+    pub(crate) fn fit(
+        &self,
+        cq: CqId,
+        request: &[(String, i64)],
+        tolerations: &[Toleration],
+    ) -> QuotaFit {
         let book = &self.cqs[cq.0 as usize];
         let name = &book.spec.name;
         if book.spec.stop_policy != StopPolicy::None {
@@ -681,6 +702,14 @@ impl QueueBook {
             let mut first_problem = None;
             let mut chosen: Option<(usize, bool)> = None;
             for (fi, f) in g.flavors.iter().enumerate() {
+                if let Some(taint) = self.untolerated_taint(&f.flavor, tolerations) {
+                    first_problem.get_or_insert(QueueProblem::FlavorTaint {
+                        cluster_queue: name.clone(),
+                        flavor: f.flavor.clone(),
+                        taint,
+                    });
+                    continue;
+                }
                 match self.flavor_fit(cq, g, f, request) {
                     Ok(false) => {
                         chosen = Some((fi, false));
@@ -713,6 +742,23 @@ impl QueueBook {
         } else {
             QuotaFit::Nominal(admission)
         }
+    }
+
+    /// A NoSchedule or NoExecute taint of the flavor's nodes that neither `tolerations`
+    /// nor the flavor's own tolerations (added to the pods it admits) tolerate.
+    fn untolerated_taint(&self, flavor: &str, tolerations: &[Toleration]) -> Option<String> {
+        let flavor = self.flavors.get(flavor)?;
+        flavor
+            .node_taints
+            .iter()
+            .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
+            .find(|t| {
+                !tolerations
+                    .iter()
+                    .chain(&flavor.tolerations)
+                    .any(|tol| tol.tolerates(t))
+            })
+            .map(|t| t.to_string())
     }
 
     /// `Ok(borrows)` when the group's request fits flavor `f`.

@@ -997,3 +997,75 @@ fn an_admitted_workload_runs_its_next_pods_without_the_minimum() {
     assert_eq!(build(true), 2, "an admitted workload's last pods run");
     assert_eq!(build(false), 0, "a PodGroup's minimum holds at every start");
 }
+
+#[test]
+fn a_flavor_whose_node_taints_the_pod_does_not_tolerate_is_skipped() {
+    let spot = Taint {
+        key: "spot".into(),
+        value: "true".into(),
+        effect: TaintEffect::NoSchedule,
+    };
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    let mut tainted = node("spot-0", 4);
+    tainted.labels.insert("pool".into(), "spot".into());
+    tainted.taints.push(spot.clone());
+    s.add_node(tainted).unwrap();
+    let mut plain = node("od-0", 4);
+    plain.labels.insert("pool".into(), "on-demand".into());
+    s.add_node(plain).unwrap();
+    for (name, taints) in [("spot", vec![spot.clone()]), ("on-demand", vec![])] {
+        s.add_flavor(ResourceFlavor {
+            name: name.into(),
+            node_labels: [("pool".to_string(), name.to_string())].into(),
+            node_taints: taints,
+            tolerations: vec![],
+        });
+    }
+    let mut q = cq("team-a", None, 4, None);
+    let group = q.resource_groups[0].flavors[0].clone();
+    q.resource_groups[0].flavors = ["spot", "on-demand"]
+        .iter()
+        .map(|f| FlavorQuotas {
+            flavor: f.to_string(),
+            ..group.clone()
+        })
+        .collect();
+    let mut spot_only = q.clone();
+    spot_only.name = "team-b".into();
+    spot_only.resource_groups[0].flavors.truncate(1);
+    with_queues(&mut s, vec![q, spot_only]);
+    let node_of = |s: &Scheduler, id: PodId| match s.pod(id).phase {
+        PodPhase::Bound { node, .. } => s.cluster().node(node).spec.name.clone(),
+        _ => String::new(),
+    };
+    // No toleration: spot is skipped, on-demand admits it.
+    let plain = s.submit(pod("team-a", "plain", "main", 2, 0), 0);
+    // Tolerating spot: the first flavor, spot, admits it.
+    let mut tolerant = pod("team-a", "tolerant", "main", 2, 0);
+    tolerant.constraints.tolerations.push(Toleration {
+        key: "spot".into(),
+        operator: TolerationOperator::Exists,
+        value: String::new(),
+        effect: None,
+    });
+    let tolerant = s.submit(tolerant, 0);
+    s.schedule(0);
+    assert_eq!(node_of(&s, plain), "od-0");
+    assert_eq!(node_of(&s, tolerant), "spot-0");
+    // On-demand's quota is spent: the next untolerating pod waits, and says why spot is
+    // no use to it.
+    let more = s.submit(pod("team-a", "more", "main", 4, 0), 1);
+    s.schedule(1);
+    assert_eq!(bound(&s, &[more]), 0);
+    let why = reason(&s, more);
+    assert!(why.contains("quota"), "{why}");
+    // A queue with only the spot flavor admits no untolerating pod, and says why.
+    let lone = s.submit(pod("team-b", "lone", "main", 1, 0), 2);
+    s.schedule(2);
+    assert_eq!(bound(&s, &[lone]), 0);
+    let why = reason(&s, lone);
+    assert!(
+        why.contains("flavor spot") && why.contains("spot=true:NoSchedule"),
+        "{why}"
+    );
+}

@@ -180,13 +180,21 @@ impl Scheduler {
                     }
                 }
                 let request = self.workload_request(pods);
-                let mut fit = self.queues.fit(cq, &request);
+                let tolerations = self.pods[rep.0 as usize]
+                    .spec
+                    .constraints
+                    .tolerations
+                    .clone();
+                let mut fit = self.queues.fit(cq, &request, &tolerations);
                 if let (QuotaFit::No(_), Some((spec, _, needed))) = (&fit, gang) {
                     // Partial admission: as many as the quota takes, down to the minimum.
                     if spec.role_minimums.is_empty() {
                         if let Some((k, smaller)) = (needed.max(1)..pods.len())
                             .rev()
-                            .map(|k| (k, self.queues.fit(cq, &self.workload_request(&pods[..k]))))
+                            .map(|k| {
+                                let request = self.workload_request(&pods[..k]);
+                                (k, self.queues.fit(cq, &request, &tolerations))
+                            })
                             .find(|(_, f)| !matches!(f, QuotaFit::No(_)))
                         {
                             pods = &pods[..k];

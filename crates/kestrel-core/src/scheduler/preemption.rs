@@ -370,6 +370,11 @@ impl Scheduler {
         }
         self.rank(&mut candidates);
         let request = request.to_vec();
+        let tolerations = self.pods[pods[0].0 as usize]
+            .spec
+            .constraints
+            .tolerations
+            .clone();
         let fits = move |s: &mut Scheduler, chosen: &[&Candidate]| -> QuotaVerdict {
             // Other queues' workloads are preempted to reclaim nominal quota, or to borrow
             // when the policy allows borrowing over them.
@@ -378,7 +383,7 @@ impl Scheduler {
                     || threshold
                         .is_some_and(|t| c.priority < priority && t.is_none_or(|t| c.priority <= t))
             });
-            match s.queues.fit(cq, &request) {
+            match s.queues.fit(cq, &request, &tolerations) {
                 QuotaFit::Nominal(a) => Some(Some(a)),
                 QuotaFit::Borrowing(a) if borrowing_ok => Some(Some(a)),
                 _ => None,
