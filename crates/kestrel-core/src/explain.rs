@@ -216,6 +216,7 @@ impl Unschedulable {
                 QueueProblem::BehindPreemptor { .. } => "behind a preemptor".to_string(),
                 QueueProblem::BehindReclaim { .. } => "behind a reclaim".to_string(),
                 QueueProblem::Stopped { .. } => "queue stopped".to_string(),
+                QueueProblem::Inactive { .. } => "queue inactive".to_string(),
                 QueueProblem::FlavorTaint { flavor, .. } => {
                     format!("flavor {flavor}'s taint not tolerated")
                 }

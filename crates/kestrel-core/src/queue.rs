@@ -121,6 +121,9 @@ pub struct ClusterQueueSpec {
     pub min_runtime: Option<Millis>,
     /// A workload waits this long before it may preempt others.
     pub preemption_delay: Option<Millis>,
+    /// Why the queue admits nothing, as Kueue deactivates a ClusterQueue (it names a
+    /// ResourceFlavor that does not exist); `None`: active.
+    pub inactive: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -174,6 +177,8 @@ pub enum QueueProblem {
     },
     /// The ClusterQueue's stopPolicy holds it.
     Stopped { cluster_queue: String },
+    /// The ClusterQueue is inactive (see [`ClusterQueueSpec::inactive`]).
+    Inactive { cluster_queue: String, why: String },
     /// The workload asks for a resource no resource group of the queue covers.
     NotCovered {
         cluster_queue: String,
@@ -255,6 +260,9 @@ impl fmt::Display for QueueProblem {
                 f,
                 "ClusterQueue {cluster_queue} does not admit namespace {namespace} (spec.namespaceSelector): label the namespace or change the selector"
             ),
+            QueueProblem::Inactive { cluster_queue, why } => {
+                write!(f, "ClusterQueue {cluster_queue} is inactive: {why}")
+            }
             QueueProblem::Stopped { cluster_queue } => write!(
                 f,
                 "ClusterQueue {cluster_queue} is stopped (spec.stopPolicy): set it to None to admit work"
@@ -685,6 +693,12 @@ impl QueueBook {
         if book.spec.stop_policy != StopPolicy::None {
             return QuotaFit::No(QueueProblem::Stopped {
                 cluster_queue: name.clone(),
+            });
+        }
+        if let Some(why) = &book.spec.inactive {
+            return QuotaFit::No(QueueProblem::Inactive {
+                cluster_queue: name.clone(),
+                why: why.clone(),
             });
         }
         for (resource, amount) in request {

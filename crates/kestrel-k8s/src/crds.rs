@@ -405,8 +405,8 @@ pub struct ClusterQueueStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flavors_usage: Vec<FlavorUsage>,
     /// `Active`: True when Kestrel can admit workloads through the queue (reason `Ready`;
-    /// `FlavorNotFound` or `InvalidSpec` when it admits with something wrong), False with
-    /// the reason (`Stopped`, `InvalidSpec`) and the field to fix otherwise.
+    /// `InvalidSpec` when it admits with something wrong), False with the reason
+    /// (`Stopped`, `FlavorNotFound`, `InvalidSpec`) and the field to fix otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -563,6 +563,9 @@ async fn scripted_server(
             ("GET", "/api/v1/limitranges") => {
                 json!({"apiVersion": "v1", "kind": "LimitRangeList", "metadata": {"resourceVersion": "1"}, "items": []})
             }
+            ("GET", "/apis/batch/v1/jobs") => {
+                json!({"apiVersion": "batch/v1", "kind": "JobList", "metadata": {"resourceVersion": "1"}, "items": []})
+            }
             (
                 "GET",
                 "/apis/scheduling.kestrel.dev/v1alpha1/podgroups"

@@ -122,6 +122,11 @@ fn namespace_resource_quota_refuses_creations_until_pods_end() {
 
 /// A Kueue setup (one flavor, a ClusterQueue of `gpus` GPUs) and `jobs`, read as files are.
 fn queued(gpus: u32, jobs: &str) -> (SimCluster, Workload) {
+    queued_with_flavor(gpus, jobs, "default")
+}
+
+/// [`queued`] with the ResourceFlavor object named `flavor` (the queue names `default`).
+fn queued_with_flavor(gpus: u32, jobs: &str, flavor: &str) -> (SimCluster, Workload) {
     let mut cluster = SimCluster::default();
     let mut n = kestrel_core::NodeSpec::new("n0", Resources::new(64_000, 1 << 40));
     (n.gpus, n.nics) = kestrel_core::GpuTopology::Flat.devices("H100", 81_559, 8);
@@ -129,7 +134,7 @@ fn queued(gpus: u32, jobs: &str) -> (SimCluster, Workload) {
     let queues = format!(
         "apiVersion: kueue.x-k8s.io/v1beta1
 kind: ResourceFlavor
-metadata: {{name: default}}
+metadata: {{name: {flavor}}}
 ---
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: ClusterQueue
@@ -237,4 +242,17 @@ fn a_bad_partial_admission_minimum_names_the_job_and_field() {
             "{e}"
         );
     }
+}
+
+#[test]
+fn a_cluster_queue_naming_a_missing_flavor_admits_nothing() {
+    let (cluster, workload) = queued_with_flavor(8, &job("lost", 1, 1, ""), "other");
+    let r = run(&cluster, &workload, SimConfig::default());
+    assert_eq!((r.pods.scheduled, r.pods.pending_at_end), (0, 1));
+    let reason = &r.pending_at_end[0].reason;
+    assert!(
+        reason.contains("ClusterQueue team is inactive: FlavorNotFound")
+            && reason.contains("ResourceFlavor \"default\" does not exist"),
+        "{reason}"
+    );
 }

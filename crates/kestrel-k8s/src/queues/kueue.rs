@@ -100,6 +100,8 @@ pub(super) fn cluster_queue(
             s.get("preemptionDelaySeconds"),
             "spec.preemptionDelaySeconds",
         )?,
+        // Set once the flavors are known (`mark_missing_flavors`).
+        inactive: None,
     })
 }
 

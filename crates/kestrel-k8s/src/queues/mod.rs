@@ -50,7 +50,7 @@ use kestrel_core::{
 };
 use serde::Serialize;
 use serde_json::{Map, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use self::kueue::{cluster_queue, flavor};
@@ -317,10 +317,33 @@ impl QueueCollector {
         out
     }
 
-    pub fn into_setup(self) -> QueueSetup {
+    /// The setup; ClusterQueues naming a flavor no document declares are inactive.
+    pub fn into_setup(mut self) -> QueueSetup {
+        let flavors: BTreeSet<String> = self.setup.flavors.iter().map(|f| f.name.clone()).collect();
+        for q in &mut self.setup.cluster_queues {
+            mark_missing_flavors(q, |f| flavors.contains(f));
+        }
         self.setup
     }
 }
+
+/// Makes a ClusterQueue that names a ResourceFlavor that does not exist inactive, as Kueue
+/// does (reason `FlavorNotFound`); active again once every flavor it names exists.
+pub fn mark_missing_flavors(q: &mut ClusterQueueSpec, exists: impl Fn(&str) -> bool) {
+    q.inactive = q.resource_groups.iter().enumerate().find_map(|(gi, group)| {
+        group.flavors.iter().enumerate().find_map(|(fi, f)| {
+            (!exists(&f.flavor)).then(|| {
+                format!(
+                    "{FLAVOR_NOT_FOUND}: spec.resourceGroups[{gi}].flavors[{fi}].name: ResourceFlavor {:?} does not exist; create it, or fix the name",
+                    f.flavor
+                )
+            })
+        })
+    });
+}
+
+/// Kueue's reason for a ClusterQueue that names a missing ResourceFlavor.
+pub const FLAVOR_NOT_FOUND: &str = "FlavorNotFound";
 
 #[cfg(test)]
 mod tests;

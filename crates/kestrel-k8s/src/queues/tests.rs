@@ -148,6 +148,7 @@ fn kueue_cluster_queue_maps_every_field() {
         stop_policy: StopPolicy::Hold,
         min_runtime: Some(600_000),
         preemption_delay: Some(30_000),
+        inactive: None,
     };
     assert_eq!(q, expected);
 }

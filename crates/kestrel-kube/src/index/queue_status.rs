@@ -6,7 +6,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kestrel_core::{ClusterError, ClusterQueueSpec, Labels, PodPhase, StopPolicy};
 use kestrel_k8s::live;
-use kestrel_k8s::queues::{parse_queue_document, queue_document_key, QueueDocument};
+use kestrel_k8s::queues::{
+    mark_missing_flavors, parse_queue_document, queue_document_key, QueueDocument, FLAVOR_NOT_FOUND,
+};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -252,10 +254,10 @@ impl ClusterState {
     /// A ClusterQueue is inactive when its `stopPolicy` holds it (`Stopped`) or when no
     /// version of its spec could be used (`InvalidSpec`). It stays active, saying what is
     /// wrong, when its current spec cannot be used but a previous one is in force
-    /// (`InvalidSpec`), and when it names a ResourceFlavor that does not exist
-    /// (`FlavorNotFound`: the engine admits in that flavor, without node labels or
-    /// tolerations). A `cohortName` without a Cohort object is no problem: the queues that
-    /// name it share their quota all the same.
+    /// (`InvalidSpec`). It is inactive when it names a ResourceFlavor that does not exist
+    /// (`FlavorNotFound`, as in Kueue: it admits nothing until the flavor exists). A
+    /// `cohortName` without a Cohort object is no problem: the queues that name it share
+    /// their quota all the same.
     ///
     /// A LocalQueue is inactive when its ClusterQueue does not exist
     /// (`ClusterQueueDoesNotExist`), is inactive (`ClusterQueueIsInactive`) or does not
@@ -312,23 +314,11 @@ impl ClusterState {
                     format!("its current spec cannot be used, so the previous one stays in force: {why}"),
                 ));
             }
-            for (gi, group) in spec.resource_groups.iter().enumerate() {
-                for (fi, f) in group.flavors.iter().enumerate() {
-                    if !self
-                        .queues
-                        .docs
-                        .contains_key(&("ResourceFlavor", f.flavor.clone()))
-                    {
-                        problems.push((
-                            false,
-                            "FlavorNotFound",
-                            format!(
-                                "spec.resourceGroups[{gi}].flavors[{fi}].name: ResourceFlavor {:?} does not exist, so workloads admitted in it get no node labels or tolerations; create it, or fix the name",
-                                f.flavor
-                            ),
-                        ));
-                    }
-                }
+            if let Some(why) = &spec.inactive {
+                let message = why
+                    .strip_prefix(FLAVOR_NOT_FOUND)
+                    .map_or(why.as_str(), |m| m.trim_start_matches(": "));
+                problems.push((true, FLAVOR_NOT_FOUND, message.to_string()));
             }
             out.insert(
                 key,
@@ -473,6 +463,18 @@ impl ClusterState {
                         wanted.insert(key, doc);
                     }
                 }
+            }
+        }
+        // A ClusterQueue naming a flavor that does not exist admits nothing (Kueue's
+        // FlavorNotFound); it is applied again when the flavor comes or goes.
+        let flavors: BTreeSet<String> = wanted
+            .keys()
+            .filter(|(kind, _)| *kind == "ResourceFlavor")
+            .map(|(_, name)| name.clone())
+            .collect();
+        for doc in wanted.values_mut() {
+            if let QueueDocument::ClusterQueue(q) = doc {
+                mark_missing_flavors(q, |f| flavors.contains(f));
             }
         }
         // Removals first, then additions from the leaves of references up: flavors and

@@ -154,6 +154,7 @@ async fn scripted_server(
             }
             ("GET", "/api/v1/resourcequotas") => Some(list("v1", "ResourceQuota", vec![])),
             ("GET", "/api/v1/limitranges") => Some(list("v1", "LimitRange", vec![])),
+            ("GET", "/apis/batch/v1/jobs") => Some(list("batch/v1", "Job", vec![])),
             (
                 "GET",
                 "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"

@@ -26,6 +26,7 @@ fn cluster_queue(gpus: u32, selector: Value) -> Value {
 #[test]
 fn live_queues_admit_by_quota_and_changes_apply_without_a_restart() {
     let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    h.queue("ResourceFlavor", flavor("default"), false);
     h.pod(queued("a", "team", 4));
     // No LocalQueue yet: the pod waits and says so.
     let out = h.state.cycle(0);
@@ -135,6 +136,7 @@ fn job(name: &str, parallelism: u32, queue: Option<&str>, annotations: Value) ->
 #[test]
 fn a_queued_jobs_pods_are_admitted_together_live() {
     let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    h.queue("ResourceFlavor", flavor("default"), false);
     h.queue(
         "LocalQueue",
         json!({"metadata": {"name": "team", "namespace": "ml"}, "spec": {"clusterQueue": "team-a"}}),
@@ -353,35 +355,47 @@ fn queue_active_conditions_follow_the_stop_policy_and_keep_their_transition_time
 fn queue_conditions_name_missing_flavors_queues_and_unreadable_specs() {
     let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
     h.state.set_wall_origin(WALL);
-    // A flavor that does not exist: the engine admits in it all the same (without node
-    // labels), so the queue is active and says what is missing.
+    // A flavor that does not exist: as in Kueue the queue is inactive, admits nothing and
+    // says what is missing; its LocalQueue says its ClusterQueue is inactive.
     h.queue("ClusterQueue", cluster_queue(8, json!({})), false);
     h.queue("LocalQueue", local_queue("team", "team-a"), false);
     h.pod(queued("a", "team", 1));
     let out = h.state.cycle(1_000);
-    assert_eq!(out.binds.len(), 1, "{out:?}");
+    assert!(out.binds.is_empty(), "{out:?}");
+    assert!(
+        out.unschedulable[0]
+            .message
+            .contains("ClusterQueue team-a is inactive: FlavorNotFound"),
+        "{:?}",
+        out.unschedulable
+    );
     let statuses = h.state.queue_statuses();
     let c = active(&statuses, "ClusterQueue", "team-a");
     assert_eq!(
         (&c["status"], &c["reason"]),
-        (&json!("True"), &json!("FlavorNotFound"))
+        (&json!("False"), &json!("FlavorNotFound"))
     );
     assert_eq!(
         c["message"],
-        "Can admit new workloads; spec.resourceGroups[0].flavors[0].name: ResourceFlavor \"default\" does not exist, so workloads admitted in it get no node labels or tolerations; create it, or fix the name"
+        "Can't admit new workloads: spec.resourceGroups[0].flavors[0].name: ResourceFlavor \"default\" does not exist; create it, or fix the name"
     );
     assert!(
         c.get("observedGeneration").is_none(),
         "no generation listed"
     );
-    assert_eq!(active(&statuses, "LocalQueue", "team")["reason"], "Ready");
+    assert_eq!(
+        active(&statuses, "LocalQueue", "team")["reason"],
+        "ClusterQueueIsInactive"
+    );
+    // The flavor appears: the queue admits the waiting pod.
     h.queue("ResourceFlavor", flavor("default"), false);
-    h.state.cycle(2_000);
+    let out = h.state.cycle(2_000);
+    assert_eq!(out.binds.len(), 1, "{out:?}");
     let statuses = h.state.queue_statuses();
     let c = active(&statuses, "ClusterQueue", "team-a");
     assert_eq!(
-        (&c["reason"], &c["lastTransitionTime"]),
-        (&json!("Ready"), &at(1_000))
+        (&c["status"], &c["reason"], &c["lastTransitionTime"]),
+        (&json!("True"), &json!("Ready"), &at(2_000))
     );
 
     // An unreadable update: the previous version stays in force, and the condition says so.
