@@ -298,16 +298,7 @@ pub fn pod_gang(
             ));
         }
     }
-    let parse_u32 = |field: &str, value: &String| {
-        value.parse::<u32>().map_err(|_| {
-            err(
-                path,
-                object,
-                &format!("metadata.annotations[{field:?}]"),
-                format!("{value:?} is not a whole number"),
-            )
-        })
-    };
+    let parse_u32 = |field: &str, value: &String| annotation_count(path, object, field, value);
     let implied = match labels.get(KUEUE_GROUP_LABEL) {
         Some(name) if *marker == KUEUE_GROUP_LABEL => {
             let total = annotations.get(KUEUE_TOTAL_ANNOTATION).ok_or_else(|| {
@@ -351,22 +342,25 @@ pub fn pod_gang(
     }))
 }
 
+/// A whole-number annotation (`field`) of a pod, or an error naming it.
+fn annotation_count(path: &Path, object: &str, field: &str, value: &str) -> Result<u32, LoadError> {
+    value.parse::<u32>().map_err(|_| {
+        err(
+            path,
+            object,
+            &format!("metadata.annotations[{field:?}]"),
+            format!("{value:?} is not a whole number"),
+        )
+    })
+}
+
 /// The topology request in a pod's annotations (Kestrel's, else Kueue's).
 pub fn pod_topology(
     path: &Path,
     object: &str,
     annotations: &BTreeMap<String, String>,
 ) -> Result<GangTopology, LoadError> {
-    let parse_u32 = |field: &str, value: &String| {
-        value.parse::<u32>().map_err(|_| {
-            err(
-                path,
-                object,
-                &format!("metadata.annotations[{field:?}]"),
-                format!("{value:?} is not a whole number"),
-            )
-        })
-    };
+    let parse_u32 = |field: &str, value: &String| annotation_count(path, object, field, value);
     let mut topology = GangTopology::default();
     let mut slice_level = None;
     let mut slice_size = None;
