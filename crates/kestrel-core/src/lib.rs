@@ -35,9 +35,9 @@ pub use predicates::static_check;
 pub use preempt::{DisruptionBudget, DisruptionLimit, IntOrPercent, Preemption, VictimOrder};
 pub use queue::{
     format_amount, quota_scale, Admission, BorrowWithinCohort, ClusterQueueSpec, CohortSpec, CqId,
-    FlavorQuotas, LocalQueueSpec, QueueError, QueuePreemption, QueueProblem, QueueingStrategy,
-    QuotaShortfall, QuotaUsage, ReclaimPolicy, ResourceFlavor, ResourceGroup, ResourceQuota,
-    StopPolicy, WithinQueuePreemption, PODS_RESOURCE,
+    FlavorQuotas, Inactive, LocalQueueSpec, QueueError, QueuePreemption, QueueProblem,
+    QueueingStrategy, QuotaShortfall, QuotaUsage, ReclaimPolicy, ResourceFlavor, ResourceGroup,
+    ResourceQuota, StopPolicy, WithinQueuePreemption, PODS_RESOURCE,
 };
 pub use resources::{parse_quantity, request_scale, Bytes, QuantityError, Resources, GPU_RESOURCE};
 pub use rng::Rng;

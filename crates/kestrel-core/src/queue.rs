@@ -123,7 +123,14 @@ pub struct ClusterQueueSpec {
     pub preemption_delay: Option<Millis>,
     /// Why the queue admits nothing, as Kueue deactivates a ClusterQueue (it names a
     /// ResourceFlavor that does not exist); `None`: active.
-    pub inactive: Option<String>,
+    pub inactive: Option<Inactive>,
+}
+
+/// Why a ClusterQueue is inactive: Kueue's reason (`FlavorNotFound`) and what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Inactive {
+    pub reason: &'static str,
+    pub message: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -178,7 +185,10 @@ pub enum QueueProblem {
     /// The ClusterQueue's stopPolicy holds it.
     Stopped { cluster_queue: String },
     /// The ClusterQueue is inactive (see [`ClusterQueueSpec::inactive`]).
-    Inactive { cluster_queue: String, why: String },
+    Inactive {
+        cluster_queue: String,
+        why: Inactive,
+    },
     /// The workload asks for a resource no resource group of the queue covers.
     NotCovered {
         cluster_queue: String,
@@ -261,7 +271,11 @@ impl fmt::Display for QueueProblem {
                 "ClusterQueue {cluster_queue} does not admit namespace {namespace} (spec.namespaceSelector): label the namespace or change the selector"
             ),
             QueueProblem::Inactive { cluster_queue, why } => {
-                write!(f, "ClusterQueue {cluster_queue} is inactive: {why}")
+                write!(
+                    f,
+                    "ClusterQueue {cluster_queue} is inactive: {}: {}",
+                    why.reason, why.message
+                )
             }
             QueueProblem::Stopped { cluster_queue } => write!(
                 f,

@@ -169,9 +169,9 @@ pub const ROLE_WORKLOAD_KINDS: [(&str, &str); 3] = [
 /// Reads `value` as a multi-role workload; `Ok(None)` for other kinds. Once started it
 /// stays admitted: pods that come later (a task's last replicas that did not fit, the next
 /// completions) start as they fit, as Volcano counts finished pods towards `minAvailable`.
-pub fn role_workload(
+pub fn role_workload<'v>(
     ctx: &Ctx,
-    value: &Value,
+    value: &'v Value,
     namespace: &str,
     name: &str,
 ) -> Result<Option<RoleWorkload>, LoadError> {
@@ -210,6 +210,13 @@ pub fn role_workload(
                     )
                 }),
         }
+    };
+    // A role's name (`<here>.name`), which its pods are named after.
+    let role_name = |here: &str, item: &'v Value, fix: &str| -> Result<&'v str, LoadError> {
+        item.get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| ctx.err(format!("{here}.name"), format!("missing; {fix}")))
     };
     let template = |field: &str, v: Option<&Value>| -> Result<PodTemplateSpec, LoadError> {
         let v = v.ok_or_else(|| ctx.err(field, "missing; add the pod template"))?;
@@ -258,11 +265,7 @@ pub fn role_workload(
                 .ok_or_else(|| ctx.err("spec.tasks", "missing; a Volcano Job needs its tasks"))?;
             for (i, task) in tasks.iter().enumerate() {
                 let here = format!("spec.tasks[{i}]");
-                let role = task
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .filter(|n| !n.is_empty())
-                    .ok_or_else(|| ctx.err(format!("{here}.name"), "missing; name the task"))?;
+                let role = role_name(&here, task, "name the task")?;
                 let pods = count(&format!("{here}.replicas"), task.get("replicas"), 1)?;
                 if let Some(min) = task.get("minAvailable") {
                     let min = count(&format!("{here}.minAvailable"), Some(min), 0)?;
@@ -298,11 +301,7 @@ pub fn role_workload(
                 })?;
             for (i, job) in jobs.iter().enumerate() {
                 let here = format!("spec.replicatedJobs[{i}]");
-                let role = job
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .filter(|n| !n.is_empty())
-                    .ok_or_else(|| ctx.err(format!("{here}.name"), "missing; name it"))?;
+                let role = role_name(&here, job, "name it")?;
                 let replicas = count(&format!("{here}.replicas"), job.get("replicas"), 1)?;
                 let job_spec = job.pointer("/template/spec");
                 let field = format!("{here}.template.spec");

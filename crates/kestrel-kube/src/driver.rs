@@ -567,15 +567,20 @@ where
             o.meta().name.as_deref().unwrap_or_default(),
         ),
         Event::Init => false,
-        Event::InitDone => {
-            let present = store
-                .state()
-                .iter()
-                .filter_map(|o| Some((o.meta().namespace.clone()?, o.meta().name.clone()?)))
-                .collect();
-            state.retain_admission(K::KIND, &present)
-        }
+        Event::InitDone => state.retain_admission(K::KIND, &namespaced_keys(store)),
     }
+}
+
+/// The (namespace, name) of the namespaced objects a relist left in `store`.
+fn namespaced_keys<K>(store: &Store<K>) -> std::collections::HashSet<(String, String)>
+where
+    K: kube::Resource<DynamicType = ()> + Clone,
+{
+    store
+        .state()
+        .iter()
+        .filter_map(|o| Some((o.meta().namespace.clone()?, o.meta().name.clone()?)))
+        .collect()
 }
 
 /// Applies one watch event to the state. Returns whether anything may have changed.
@@ -689,15 +694,7 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
                 j.metadata.name.as_deref().unwrap_or_default(),
             ),
             Event::Init => return false,
-            Event::InitDone => {
-                let present = stores
-                    .jobs
-                    .state()
-                    .iter()
-                    .filter_map(|j| Some((j.metadata.namespace.clone()?, j.metadata.name.clone()?)))
-                    .collect();
-                state.retain_jobs(&present);
-            }
+            Event::InitDone => state.retain_jobs(&namespaced_keys(&stores.jobs)),
         },
         Change::Unserved { kind: "Job" } => {
             tracing::warn!("Kestrel may not list Jobs (add batch/jobs list and watch to its ClusterRole): a queued Job's pods are admitted one by one");

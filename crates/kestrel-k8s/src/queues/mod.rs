@@ -46,7 +46,8 @@
 
 use crate::error::LoadError;
 use kestrel_core::{
-    ClusterQueueSpec, CohortSpec, DisruptionBudget, Labels, LocalQueueSpec, ResourceFlavor,
+    ClusterQueueSpec, CohortSpec, DisruptionBudget, Inactive, Labels, LocalQueueSpec,
+    ResourceFlavor,
 };
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -332,11 +333,12 @@ impl QueueCollector {
 pub fn mark_missing_flavors(q: &mut ClusterQueueSpec, exists: impl Fn(&str) -> bool) {
     q.inactive = q.resource_groups.iter().enumerate().find_map(|(gi, group)| {
         group.flavors.iter().enumerate().find_map(|(fi, f)| {
-            (!exists(&f.flavor)).then(|| {
-                format!(
-                    "{FLAVOR_NOT_FOUND}: spec.resourceGroups[{gi}].flavors[{fi}].name: ResourceFlavor {:?} does not exist; create it, or fix the name",
+            (!exists(&f.flavor)).then(|| Inactive {
+                reason: FLAVOR_NOT_FOUND,
+                message: format!(
+                    "spec.resourceGroups[{gi}].flavors[{fi}].name: ResourceFlavor {:?} does not exist; create it, or fix the name",
                     f.flavor
-                )
+                ),
             })
         })
     });

@@ -27,6 +27,8 @@ pub(super) struct JobBook {
     jobs: HashMap<GroupKey, JobReading>,
     /// The API does not let Kestrel read Jobs.
     unserved: bool,
+    /// The gangs of Jobs not seen yet, whose pods wait for them.
+    awaited: HashSet<GroupKey>,
 }
 
 impl ClusterState {
@@ -46,6 +48,7 @@ impl ClusterState {
             )
         });
         let key: GroupKey = (namespace.clone(), workload_gang_name("Job", &name));
+        self.jobs.awaited.remove(&key);
         self.jobs.jobs.insert((namespace, name), reading.clone());
         let (queue, spec) = match reading {
             Ok(None) => {
@@ -109,15 +112,7 @@ impl ClusterState {
     /// The API does not let Kestrel read Jobs: their pods are read as they are.
     pub fn set_jobs_unserved(&mut self) {
         self.jobs.unserved = true;
-        let waiting: Vec<GroupKey> = self
-            .gangs
-            .groups
-            .iter()
-            .filter(|(_, g)| !g.declared && g.spec.is_err())
-            .map(|(k, _)| k.clone())
-            .filter(|k| k.1.starts_with("job-"))
-            .collect();
-        for key in waiting {
+        for key in std::mem::take(&mut self.jobs.awaited) {
             self.release_job_pods(&key);
         }
     }
@@ -126,15 +121,18 @@ impl ClusterState {
     /// workload of its own); sets the pod's queue from the Job's. Only for pods that name
     /// no gang themselves.
     pub(super) fn job_gang(&mut self, pod: &Pod, spec: &mut PodSpec) -> Option<GroupKey> {
-        let key = self.job_group_key(pod)?;
-        let job = controlling_job(pod)?;
-        if let Some(Ok(Some((queue, _)))) = self
+        let (key, job) = self.job_of(pod)?;
+        match self
             .jobs
             .jobs
             .get(&(spec.namespace.clone(), job.to_string()))
         {
-            if spec.queue.is_none() {
+            Some(Ok(Some((queue, _)))) if spec.queue.is_none() => {
                 spec.queue = Some(queue.clone());
+            }
+            Some(_) => {}
+            None => {
+                self.jobs.awaited.insert(key.clone());
             }
         }
         let job_key = format!("{}/{job}", spec.namespace);
@@ -154,16 +152,24 @@ impl ClusterState {
         Some(key)
     }
 
-    /// The Job gang a pod of ours belongs to, if its Job is queued or not seen yet.
+    /// The Job gang a pod of ours belongs to, if its Job is queued or not seen yet; pods
+    /// that name a gang themselves keep theirs.
     pub(super) fn job_group_key(&self, pod: &Pod) -> Option<GroupKey> {
-        if self.jobs.unserved || !matches!(live::pod_gang(pod), Ok(None)) {
+        let (key, _) = self.job_of(pod)?;
+        matches!(live::pod_gang(pod), Ok(None)).then_some(key)
+    }
+
+    /// The gang of the Job that controls `pod` and that Job's name, if the Job is queued
+    /// or not seen yet (whatever gang the pod names itself).
+    fn job_of<'p>(&self, pod: &'p Pod) -> Option<(GroupKey, &'p str)> {
+        if self.jobs.unserved {
             return None;
         }
         let job = controlling_job(pod)?;
         let namespace = live::pod_namespace(pod).to_string();
         match self.jobs.jobs.get(&(namespace.clone(), job.to_string())) {
             Some(Ok(None)) => None,
-            _ => Some((namespace, workload_gang_name("Job", job))),
+            _ => Some(((namespace, workload_gang_name("Job", job)), job)),
         }
     }
 

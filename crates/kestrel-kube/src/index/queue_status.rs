@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use kestrel_core::{ClusterError, ClusterQueueSpec, Labels, PodPhase, StopPolicy};
 use kestrel_k8s::live;
 use kestrel_k8s::queues::{
-    mark_missing_flavors, parse_queue_document, queue_document_key, QueueDocument, FLAVOR_NOT_FOUND,
+    mark_missing_flavors, parse_queue_document, queue_document_key, QueueDocument,
 };
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -315,10 +315,7 @@ impl ClusterState {
                 ));
             }
             if let Some(why) = &spec.inactive {
-                let message = why
-                    .strip_prefix(FLAVOR_NOT_FOUND)
-                    .map_or(why.as_str(), |m| m.trim_start_matches(": "));
-                problems.push((true, FLAVOR_NOT_FOUND, message.to_string()));
+                problems.push((true, why.reason, why.message.clone()));
             }
             out.insert(
                 key,

@@ -128,7 +128,7 @@ struct Shape<'a> {
     meta: &'a ObjectMeta,
     template_meta: Option<&'a ObjectMeta>,
     /// Field path of the pod spec (`spec`, `spec.template.spec`).
-    spec_field: &'static str,
+    spec_field: &'a str,
     spec: Option<&'a core::PodSpec>,
     parallelism: i64,
     completions: i64,
@@ -270,6 +270,8 @@ impl Builder {
         };
         let mut jobs = Vec::new();
         for role in &workload.roles {
+            // Errors point at the role's template, not the object's spec.
+            let spec_field = format!("{}.spec", role.field);
             let job = self.job(
                 ctx,
                 doc,
@@ -277,7 +279,7 @@ impl Builder {
                     kind: JobKind::Job,
                     meta: &meta,
                     template_meta: role.template.metadata.as_ref(),
-                    spec_field: "spec",
+                    spec_field: &spec_field,
                     spec: role.template.spec.as_ref(),
                     parallelism: i64::from(role.pods),
                     completions: i64::from(role.completions),
@@ -287,16 +289,7 @@ impl Builder {
                         &role.name,
                     )),
                 },
-            );
-            // Errors point at the role's template, not the object's spec.
-            let job = job.map_err(|e| match e.field.as_deref() {
-                Some(f) if f.starts_with("spec.") || f == "spec" => {
-                    let rest = f.strip_prefix("spec").unwrap_or_default();
-                    let field = format!("{}.spec{rest}", role.field);
-                    e.field(field)
-                }
-                _ => e,
-            })?;
+            )?;
             jobs.extend(job);
         }
         Ok(Some(jobs))
@@ -345,10 +338,10 @@ impl Builder {
             .clone()
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| "default".to_string());
-        let name = match (&shape.meta.name, &shape.meta.generate_name) {
-            _ if shape.role.is_some() => shape.role.as_ref().expect("checked").0.clone(),
-            (Some(name), _) if !name.is_empty() => name.clone(),
-            (_, Some(prefix)) if !prefix.is_empty() => {
+        let name = match (&shape.role, &shape.meta.name, &shape.meta.generate_name) {
+            (Some((name, _, _)), _, _) => name.clone(),
+            (None, Some(name), _) if !name.is_empty() => name.clone(),
+            (None, _, Some(prefix)) if !prefix.is_empty() => {
                 let n = self
                     .generated
                     .entry(format!("{namespace}/{prefix}"))
@@ -419,31 +412,26 @@ impl Builder {
         )? {
             self.gangs.add_pod(&namespace, &gang);
             template.gang = Some(gang.membership);
-        } else if let Some((_, whole, role)) = shape.role {
-            let gang = PodGang {
-                membership: kestrel_core::GangMembership {
-                    gang: whole.name.clone(),
-                    role: Some(role.to_string()),
-                    rank: None,
-                },
-                implied: Some(whole.clone()),
-                topology: pod_topology(ctx.path, &ctx.object, &all_annotations)?,
+        } else {
+            // The gang the object implies: its multi-role workload's, or a queued object's.
+            let implied = match shape.role {
+                Some((_, whole, role)) => Some((whole.clone(), Some(role.to_string()))),
+                None if template.queue.is_some() => {
+                    let pods = u32::try_from(shape.parallelism).unwrap_or(u32::MAX);
+                    let meta_annotations = shape.meta.annotations.clone().unwrap_or_default();
+                    queued_workload(ctx, doc.kind(), &namespace, &name, pods, &meta_annotations)?
+                        .map(|gang| (gang, None))
+                }
+                None => None,
             };
-            self.gangs.add_pod(&namespace, &gang);
-            template.gang = Some(gang.membership);
-        } else if template.queue.is_some() {
-            let pods = u32::try_from(shape.parallelism).unwrap_or(u32::MAX);
-            let meta_annotations = shape.meta.annotations.clone().unwrap_or_default();
-            if let Some(implied) =
-                queued_workload(ctx, doc.kind(), &namespace, &name, pods, &meta_annotations)?
-            {
+            if let Some((whole, role)) = implied {
                 let gang = PodGang {
                     membership: kestrel_core::GangMembership {
-                        gang: implied.name.clone(),
-                        role: None,
+                        gang: whole.name.clone(),
+                        role,
                         rank: None,
                     },
-                    implied: Some(implied),
+                    implied: Some(whole),
                     topology: pod_topology(ctx.path, &ctx.object, &all_annotations)?,
                 };
                 self.gangs.add_pod(&namespace, &gang);
