@@ -124,6 +124,10 @@ pub struct ClusterQueueSpec {
     /// Why the queue admits nothing, as Kueue deactivates a ClusterQueue (it names a
     /// ResourceFlavor that does not exist); `None`: active.
     pub inactive: Option<Inactive>,
+    /// Pods in any namespace name this queue itself rather than a LocalQueue, as with
+    /// Volcano's and KAI's cluster-wide queues; a LocalQueue of the same name in the
+    /// pod's namespace still wins.
+    pub cluster_scoped: bool,
 }
 
 /// Why a ClusterQueue is inactive: Kueue's reason (`FlavorNotFound`) and what to fix.
@@ -622,7 +626,17 @@ impl QueueBook {
 
     /// The ClusterQueue a pod's LocalQueue leads to, or why none.
     pub(crate) fn resolve(&self, namespace: &str, local: &str) -> Result<CqId, QueueProblem> {
-        let Some(cq_name) = self.local.get(&(namespace.to_string(), local.to_string())) else {
+        let direct = || {
+            self.cq_ids
+                .get_key_value(local)
+                .filter(|(_, id)| self.cqs[id.0 as usize].spec.cluster_scoped)
+                .map(|(name, _)| name)
+        };
+        let Some(cq_name) = self
+            .local
+            .get(&(namespace.to_string(), local.to_string()))
+            .or_else(direct)
+        else {
             // A pod may name a ClusterQueue's LocalQueue that is missing; say so.
             return Err(QueueProblem::NoLocalQueue {
                 namespace: namespace.to_string(),

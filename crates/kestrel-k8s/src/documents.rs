@@ -8,26 +8,36 @@ use serde_json::Value;
 use std::path::Path;
 
 /// The kinds a workload file may hold (plus `List`s of them).
-pub const SUPPORTED_KINDS: [&str; 14] = [
+pub const SUPPORTED_KINDS: [&str; 22] = [
     "Pod",
     "Job",
     "Deployment",
     "StatefulSet",
     "ReplicaSet",
+    "PyTorchJob (kubeflow.org)",
+    "Job (batch.volcano.sh)",
+    "JobSet (jobset.x-k8s.io)",
+    "PodGroup (Kestrel, scheduler-plugins, Volcano)",
+    "Topology (Kestrel, Kueue)",
     "PriorityClass",
+    "WorkloadPriorityClass (kueue.x-k8s.io)",
     "RuntimeClass",
     "Namespace",
     "ClusterQueue",
     "LocalQueue",
     "Cohort",
     "ResourceFlavor",
+    "Queue (Volcano, KAI)",
     "ResourceQuota",
     "LimitRange",
+    "PodDisruptionBudget",
 ];
 
 /// Kinds without a namespace, named `Kind name` rather than `Kind namespace/name`.
-const CLUSTER_SCOPED: [&str; 7] = [
+const CLUSTER_SCOPED: [&str; 9] = [
     "Node",
+    "Queue",
+    "WorkloadPriorityClass",
     "Namespace",
     "PriorityClass",
     "RuntimeClass",

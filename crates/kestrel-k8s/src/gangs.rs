@@ -323,6 +323,7 @@ pub fn pod_gang(
     let role = labels
         .get(KESTREL_ROLE_LABEL)
         .or_else(|| annotations.get(VOLCANO_TASK_ANNOTATION))
+        .or_else(|| labels.get(VOLCANO_TASK_ANNOTATION))
         .cloned();
     let rank = match annotations
         .get(RANK_ANNOTATION)
@@ -559,6 +560,17 @@ mod tests {
         .unwrap();
         assert_eq!(volcano.membership.role.as_deref(), Some("worker"));
         assert!(volcano.implied.is_none());
+        // Volcano's controller writes the task name as a label too.
+        let labelled = pod_gang(
+            p,
+            "Pod x/b2",
+            "x",
+            &map(&[(VOLCANO_TASK_ANNOTATION, "ps")]),
+            &map(&[(VOLCANO_GROUP_ANNOTATION, "v")]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(labelled.membership.role.as_deref(), Some("ps"));
         assert_eq!(
             pod_gang(p, "Pod x/c", "x", &map(&[]), &map(&[])).unwrap(),
             None

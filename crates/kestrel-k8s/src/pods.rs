@@ -8,7 +8,7 @@
 //! topology spread constraints are not simulated.
 //!
 //! A pod is submitted to the LocalQueue its labels name (on the object or else its pod
-//! template): [`KESTREL_QUEUE_LABEL`], else Kueue's [`KUEUE_QUEUE_LABEL`]. Its
+//! template), as [`queue_name`] reads it (Kestrel's, Kueue's or KAI's label, Volcano's annotation). Its
 //! [`PreemptionTerms`]: it never preempts when its PriorityClass or its own
 //! `spec.preemptionPolicy` says `Never`; it stops within `spec.terminationGracePeriodSeconds`
 //! (default 30 s); and what it declares in [`MIN_RUNTIME_ANNOTATION`],
@@ -29,7 +29,7 @@ use crate::documents::Document;
 use crate::duration::parse_duration;
 use crate::error::LoadError;
 use crate::fields::{add_amounts, max_amounts, Amounts, Ctx};
-use crate::queues::{KESTREL_QUEUE_LABEL, KUEUE_QUEUE_LABEL};
+use crate::queues::queue_name;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -38,6 +38,7 @@ use kestrel_core::{
     Demand, GpuRequest, Millis, NodeAffinity, PlacementConstraints, PodSpec, PreemptionTerms,
     Resources, RuntimeClassScheduling, GPU_RESOURCE,
 };
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -58,7 +59,16 @@ pub struct Catalog {
     runtime: BTreeMap<String, RuntimeInfo>,
     /// namespace -> default container requests (from its LimitRanges).
     container_defaults: BTreeMap<String, Amounts>,
+    /// Kueue's WorkloadPriorityClasses by name (value, where defined); `None`: not read
+    /// (the live scheduler does not list them yet), so the label is not resolved.
+    workload_priority: Option<BTreeMap<String, (i32, String)>>,
 }
+
+/// Kueue's label naming a WorkloadPriorityClass: the workload's priority in queues and
+/// preemption, in place of its pods' PriorityClass.
+pub const WORKLOAD_PRIORITY_LABEL: &str = "kueue.x-k8s.io/priority-class";
+/// KAI's label naming the workload's PriorityClass when the pod spec names none.
+pub const KAI_PRIORITY_LABEL: &str = "priorityClassName";
 
 struct PriorityInfo {
     value: i32,
@@ -77,7 +87,10 @@ struct RuntimeInfo {
 impl Catalog {
     /// An empty catalog with the system PriorityClasses every cluster has.
     pub fn new() -> Catalog {
-        let mut c = Catalog::default();
+        let mut c = Catalog {
+            workload_priority: Some(BTreeMap::new()),
+            ..Catalog::default()
+        };
         for (name, value) in SYSTEM_PRIORITY_CLASSES {
             c.priority.insert(
                 name.to_string(),
@@ -115,6 +128,33 @@ impl Catalog {
                     ));
                 }
                 self.insert_priority_class(&ctx, name, &pc, origin)?;
+            }
+            "WorkloadPriorityClass" => {
+                let name = doc
+                    .value
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| ctx.err("metadata.name", "missing; name the class"))?;
+                let value = doc
+                    .value
+                    .get("value")
+                    .and_then(Value::as_i64)
+                    .and_then(|v| i32::try_from(v).ok())
+                    .ok_or_else(|| {
+                        ctx.err(
+                            "value",
+                            "missing or not a 32-bit whole number; write e.g. 1000",
+                        )
+                    })?;
+                let classes = self.workload_priority.get_or_insert_with(BTreeMap::new);
+                if let Some((_, first)) = classes.get(name) {
+                    return Err(ctx.err(
+                        "metadata.name",
+                        format!("a WorkloadPriorityClass {name:?} is already defined in {first}; remove one"),
+                    ));
+                }
+                classes.insert(name.to_string(), (value, origin));
             }
             "RuntimeClass" => {
                 let rc: RuntimeClass = doc.typed(path)?;
@@ -285,16 +325,23 @@ impl Catalog {
             }
         }
 
-        let (priority, priority_class) = match spec
+        // The pod's own class, else the one KAI's label names.
+        let named_class = match spec
             .priority_class_name
             .as_deref()
             .filter(|s| !s.is_empty())
         {
-            Some(pc) => match self.priority.get(pc) {
+            Some(pc) => Some((format!("{sf}.priorityClassName"), pc)),
+            None => annotations
+                .label(KAI_PRIORITY_LABEL)
+                .map(|pc| (annotations.label_field(KAI_PRIORITY_LABEL), pc)),
+        };
+        let (priority, priority_class) = match named_class {
+            Some((field, pc)) => match self.priority.get(pc) {
                 Some(info) => (info.value, Some(pc.to_string())),
                 None => {
                     return Err(ctx.err(
-                        format!("{sf}.priorityClassName"),
+                        field,
                         format!(
                             "no PriorityClass {pc:?} in the workload files (the API \
                                 server would reject the pod); add one (kind: PriorityClass, \
@@ -308,6 +355,27 @@ impl Catalog {
                 Some(pc) => (self.priority[pc].value, Some(pc.clone())),
                 None => (spec.priority.unwrap_or(0), None),
             },
+        };
+        let priority = match (
+            annotations.label(WORKLOAD_PRIORITY_LABEL),
+            &self.workload_priority,
+        ) {
+            (Some(class), Some(classes)) => match classes.get(class) {
+                Some((value, _)) => *value,
+                None => {
+                    return Err(ctx.err(
+                        annotations.label_field(WORKLOAD_PRIORITY_LABEL),
+                        format!(
+                            "no WorkloadPriorityClass {class:?} in the workload files (Kueue \
+                             would not admit the workload); add one (kind: \
+                             WorkloadPriorityClass, apiVersion: kueue.x-k8s.io/v1beta1) or \
+                             use one of {:?}",
+                            classes.keys().collect::<Vec<_>>()
+                        ),
+                    ));
+                }
+            },
+            _ => priority,
         };
         let preemption =
             self.preemption_terms(ctx, sf, spec, priority_class.as_deref(), annotations)?;
@@ -329,10 +397,8 @@ impl Catalog {
             single_numa_node: numa_policy(ctx, annotations)?,
         };
         // The object's labels first (Kueue labels the Job), then its pod template's.
-        let queue = [KESTREL_QUEUE_LABEL, KUEUE_QUEUE_LABEL]
-            .iter()
-            .find_map(|key| annotations.label(key))
-            .map(String::from);
+        let queue =
+            queue_name(&annotations.sources.map(|s| s.map(|(_, meta)| meta))).map(String::from);
         Ok(PodSpec {
             namespace,
             name,
@@ -664,6 +730,21 @@ impl Annotations<'_> {
                 .get(key)
                 .map(|v| (format!("{prefix}.annotations[\"{key}\"]"), v.as_str()))
         })
+    }
+
+    /// The field path of a label where [`Annotations::label`] finds it (in the first source
+    /// when none has it).
+    pub fn label_field(&self, key: &str) -> String {
+        let found = self.sources.iter().flatten().find(|(_, meta)| {
+            meta.labels
+                .as_ref()
+                .and_then(|l| l.get(key))
+                .is_some_and(|v| !v.is_empty())
+        });
+        match found.or(self.sources.iter().flatten().next()) {
+            Some((prefix, _)) => format!("{prefix}.labels[\"{key}\"]"),
+            None => format!("metadata.labels[\"{key}\"]"),
+        }
     }
 
     /// A label's value (not empty), looked up in the same order.

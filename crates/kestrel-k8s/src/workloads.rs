@@ -14,7 +14,7 @@
 //! the Job, so the pods left over wait and start as quota and room free up.
 
 use crate::fields::Ctx;
-use crate::queues::{KESTREL_QUEUE_LABEL, KUEUE_QUEUE_LABEL};
+use crate::queues::{queue_name, VOLCANO_QUEUE_ANNOTATION};
 use crate::LoadError;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
@@ -98,15 +98,10 @@ pub fn queued_job(path: &Path, job: &Job) -> Result<Option<(String, GangSpec)>, 
         .unwrap_or("default");
     let name = job.metadata.name.as_deref().unwrap_or_default();
     let spec = job.spec.as_ref();
-    let template_labels = spec.and_then(|s| s.template.metadata.as_ref()?.labels.as_ref());
-    let queue = [job.metadata.labels.as_ref(), template_labels]
-        .into_iter()
-        .flatten()
-        .find_map(|labels| {
-            [KESTREL_QUEUE_LABEL, KUEUE_QUEUE_LABEL]
-                .iter()
-                .find_map(|key| labels.get(*key))
-        });
+    let queue = queue_name(&[
+        Some(&job.metadata),
+        spec.and_then(|s| s.template.metadata.as_ref()),
+    ]);
     let Some(queue) = queue else {
         return Ok(None);
     };
@@ -135,7 +130,7 @@ pub fn queued_job(path: &Path, job: &Job) -> Result<Option<(String, GangSpec)>, 
     let pods = count(parallelism.min(left));
     gang.total = Some(pods);
     gang.min_member = gang.min_member.min(pods);
-    Ok(Some((queue.clone(), gang)))
+    Ok(Some((queue.to_string(), gang)))
 }
 
 /// One role of a workload of several pod templates: `pods` at once until `completions`.
@@ -287,6 +282,27 @@ pub fn role_workload<'v>(
             }
             if spec.contains_key("minAvailable") {
                 min_member = Some(count("spec.minAvailable", spec.get("minAvailable"), 0)?);
+            }
+            // The Job's queue is its pods' (Volcano's controller puts it on their PodGroup).
+            match spec.get("queue") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(queue)) if !queue.is_empty() => {
+                    for role in &mut roles {
+                        role.template
+                            .metadata
+                            .get_or_insert_with(Default::default)
+                            .annotations
+                            .get_or_insert_with(Default::default)
+                            .entry(VOLCANO_QUEUE_ANNOTATION.to_string())
+                            .or_insert_with(|| queue.clone());
+                    }
+                }
+                Some(other) => {
+                    return Err(ctx.err(
+                        "spec.queue",
+                        format!("{other} is not a queue name; write the name of a Queue"),
+                    ))
+                }
             }
         }
         _ => {

@@ -803,7 +803,31 @@ impl<'a> Simulation<'a> {
 
     /// Declares the workload's queues to the engine; a bad one stops the run.
     fn register_queues(&mut self) -> Result<(), SimError> {
-        let queues = &self.workload.queues;
+        let mut sized;
+        let mut queues = &self.workload.queues;
+        if queues.cluster_queues.iter().any(|q| q.cluster_scoped) {
+            // Volcano's and KAI's queues share the cluster: their root cohorts hold it.
+            let mut capacity: BTreeMap<String, i64> = BTreeMap::new();
+            for (_, node) in self.scheduler.cluster().iter() {
+                let a = &node.spec.allocatable;
+                let gpus = 1000 * node.spec.gpus.len() as i64;
+                for (name, amount) in [
+                    ("cpu", a.cpu_milli),
+                    ("memory", a.memory_bytes),
+                    ("ephemeral-storage", a.ephemeral_storage_bytes),
+                    (kestrel_core::GPU_RESOURCE, gpus),
+                    (kestrel_core::PODS_RESOURCE, i64::from(node.spec.max_pods)),
+                ]
+                .into_iter()
+                .chain(a.extended.iter().map(|(n, v)| (n.as_str(), *v)))
+                {
+                    *capacity.entry(name.to_string()).or_default() += amount;
+                }
+            }
+            sized = queues.clone();
+            sized.size_cluster_pools(&capacity);
+            queues = &sized;
+        }
         for flavor in &queues.flavors {
             self.scheduler.add_flavor(flavor.clone());
         }

@@ -203,6 +203,9 @@ pub(crate) fn load_inputs(args: &SimArgs) -> Result<Inputs> {
         default_duration: args.default_duration,
     };
     let mut workload = load_workload_files_with(&files.workload, &options)?;
+    for warning in &workload.queues.warnings {
+        eprintln!("warning: {warning}");
+    }
     if let Some(jobs) = args.synthetic {
         let generated = generate(&GeneratorConfig {
             jobs,

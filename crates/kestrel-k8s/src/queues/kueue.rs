@@ -102,6 +102,7 @@ pub(super) fn cluster_queue(
         )?,
         // Set once the flavors are known (`mark_missing_flavors`).
         inactive: None,
+        cluster_scoped: false,
     })
 }
 

@@ -10,6 +10,7 @@
 //! | `ResourceQuota` | `v1` | [`NamespaceQuota`] |
 //! | `LimitRange` | `v1` | default container requests per namespace ([`LimitRangeDefaults`]) |
 //! | `PodDisruptionBudget` | `policy/v1` | [`DisruptionBudget`]: preemption takes victims that keep it first |
+//! | `Queue` | `scheduling.volcano.sh/v1beta1`, `scheduling.run.ai/v2` | a cluster-wide [`ClusterQueueSpec`] (see [`cluster_wide`]) |
 //!
 //! Field names are Kueue's. A ClusterQueue reads `spec.cohort` (Kueue v1beta1) or
 //! `spec.cohortName`, `namespaceSelector` (`matchLabels`, `matchExpressions`; `{}` selects
@@ -18,8 +19,8 @@
 //! (default 1), `stopPolicy`, and Kestrel's `minRuntimeSeconds` and `preemptionDelaySeconds`
 //! (`defaultRuntimeSeconds` is accepted and not used yet). Kestrel's own objects
 //! (`scheduling.kestrel.dev`) may hold only the fields Kestrel reads: an unknown field is
-//! an error. Kueue's objects may hold Kueue's other fields (`flavorFungibility`,
-//! `admissionChecks` ...), which are ignored.
+//! an error. Other projects' objects may hold their other fields (`flavorFungibility`,
+//! `admissionChecks` ...): each is a warning naming the object and the field.
 //!
 //! Quotas are in the engine's units (see `kestrel_core::queue`): a quantity as written
 //! times [`quota_scale`] of its resource: `cpu` and `nvidia.com/gpu` in thousandths, memory
@@ -45,6 +46,7 @@
 //! an error (a Namespace repeated with the same labels is not).
 
 use crate::error::LoadError;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kestrel_core::{
     ClusterQueueSpec, CohortSpec, DisruptionBudget, Inactive, Labels, LocalQueueSpec,
     ResourceFlavor,
@@ -54,12 +56,18 @@ use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use self::cluster_wide::{kai_queue, volcano_queue};
+pub use self::cluster_wide::{
+    ANY_NODE_FLAVOR, KAI_QUEUE_GROUP, KAI_QUEUE_LABEL, KAI_ROOT, VOLCANO_QUEUE_ANNOTATION,
+    VOLCANO_QUEUE_GROUP, VOLCANO_ROOT,
+};
 use self::kueue::{cluster_queue, flavor};
 pub use self::kueue::{CLUSTER_QUEUE_FIELDS, COHORT_FIELDS, FLAVOR_FIELDS, LOCAL_QUEUE_FIELDS};
 use self::namespace::{disruption_budget, limit_range, resource_quota};
 pub use self::namespace::{quota_resource, LimitRangeDefaults, NamespaceQuota};
-use self::reader::{namespace_of, namespaced, reader};
+use self::reader::{namespace_of, namespaced, reader, Reader};
 
+pub mod cluster_wide;
 mod kueue;
 mod namespace;
 mod reader;
@@ -76,6 +84,8 @@ pub struct QueueSetup {
     pub namespaces: Vec<(String, Labels)>,
     pub resource_quotas: Vec<NamespaceQuota>,
     pub disruption_budgets: Vec<DisruptionBudget>,
+    /// Fields of other projects' objects that Kestrel does not read, one line each.
+    pub warnings: Vec<String>,
 }
 
 /// Kueue's API group.
@@ -86,8 +96,22 @@ pub const KESTREL_GROUP: &str = crate::crds::GROUP;
 pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 /// Kestrel's label naming the LocalQueue; wins over Kueue's when both are set.
 pub const KESTREL_QUEUE_LABEL: &str = "kestrel.dev/queue";
+/// The queue an object names, looking at each of `metas` in turn (the object's, then its
+/// pod template's): Kestrel's label, Kueue's label, KAI's label, Volcano's annotation.
+pub fn queue_name<'a>(metas: &[Option<&'a ObjectMeta>]) -> Option<&'a str> {
+    metas.iter().flatten().find_map(|meta| {
+        let labels = meta.labels.as_ref();
+        [KESTREL_QUEUE_LABEL, KUEUE_QUEUE_LABEL, KAI_QUEUE_LABEL]
+            .iter()
+            .find_map(|key| labels?.get(*key))
+            .or_else(|| meta.annotations.as_ref()?.get(VOLCANO_QUEUE_ANNOTATION))
+            .map(String::as_str)
+            .filter(|q| !q.is_empty())
+    })
+}
+
 /// The kinds this module reads.
-pub const QUEUE_KINDS: [&str; 8] = [
+pub const QUEUE_KINDS: [&str; 9] = [
     "ClusterQueue",
     "LocalQueue",
     "Cohort",
@@ -96,6 +120,7 @@ pub const QUEUE_KINDS: [&str; 8] = [
     "ResourceQuota",
     "LimitRange",
     "PodDisruptionBudget",
+    "Queue",
 ];
 
 /// Whether documents of this kind belong to this module (whatever their apiVersion; a
@@ -117,19 +142,29 @@ pub enum QueueDocument {
     DisruptionBudget(DisruptionBudget),
 }
 
-/// Reads one object of a kind in [`QUEUE_KINDS`]. `position` says where it is in its file
+/// Reads one object of a kind in [`QUEUE_KINDS`], with a warning for each field of another
+/// project's object that Kestrel does not read. `position` says where it is in its file
 /// (`document 3`), for objects without a name.
 pub fn parse_queue_document(
     path: &Path,
     position: &str,
     doc: &Value,
-) -> Result<QueueDocument, LoadError> {
+) -> Result<(QueueDocument, Vec<String>), LoadError> {
     let r = reader(path, position, doc);
+    let parsed = read_queue_document(&r, doc)?;
+    Ok((parsed, r.warnings.take()))
+}
+
+fn read_queue_document(r: &Reader, doc: &Value) -> Result<QueueDocument, LoadError> {
     let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("");
     let api_version = doc.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let accepted: Vec<String> = match kind {
         "Namespace" | "ResourceQuota" | "LimitRange" => vec!["v1".into()],
         "PodDisruptionBudget" => vec!["policy/v1".into()],
+        "Queue" => vec![
+            format!("{VOLCANO_QUEUE_GROUP}/v1beta1"),
+            format!("{KAI_QUEUE_GROUP}/v2"),
+        ],
         _ => {
             let kueue = if kind == "Cohort" {
                 &["v1alpha1", "v1beta1", "v1beta2"][..]
@@ -163,7 +198,11 @@ pub fn parse_queue_document(
     let empty = Map::new();
     let s = spec.unwrap_or(&empty);
     Ok(match kind {
-        "ClusterQueue" => QueueDocument::ClusterQueue(cluster_queue(&r, name, s)?),
+        "ClusterQueue" => QueueDocument::ClusterQueue(cluster_queue(r, name, s)?),
+        "Queue" if api_version.starts_with(VOLCANO_QUEUE_GROUP) => {
+            QueueDocument::ClusterQueue(volcano_queue(r, name, s)?)
+        }
+        "Queue" => QueueDocument::ClusterQueue(kai_queue(r, name, s)?),
         "LocalQueue" => {
             r.known_fields(s, "spec", LOCAL_QUEUE_FIELDS)?;
             let cluster_queue = r.required_string(
@@ -200,15 +239,15 @@ pub fn parse_queue_document(
                     .resource_groups(s.get("resourceGroups"), "spec.resourceGroups")?,
             })
         }
-        "ResourceFlavor" => QueueDocument::Flavor(flavor(&r, name, s)?),
+        "ResourceFlavor" => QueueDocument::Flavor(flavor(r, name, s)?),
         "Namespace" => QueueDocument::Namespace(
             name,
             r.labels(meta.and_then(|m| m.get("labels")), "metadata.labels")?,
         ),
-        "ResourceQuota" => QueueDocument::Quota(resource_quota(&r, doc, namespace, name)?),
-        "LimitRange" => QueueDocument::LimitRange(limit_range(&r, doc, namespace, name)?),
+        "ResourceQuota" => QueueDocument::Quota(resource_quota(r, doc, namespace, name)?),
+        "LimitRange" => QueueDocument::LimitRange(limit_range(r, doc, namespace, name)?),
         "PodDisruptionBudget" => {
-            QueueDocument::DisruptionBudget(disruption_budget(&r, s, namespace, name)?)
+            QueueDocument::DisruptionBudget(disruption_budget(r, s, namespace, name)?)
         }
         other => {
             return Err(r.err(
@@ -267,7 +306,8 @@ impl QueueCollector {
         position: &str,
         doc: &Value,
     ) -> Result<(), LoadError> {
-        let parsed = parse_queue_document(path, position, doc)?;
+        let (parsed, warnings) = parse_queue_document(path, position, doc)?;
+        self.setup.warnings.extend(warnings);
         let (kind, key) = parsed.key();
         let here = format!("{} {position}", path.display());
         if let Some(first) = self.origin.get(&(kind, key.clone())) {
@@ -318,8 +358,11 @@ impl QueueCollector {
         out
     }
 
-    /// The setup; ClusterQueues naming a flavor no document declares are inactive.
+    /// The setup; ClusterQueues naming a flavor no document declares are inactive. Volcano
+    /// and KAI queues get the flavor and the cohorts they imply (a queue named as a parent
+    /// becomes a cohort: pods go to leaf queues).
     pub fn into_setup(mut self) -> QueueSetup {
+        self.setup.add_cluster_wide_structure();
         let flavors: BTreeSet<String> = self.setup.flavors.iter().map(|f| f.name.clone()).collect();
         for q in &mut self.setup.cluster_queues {
             mark_missing_flavors(q, |f| flavors.contains(f));

@@ -8,6 +8,7 @@ use kestrel_core::{
     WithinQueuePreemption,
 };
 use serde_json::{Map, Value};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -38,8 +39,10 @@ pub(super) fn describe(v: &Value) -> &'static str {
 /// Reads fields of one object, with errors naming the object and the field.
 pub(super) struct Reader<'a> {
     pub(super) ctx: Ctx<'a>,
-    /// Kestrel's own objects: unknown fields are errors.
+    /// Kestrel's own objects: unknown fields are errors; in other projects' objects they
+    /// are warnings.
     pub(super) strict: bool,
+    pub(super) warnings: RefCell<Vec<String>>,
 }
 
 impl Reader<'_> {
@@ -141,17 +144,32 @@ impl Reader<'_> {
         Ok(out)
     }
 
-    /// Refuses fields Kestrel does not read, in Kestrel's own objects.
+    /// Refuses fields Kestrel does not read in Kestrel's own objects; in other projects'
+    /// objects, warns of each.
     pub(super) fn known_fields(
         &self,
         m: &Map<String, Value>,
         field: &str,
         allowed: &[&str],
     ) -> Result<(), LoadError> {
-        match self.strict {
-            true => self.ctx.known_fields(m, field, allowed),
-            false => Ok(()),
+        if self.strict {
+            return self.ctx.known_fields(m, field, allowed);
         }
+        for key in m.keys().filter(|k| !allowed.contains(&k.as_str())) {
+            self.warn(at(field, key), "is not read by Kestrel and has no effect");
+        }
+        Ok(())
+    }
+
+    /// A warning naming the file, the object and the field.
+    pub(super) fn warn(&self, field: impl AsRef<str>, message: impl AsRef<str>) {
+        self.warnings.borrow_mut().push(format!(
+            "{}: {}: field {}: {}",
+            self.ctx.path.display(),
+            self.ctx.object,
+            field.as_ref(),
+            message.as_ref()
+        ));
     }
 
     /// One of a fixed set of names; `None` when absent.
@@ -565,6 +583,7 @@ pub(super) fn reader<'a>(path: &'a Path, position: &str, doc: &Value) -> Reader<
     Reader {
         ctx: Ctx { path, object },
         strict: group_of(api_version) == crate::crds::GROUP,
+        warnings: RefCell::default(),
     }
 }
 

@@ -11,7 +11,13 @@ fn yaml(s: &str) -> Value {
 }
 
 fn parse(s: &str) -> Result<QueueDocument, LoadError> {
+    parse_queue_document(Path::new("q.yaml"), "document 1", &yaml(s)).map(|(doc, _)| doc)
+}
+
+fn warnings(s: &str) -> Vec<String> {
     parse_queue_document(Path::new("q.yaml"), "document 1", &yaml(s))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .1
 }
 
 fn cq(s: &str) -> ClusterQueueSpec {
@@ -149,6 +155,7 @@ fn kueue_cluster_queue_maps_every_field() {
         min_runtime: Some(600_000),
         preemption_delay: Some(30_000),
         inactive: None,
+        cluster_scoped: false,
     };
     assert_eq!(q, expected);
 }
@@ -586,4 +593,45 @@ fn pod_disruption_budgets_are_read_as_policy_v1_defines_them() {
             &err("apiVersion: policy/v1beta1\nkind: PodDisruptionBudget\nmetadata: {name: db}\nspec: {minAvailable: 1}\n"),
             &["apiVersion", "policy/v1"],
         );
+}
+
+#[test]
+fn a_volcano_queue_maps_deserved_guarantee_capability_and_weight() {
+    let text = "apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata: {name: research}
+spec:
+  weight: 3
+  deserved: {nvidia.com/gpu: 8}
+  guarantee: {resource: {nvidia.com/gpu: 2}}
+  capability: {nvidia.com/gpu: 12, cpu: 64}
+  affinity: {nodeGroupAffinity: {}}
+";
+    let q = cq(text);
+    assert!(q.cluster_scoped);
+    assert_eq!(q.cohort.as_deref(), Some(VOLCANO_ROOT));
+    assert_eq!(q.fair_weight, 3.0);
+    let group = &q.resource_groups[0];
+    assert_eq!(group.flavors[0].flavor, ANY_NODE_FLAVOR);
+    let quota = |name: &str| {
+        group.flavors[0]
+            .resources
+            .iter()
+            .find(|r| r.name == name)
+            .cloned()
+            .unwrap()
+    };
+    let gpu = quota("nvidia.com/gpu");
+    assert_eq!(
+        (gpu.nominal, gpu.borrowing_limit, gpu.lending_limit),
+        (8000, Some(4000), Some(6000))
+    );
+    let cpu = quota("cpu");
+    assert_eq!((cpu.nominal, cpu.borrowing_limit), (0, Some(64_000)));
+    // Memory is not named: unlimited for this queue.
+    assert_eq!(quota("memory").borrowing_limit, None);
+    assert_eq!(
+        warnings(text),
+        vec!["q.yaml: Queue research: field spec.affinity: is not read by Kestrel and has no effect"]
+    );
 }

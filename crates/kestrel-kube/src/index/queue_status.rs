@@ -29,6 +29,8 @@ pub(super) struct QueueStatusBook {
     /// The `Active` condition last written per queue (at first sight: the one the object
     /// carries), whose `lastTransitionTime` stays while its `status` does.
     active: HashMap<(&'static str, String), Value>,
+    /// Warnings of unread fields already logged (each is logged once).
+    warned: BTreeSet<String>,
 }
 
 impl QueueStatusBook {
@@ -442,7 +444,12 @@ impl ClusterState {
                 self.queues.observe(key, object);
             }
             match parse_queue_document(Path::new(live::API_SOURCE), name, object) {
-                Ok(doc) => {
+                Ok((doc, warnings)) => {
+                    for w in warnings {
+                        if self.queues.warned.insert(w.clone()) {
+                            tracing::warn!(warning = %w, "queue object field not read");
+                        }
+                    }
                     wanted.insert(doc.key(), doc);
                 }
                 Err(e) => {

@@ -152,7 +152,7 @@ impl Builder {
             return Ok(());
         }
         let job = match doc.kind() {
-            "PriorityClass" | "RuntimeClass" => return Ok(()),
+            "PriorityClass" | "RuntimeClass" | "WorkloadPriorityClass" => return Ok(()),
             "Pod" => {
                 let pod: core::Pod = doc.typed(path)?;
                 self.job(

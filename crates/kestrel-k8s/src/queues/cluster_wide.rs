@@ -1,0 +1,437 @@
+//! Volcano's and KAI's `Queue`: cluster-wide queues that pods name directly, mapped onto
+//! Kestrel's (Kueue-shaped) queue model.
+//!
+//! Each leaf Queue becomes a [`ClusterQueueSpec`] with `cluster_scoped` set, one resource
+//! group on the [`ANY_NODE_FLAVOR`] flavor and the cohort of its parent queue (the top
+//! queues share [`VOLCANO_ROOT`] or [`KAI_ROOT`]). What a queue is owed is its nominal
+//! quota; what it may reach is nominal plus its borrowing limit; the root cohort holds the
+//! rest of the cluster (sized by [`super::QueueSetup::size_cluster_pools`]), so queues
+//! without a limit borrow idle capacity, and a queue below what it is owed reclaims it.
+
+use super::reader::{at, describe, Reader};
+use super::QueueSetup;
+use crate::error::LoadError;
+use kestrel_core::{
+    ClusterQueueSpec, CohortSpec, FlavorQuotas, QueuePreemption, ReclaimPolicy, ResourceFlavor,
+    ResourceGroup, ResourceQuota, WithinQueuePreemption, GPU_RESOURCE,
+};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Volcano's queue group.
+pub const VOLCANO_QUEUE_GROUP: &str = "scheduling.volcano.sh";
+/// KAI's queue group.
+pub const KAI_QUEUE_GROUP: &str = "scheduling.run.ai";
+/// The pod annotation naming a Volcano queue.
+pub const VOLCANO_QUEUE_ANNOTATION: &str = "scheduling.volcano.sh/queue-name";
+/// The pod label naming a KAI queue.
+pub const KAI_QUEUE_LABEL: &str = "kai.scheduler/queue";
+/// The flavor Volcano and KAI queues charge: any node.
+pub const ANY_NODE_FLAVOR: &str = "any-node";
+/// The cohort of Volcano's top queues (those without `spec.parent`, or under `root`).
+pub const VOLCANO_ROOT: &str = "volcano-root";
+/// The cohort of KAI's top queues (those without `spec.parentQueue`).
+pub const KAI_ROOT: &str = "kai-root";
+/// Resources every Volcano and KAI queue covers, whether it names them or not: a resource
+/// a queue does not name is unlimited for it, not refused.
+pub const ALWAYS_COVERED: [&str; 3] = ["cpu", "memory", GPU_RESOURCE];
+
+pub const VOLCANO_QUEUE_FIELDS: &[&str] = &[
+    "weight",
+    "capability",
+    "deserved",
+    "guarantee",
+    "reclaimable",
+    "parent",
+];
+pub const KAI_QUEUE_FIELDS: &[&str] = &["parentQueue", "resources", "displayName"];
+
+/// Per resource: owed (nominal) and the most it may use (`None`: no limit).
+#[derive(Default)]
+struct Amounts {
+    nominal: BTreeMap<String, i64>,
+    most: BTreeMap<String, i64>,
+    /// Kept back from the cohort (Volcano's `guarantee`).
+    kept: BTreeMap<String, i64>,
+}
+
+/// Reads a Volcano `Queue` (`scheduling.volcano.sh/v1beta1`).
+pub(super) fn volcano_queue(
+    r: &Reader,
+    name: String,
+    s: &Map<String, Value>,
+) -> Result<ClusterQueueSpec, LoadError> {
+    r.known_fields(s, "spec", VOLCANO_QUEUE_FIELDS)?;
+    if s.get("reclaimable") == Some(&Value::Bool(false)) {
+        return Err(r.err(
+            "spec.reclaimable",
+            "false is not supported: Kestrel takes back what any queue borrows beyond its \
+             deserved share; remove the field, or set spec.capability to spec.deserved so the \
+             queue never borrows",
+        ));
+    }
+    if let Some(v) = s
+        .get("reclaimable")
+        .filter(|v| !v.is_boolean() && !v.is_null())
+    {
+        return Err(r.err(
+            "spec.reclaimable",
+            format!("is {}; write true or false", describe(v)),
+        ));
+    }
+    let mut a = Amounts::default();
+    let deserved = resource_list(r, s.get("deserved"), "spec.deserved")?;
+    let guarantee = match r.map(s.get("guarantee"), "spec.guarantee")? {
+        Some(g) => resource_list(r, g.get("resource"), "spec.guarantee.resource")?,
+        None => BTreeMap::new(),
+    };
+    let capability = resource_list(r, s.get("capability"), "spec.capability")?;
+    for (res, &g) in &guarantee {
+        match deserved.get(res) {
+            Some(&d) if d < g => {
+                return Err(r.err(
+                    at("spec.deserved", res),
+                    "is less than spec.guarantee.resource; a queue is owed at least what is \
+                     reserved for it: raise deserved or lower the guarantee",
+                ))
+            }
+            _ => {}
+        }
+    }
+    for (res, &d) in deserved.iter().chain(guarantee.iter()) {
+        a.nominal.entry(res.clone()).or_insert(d);
+    }
+    a.kept = guarantee;
+    for (res, &c) in &capability {
+        if let Some(&n) = a.nominal.get(res).filter(|&&n| n > c) {
+            let owed = if deserved.contains_key(res) {
+                "spec.deserved"
+            } else {
+                "spec.guarantee.resource"
+            };
+            return Err(r.err(
+                at("spec.capability", res),
+                format!(
+                    "is less than {owed} ({n} in Kestrel's units); a queue may always use \
+                     what it is owed: raise the capability or lower {owed}"
+                ),
+            ));
+        }
+        a.most.insert(res.clone(), c);
+    }
+    let weight = match s.get("weight") {
+        None | Some(Value::Null) => 1.0,
+        Some(Value::Number(n)) if n.as_f64().is_some_and(|w| w > 0.0) => n.as_f64().unwrap_or(1.0),
+        Some(v) => {
+            return Err(r.err(
+                "spec.weight",
+                format!("{v} is not a positive number; write e.g. 1"),
+            ))
+        }
+    };
+    let parent = r
+        .string(s.get("parent"), "spec.parent")?
+        .filter(|p| !p.is_empty() && *p != "root")
+        .unwrap_or(VOLCANO_ROOT);
+    Ok(queue_spec(name, parent, weight, a))
+}
+
+/// Reads a KAI `Queue` (`scheduling.run.ai/v2`): `resources.{gpu,cpu,memory}` with
+/// `quota`, `limit` (`-1`: none) and `overQuotaWeight`; GPUs in units, CPU in millicores,
+/// memory in megabytes.
+pub(super) fn kai_queue(
+    r: &Reader,
+    name: String,
+    s: &Map<String, Value>,
+) -> Result<ClusterQueueSpec, LoadError> {
+    r.known_fields(s, "spec", KAI_QUEUE_FIELDS)?;
+    let mut a = Amounts::default();
+    let mut weights = Vec::new();
+    if let Some(resources) = r.map(s.get("resources"), "spec.resources")? {
+        for (key, v) in resources {
+            let field = at("spec.resources", key);
+            let (resource, scale) = match key.as_str() {
+                "gpu" => (GPU_RESOURCE, 1000),
+                "cpu" => ("cpu", 1),
+                "memory" => ("memory", 1_000_000),
+                other => {
+                    return Err(r.err(
+                        field,
+                        format!("{other:?} is not a KAI queue resource; use gpu, cpu or memory"),
+                    ))
+                }
+            };
+            let Some(m) = r.map(Some(v), &field)? else {
+                continue;
+            };
+            r.known_fields(m, &field, &["quota", "limit", "overQuotaWeight"])?;
+            let number = |k: &str| -> Result<Option<f64>, LoadError> {
+                match m.get(k) {
+                    None | Some(Value::Null) => Ok(None),
+                    Some(Value::Number(n)) => Ok(n.as_f64()),
+                    Some(other) => Err(r.err(
+                        at(&field, k),
+                        format!("is {}; write a number (-1: no limit)", describe(other)),
+                    )),
+                }
+            };
+            let amount = |k: &str, x: f64| -> Result<i64, LoadError> {
+                if x < 0.0 && x != -1.0 {
+                    return Err(r.err(
+                        at(&field, k),
+                        format!("{x} is negative; write 0 or more, or -1 for no limit"),
+                    ));
+                }
+                Ok((x * scale as f64).round() as i64)
+            };
+            let quota = number("quota")?.map(|q| amount("quota", q)).transpose()?;
+            let limit = number("limit")?.map(|l| amount("limit", l)).transpose()?;
+            // -1 quota: nothing is reserved for the queue; it takes what is free.
+            let nominal = quota.filter(|&q| q >= 0).unwrap_or(0);
+            a.nominal.insert(resource.to_string(), nominal);
+            if let Some(limit) = limit.filter(|&l| l >= 0) {
+                if limit < nominal {
+                    return Err(r.err(
+                        at(&field, "limit"),
+                        "is less than its quota; a queue may always use its quota: raise the \
+                         limit, or write -1 for none",
+                    ));
+                }
+                a.most.insert(resource.to_string(), limit);
+            }
+            if let Some(w) = number("overQuotaWeight")? {
+                if w < 0.0 {
+                    return Err(r.err(
+                        at(&field, "overQuotaWeight"),
+                        format!("{w} is negative; write 0 or more"),
+                    ));
+                }
+                weights.push((key.clone(), w));
+            }
+        }
+    }
+    // Kestrel shares borrowed capacity by one weight per queue: the GPUs' when given.
+    let weight = weights
+        .iter()
+        .find(|(k, _)| k == "gpu")
+        .or(weights.first())
+        .map_or(1.0, |(_, w)| *w);
+    if weights.iter().any(|(_, w)| *w != weight) {
+        r.warn(
+            "spec.resources",
+            format!(
+                "overQuotaWeight differs per resource; Kestrel shares idle capacity by one \
+                 weight per queue and uses {weight}"
+            ),
+        );
+    }
+    let parent = r
+        .string(s.get("parentQueue"), "spec.parentQueue")?
+        .filter(|p| !p.is_empty())
+        .unwrap_or(KAI_ROOT);
+    Ok(queue_spec(name, parent, weight, a))
+}
+
+fn queue_spec(name: String, cohort: &str, weight: f64, a: Amounts) -> ClusterQueueSpec {
+    let mut covered: Vec<String> = ALWAYS_COVERED.iter().map(|r| r.to_string()).collect();
+    for r in a.nominal.keys().chain(a.most.keys()) {
+        if !covered.contains(r) {
+            covered.push(r.clone());
+        }
+    }
+    let resources = covered
+        .iter()
+        .map(|res| {
+            let nominal = a.nominal.get(res).copied().unwrap_or(0);
+            ResourceQuota {
+                name: res.clone(),
+                nominal,
+                borrowing_limit: a.most.get(res).map(|m| m - nominal),
+                lending_limit: a.kept.get(res).map(|k| nominal - k),
+            }
+        })
+        .collect();
+    ClusterQueueSpec {
+        name,
+        cohort: Some(cohort.to_string()),
+        resource_groups: vec![ResourceGroup {
+            covered,
+            flavors: vec![FlavorQuotas {
+                flavor: ANY_NODE_FLAVOR.to_string(),
+                resources,
+            }],
+        }],
+        // Both schedulers preempt lower priority in a queue and reclaim what others borrow.
+        preemption: QueuePreemption {
+            within_cluster_queue: WithinQueuePreemption::LowerPriority,
+            reclaim_within_cohort: ReclaimPolicy::Any,
+            borrow_within_cohort: None,
+        },
+        fair_weight: weight,
+        cluster_scoped: true,
+        ..Default::default()
+    }
+}
+
+/// A Kubernetes ResourceList (`{cpu: 8, nvidia.com/gpu: 4}`) in the engine's units.
+fn resource_list(
+    r: &Reader,
+    v: Option<&Value>,
+    field: &str,
+) -> Result<BTreeMap<String, i64>, LoadError> {
+    let mut out = BTreeMap::new();
+    if let Some(m) = r.map(v, field)? {
+        for (res, q) in m {
+            out.insert(res.clone(), r.quota(q, &at(field, res), res)?);
+        }
+    }
+    Ok(out)
+}
+
+impl QueueSetup {
+    /// The flavor and cohorts Volcano and KAI queues imply: [`ANY_NODE_FLAVOR`]; a cohort
+    /// for each queue named as a parent (which then admits nothing itself: pods go to leaf
+    /// queues, as in both projects); and the root cohorts, whose quota
+    /// [`QueueSetup::size_cluster_pools`] sets to the rest of the cluster.
+    pub(super) fn add_cluster_wide_structure(&mut self) {
+        let cohort_of: BTreeMap<String, String> = self
+            .cluster_queues
+            .iter()
+            .filter(|q| q.cluster_scoped)
+            .filter_map(|q| Some((q.name.clone(), q.cohort.clone()?)))
+            .collect();
+        if cohort_of.is_empty() {
+            return;
+        }
+        let roots = [VOLCANO_ROOT, KAI_ROOT];
+        let parents: BTreeSet<&String> = cohort_of
+            .values()
+            .filter(|c| !roots.contains(&c.as_str()))
+            .collect();
+        let mut warnings = Vec::new();
+        for parent in &parents {
+            let spec = match self.cluster_queues.iter().position(|q| &&q.name == parent) {
+                Some(i) => {
+                    let q = self.cluster_queues.remove(i);
+                    let limited = q.resource_groups.iter().flat_map(|g| &g.flavors).any(|f| {
+                        f.resources
+                            .iter()
+                            .any(|r| r.nominal > 0 || r.borrowing_limit.is_some())
+                    });
+                    if limited {
+                        warnings.push(format!(
+                            "Queue {parent}: is a parent queue: its children's quotas and limits \
+                             hold, its own are not enforced on their total"
+                        ));
+                    }
+                    CohortSpec {
+                        name: q.name,
+                        parent: q.cohort,
+                        resource_groups: Vec::new(),
+                    }
+                }
+                None => {
+                    warnings.push(format!(
+                        "Queue {parent}: is named as a parent queue and not defined; its \
+                         children share only their own quotas (define the parent queue)"
+                    ));
+                    CohortSpec {
+                        name: parent.to_string(),
+                        ..Default::default()
+                    }
+                }
+            };
+            if !self.cohorts.iter().any(|c| c.name == spec.name) {
+                self.cohorts.push(spec);
+            }
+        }
+        for root in roots {
+            let covered: BTreeSet<String> = self
+                .cluster_queues
+                .iter()
+                .filter(|q| q.cluster_scoped && self.root_cohort_of(q) == root)
+                .flat_map(|q| q.resource_groups.iter().flat_map(|g| g.covered.clone()))
+                .collect();
+            if covered.is_empty() || self.cohorts.iter().any(|c| c.name == root) {
+                continue;
+            }
+            self.cohorts.push(CohortSpec {
+                name: root.to_string(),
+                parent: None,
+                resource_groups: vec![ResourceGroup {
+                    covered: covered.iter().cloned().collect(),
+                    flavors: vec![FlavorQuotas {
+                        flavor: ANY_NODE_FLAVOR.to_string(),
+                        resources: covered
+                            .iter()
+                            .map(|r| ResourceQuota {
+                                name: r.clone(),
+                                nominal: 0,
+                                borrowing_limit: None,
+                                lending_limit: None,
+                            })
+                            .collect(),
+                    }],
+                }],
+            });
+        }
+        if !self.flavors.iter().any(|f| f.name == ANY_NODE_FLAVOR) {
+            self.flavors.push(ResourceFlavor {
+                name: ANY_NODE_FLAVOR.to_string(),
+                ..Default::default()
+            });
+        }
+        self.warnings.extend(warnings);
+    }
+
+    fn root_cohort_of(&self, q: &ClusterQueueSpec) -> String {
+        let mut at = q.cohort.clone().unwrap_or_default();
+        for _ in 0..=self.cohorts.len() {
+            match self
+                .cohorts
+                .iter()
+                .find(|c| c.name == at)
+                .and_then(|c| c.parent.clone())
+            {
+                Some(p) => at = p,
+                None => break,
+            }
+        }
+        at
+    }
+
+    /// Sizes the root cohorts of Volcano and KAI queues to the cluster: `capacity` (per
+    /// resource, in the engine's units) less what the queues themselves lend, so that the
+    /// queues of a tree share exactly the cluster.
+    pub fn size_cluster_pools(&mut self, capacity: &BTreeMap<String, i64>) {
+        let mut lent: BTreeMap<(String, String), i64> = BTreeMap::new();
+        for q in self.cluster_queues.iter().filter(|q| q.cluster_scoped) {
+            let root = self.root_cohort_of(q);
+            for f in q.resource_groups.iter().flat_map(|g| &g.flavors) {
+                for r in &f.resources {
+                    *lent.entry((root.clone(), r.name.clone())).or_default() +=
+                        r.lending_limit.unwrap_or(r.nominal);
+                }
+            }
+        }
+        for cohort in &mut self.cohorts {
+            if cohort.name != VOLCANO_ROOT && cohort.name != KAI_ROOT {
+                continue;
+            }
+            for f in cohort
+                .resource_groups
+                .iter_mut()
+                .flat_map(|g| &mut g.flavors)
+            {
+                for r in &mut f.resources {
+                    let cluster = capacity.get(&r.name).copied().unwrap_or(0);
+                    let queues = lent
+                        .get(&(cohort.name.clone(), r.name.clone()))
+                        .copied()
+                        .unwrap_or(0);
+                    r.nominal = (cluster - queues).max(0);
+                }
+            }
+        }
+    }
+}
