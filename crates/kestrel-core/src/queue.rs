@@ -128,6 +128,10 @@ pub struct ClusterQueueSpec {
     /// Volcano's and KAI's cluster-wide queues; a LocalQueue of the same name in the
     /// pod's namespace still wins.
     pub cluster_scoped: bool,
+    /// Kueue's `flavorFungibility.whenCanBorrow: Borrow`: a workload that fits a flavor by
+    /// borrowing takes it; `false` (Kestrel's default, Kueue's `TryNextFlavor`): the later
+    /// flavors are tried for room without borrowing first.
+    pub borrow_in_first_fitting_flavor: bool,
 }
 
 /// Why a ClusterQueue is inactive: Kueue's reason (`FlavorNotFound`) and what to fix.
@@ -759,6 +763,9 @@ impl QueueBook {
                     }
                     Ok(true) => {
                         chosen.get_or_insert((fi, true));
+                        if book.spec.borrow_in_first_fitting_flavor {
+                            break;
+                        }
                     }
                     Err(p) => {
                         first_problem.get_or_insert(p);

@@ -1069,3 +1069,42 @@ fn a_flavor_whose_node_taints_the_pod_does_not_tolerate_is_skipped() {
         "{why}"
     );
 }
+
+#[test]
+fn flavor_fungibility_decides_between_borrowing_and_the_next_flavor() {
+    let run = |borrow_first: bool| {
+        let mut s = Scheduler::new(SchedulerConfig::default());
+        for pool in ["a", "b"] {
+            let mut n = node(&format!("{pool}-0"), 4);
+            n.labels.insert("pool".into(), pool.into());
+            s.add_node(n).unwrap();
+            s.add_flavor(ResourceFlavor {
+                name: pool.into(),
+                node_labels: [("pool".to_string(), pool.to_string())].into(),
+                ..Default::default()
+            });
+        }
+        let flavor = |name: &str, gpus: i64| {
+            let mut f = quota(gpus, None).flavors.remove(0);
+            f.flavor = name.into();
+            f
+        };
+        // The team owns nothing in flavor a (it may borrow the lender's) and 4 GPUs in b.
+        let mut team = cq("team", Some("org"), 0, None);
+        team.resource_groups[0].flavors = vec![flavor("a", 0), flavor("b", 4)];
+        team.borrow_in_first_fitting_flavor = borrow_first;
+        let mut lender = cq("lender", Some("org"), 0, None);
+        lender.resource_groups[0].flavors = vec![flavor("a", 4)];
+        with_queues(&mut s, vec![team, lender]);
+        let p = s.submit(pod("team", "p", "main", 1, 0), 0);
+        s.schedule(0);
+        match s.pod(p).phase {
+            PodPhase::Bound { node, .. } => s.cluster().node(node).spec.name.clone(),
+            _ => String::new(),
+        }
+    };
+    // Kestrel's default (TryNextFlavor): room without borrowing in b beats borrowing in a.
+    assert_eq!(run(false), "b-0");
+    // whenCanBorrow: Borrow: the first flavor that fits, by borrowing, is taken.
+    assert_eq!(run(true), "a-0");
+}

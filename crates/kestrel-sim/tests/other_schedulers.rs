@@ -114,7 +114,10 @@ fn a_volcano_queue_holds_its_capability_and_reclaims_what_it_is_owed() {
         .max;
     // Each reclaim waits out its victims' 30 s grace; within a few minutes, not the hour
     // batch's pods run.
-    assert!(wait <= 150.0, "research waited {wait} s for what it is owed");
+    assert!(
+        wait <= 150.0,
+        "research waited {wait} s for what it is owed"
+    );
 }
 
 #[test]
@@ -207,7 +210,7 @@ metadata: {name: team}
 spec:
   namespaceSelector: {}
   admissionChecks: [prov]
-  flavorFungibility: {whenCanBorrow: Borrow}
+  flavorFungibility: {whenCanBorrow: Borrow, whenCanPreempt: Preempt}
   resourceGroups:
   - coveredResources: [nvidia.com/gpu]
     flavors:
@@ -230,7 +233,7 @@ spec: {weight: 1, extendClusters: [{name: other}]}
     let warnings = &w.queues.warnings;
     for (object, field) in [
         ("ClusterQueue team", "spec.admissionChecks"),
-        ("ClusterQueue team", "spec.flavorFungibility"),
+        ("ClusterQueue team", "spec.flavorFungibility.whenCanPreempt"),
         ("LocalQueue team/main", "spec.fairSharing"),
         ("Queue v", "spec.extendClusters"),
     ] {

@@ -20,6 +20,7 @@ pub const CLUSTER_QUEUE_FIELDS: &[&str] = &[
     "minRuntimeSeconds",
     "preemptionDelaySeconds",
     "defaultRuntimeSeconds",
+    "flavorFungibility",
 ];
 pub const LOCAL_QUEUE_FIELDS: &[&str] = &["clusterQueue"];
 pub const COHORT_FIELDS: &[&str] = &["parentName", "parent", "resourceGroups", "fairSharing"];
@@ -77,6 +78,42 @@ pub(super) fn cluster_queue(
         )?
         .unwrap_or_default();
     r.seconds(s.get("defaultRuntimeSeconds"), "spec.defaultRuntimeSeconds")?;
+    let mut borrow_in_first_fitting_flavor = false;
+    if let Some(f) = r.map(s.get("flavorFungibility"), "spec.flavorFungibility")? {
+        r.known_fields(
+            f,
+            "spec.flavorFungibility",
+            &["whenCanBorrow", "whenCanPreempt"],
+        )?;
+        // v1beta2 spells Borrow and Preempt MayStopSearch.
+        borrow_in_first_fitting_flavor = r
+            .choice(
+                f.get("whenCanBorrow"),
+                "spec.flavorFungibility.whenCanBorrow",
+                &[
+                    ("Borrow", true),
+                    ("MayStopSearch", true),
+                    ("TryNextFlavor", false),
+                ],
+            )?
+            .unwrap_or(false);
+        let preempt = r.choice(
+            f.get("whenCanPreempt"),
+            "spec.flavorFungibility.whenCanPreempt",
+            &[
+                ("Preempt", true),
+                ("MayStopSearch", true),
+                ("TryNextFlavor", false),
+            ],
+        )?;
+        if preempt == Some(true) {
+            r.warn(
+                "spec.flavorFungibility.whenCanPreempt",
+                "Kestrel picks the flavor before it preempts: a workload that needs to \
+                 preempt in the first flavor tries the next flavors first (TryNextFlavor)",
+            );
+        }
+    }
     Ok(ClusterQueueSpec {
         name,
         cohort,
@@ -103,6 +140,7 @@ pub(super) fn cluster_queue(
         // Set once the flavors are known (`mark_missing_flavors`).
         inactive: None,
         cluster_scoped: false,
+        borrow_in_first_fitting_flavor,
     })
 }
 

@@ -16,11 +16,11 @@
 //! `spec.cohortName`, `namespaceSelector` (`matchLabels`, `matchExpressions`; `{}` selects
 //! every namespace; Kestrel reads an absent selector as every namespace too, where Kueue
 //! selects none), `queueingStrategy`, `resourceGroups`, `preemption`, `fairSharing.weight`
-//! (default 1), `stopPolicy`, and Kestrel's `minRuntimeSeconds` and `preemptionDelaySeconds`
+//! (default 1), `stopPolicy`, `flavorFungibility.whenCanBorrow`, and Kestrel's `minRuntimeSeconds` and `preemptionDelaySeconds`
 //! (`defaultRuntimeSeconds` is accepted and not used yet). Kestrel's own objects
 //! (`scheduling.kestrel.dev`) may hold only the fields Kestrel reads: an unknown field is
-//! an error. Other projects' objects may hold their other fields (`flavorFungibility`,
-//! `admissionChecks` ...): each is a warning naming the object and the field.
+//! an error. Other projects' objects may hold their other fields (`admissionChecks`,
+//! `admissionScope` ...): each is a warning naming the object and the field.
 //!
 //! Quotas are in the engine's units (see `kestrel_core::queue`): a quantity as written
 //! times [`quota_scale`] of its resource: `cpu` and `nvidia.com/gpu` in thousandths, memory

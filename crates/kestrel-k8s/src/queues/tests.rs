@@ -156,6 +156,7 @@ fn kueue_cluster_queue_maps_every_field() {
         preemption_delay: Some(30_000),
         inactive: None,
         cluster_scoped: false,
+        borrow_in_first_fitting_flavor: false,
     };
     assert_eq!(q, expected);
 }
@@ -632,6 +633,8 @@ spec:
     assert_eq!(quota("memory").borrowing_limit, None);
     assert_eq!(
         warnings(text),
-        vec!["q.yaml: Queue research: field spec.affinity: is not read by Kestrel and has no effect"]
+        vec![
+            "q.yaml: Queue research: field spec.affinity: is not read by Kestrel and has no effect"
+        ]
     );
 }
