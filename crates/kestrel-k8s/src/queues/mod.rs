@@ -96,18 +96,23 @@ pub const KESTREL_GROUP: &str = crate::crds::GROUP;
 pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 /// Kestrel's label naming the LocalQueue; wins over Kueue's when both are set.
 pub const KESTREL_QUEUE_LABEL: &str = "kestrel.dev/queue";
-/// The queue an object names, looking at each of `metas` in turn (the object's, then its
-/// pod template's): Kestrel's label, Kueue's label, KAI's label, Volcano's annotation.
+/// The queue an object names, looking at each of `metas` (the object's, then its pod
+/// template's) for Kestrel's label, then Kueue's, then KAI's, then Volcano's annotation.
 pub fn queue_name<'a>(metas: &[Option<&'a ObjectMeta>]) -> Option<&'a str> {
-    metas.iter().flatten().find_map(|meta| {
-        let labels = meta.labels.as_ref();
-        [KESTREL_QUEUE_LABEL, KUEUE_QUEUE_LABEL, KAI_QUEUE_LABEL]
-            .iter()
-            .find_map(|key| labels?.get(*key))
-            .or_else(|| meta.annotations.as_ref()?.get(VOLCANO_QUEUE_ANNOTATION))
-            .map(String::as_str)
-            .filter(|q| !q.is_empty())
-    })
+    let labels = [KESTREL_QUEUE_LABEL, KUEUE_QUEUE_LABEL, KAI_QUEUE_LABEL]
+        .into_iter()
+        .map(|key| (key, false));
+    labels
+        .chain([(VOLCANO_QUEUE_ANNOTATION, true)])
+        .find_map(|(key, annotation)| {
+            metas.iter().flatten().find_map(|meta| {
+                let map = match annotation {
+                    true => meta.annotations.as_ref(),
+                    false => meta.labels.as_ref(),
+                };
+                map?.get(key).map(String::as_str).filter(|q| !q.is_empty())
+            })
+        })
 }
 
 /// The kinds this module reads.

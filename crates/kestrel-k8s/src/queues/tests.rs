@@ -156,7 +156,7 @@ fn kueue_cluster_queue_maps_every_field() {
         preemption_delay: Some(30_000),
         inactive: None,
         cluster_scoped: false,
-        borrow_in_first_fitting_flavor: false,
+        borrow_in_first_fitting_flavor: true,
     };
     assert_eq!(q, expected);
 }
@@ -182,15 +182,19 @@ fn defaults_and_selector_forms() {
 fn kestrel_spelling_reads_the_same_and_refuses_unknown_fields() {
     let q = cq(&KUEUE_CQ
         .replace("kueue.x-k8s.io/v1beta1", "scheduling.kestrel.dev/v1alpha1")
-        .replace("cohort: ai", "cohortName: ai")
-        .replace("  flavorFungibility: {whenCanBorrow: Borrow}\n", ""));
+        .replace("cohort: ai", "cohortName: ai"));
     assert_eq!(q, cq(KUEUE_CQ));
-    let e = err(&KUEUE_CQ.replace("kueue.x-k8s.io/v1beta1", "scheduling.kestrel.dev/v1alpha1"));
+    let e = err(&KUEUE_CQ
+        .replace("kueue.x-k8s.io/v1beta1", "scheduling.kestrel.dev/v1alpha1")
+        .replace(
+            "  queueingStrategy:",
+            "  admissionChecks: [prov]\n  queueingStrategy:",
+        ));
     assert_names(
         &e,
         &[
             "ClusterQueue research",
-            "spec.flavorFungibility",
+            "spec.admissionChecks",
             "unknown field",
             "cohortName",
         ],
