@@ -7,6 +7,7 @@
 use crate::gangs::{self, PodGang, KESTREL_POD_GROUP_LABEL, KUEUE_GROUP_LABEL};
 use crate::pods::Catalog;
 use crate::LoadError;
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kestrel_core::{GpuAssignment, NodeSpec, PodSpec};
 use std::collections::BTreeMap;
@@ -164,6 +165,18 @@ pub fn trim_watched<K: std::any::Any>(object: &mut K) {
         node.metadata.managed_fields = None;
         if let Some(status) = node.status.as_mut() {
             status.images = None;
+        }
+    } else if let Some(set) = object.downcast_mut::<StatefulSet>() {
+        // Only the metadata, replicas and template metadata say what its pods are.
+        set.metadata.managed_fields = None;
+        if let Some(spec) = set.spec.as_mut() {
+            spec.template.spec = None;
+            spec.volume_claim_templates = None;
+        }
+    } else if let Some(set) = object.downcast_mut::<ReplicaSet>() {
+        set.metadata.managed_fields = None;
+        if let Some(template) = set.spec.as_mut().and_then(|s| s.template.as_mut()) {
+            template.spec = None;
         }
     }
 }

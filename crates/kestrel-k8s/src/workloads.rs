@@ -16,8 +16,10 @@
 use crate::fields::Ctx;
 use crate::queues::{queue_name, VOLCANO_QUEUE_ANNOTATION};
 use crate::LoadError;
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kestrel_core::GangSpec;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -89,7 +91,7 @@ pub fn queued_workload(
 /// Its pods are the ones it still runs at once: `parallelism`, at most the completions not
 /// yet succeeded, so that a scheduler that restarts midway does not wait for pods the Job
 /// will never create.
-pub fn queued_job(path: &Path, job: &Job) -> Result<Option<(String, GangSpec)>, LoadError> {
+fn queued_job(path: &Path, job: &Job) -> Result<Option<(String, GangSpec)>, LoadError> {
     let namespace = job
         .metadata
         .namespace
@@ -372,15 +374,109 @@ pub fn role_workload<'v>(
     }))
 }
 
-/// The Job that controls `pod` (its controller owner reference, `batch/v1` Job), by name.
-pub fn controlling_job(pod: &Pod) -> Option<&str> {
-    pod.metadata
-        .owner_references
+/// A live object whose pods are one workload when it is queued: a Job, a StatefulSet, or a
+/// ReplicaSet that no Deployment owns (a Deployment's pods stay one workload each).
+#[derive(Debug, Clone)]
+pub enum Owner {
+    Job(Job),
+    StatefulSet(StatefulSet),
+    ReplicaSet(ReplicaSet),
+}
+
+impl Owner {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Owner::Job(_) => "Job",
+            Owner::StatefulSet(_) => "StatefulSet",
+            Owner::ReplicaSet(_) => "ReplicaSet",
+        }
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        match self {
+            Owner::Job(j) => &j.metadata,
+            Owner::StatefulSet(s) => &s.metadata,
+            Owner::ReplicaSet(r) => &r.metadata,
+        }
+    }
+
+    /// Its namespace (`default` when unset) and name.
+    pub fn key(&self) -> (String, String) {
+        let meta = self.meta();
+        (
+            meta.namespace
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| "default".into()),
+            meta.name.clone().unwrap_or_default(),
+        )
+    }
+
+    /// The queue it names and the gang its pods form; `Ok(None)`: its pods are workloads
+    /// of their own (it names no queue, or a Deployment owns it).
+    pub fn queued(&self, path: &Path) -> Result<Option<(String, GangSpec)>, LoadError> {
+        let (namespace, name) = self.key();
+        let (replicas, template) = match self {
+            Owner::Job(job) => return queued_job(path, job),
+            Owner::StatefulSet(s) => {
+                let spec = s.spec.as_ref();
+                (
+                    spec.and_then(|s| s.replicas),
+                    spec.and_then(|s| s.template.metadata.as_ref()),
+                )
+            }
+            Owner::ReplicaSet(r) => {
+                if controller_kind(&r.metadata).is_some() {
+                    return Ok(None);
+                }
+                let spec = r.spec.as_ref();
+                (
+                    spec.and_then(|s| s.replicas),
+                    spec.and_then(|s| s.template.as_ref()?.metadata.as_ref()),
+                )
+            }
+        };
+        let Some(queue) = queue_name(&[Some(self.meta()), template]) else {
+            return Ok(None);
+        };
+        let ctx = Ctx {
+            path,
+            object: format!("{} {namespace}/{name}", self.kind()),
+        };
+        let pods = u32::try_from(replicas.unwrap_or(1).max(0)).unwrap_or(0);
+        let annotations = self.meta().annotations.clone().unwrap_or_default();
+        Ok(
+            queued_workload(&ctx, self.kind(), &namespace, &name, pods, &annotations)?
+                .map(|gang| (queue.to_string(), gang)),
+        )
+    }
+}
+
+/// The kind of the controller owner reference of an object, if any.
+fn controller_kind(meta: &ObjectMeta) -> Option<&str> {
+    meta.owner_references
         .as_ref()?
         .iter()
         .find(|o| o.controller == Some(true))
-        .filter(|o| o.kind == "Job" && o.api_version.starts_with("batch/"))
-        .map(|o| o.name.as_str())
+        .map(|o| o.kind.as_str())
+}
+
+/// The object that controls `pod` (its controller owner reference), as the kind whose pods
+/// may be one workload and its name: a `batch/v1` Job or an `apps/v1` StatefulSet or
+/// ReplicaSet.
+pub fn controlling_owner(pod: &Pod) -> Option<(&'static str, &str)> {
+    let owner = pod
+        .metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    let group = owner.api_version.split_once('/').map_or("", |(g, _)| g);
+    let kind = WHOLE_WORKLOAD_KINDS
+        .into_iter()
+        .find(|k| *k == owner.kind)?;
+    let expected = if kind == "Job" { "batch" } else { "apps" };
+    (group == expected).then_some((kind, owner.name.as_str()))
 }
 
 #[cfg(test)]

@@ -130,6 +130,7 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             rule(&[""], &["namespaces", "resourcequotas", "limitranges"], &["list", "watch"]),
             rule(&["policy"], &["poddisruptionbudgets"], &["list", "watch"]),
             rule(&["batch"], &["jobs"], &["list", "watch"]),
+            rule(&["apps"], &["statefulsets", "replicasets"], &["list", "watch"]),
             rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
             rule(&["scheduling.k8s.io"], &["priorityclasses"], &["list", "watch"]),
             rule(&["node.k8s.io"], &["runtimeclasses"], &["list", "watch"]),

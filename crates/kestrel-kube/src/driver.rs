@@ -19,6 +19,7 @@ use crate::index::{
 };
 use crate::metrics::Metrics;
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, ResourceQuota};
 use k8s_openapi::api::node::v1::RuntimeClass;
@@ -27,6 +28,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
 use kestrel_k8s::crds::{ClusterQueue, Cohort, LocalQueue, PodGroup, ResourceFlavor, Topology};
+use kestrel_k8s::workloads::{Owner, WHOLE_WORKLOAD_KINDS};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::utils::ResetTimerBackoff;
@@ -101,8 +103,11 @@ pub enum Change {
     ResourceQuota(Box<Event<ResourceQuota>>),
     /// A LimitRange changed.
     LimitRange(Box<Event<LimitRange>>),
-    /// A Job changed (a queued Job's pods are one workload).
-    Job(Box<Event<Job>>),
+    /// A Job, StatefulSet or ReplicaSet changed (a queued one's pods are one workload).
+    Owner {
+        kind: &'static str,
+        event: Box<Event<Owner>>,
+    },
     /// The API does not serve this kind (its CRD is not installed) or does not let
     /// Kestrel read it: its listing counts as empty until a watch succeeds.
     Unserved {
@@ -129,6 +134,39 @@ pub struct Stores {
     pub resource_quotas: Store<ResourceQuota>,
     pub limit_ranges: Store<LimitRange>,
     pub jobs: Store<Job>,
+    pub stateful_sets: Store<StatefulSet>,
+    pub replica_sets: Store<ReplicaSet>,
+}
+
+impl Stores {
+    /// The Jobs, StatefulSets and ReplicaSets listed, by kind.
+    fn owners(&self) -> Vec<(&'static str, Owner)> {
+        let jobs = self
+            .jobs
+            .state()
+            .into_iter()
+            .map(|j| ("Job", Owner::Job((*j).clone())));
+        let sets = self
+            .stateful_sets
+            .state()
+            .into_iter()
+            .map(|s| ("StatefulSet", Owner::StatefulSet((*s).clone())));
+        let replicas = self
+            .replica_sets
+            .state()
+            .into_iter()
+            .map(|r| ("ReplicaSet", Owner::ReplicaSet((*r).clone())));
+        jobs.chain(sets).chain(replicas).collect()
+    }
+
+    /// The (namespace, name) of the listed objects of an owner kind.
+    fn owner_keys(&self, kind: &str) -> std::collections::HashSet<(String, String)> {
+        match kind {
+            "Job" => namespaced_keys(&self.jobs),
+            "StatefulSet" => namespaced_keys(&self.stateful_sets),
+            _ => namespaced_keys(&self.replica_sets),
+        }
+    }
 }
 
 /// Other projects' PodGroups the live scheduler reads: (name, group, version).
@@ -167,7 +205,8 @@ struct Synced {
     foreign_pod_groups: std::collections::BTreeSet<&'static str>,
     resource_quotas: bool,
     limit_ranges: bool,
-    jobs: bool,
+    /// The owner kinds (Job, StatefulSet, ReplicaSet) listed so far.
+    owners: std::collections::BTreeSet<&'static str>,
 }
 
 impl Synced {
@@ -190,8 +229,12 @@ impl Synced {
             } => self.resource_quotas = true,
             Change::LimitRange(e) if matches!(**e, Event::InitDone) => self.limit_ranges = true,
             Change::Unserved { kind: "LimitRange" } => self.limit_ranges = true,
-            Change::Job(e) if matches!(**e, Event::InitDone) => self.jobs = true,
-            Change::Unserved { kind: "Job" } => self.jobs = true,
+            Change::Owner { kind, event } if matches!(**event, Event::InitDone) => {
+                self.owners.insert(kind);
+            }
+            Change::Unserved { kind } if WHOLE_WORKLOAD_KINDS.contains(kind) => {
+                self.owners.insert(kind);
+            }
             Change::ForeignPodGroup { kind, event } if matches!(**event, Event::InitDone) => {
                 self.foreign_pod_groups.insert(kind);
             }
@@ -217,13 +260,17 @@ impl Synced {
             (self.topologies, "Topology"),
             (self.resource_quotas, "ResourceQuota"),
             (self.limit_ranges, "LimitRange"),
-            (self.jobs, "Job"),
         ] {
             if !done {
                 missing.push(kind);
             }
         }
         missing.extend(QUEUE_WATCHES.iter().filter(|k| !self.queues.contains(*k)));
+        missing.extend(
+            WHOLE_WORKLOAD_KINDS
+                .iter()
+                .filter(|k| !self.owners.contains(*k)),
+        );
         missing.extend(
             FOREIGN_POD_GROUPS
                 .iter()
@@ -242,7 +289,7 @@ impl Synced {
             && self.topologies
             && self.resource_quotas
             && self.limit_ranges
-            && self.jobs
+            && self.owners.len() == WHOLE_WORKLOAD_KINDS.len()
             && self.queues.len() == QUEUE_WATCHES.len()
             && self.foreign_pod_groups.len() == FOREIGN_POD_GROUPS.len()
     }
@@ -496,14 +543,32 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         |e| Change::LimitRange(Box::new(e)),
         Some(Change::Unserved { kind: "LimitRange" }),
     );
-    // Without read access (an older ClusterRole), a Job's pods are read one by one.
+    // Without read access (an older ClusterRole), an owner's pods are read one by one.
     let jobs = spawn_watch(
         tasks,
         Api::<Job>::all(client.clone()),
         (),
-        tx,
-        |e| Change::Job(Box::new(e)),
+        tx.clone(),
+        |e| owner_change("Job", e, Owner::Job),
         Some(Change::Unserved { kind: "Job" }),
+    );
+    let stateful_sets = spawn_watch(
+        tasks,
+        Api::<StatefulSet>::all(client.clone()),
+        (),
+        tx.clone(),
+        |e| owner_change("StatefulSet", e, Owner::StatefulSet),
+        Some(Change::Unserved {
+            kind: "StatefulSet",
+        }),
+    );
+    let replica_sets = spawn_watch(
+        tasks,
+        Api::<ReplicaSet>::all(client.clone()),
+        (),
+        tx,
+        |e| owner_change("ReplicaSet", e, Owner::ReplicaSet),
+        Some(Change::Unserved { kind: "ReplicaSet" }),
     );
     (
         Stores {
@@ -519,9 +584,26 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
             resource_quotas,
             limit_ranges,
             jobs,
+            stateful_sets,
+            replica_sets,
         },
         rx,
     )
+}
+
+/// An owner kind's watch event as the driver's change.
+fn owner_change<K>(kind: &'static str, event: Event<K>, wrap: fn(K) -> Owner) -> Change {
+    let event = match event {
+        Event::Apply(o) => Event::Apply(wrap(o)),
+        Event::Delete(o) => Event::Delete(wrap(o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(wrap(o)),
+        Event::InitDone => Event::InitDone,
+    };
+    Change::Owner {
+        kind,
+        event: Box::new(event),
+    }
 }
 
 /// A watched object as JSON, for the simulator's parser.
@@ -687,18 +769,18 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
             return admission_change(state, &stores.resource_quotas, *event)
         }
         Change::LimitRange(event) => return admission_change(state, &stores.limit_ranges, *event),
-        Change::Job(event) => match *event {
-            Event::Apply(j) | Event::InitApply(j) => state.apply_job(&j),
-            Event::Delete(j) => state.delete_job(
-                j.metadata.namespace.as_deref().unwrap_or("default"),
-                j.metadata.name.as_deref().unwrap_or_default(),
-            ),
+        Change::Owner { kind, event } => match *event {
+            Event::Apply(o) | Event::InitApply(o) => state.apply_owner(&o),
+            Event::Delete(o) => {
+                let (namespace, name) = o.key();
+                state.delete_owner(kind, &namespace, &name)
+            }
             Event::Init => return false,
-            Event::InitDone => state.retain_jobs(&namespaced_keys(&stores.jobs)),
+            Event::InitDone => state.retain_owners(kind, &stores.owner_keys(kind)),
         },
-        Change::Unserved { kind: "Job" } => {
-            tracing::warn!("Kestrel may not list Jobs (add batch/jobs list and watch to its ClusterRole): a queued Job's pods are admitted one by one");
-            state.set_jobs_unserved();
+        Change::Unserved { kind } if WHOLE_WORKLOAD_KINDS.contains(&kind) => {
+            tracing::warn!(kind, "Kestrel may not list this kind (add its list and watch to Kestrel's ClusterRole): a queued one's pods are admitted one by one");
+            state.set_owner_kind_unserved(kind);
         }
         Change::Unserved { .. } => {}
     }
@@ -797,13 +879,10 @@ pub async fn snapshot(
             .iter()
             .map(|l| Change::LimitRange(Box::new(Event::InitApply((**l).clone())))),
     );
-    ordered.extend(
-        stores
-            .jobs
-            .state()
-            .iter()
-            .map(|j| Change::Job(Box::new(Event::InitApply((**j).clone())))),
-    );
+    ordered.extend(stores.owners().into_iter().map(|(kind, o)| Change::Owner {
+        kind,
+        event: Box::new(Event::InitApply(o)),
+    }));
     ordered.extend(
         pods.state()
             .iter()

@@ -566,6 +566,12 @@ async fn scripted_server(
             ("GET", "/apis/batch/v1/jobs") => {
                 json!({"apiVersion": "batch/v1", "kind": "JobList", "metadata": {"resourceVersion": "1"}, "items": []})
             }
+            ("GET", "/apis/apps/v1/statefulsets") => {
+                json!({"apiVersion": "apps/v1", "kind": "StatefulSetList", "metadata": {"resourceVersion": "1"}, "items": []})
+            }
+            ("GET", "/apis/apps/v1/replicasets") => {
+                json!({"apiVersion": "apps/v1", "kind": "ReplicaSetList", "metadata": {"resourceVersion": "1"}, "items": []})
+            }
             (
                 "GET",
                 "/apis/scheduling.kestrel.dev/v1alpha1/podgroups"

@@ -500,6 +500,106 @@ async fn a_queued_job_is_admitted_whole_or_down_to_its_minimum() {
     cleanup(&client, prefix, &[ns]).await;
 }
 
+/// A queued StatefulSet (and a ReplicaSet no Deployment owns) is one workload on the real
+/// API server, like a Job; a Deployment's ReplicaSet's pods stay one workload each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_stateful_set_is_one_workload_and_a_deployments_pods_are_not() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler, prefix) = ("sets", "kestrel-sets", "sets-");
+    create_namespace(&client, ns).await;
+    let queues = format!(
+        "apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ResourceFlavor\nmetadata: {{name: sets-flavor}}\n---\n\
+         apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ClusterQueue\nmetadata: {{name: sets}}\nspec:\n  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n  resourceGroups:\n  - coveredResources: [cpu, memory, nvidia.com/gpu]\n    flavors:\n    - name: sets-flavor\n      resources:\n      - {{name: cpu, nominalQuota: 100}}\n      - {{name: memory, nominalQuota: 1Ti}}\n      - {{name: nvidia.com/gpu, nominalQuota: 2}}\n---\n\
+         apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: LocalQueue\nmetadata: {{name: main, namespace: {ns}}}\nspec: {{clusterQueue: sets}}\n"
+    );
+    kestrel_testenv::apply_yaml(&client, &queues, false)
+        .await
+        .unwrap();
+    create_pool_nodes(&client, ns, 0, 1).await;
+    let _kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
+    let post = kube::api::PostParams::default();
+    let template = json!({"metadata": {"labels": {"app": "x", "kueue.x-k8s.io/queue-name": "main"}},
+        "spec": {"containers": [{"name": "main", "image": "server:1"}]}});
+    let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(client.clone(), ns);
+    let db = sets
+        .create(
+            &post,
+            &serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": "db", "namespace": ns},
+                "spec": {"replicas": 3, "serviceName": "db",
+                    "selector": {"matchLabels": {"app": "x"}}, "template": template}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let replica_sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> =
+        Api::namespaced(client.clone(), ns);
+    let web = replica_sets
+        .create(
+            &post,
+            &serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": "web-5d8", "namespace": ns, "ownerReferences": [{
+                    "apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                    "uid": "00000000-0000-0000-0000-00000000beef", "controller": true}]},
+                "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "x"}},
+                    "template": template}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    // The pods their controllers would create: owned by them, with the template's labels.
+    let owned = |kind: &str, owner: &str, uid: &str, name: &str| {
+        let mut pod = gpu_pod(ns, name, scheduler, 1, &[], &[]);
+        pod.metadata.labels =
+            Some([("kueue.x-k8s.io/queue-name".to_string(), "main".to_string())].into());
+        pod.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": kind, "name": owner, "uid": uid,
+            "controller": true}))
+        .unwrap()]);
+        pod
+    };
+    let db_uid = db.metadata.uid.clone().unwrap();
+    create_pods(
+        &client,
+        (0..3)
+            .map(|i| owned("StatefulSet", "db", &db_uid, &format!("db-{i}")))
+            .collect(),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        pods_in(&client, ns)
+            .await
+            .iter()
+            .all(|p| node_of(p).is_none()),
+        "a StatefulSet of 3 under a quota of 2 runs none"
+    );
+    let web_uid = web.metadata.uid.clone().unwrap();
+    create_pods(
+        &client,
+        (0..3)
+            .map(|i| owned("ReplicaSet", "web-5d8", &web_uid, &format!("web-{i}")))
+            .collect(),
+    )
+    .await;
+    wait_bound(&client, ns, 2, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let bound: Vec<String> = pods_in(&client, ns)
+        .await
+        .iter()
+        .filter(|p| node_of(p).is_some())
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(bound.len(), 2, "the quota holds: {bound:?}");
+    assert!(
+        bound.iter().all(|n| n.starts_with("web-")),
+        "a Deployment's pods go one by one; the StatefulSet stays out: {bound:?}"
+    );
+    assert_invariants(&client).await;
+    cleanup(&client, prefix, &[ns]).await;
+}
+
 /// The chart as helm itself renders it (`build/helm.sh render`, which .ci/run exports as
 /// `KESTREL_HELM_RENDERED`) is accepted by the real API server: server-side dry run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

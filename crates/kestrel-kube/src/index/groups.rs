@@ -165,7 +165,7 @@ impl ClusterState {
         spec: &mut PodSpec,
     ) -> Result<Option<GroupKey>, ConvertError> {
         let Some(gang) = live::pod_gang(pod)? else {
-            return Ok(self.job_gang(pod, spec));
+            return Ok(self.owner_gang(pod, spec));
         };
         let key: GroupKey = (spec.namespace.clone(), gang.membership.gang.clone());
         // A gang named by a Kueue plain-pod group is implied by its pods; the others

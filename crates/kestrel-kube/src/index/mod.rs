@@ -16,13 +16,14 @@
 //! cycle returns the PodGroup statuses that changed ([`GroupStatusJob`]). An incomplete
 //! gang whose missing pods a ResourceQuota or LimitRange of its namespace refuses
 //! ([`ClusterState::apply_admission`]) names that object in its status and its pods'.
-//! A queued Job's pods are one gang too ([`ClusterState::apply_job`]).
+//! A queued Job's, StatefulSet's or ReplicaSet's pods are one gang too
+//! ([`ClusterState::apply_owner`]).
 
 mod cycle;
 mod evictions;
 mod groups;
-mod jobs;
 mod nodes;
+mod owners;
 mod pods;
 mod queue_status;
 mod refusals;
@@ -34,12 +35,12 @@ pub use queue_status::QueueStatusJob;
 
 use evictions::Evictions;
 use groups::GroupBook;
-use jobs::JobBook;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kestrel_core::{GpuAssignment, Millis, PodId, PodSpec, Scheduler, SchedulerConfig};
 use kestrel_k8s::limit_range::PodResources;
 use kestrel_k8s::live::{self, ConvertError};
 use kestrel_k8s::pods::Catalog;
+use owners::OwnerBook;
 use queue_status::QueueStatusBook;
 use refusals::Refusals;
 use std::collections::{HashMap, HashSet};
@@ -131,7 +132,7 @@ pub struct ClusterState {
     /// Gangs, their PodGroups' status and events, and the topology levels.
     gangs: GroupBook,
     /// Jobs whose pods are one workload.
-    jobs: JobBook,
+    owners: OwnerBook,
     /// ClusterQueue and LocalQueue objects and the statuses written for them.
     queues: QueueStatusBook,
     /// The ResourceQuotas and LimitRanges that explain incomplete gangs.
@@ -156,7 +157,7 @@ impl ClusterState {
             object_times: false,
             relisted_pods: None,
             gangs: GroupBook::default(),
-            jobs: JobBook::default(),
+            owners: OwnerBook::default(),
             queues: QueueStatusBook::default(),
             refusals: Refusals::default(),
             evictions: Evictions::default(),

@@ -237,7 +237,7 @@ impl ClusterState {
     /// Records a pod's gang and whether it runs, for its PodGroup's status.
     pub(super) fn track_membership(&mut self, key: &str, pod: &Pod) {
         let group = if live::scheduler_name(pod) == self.scheduler_name {
-            live::pod_group_key(pod).or_else(|| self.job_group_key(pod))
+            live::pod_group_key(pod).or_else(|| self.owner_group_key(pod))
         } else {
             None
         };

@@ -155,6 +155,8 @@ async fn scripted_server(
             ("GET", "/api/v1/resourcequotas") => Some(list("v1", "ResourceQuota", vec![])),
             ("GET", "/api/v1/limitranges") => Some(list("v1", "LimitRange", vec![])),
             ("GET", "/apis/batch/v1/jobs") => Some(list("batch/v1", "Job", vec![])),
+            ("GET", "/apis/apps/v1/statefulsets") => Some(list("apps/v1", "StatefulSet", vec![])),
+            ("GET", "/apis/apps/v1/replicasets") => Some(list("apps/v1", "ReplicaSet", vec![])),
             (
                 "GET",
                 "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"

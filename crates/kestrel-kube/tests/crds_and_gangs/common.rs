@@ -8,6 +8,7 @@ pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 pub use k8s_openapi::jiff::Timestamp;
 pub use kestrel_core::SchedulerConfig;
 pub use kestrel_k8s::crds::{self, PodGroupPhase};
+pub use kestrel_k8s::workloads::Owner;
 pub use kestrel_kube::api::{pod_group_status_patch, ApiWriter, GpuIndicesWrite};
 pub use kestrel_kube::deploy;
 pub use kestrel_kube::driver::{self, Change, DriverConfig, Ended, Stores};
@@ -103,6 +104,8 @@ impl Harness {
             resource_quotas: resource_quotas.as_reader(),
             limit_ranges: limit_ranges.as_reader(),
             jobs: Writer::default().as_reader(),
+            stateful_sets: Writer::default().as_reader(),
+            replica_sets: Writer::default().as_reader(),
         };
         let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
         for n in nodes {
@@ -180,13 +183,18 @@ impl Harness {
 
     /// A Job (as JSON) applied or deleted.
     pub fn job(&mut self, object: Value, delete: bool) {
-        let j: k8s_openapi::api::batch::v1::Job = serde_json::from_value(object).unwrap();
-        let e = if delete {
-            Event::Delete(j)
+        self.owner(Owner::Job(serde_json::from_value(object).unwrap()), delete);
+    }
+
+    /// A Job, StatefulSet or ReplicaSet applied or deleted.
+    pub fn owner(&mut self, owner: Owner, delete: bool) {
+        let kind = owner.kind();
+        let event = Box::new(if delete {
+            Event::Delete(owner)
         } else {
-            Event::Apply(j)
-        };
-        driver::apply_change(&mut self.state, &self.stores, Change::Job(Box::new(e)));
+            Event::Apply(owner)
+        });
+        driver::apply_change(&mut self.state, &self.stores, Change::Owner { kind, event });
     }
 
     pub fn namespace(&mut self, name: &str, labels: Value) {

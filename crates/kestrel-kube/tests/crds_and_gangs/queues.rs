@@ -115,13 +115,122 @@ fn live_queues_admit_by_quota_and_changes_apply_without_a_restart() {
 
 /// A pod the Job controller creates for Job `job`: owned by it, no queue label.
 fn job_pod(name: &str, job: &str, gpus: u32) -> Pod {
+    owned_pod(name, "batch/v1", "Job", job, gpus)
+}
+
+/// A pod a controller creates for its `kind` `owner`: owned by it, no queue label.
+fn owned_pod(name: &str, api_version: &str, kind: &str, owner: &str, gpus: u32) -> Pod {
     let mut pod = queued(name, "", gpus);
     pod.metadata.labels = None;
     pod.metadata.owner_references = Some(vec![serde_json::from_value(json!({
-        "apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": format!("job-{job}"),
+        "apiVersion": api_version, "kind": kind, "name": owner, "uid": format!("uid-{owner}"),
         "controller": true}))
     .unwrap()]);
     pod
+}
+
+/// An apps/v1 StatefulSet or ReplicaSet of `replicas`, its template in queue `team`;
+/// `owner`: the Deployment that owns it.
+fn replica_owner(kind: &str, name: &str, replicas: u32, owner: Option<&str>) -> Owner {
+    let owners = owner.map_or(json!([]), |d| {
+        json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": d,
+            "uid": format!("uid-{d}"), "controller": true}])
+    });
+    let object = json!({"apiVersion": "apps/v1", "kind": kind,
+        "metadata": {"name": name, "namespace": "ml", "ownerReferences": owners},
+        "spec": {"replicas": replicas, "serviceName": name, "selector": {},
+            "template": {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "team"}},
+                "spec": {"containers": []}}}});
+    match kind {
+        "StatefulSet" => Owner::StatefulSet(serde_json::from_value(object).unwrap()),
+        _ => Owner::ReplicaSet(serde_json::from_value(object).unwrap()),
+    }
+}
+
+#[test]
+fn a_queued_stateful_set_is_one_workload_live_and_a_deployments_pods_are_not() {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    h.queue("ResourceFlavor", flavor("default"), false);
+    h.queue(
+        "LocalQueue",
+        json!({"metadata": {"name": "team", "namespace": "ml"}, "spec": {"clusterQueue": "team-a"}}),
+        false,
+    );
+    h.queue("ClusterQueue", cluster_queue(2, json!({})), false);
+    // A StatefulSet of 3 under a quota of 2: its pods (queued by the template label the
+    // controller copies) wait together; none runs.
+    h.owner(replica_owner("StatefulSet", "db", 3, None), false);
+    let labelled = |mut pod: Pod| {
+        pod.metadata.labels =
+            Some([("kueue.x-k8s.io/queue-name".to_string(), "team".to_string())].into());
+        pod
+    };
+    let db: Vec<Pod> = (0..3)
+        .map(|i| {
+            labelled(owned_pod(
+                &format!("db-{i}"),
+                "apps/v1",
+                "StatefulSet",
+                "db",
+                1,
+            ))
+        })
+        .collect();
+    for pod in &db {
+        h.pod(pod.clone());
+    }
+    let out = h.state.cycle(0);
+    assert!(out.binds.is_empty(), "{out:?}");
+    assert_eq!(out.unschedulable[0].reason, "WaitingForQueue", "{out:?}");
+    // Scaled to 2, it fits: both start together.
+    h.owner(replica_owner("StatefulSet", "db", 2, None), false);
+    h.state.delete_pod(&db[2]);
+    let out = h.state.cycle(1);
+    let mut bound: Vec<&str> = out.binds.iter().map(|b| b.name.as_str()).collect();
+    bound.sort();
+    assert_eq!(bound, ["db-0", "db-1"], "{out:?}");
+    h.owner(replica_owner("StatefulSet", "db", 2, None), true);
+    h.state.delete_pod(&db[0]);
+    h.state.delete_pod(&db[1]);
+    // A Deployment's ReplicaSet: its pods, seen before it, wait for it; once it is seen
+    // they are workloads of their own, so two of three start under the quota of 2.
+    for i in 0..3 {
+        h.pod(labelled(owned_pod(
+            &format!("web-{i}"),
+            "apps/v1",
+            "ReplicaSet",
+            "web-1",
+            1,
+        )));
+    }
+    assert!(h.state.cycle(2).binds.is_empty());
+    h.owner(replica_owner("ReplicaSet", "web-1", 3, Some("web")), false);
+    let out = h.state.cycle(3);
+    assert_eq!(out.binds.len(), 2, "pod by pod: {out:?}");
+    h.owner(replica_owner("ReplicaSet", "web-1", 3, Some("web")), true);
+    for i in 0..3 {
+        h.state.delete_pod(&owned_pod(
+            &format!("web-{i}"),
+            "apps/v1",
+            "ReplicaSet",
+            "web-1",
+            1,
+        ));
+    }
+    // A ReplicaSet no Deployment owns is one workload, like a StatefulSet: 3 under a
+    // quota of 2 run none.
+    h.owner(replica_owner("ReplicaSet", "solo", 3, None), false);
+    for i in 0..3 {
+        h.pod(labelled(owned_pod(
+            &format!("solo-{i}"),
+            "apps/v1",
+            "ReplicaSet",
+            "solo",
+            1,
+        )));
+    }
+    let out = h.state.cycle(4);
+    assert!(out.binds.is_empty(), "{out:?}");
 }
 
 fn job(name: &str, parallelism: u32, queue: Option<&str>, annotations: Value) -> Value {
