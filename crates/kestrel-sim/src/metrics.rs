@@ -110,6 +110,8 @@ pub struct PreemptionStats {
     pub preemptions: u64,
     /// Pods evicted by them.
     pub victim_pods: u64,
+    /// Victims that were bare Pods (no controller): deleted, not run again.
+    pub deleted_pods: u64,
     /// Victims asked to checkpoint before eviction.
     pub checkpoint_requests: u64,
     /// GPU-hours of work lost: victims' progress since their last checkpoint.

@@ -642,7 +642,7 @@ impl<'a> Simulation<'a> {
         let mut spec: PodSpec = job.template.clone();
         spec.namespace = job.namespace.clone();
         spec.name = match job.kind {
-            JobKind::Pod => job.name.clone(),
+            JobKind::Pod | JobKind::BarePod => job.name.clone(),
             JobKind::Job | JobKind::Service => format!("{}-{}", job.name, state.created),
         };
         if let Some(membership) = &mut spec.gang {
@@ -986,6 +986,12 @@ impl<'a> Simulation<'a> {
         if let Some(lost) = self.leave(pod, epoch) {
             self.report.preemption.lost_gpu_hours += lost;
             self.report.preemption.victim_pods += 1;
+            let job = self.pods.get(&pod).map(|s| s.job);
+            if job.is_some_and(|j| self.workload.jobs[j].kind == JobKind::BarePod) {
+                // A preempted Pod is deleted; without a controller nothing brings it back.
+                self.scheduler.finish(pod).expect("evicted pod is pending");
+                self.report.preemption.deleted_pods += 1;
+            }
         }
     }
 

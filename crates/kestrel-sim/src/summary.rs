@@ -242,6 +242,14 @@ fn queue_table(s: &mut String, r: &SimReport) {
             fmt_pct_secs(&p.start_latency, p.start_latency.p99),
             fmt_pct_secs(&p.reclaim_latency, p.reclaim_latency.p99)
         );
+        if p.deleted_pods > 0 {
+            let _ = writeln!(
+                s,
+                "  {} of the evicted pods were bare Pods (no controller): deleted, as \
+                 Kubernetes does, and not run again",
+                p.deleted_pods
+            );
+        }
     }
     if r.pods.rejected_by_quota > 0 {
         let _ = writeln!(

@@ -7,9 +7,12 @@ use serde::Serialize;
 /// The controller kind a job came from; decides how its pods are created and replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum JobKind {
-    /// A single pod (a Pod object, an openb row): one pod; when preempted it waits in the
-    /// queue again (Kubernetes would delete a bare Pod; see the README).
+    /// One pod that its owner brings back when it is preempted (an openb row, a generated
+    /// notebook): it waits in the queue again.
     Pod,
+    /// A Pod object with no controller: one pod, deleted when preempted, as Kubernetes
+    /// does; nothing creates it again.
+    BarePod,
     /// A batch Job: `parallelism` pods at a time until `completions` pods have succeeded.
     Job,
     /// Deployment or StatefulSet: `replicas` pods that run for the duration (or to the end).

@@ -103,8 +103,10 @@ fn a_volcano_queue_holds_its_capability_and_reclaims_what_it_is_owed() {
     );
     let both = load(&format!("{VOLCANO_QUEUES}{batch}{research}")).unwrap();
     let r = run(&both);
-    assert_eq!(r.pods.completed, 24);
+    // The four batch victims are bare Pods: deleted, as Kubernetes does.
     assert_eq!(r.preemption.victim_pods, 4);
+    assert_eq!(r.preemption.deleted_pods, 4);
+    assert_eq!(r.pods.completed, 20);
     let wait = r
         .by_namespace
         .iter()

@@ -161,3 +161,47 @@ spec:
     let e = read(&no_duration).unwrap_err();
     assert!(e.contains("a PyTorchJob needs to say how long"), "{e}");
 }
+#[test]
+fn a_preempted_bare_pod_is_deleted_and_a_jobs_pod_comes_back() {
+    let yaml = "apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: scratch
+  namespace: ml
+  annotations: {kestrel.dev/sim-duration: 1h}
+spec:
+  containers: [{name: c, image: x, resources: {limits: {nvidia.com/gpu: 4}}}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: batch
+  namespace: ml
+  annotations: {kestrel.dev/sim-duration: 1h}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: x, resources: {limits: {nvidia.com/gpu: 4}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: urgent
+  namespace: ml
+  annotations: {kestrel.dev/sim-duration: 10m, kestrel.dev/sim-arrival: 5m}
+spec:
+  priorityClassName: high
+  containers: [{name: c, image: x, resources: {limits: {nvidia.com/gpu: 8}}}]
+";
+    let r = run(8, yaml);
+    assert_eq!(r.preemption.victim_pods, 2, "{:?}", r.preemption);
+    assert_eq!(r.preemption.deleted_pods, 1, "the bare Pod is gone");
+    // urgent and the Job's pod complete; the bare Pod never runs again.
+    assert_eq!((r.pods.completed, r.pods.pending_at_end), (2, 0));
+}

@@ -2,7 +2,7 @@
 //!
 //! Files hold any number of YAML documents, `kind: List` (and `PodList`, `JobList` ...)
 //! included. Kinds:
-//! - `Pod` -> one pod ([`JobKind::Pod`]);
+//! - `Pod` -> one pod ([`JobKind::BarePod`]: deleted when preempted);
 //! - `Job` -> [`JobKind::Job`]: `spec.parallelism` (default 1) pods at a time until
 //!   `spec.completions` (default: parallelism) have run;
 //! - `Deployment`, `StatefulSet`, `ReplicaSet` -> [`JobKind::Service`] with `spec.replicas`
@@ -159,7 +159,7 @@ impl Builder {
                     &ctx,
                     doc,
                     Shape {
-                        kind: JobKind::Pod,
+                        kind: JobKind::BarePod,
                         meta: &pod.metadata,
                         template_meta: None,
                         spec_field: "spec",

@@ -72,7 +72,7 @@ spec:
     resources:
       limits: {cpu: "1.5", memory: 512Mi}
 "#);
-    assert_eq!(j.kind, JobKind::Pod);
+    assert_eq!(j.kind, JobKind::BarePod);
     assert_eq!(j.source_kind, "Pod");
     assert_eq!((j.namespace.as_str(), j.name.as_str()), ("vision", "nb-1"));
     assert_eq!(j.arrival, 5_400_000);
