@@ -245,8 +245,7 @@ fn queue_table(s: &mut String, r: &SimReport) {
         if p.deleted_pods > 0 {
             let _ = writeln!(
                 s,
-                "  {} of the evicted pods were bare Pods (no controller): deleted, as \
-                 Kubernetes does, and not run again",
+                "  bare Pods among them (no controller, so deleted, as Kubernetes does): {}",
                 p.deleted_pods
             );
         }
