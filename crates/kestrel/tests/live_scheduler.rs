@@ -388,6 +388,19 @@ async fn cluster_queue_quota_holds_and_queue_live_agrees() {
     cleanup(&client, prefix, &[ns]).await;
 }
 
+/// LocalQueue `main` in `ns`, of a ClusterQueue named after `ns` (with its flavor) that
+/// holds 2 GPUs (and ample cpu and memory) for that namespace only.
+async fn two_gpu_queue(client: &kube::Client, ns: &str) {
+    let queues = format!(
+        "apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ResourceFlavor\nmetadata: {{name: {ns}-flavor}}\n---\n\
+         apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ClusterQueue\nmetadata: {{name: {ns}}}\nspec:\n  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n  resourceGroups:\n  - coveredResources: [cpu, memory, nvidia.com/gpu]\n    flavors:\n    - name: {ns}-flavor\n      resources:\n      - {{name: cpu, nominalQuota: 100}}\n      - {{name: memory, nominalQuota: 1Ti}}\n      - {{name: nvidia.com/gpu, nominalQuota: 2}}\n---\n\
+         apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: LocalQueue\nmetadata: {{name: main, namespace: {ns}}}\nspec: {{clusterQueue: {ns}}}\n"
+    );
+    kestrel_testenv::apply_yaml(client, &queues, false)
+        .await
+        .unwrap();
+}
+
 /// A Job in a queue is one workload on the real API server: its pods (created here, as
 /// the Job controller would, owned by the Job) are admitted whole or down to Kueue's
 /// `job-min-parallelism`, never one by one past the quota; pods seen before their Job
@@ -398,14 +411,7 @@ async fn a_queued_job_is_admitted_whole_or_down_to_its_minimum() {
     let client = env.client().await;
     let (ns, scheduler, prefix) = ("jobs", "kestrel-jobs", "jobs-");
     create_namespace(&client, ns).await;
-    let queues = format!(
-        "apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ResourceFlavor\nmetadata: {{name: jobs-flavor}}\n---\n\
-         apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ClusterQueue\nmetadata: {{name: jobs}}\nspec:\n  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n  resourceGroups:\n  - coveredResources: [cpu, memory, nvidia.com/gpu]\n    flavors:\n    - name: jobs-flavor\n      resources:\n      - {{name: cpu, nominalQuota: 100}}\n      - {{name: memory, nominalQuota: 1Ti}}\n      - {{name: nvidia.com/gpu, nominalQuota: 2}}\n---\n\
-         apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: LocalQueue\nmetadata: {{name: main, namespace: {ns}}}\nspec: {{clusterQueue: jobs}}\n"
-    );
-    kestrel_testenv::apply_yaml(&client, &queues, false)
-        .await
-        .unwrap();
+    two_gpu_queue(&client, ns).await;
     create_pool_nodes(&client, ns, 0, 1).await;
     let _kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), ns);
@@ -508,14 +514,7 @@ async fn a_queued_stateful_set_is_one_workload_and_a_deployments_pods_are_not() 
     let client = env.client().await;
     let (ns, scheduler, prefix) = ("sets", "kestrel-sets", "sets-");
     create_namespace(&client, ns).await;
-    let queues = format!(
-        "apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ResourceFlavor\nmetadata: {{name: sets-flavor}}\n---\n\
-         apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ClusterQueue\nmetadata: {{name: sets}}\nspec:\n  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n  resourceGroups:\n  - coveredResources: [cpu, memory, nvidia.com/gpu]\n    flavors:\n    - name: sets-flavor\n      resources:\n      - {{name: cpu, nominalQuota: 100}}\n      - {{name: memory, nominalQuota: 1Ti}}\n      - {{name: nvidia.com/gpu, nominalQuota: 2}}\n---\n\
-         apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: LocalQueue\nmetadata: {{name: main, namespace: {ns}}}\nspec: {{clusterQueue: sets}}\n"
-    );
-    kestrel_testenv::apply_yaml(&client, &queues, false)
-        .await
-        .unwrap();
+    two_gpu_queue(&client, ns).await;
     create_pool_nodes(&client, ns, 0, 1).await;
     let _kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
     let post = kube::api::PostParams::default();

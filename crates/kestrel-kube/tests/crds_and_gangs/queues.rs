@@ -147,8 +147,8 @@ fn replica_owner(kind: &str, name: &str, replicas: u32, owner: Option<&str>) -> 
     }
 }
 
-#[test]
-fn a_queued_stateful_set_is_one_workload_live_and_a_deployments_pods_are_not() {
+/// One 8-GPU node and LocalQueue ml/team of a ClusterQueue with 2 GPUs of quota.
+fn two_gpu_queue() -> Harness {
     let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
     h.queue("ResourceFlavor", flavor("default"), false);
     h.queue(
@@ -157,6 +157,12 @@ fn a_queued_stateful_set_is_one_workload_live_and_a_deployments_pods_are_not() {
         false,
     );
     h.queue("ClusterQueue", cluster_queue(2, json!({})), false);
+    h
+}
+
+#[test]
+fn a_queued_stateful_set_is_one_workload_live_and_a_deployments_pods_are_not() {
+    let mut h = two_gpu_queue();
     // A StatefulSet of 3 under a quota of 2: its pods (queued by the template label the
     // controller copies) wait together; none runs.
     h.owner(replica_owner("StatefulSet", "db", 3, None), false);
@@ -244,14 +250,7 @@ fn job(name: &str, parallelism: u32, queue: Option<&str>, annotations: Value) ->
 
 #[test]
 fn a_queued_jobs_pods_are_admitted_together_live() {
-    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
-    h.queue("ResourceFlavor", flavor("default"), false);
-    h.queue(
-        "LocalQueue",
-        json!({"metadata": {"name": "team", "namespace": "ml"}, "spec": {"clusterQueue": "team-a"}}),
-        false,
-    );
-    h.queue("ClusterQueue", cluster_queue(2, json!({})), false);
+    let mut h = two_gpu_queue();
     // Pods seen before their Job wait for it, whatever room there is.
     for i in 0..3 {
         h.pod(job_pod(&format!("whole-{i}"), "whole", 1));
