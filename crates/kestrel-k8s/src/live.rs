@@ -210,6 +210,15 @@ pub fn is_gated(pod: &Pod) -> bool {
         .is_some_and(|g| !g.is_empty())
 }
 
+/// A pod's annotation.
+pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
 pub fn is_deleting(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }

@@ -1,0 +1,347 @@
+//! Checkpoint-coordinated drains on a real control plane (testenv/): `kestrel drain`
+//! creates a NodeMaintenance that `kestrel serve` carries out: cordon, checkpoint requests
+//! (one answered, one ignored until the deadline), evictions through the Eviction API
+//! with a PodDisruptionBudget refusing then allowing one, a Kestrel restart mid-drain, and
+//! the bad input the command refuses.
+//!
+//! testenv runs no kube-controller-manager, so no disruption controller computes a
+//! PodDisruptionBudget's status; the tests write it as that controller would
+//! (`observedGeneration`, `disruptionsAllowed`): the API server's eviction check reads
+//! only the status, and writing it lets a test choose when the budget allows a disruption.
+
+// The serial lock is held for a whole test on purpose (see live_faults.rs).
+#![allow(clippy::await_holding_lock)]
+
+mod live;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
+use kestrel_k8s::crds::{NodeMaintenance, NodeMaintenanceSpec};
+use kestrel_testenv::FakeKubelet;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use live::*;
+use serde_json::json;
+use std::process::Output;
+use std::time::Duration;
+
+const GRACE: &str = "kestrel.dev/checkpoint-grace";
+const REQUEST: &str = "kestrel.dev/checkpoint-request";
+const DONE: &str = "kestrel.dev/last-checkpoint";
+
+fn drain_cli(env: &Env, args: &[&str]) -> Output {
+    std::process::Command::new(kestrel_bin())
+        .arg("drain")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(&env.cp.kubeconfig)
+        .output()
+        .expect("running kestrel drain")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+async fn maintenance(client: &kube::Client, name: &str) -> Option<NodeMaintenance> {
+    Api::<NodeMaintenance>::all(client.clone())
+        .get_opt(name)
+        .await
+        .expect("reading the NodeMaintenance")
+}
+
+/// Waits until the maintenance's phase is `phase`; returns it.
+async fn phase_is(client: &kube::Client, name: &str, phase: &str) -> NodeMaintenance {
+    eventually(
+        Duration::from_secs(30),
+        &format!("NodeMaintenance {name} {phase}"),
+        || async {
+            let nm = maintenance(client, name).await?;
+            let now = nm.status.as_ref()?.phase?.as_str();
+            (now == phase).then_some(nm)
+        },
+    )
+    .await
+}
+
+async fn pod(client: &kube::Client, ns: &str, name: &str) -> Option<Pod> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .expect("reading a pod")
+}
+
+async fn annotate(client: &kube::Client, ns: &str, name: &str, key: &str, value: &str) {
+    let patch = json!({"metadata": {"annotations": {key: value}}});
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("annotating a pod");
+}
+
+async fn unschedulable(client: &kube::Client, node: &str) -> bool {
+    let node = Api::<Node>::all(client.clone()).get(node).await.unwrap();
+    node.spec.and_then(|s| s.unschedulable).unwrap_or(false)
+}
+
+/// The status the disruption controller would write: `allowed` disruptions now.
+async fn pdb_allows(client: &kube::Client, ns: &str, name: &str, allowed: i32) {
+    let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    let pdb = api.get(name).await.unwrap();
+    let status = json!({"status": {
+        "observedGeneration": pdb.metadata.generation,
+        "disruptionsAllowed": allowed,
+        "currentHealthy": 1, "desiredHealthy": 1 - allowed, "expectedPods": 1,
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("writing the PodDisruptionBudget's status");
+}
+
+/// Bad input first (nothing created), then a drain: the answered checkpoint lets its pod
+/// go before the deadline, the ignored one is evicted at the deadline, a
+/// PodDisruptionBudget refuses an eviction (counted, tried again) until it allows one;
+/// then `--end` uncordons the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_waits_for_checkpoints_and_respects_disruption_budgets() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler) = ("drain", "kestrel-drain");
+    let node = "drain-0";
+    create_namespace(&client, ns).await;
+    create_pool_nodes(&client, ns, 0, 1).await;
+    let _kubelet = FakeKubelet::start(client.clone(), "drain-");
+    let kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+
+    // A node that does not exist: refused by the command, nothing created.
+    let out = drain_cli(env, &["no-such-node"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("node no-such-node does not exist")
+            && text(&out).contains("spec.nodeName"),
+        "{}",
+        text(&out)
+    );
+    assert!(nms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+
+    let pods = vec![
+        gpu_pod(ns, "answers", scheduler, 4, &[], &[(GRACE, "10m")]),
+        gpu_pod(ns, "ignores", scheduler, 2, &[], &[(GRACE, "10m")]),
+        gpu_pod(ns, "guarded", scheduler, 1, &[("app", "guarded")], &[]),
+    ];
+    create_pods(&client, pods).await;
+    wait_bound(&client, ns, 3, Duration::from_secs(30)).await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "guarded"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    pdb_allows(&client, ns, "guarded", 0).await;
+
+    let out = drain_cli(env, &[node, "--checkpoint-deadline", "8s", "--no-wait"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let name = "maintenance-drain-0";
+    let nm = phase_is(&client, name, "Checkpointing").await;
+    let requested = nm.status.unwrap().checkpoint_requested_at.unwrap();
+    let requested_ms = requested.parse::<Timestamp>().unwrap().as_millisecond();
+    assert!(unschedulable(&client, node).await);
+
+    // A second maintenance of the node: refused by the command and, created directly, on
+    // its status, naming both objects.
+    let out = drain_cli(env, &[node, "--name", "second"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("already under maintenance by NodeMaintenance maintenance-drain-0")
+            && text(&out).contains("NodeMaintenance second was not created"),
+        "{}",
+        text(&out)
+    );
+    assert!(maintenance(&client, "second").await.is_none());
+    let direct = NodeMaintenance::new(
+        "direct",
+        NodeMaintenanceSpec {
+            node_name: node.into(),
+            ..Default::default()
+        },
+    );
+    nms.create(&PostParams::default(), &direct).await.unwrap();
+    let refused = phase_is(&client, "direct", "Refused").await;
+    let message = &refused.status.unwrap().conditions[0].message;
+    assert!(
+        message.contains("NodeMaintenance direct: spec.nodeName")
+            && message.contains("NodeMaintenance maintenance-drain-0"),
+        "{message}"
+    );
+    nms.delete("direct", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // Both checkpointing pods were asked, with the time in the status.
+    for p in ["answers", "ignores"] {
+        let pod = pod(&client, ns, p).await.expect("still there");
+        assert_eq!(annotation(&pod, REQUEST), Some(requested.as_str()), "{p}");
+    }
+    // The guarded pod's eviction is refused by its budget, counted and reported.
+    eventually(Duration::from_secs(20), "an eviction refused", || async {
+        let status = maintenance(&client, name).await?.status?;
+        let m = &status.conditions.first()?.message;
+        (status.evictions_refused == 1 && m.contains("drain/guarded")).then_some(())
+    })
+    .await;
+
+    // One answers: it goes before the deadline; the other is still waited for.
+    annotate(&client, ns, "answers", DONE, &Timestamp::now().to_string()).await;
+    eventually(
+        Duration::from_secs(20),
+        "the answered pod evicted",
+        || async { pod(&client, ns, "answers").await.is_none().then_some(()) },
+    )
+    .await;
+    let at = Timestamp::now().as_millisecond();
+    assert!(at < requested_ms + 8_000, "evicted only at the deadline");
+    assert!(pod(&client, ns, "ignores").await.is_some());
+
+    // The other never answers: evicted once the deadline passed.
+    eventually(
+        Duration::from_secs(20),
+        "the ignoring pod evicted",
+        || async { pod(&client, ns, "ignores").await.is_none().then_some(()) },
+    )
+    .await;
+    assert!(Timestamp::now().as_millisecond() >= requested_ms + 8_000);
+    let nm = phase_is(&client, name, "Evicting").await;
+    assert_eq!(nm.status.as_ref().unwrap().pods_left, 1);
+    assert!(pod(&client, ns, "guarded").await.is_some());
+    assert_invariants(&client).await;
+
+    // The budget allows one disruption: the last pod goes, the node is drained.
+    pdb_allows(&client, ns, "guarded", 1).await;
+    let nm = phase_is(&client, name, "Drained").await;
+    let status = nm.status.unwrap();
+    assert_eq!((status.pods_left, status.evicted), (0, 3));
+    assert!(unschedulable(&client, node).await);
+
+    let out = drain_cli(env, &[node, "--end"]);
+    assert!(out.status.success(), "{}", text(&out));
+    phase_is(&client, name, "Completed").await;
+    assert!(!unschedulable(&client, node).await);
+    assert_invariants(&client).await;
+    assert_eq!(kestrel.log_count("node maintenance: pass failed"), 0);
+
+    nms.delete(name, &DeleteParams::default()).await.unwrap();
+    pdbs.delete("guarded", &DeleteParams::default())
+        .await
+        .unwrap();
+    cleanup(&client, "drain-", &[ns]).await;
+}
+
+/// Kestrel killed while a drain waits for a checkpoint: the next Kestrel resumes from the
+/// NodeMaintenance's status (same request time, not asked again), evicts the pod once it
+/// answers, and deleting the maintenance uncordons the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_resumes_after_a_kestrel_restart() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler) = ("resume", "kestrel-resume");
+    let node = "resume-0";
+    create_namespace(&client, ns).await;
+    create_pool_nodes(&client, ns, 0, 1).await;
+    let _kubelet = FakeKubelet::start(client.clone(), "resume-");
+    let mut kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
+    let pods = vec![
+        gpu_pod(
+            ns,
+            "trainer-0",
+            scheduler,
+            4,
+            &[("scheduling.kestrel.dev/pod-group", "trainer")],
+            &[(GRACE, "10m")],
+        ),
+        gpu_pod(
+            ns,
+            "trainer-1",
+            scheduler,
+            4,
+            &[("scheduling.kestrel.dev/pod-group", "trainer")],
+            &[(GRACE, "10m")],
+        ),
+    ];
+    create_pods(&client, pods).await;
+    wait_bound(&client, ns, 2, Duration::from_secs(30)).await;
+
+    let out = drain_cli(env, &[node, "--checkpoint-deadline", "10m", "--no-wait"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let name = "maintenance-resume-0";
+    let nm = phase_is(&client, name, "Checkpointing").await;
+    let requested = nm.status.unwrap().checkpoint_requested_at.unwrap();
+    eventually(Duration::from_secs(20), "both asked", || async {
+        let pods = pods_in(&client, ns).await;
+        pods.iter()
+            .all(|p| annotation(p, REQUEST) == Some(requested.as_str()))
+            .then_some(())
+    })
+    .await;
+
+    kestrel.kill();
+    // One member answers while no Kestrel runs; the gang waits for the other.
+    annotate(
+        &client,
+        ns,
+        "trainer-0",
+        DONE,
+        &Timestamp::now().to_string(),
+    )
+    .await;
+    let restarted = env.kestrel(&format!("{scheduler}-2"), &["--scheduler-name", scheduler]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        pods_in(&client, ns).await.len(),
+        2,
+        "a gang member went alone"
+    );
+    let nm = maintenance(&client, name).await.unwrap();
+    let status = nm.status.unwrap();
+    assert_eq!(
+        status.checkpoint_requested_at.as_deref(),
+        Some(requested.as_str())
+    );
+    assert_eq!(status.checkpoints_awaited, 1);
+    annotate(
+        &client,
+        ns,
+        "trainer-1",
+        DONE,
+        &Timestamp::now().to_string(),
+    )
+    .await;
+    phase_is(&client, name, "Drained").await;
+    assert!(pods_in(&client, ns).await.is_empty());
+    assert!(unschedulable(&client, node).await);
+    assert_invariants(&client).await;
+
+    // Deleting the maintenance ends it: the finalizer holds it until the node is uncordoned.
+    Api::<NodeMaintenance>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "the maintenance gone", || async {
+        maintenance(&client, name).await.is_none().then_some(())
+    })
+    .await;
+    assert!(!unschedulable(&client, node).await);
+    assert_eq!(restarted.log_count("node maintenance: pass failed"), 0);
+    drop(restarted);
+    cleanup(&client, "resume-", &[ns]).await;
+}
