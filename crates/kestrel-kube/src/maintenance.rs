@@ -96,7 +96,9 @@ fn api_err(e: &kube::Error) -> Option<u16> {
     }
 }
 
-/// Runs the controller while this replica leads, until shutdown.
+/// Runs the controller while this replica leads, until shutdown. `client` should not
+/// retry refused (429) requests itself: a refused eviction is reported and tried again
+/// on the next pass.
 pub async fn run(
     client: Client,
     config: MaintenanceConfig,

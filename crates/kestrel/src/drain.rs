@@ -228,3 +228,17 @@ pub async fn follow(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// Waits until the NodeMaintenance is gone (Kestrel removes its finalizer once the node
+/// is uncordoned).
+pub async fn wait_gone(client: &Client, name: &str, timeout: Duration) -> Result<()> {
+    let api: Api<NodeMaintenance> = Api::all(client.clone());
+    let started = Instant::now();
+    while api.get_opt(name).await?.is_some() {
+        if started.elapsed() > timeout {
+            bail!("NodeMaintenance {name} is still there {}s after its deletion; is kestrel serve running?", timeout.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}

@@ -234,8 +234,14 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
         metrics_addr = %args.metrics_addr,
         "kestrel serve starting"
     );
+    // Drains go without the client's own retries: an eviction a PodDisruptionBudget
+    // refuses (429) is reported and tried again next pass, not waited out in the client.
+    let mut no_retry = cluster_config(args.kubeconfig.clone()).await?;
+    no_retry.default_retry = false;
+    let drain_client =
+        kube::Client::try_from(no_retry).context("building the Kubernetes client")?;
     let maintenance = tokio::spawn(kestrel_kube::maintenance::run(
-        client.clone(),
+        drain_client,
         kestrel_kube::maintenance::MaintenanceConfig {
             interval: std::time::Duration::from_millis(args.maintenance_interval.max(100)),
             gpu_operator_hook: args.gpu_operator_hook,

@@ -130,6 +130,8 @@ pub fn run(args: RunArgs) -> Result<()> {
                     .delete(&name, &DeleteParams::default())
                     .await
                     .with_context(|| format!("deleting NodeMaintenance {name}"))?;
+                // Gone once Kestrel took its finalizer off: a rerun starts afresh.
+                drain::wait_gone(&client, &name, timeout).await?;
                 println!("node {node} upgraded and uncordoned");
             }
         }

@@ -68,6 +68,19 @@ async fn phase_is(client: &kube::Client, name: &str, phase: &str) -> NodeMainten
     .await
 }
 
+/// The NodeMaintenances of nodes named with `prefix`.
+async fn maintenances_of(client: &kube::Client, prefix: &str) -> Vec<String> {
+    Api::<NodeMaintenance>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|nm| nm.spec.node_name.starts_with(prefix))
+        .filter_map(|nm| nm.metadata.name)
+        .collect()
+}
+
 async fn pod(client: &kube::Client, ns: &str, name: &str) -> Option<Pod> {
     Api::<Pod>::namespaced(client.clone(), ns)
         .get_opt(name)
@@ -127,12 +140,7 @@ async fn drain_waits_for_checkpoints_and_respects_disruption_budgets() {
         "{}",
         text(&out)
     );
-    assert!(nms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .is_empty());
+    assert!(maintenances_of(&client, "drain-").await.is_empty());
 
     let pods = vec![
         gpu_pod(ns, "answers", scheduler, 4, &[], &[(GRACE, "10m")]),
@@ -221,8 +229,17 @@ async fn drain_waits_for_checkpoints_and_respects_disruption_budgets() {
     )
     .await;
     assert!(Timestamp::now().as_millisecond() >= requested_ms + 8_000);
-    let nm = phase_is(&client, name, "Evicting").await;
-    assert_eq!(nm.status.as_ref().unwrap().pods_left, 1);
+    eventually(
+        Duration::from_secs(20),
+        "only the guarded pod left",
+        || async {
+            let status = maintenance(&client, name).await?.status?;
+            let evicting = status.phase?.as_str() == "Evicting";
+            let reason = &status.conditions.first()?.reason;
+            (evicting && status.pods_left == 1 && reason == "EvictionsRefused").then_some(())
+        },
+    )
+    .await;
     assert!(pod(&client, ns, "guarded").await.is_some());
     assert_invariants(&client).await;
 
@@ -257,27 +274,27 @@ async fn drain_resumes_after_a_kestrel_restart() {
     let (ns, scheduler) = ("resume", "kestrel-resume");
     let node = "resume-0";
     create_namespace(&client, ns).await;
-    create_pool_nodes(&client, ns, 0, 1).await;
+    create_pool_nodes(&client, ns, 0, 2).await;
     let _kubelet = FakeKubelet::start(client.clone(), "resume-");
     let mut kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
-    let pods = vec![
+    // A gang of two 8-GPU pods: one on each node.
+    let group = format!(
+        "apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: PodGroup\nmetadata: {{name: trainer, namespace: {ns}}}\nspec: {{minMember: 2}}\n"
+    );
+    kestrel_testenv::apply_yaml(&client, &group, false)
+        .await
+        .unwrap();
+    let member = |i: usize| {
         gpu_pod(
             ns,
-            "trainer-0",
+            &format!("trainer-{i}"),
             scheduler,
-            4,
+            8,
             &[("scheduling.kestrel.dev/pod-group", "trainer")],
             &[(GRACE, "10m")],
-        ),
-        gpu_pod(
-            ns,
-            "trainer-1",
-            scheduler,
-            4,
-            &[("scheduling.kestrel.dev/pod-group", "trainer")],
-            &[(GRACE, "10m")],
-        ),
-    ];
+        )
+    };
+    let pods = vec![member(0), member(1)];
     create_pods(&client, pods).await;
     wait_bound(&client, ns, 2, Duration::from_secs(30)).await;
 
@@ -295,40 +312,52 @@ async fn drain_resumes_after_a_kestrel_restart() {
     .await;
 
     kestrel.kill();
-    // One member answers while no Kestrel runs; the gang waits for the other.
-    annotate(
-        &client,
-        ns,
-        "trainer-0",
-        DONE,
-        &Timestamp::now().to_string(),
+    // One member answers while no Kestrel runs; the gang (one member on the other node)
+    // waits for the other.
+    let pods = pods_in(&client, ns).await;
+    let here = pods
+        .iter()
+        .find(|p| node_of(p) == Some(node))
+        .and_then(|p| p.metadata.name.clone())
+        .unwrap();
+    let there = if here == "trainer-0" {
+        "trainer-1"
+    } else {
+        "trainer-0"
+    };
+    annotate(&client, ns, there, DONE, &Timestamp::now().to_string()).await;
+    let restarted = env.kestrel(&format!("{scheduler}-2"), &["--scheduler-name", scheduler]);
+    // The new leader takes the drain up where it was: the same request, one answer left.
+    let status = eventually(
+        Duration::from_secs(40),
+        "one checkpoint awaited",
+        || async {
+            let status = maintenance(&client, name).await?.status?;
+            (status.checkpoints_awaited == 1).then_some(status)
+        },
     )
     .await;
-    let restarted = env.kestrel(&format!("{scheduler}-2"), &["--scheduler-name", scheduler]);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        status.checkpoint_requested_at.as_deref(),
+        Some(requested.as_str())
+    );
     assert_eq!(
         pods_in(&client, ns).await.len(),
         2,
         "a gang member went alone"
     );
-    let nm = maintenance(&client, name).await.unwrap();
-    let status = nm.status.unwrap();
-    assert_eq!(
-        status.checkpoint_requested_at.as_deref(),
-        Some(requested.as_str())
-    );
-    assert_eq!(status.checkpoints_awaited, 1);
-    annotate(
-        &client,
-        ns,
-        "trainer-1",
-        DONE,
-        &Timestamp::now().to_string(),
-    )
-    .await;
+    for p in pods_in(&client, ns).await {
+        assert_eq!(
+            annotation(&p, REQUEST),
+            Some(requested.as_str()),
+            "asked again"
+        );
+    }
+    annotate(&client, ns, &here, DONE, &Timestamp::now().to_string()).await;
     phase_is(&client, name, "Drained").await;
-    assert!(pods_in(&client, ns).await.is_empty());
+    assert!(pods_in(&client, ns).await.is_empty(), "the whole gang goes");
     assert!(unschedulable(&client, node).await);
+    assert!(!unschedulable(&client, "resume-1").await);
     assert_invariants(&client).await;
 
     // Deleting the maintenance ends it: the finalizer holds it until the node is uncordoned.
@@ -344,4 +373,205 @@ async fn drain_resumes_after_a_kestrel_restart() {
     assert_eq!(restarted.log_count("node maintenance: pass failed"), 0);
     drop(restarted);
     cleanup(&client, "resume-", &[ns]).await;
+}
+
+fn node_label(node: &Node, key: &str) -> Option<String> {
+    node.metadata.labels.as_ref()?.get(key).cloned()
+}
+
+async fn set_node_label(client: &kube::Client, node: &str, key: &str, value: &str) {
+    let patch = json!({"metadata": {"labels": {key: value}}});
+    Api::<Node>::all(client.clone())
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("labelling a node");
+}
+
+/// The GPU Operator hook: a node the operator puts in `wait-for-jobs-required` is drained
+/// checkpoint first by a NodeMaintenance of its own, deleted once the operator moves on.
+/// Then `kestrel upgrade run`: a plan over the GPU limit is refused with nothing cordoned;
+/// a plan of 2-node batches drains each batch, labels it for the upgrader, waits for the
+/// done label and uncordons it, never more than 2 nodes cordoned at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_operator_hook_and_upgrade_run() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler) = ("upgrade", "kestrel-upgrade");
+    create_namespace(&client, ns).await;
+    create_pool_nodes(&client, ns, 0, 3).await;
+    let _kubelet = FakeKubelet::start(client.clone(), "upgrade-");
+    let kestrel = env.kestrel(
+        scheduler,
+        &[
+            "--scheduler-name",
+            scheduler,
+            "--gpu-operator-hook",
+            "--gpu-operator-checkpoint-deadline",
+            "10m",
+        ],
+    );
+    create_pods(
+        &client,
+        vec![gpu_pod(ns, "job", scheduler, 8, &[], &[(GRACE, "10m")])],
+    )
+    .await;
+    let pods = wait_bound(&client, ns, 1, Duration::from_secs(30)).await;
+    let node = node_of(&pods[0]).unwrap().to_string();
+
+    // The operator cordons the node and waits for its jobs.
+    let patch = json!({"spec": {"unschedulable": true},
+                       "metadata": {"labels": {"nvidia.com/gpu-driver-upgrade-state": "wait-for-jobs-required"}}});
+    Api::<Node>::all(client.clone())
+        .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let name = format!("gpu-operator-{node}");
+    phase_is(&client, &name, "Checkpointing").await;
+    eventually(
+        Duration::from_secs(20),
+        "the job asked to checkpoint",
+        || async { annotation(&pod(&client, ns, "job").await?, REQUEST).map(|_| ()) },
+    )
+    .await;
+    annotate(&client, ns, "job", DONE, &Timestamp::now().to_string()).await;
+    phase_is(&client, &name, "Drained").await;
+    assert!(pod(&client, ns, "job").await.is_none());
+    // The operator goes on; once its drain states are over the maintenance goes, and the
+    // node stays cordoned: the operator cordoned it and uncordons it itself.
+    set_node_label(
+        &client,
+        &node,
+        "nvidia.com/gpu-driver-upgrade-state",
+        "pod-restart-required",
+    )
+    .await;
+    eventually(
+        Duration::from_secs(20),
+        "the hook's maintenance deleted",
+        || async { maintenance(&client, &name).await.is_none().then_some(()) },
+    )
+    .await;
+    assert!(unschedulable(&client, &node).await);
+    let patch = json!({"spec": {"unschedulable": null},
+                       "metadata": {"labels": {"nvidia.com/gpu-driver-upgrade-state": null}}});
+    Api::<Node>::all(client.clone())
+        .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+
+    let upgrade = |extra: &[&str]| {
+        let mut command = std::process::Command::new(kestrel_bin());
+        command
+            .args(["upgrade", "run", "--pool-label", POOL_LABEL, "--pools", ns])
+            .args([
+                "--set-label",
+                "upgrade.test/go=yes",
+                "--done-label",
+                "upgrade.test/driver=new",
+            ])
+            .arg("--kubeconfig")
+            .arg(&env.cp.kubeconfig)
+            .args(extra);
+        command
+    };
+    // Over the GPU limit: refused, nothing cordoned, no maintenance created.
+    let out = upgrade(&["--max-nodes", "2", "--max-gpus", "4"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("node upgrade-0 (pool upgrade) has 8 GPUs, more than --max-gpus 4"),
+        "{}",
+        text(&out)
+    );
+    for i in 0..3 {
+        assert!(!unschedulable(&client, &format!("upgrade-{i}")).await);
+    }
+    assert!(maintenances_of(&client, "upgrade-").await.is_empty());
+
+    let mut run = upgrade(&[
+        "--max-nodes",
+        "2",
+        "--max-gpus",
+        "16",
+        "--checkpoint-deadline",
+        "1m",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let mut most_cordoned = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "upgrade run not done in 90 s"
+        );
+        let nodes: Vec<Node> = nodes_api
+            .list(&ListParams::default().labels(&format!("{POOL_LABEL}={ns}")))
+            .await
+            .unwrap()
+            .items;
+        let cordoned = nodes
+            .iter()
+            .filter(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false)
+            })
+            .count();
+        most_cordoned = most_cordoned.max(cordoned);
+        // The upgrader: a node labelled to go is upgraded (drained and cordoned first).
+        for n in &nodes {
+            let go = node_label(n, "upgrade.test/go").as_deref() == Some("yes");
+            if go && node_label(n, "upgrade.test/driver").is_none() {
+                assert!(n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false));
+                set_node_label(
+                    &client,
+                    &n.metadata.name.clone().unwrap(),
+                    "upgrade.test/driver",
+                    "new",
+                )
+                .await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let output = run.wait_with_output().unwrap();
+    let log = text(&output);
+    assert!(status.success(), "{log}");
+    assert!(log.contains("2 batches, 3 nodes"), "{log}");
+    assert!(most_cordoned <= 2, "{most_cordoned} nodes cordoned at once");
+    assert!(most_cordoned >= 1);
+    for i in 0..3 {
+        let n = nodes_api.get(&format!("upgrade-{i}")).await.unwrap();
+        assert_eq!(
+            node_label(&n, "upgrade.test/driver").as_deref(),
+            Some("new")
+        );
+        assert!(!unschedulable(&client, &format!("upgrade-{i}")).await);
+    }
+    assert!(maintenances_of(&client, "upgrade-").await.is_empty());
+    // A rerun finds every node done and touches nothing.
+    let again = upgrade(&["--max-nodes", "2", "--max-gpus", "16"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&again).contains("nothing to upgrade"),
+        "{}",
+        text(&again)
+    );
+    assert_invariants(&client).await;
+    assert_eq!(kestrel.log_count("node maintenance: pass failed"), 0);
+    cleanup(&client, "upgrade-", &[ns]).await;
 }
