@@ -145,7 +145,7 @@ pub async fn reconcile_all(
     if all.is_empty() {
         return Ok(());
     }
-    all.sort_by(|a, b| order_key(a).cmp(&order_key(b)));
+    all.sort_by_key(order_key);
     let classes: Vec<PriorityClass> = Api::all(client.clone())
         .list(&ListParams::default())
         .await?

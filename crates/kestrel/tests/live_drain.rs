@@ -575,3 +575,68 @@ async fn gpu_operator_hook_and_upgrade_run() {
     assert_eq!(kestrel.log_count("node maintenance: pass failed"), 0);
     cleanup(&client, "upgrade-", &[ns]).await;
 }
+
+/// A gang evicted by a drain and created again (as its Job controller would) queues at
+/// its original place: when the node comes back it starts before an 8-GPU pod that was
+/// queued after the gang first was, but has waited longer than the new pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_gang_requeues_at_its_original_place() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler) = ("requeue", "kestrel-requeue");
+    create_namespace(&client, ns).await;
+    create_pool_nodes(&client, ns, 0, 2).await;
+    let _kubelet = FakeKubelet::start(client.clone(), "requeue-");
+    let _kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
+    let group = format!(
+        "apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: PodGroup\nmetadata: {{name: g, namespace: {ns}}}\nspec: {{minMember: 2}}\n"
+    );
+    kestrel_testenv::apply_yaml(&client, &group, false)
+        .await
+        .unwrap();
+    let member = |i: usize| {
+        gpu_pod(
+            ns,
+            &format!("g-{i}"),
+            scheduler,
+            4,
+            &[("scheduling.kestrel.dev/pod-group", "g")],
+            &[],
+        )
+    };
+    create_pods(&client, vec![gpu_pod(ns, "filler", scheduler, 8, &[], &[])]).await;
+    wait_bound(&client, ns, 1, Duration::from_secs(30)).await;
+    create_pods(&client, vec![member(0), member(1)]).await;
+    let pods = wait_bound(&client, ns, 3, Duration::from_secs(30)).await;
+    let node = pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("g-0"))
+        .and_then(node_of)
+        .unwrap()
+        .to_string();
+    create_pods(&client, vec![gpu_pod(ns, "later", scheduler, 8, &[], &[])]).await;
+
+    let out = drain_cli(env, &[&node, "--checkpoint-deadline", "0s"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(pod(&client, ns, "g-0").await.is_none() && pod(&client, ns, "g-1").await.is_none());
+    create_pods(&client, vec![member(0), member(1)]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let out = drain_cli(env, &[&node, "--end"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let pods = wait_bound(&client, ns, 3, Duration::from_secs(30)).await;
+    let bound: Vec<&str> = pods
+        .iter()
+        .filter(|p| node_of(p).is_some())
+        .filter_map(|p| p.metadata.name.as_deref())
+        .collect();
+    assert!(
+        bound.contains(&"g-0") && bound.contains(&"g-1") && !bound.contains(&"later"),
+        "bound: {bound:?}"
+    );
+    assert_invariants(&client).await;
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    nms.delete(&format!("maintenance-{node}"), &DeleteParams::default())
+        .await
+        .unwrap();
+    cleanup(&client, "requeue-", &[ns]).await;
+}
