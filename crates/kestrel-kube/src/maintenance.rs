@@ -682,3 +682,100 @@ fn answered(pod: &Pod, requested_ms: i64) -> bool {
         .and_then(|v| v.trim().parse::<Timestamp>().ok())
         .is_some_and(|t| t.as_millisecond() >= requested_ms)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kestrel_k8s::crds::NodeMaintenanceSpec;
+
+    fn nm(
+        name: &str,
+        node: &str,
+        created_s: i64,
+        phase: Option<MaintenancePhase>,
+    ) -> NodeMaintenance {
+        let mut nm = NodeMaintenance::new(
+            name,
+            NodeMaintenanceSpec {
+                node_name: node.into(),
+                ..Default::default()
+            },
+        );
+        nm.metadata.creation_timestamp = Some(Time(Timestamp::from_second(created_s).unwrap()));
+        nm.status = phase.map(|p| NodeMaintenanceStatus {
+            phase: Some(p),
+            ..Default::default()
+        });
+        nm
+    }
+
+    #[test]
+    fn the_first_maintenance_of_a_node_holds_it_and_finished_ones_do_not() {
+        let a = nm("a", "n1", 10, None);
+        let b = nm("b", "n1", 20, None);
+        let c = nm("c", "n2", 5, None);
+        let all = vec![a.clone(), b.clone(), c.clone()];
+        // Both new: the older one goes first, the newer one is refused naming it.
+        assert!(holder(&a, &all).is_none());
+        assert_eq!(holder(&b, &all).map(|h| h.name_any()), Some("a".into()));
+        assert!(holder(&c, &all).is_none());
+        // One that acted holds the node even if it is newer.
+        let acting = nm("b", "n1", 20, Some(MaintenancePhase::Checkpointing));
+        let all = vec![a.clone(), acting];
+        assert_eq!(holder(&a, &all).map(|h| h.name_any()), Some("b".into()));
+        // Refused, completed or ended ones hold nothing.
+        for phase in [MaintenancePhase::Refused, MaintenancePhase::Completed] {
+            let all = vec![nm("a", "n1", 10, Some(phase)), b.clone()];
+            assert!(holder(&b, &all).is_none(), "{phase:?}");
+        }
+        let mut ended = nm("a", "n1", 10, Some(MaintenancePhase::Drained));
+        ended.spec.done = true;
+        assert!(holder(&b, &[ended, b.clone()]).is_none());
+    }
+
+    fn pod(annotations: &[(&str, &str)]) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns",
+                         "annotations": annotations.iter().copied().collect::<BTreeMap<_, _>>()},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_checkpoint_answers_only_if_at_or_after_the_request() {
+        let at = "2026-12-02T08:00:00Z"
+            .parse::<Timestamp>()
+            .unwrap()
+            .as_millisecond();
+        assert!(answered(
+            &pod(&[(LAST_CHECKPOINT_ANNOTATION, "2026-12-02T08:00:00Z")]),
+            at
+        ));
+        assert!(answered(
+            &pod(&[(LAST_CHECKPOINT_ANNOTATION, "2026-12-02T08:00:05Z")]),
+            at
+        ));
+        assert!(!answered(
+            &pod(&[(LAST_CHECKPOINT_ANNOTATION, "2026-12-02T07:59:59Z")]),
+            at
+        ));
+        assert!(!answered(
+            &pod(&[(LAST_CHECKPOINT_ANNOTATION, "yesterday")]),
+            at
+        ));
+        assert!(!answered(&pod(&[]), at));
+    }
+
+    #[test]
+    fn daemonset_and_mirror_pods_stay() {
+        let mut daemon = pod(&[]);
+        daemon.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u"
+        }))
+        .unwrap()]);
+        assert!(!movable(&daemon));
+        assert!(!movable(&pod(&[("kubernetes.io/config.mirror", "x")])));
+        assert!(movable(&pod(&[])));
+    }
+}
