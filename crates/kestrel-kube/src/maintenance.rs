@@ -30,10 +30,12 @@
 //! maintenance is deleted once the node leaves the operator's drain states.
 
 use crate::api::FIELD_MANAGER;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kestrel_k8s::crds::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
 use kestrel_k8s::live::{self, CHECKPOINT_REQUEST_ANNOTATION, LAST_CHECKPOINT_ANNOTATION};
@@ -650,8 +652,10 @@ impl Pass {
             return Ok(());
         }
         if next.phase != old.phase {
+            let phase = next.phase.map_or("", |p| p.as_str());
             tracing::info!(maintenance = %nm.name_any(), node = %nm.spec.node_name,
-                phase = next.phase.map_or("", |p| p.as_str()), "{message}");
+                phase, "{message}");
+            self.event(nm, reason, message).await;
         }
         let api: Api<NodeMaintenance> = Api::all(self.client.clone());
         let patch = json!({"status": next});
@@ -662,6 +666,42 @@ impl Pass {
             Ok(_) => Ok(()),
             Err(e) if api_err(&e) == Some(404) => Ok(()),
             Err(e) => Err(e),
+        }
+    }
+}
+
+impl Pass {
+    /// A Normal event on the NodeMaintenance for each phase it enters, with the reason of
+    /// its `Drained` condition (`kubectl describe
+    /// nm`); events of cluster-scoped objects live in `default`. A failed post is only
+    /// logged: the status says the same.
+    async fn event(&self, nm: &NodeMaintenance, reason: &str, message: &str) {
+        let regarding = ObjectReference {
+            api_version: Some(kestrel_k8s::crds::API_VERSION.into()),
+            kind: Some("NodeMaintenance".into()),
+            name: Some(nm.name_any()),
+            uid: nm.metadata.uid.clone(),
+            ..Default::default()
+        };
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{}.{:x}", nm.name_any(), self.now.as_nanosecond())),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(self.now)),
+            action: Some("Draining".into()),
+            reason: Some(reason.into()),
+            type_: Some("Normal".into()),
+            note: Some(message.chars().take(1000).collect()),
+            reporting_controller: Some("kestrel".into()),
+            reporting_instance: Some("kestrel".into()),
+            regarding: Some(regarding),
+            ..Default::default()
+        };
+        let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        if let Err(e) = events.create(&Default::default(), &event).await {
+            tracing::debug!(error = %e, "posting a NodeMaintenance event");
         }
     }
 }

@@ -250,6 +250,21 @@ async fn drain_waits_for_checkpoints_and_respects_disruption_budgets() {
     assert_eq!((status.pods_left, status.evicted), (0, 3));
     assert!(unschedulable(&client, node).await);
 
+    // Each phase it entered is an event on it (`kubectl describe nm`).
+    let events: Vec<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+    let reasons: Vec<&str> = events
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter_map(|e| e.reason.as_deref())
+        .collect();
+    for r in ["AwaitingCheckpoints", "EvictionsRefused", "Drained"] {
+        assert!(reasons.contains(&r), "{r} not in {reasons:?}");
+    }
     let out = drain_cli(env, &[node, "--end"]);
     assert!(out.status.success(), "{}", text(&out));
     phase_is(&client, name, "Completed").await;
