@@ -609,7 +609,8 @@ pub struct NodeMaintenanceStatus {
     /// `kestrel.dev/checkpoint-request`; checkpoints reported at or after it answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_requested_at: Option<String>,
-    /// Pods still on the node (DaemonSet and mirror pods are left alone and not counted).
+    /// Pods still to move: the node's, and the other pods of their gangs wherever they
+    /// run (DaemonSet and mirror pods stay and are not counted).
     #[serde(default)]
     pub pods_left: i32,
     /// Pods asked to checkpoint that have not answered and whose wait is not over.

@@ -162,10 +162,14 @@ pub async fn reconcile_all(
         catalog,
         now,
     };
+    // One maintenance failing (its node's API refusing a write) does not hold the others.
+    let mut first_error = None;
     for nm in &all {
-        pass.reconcile(nm, &all).await?;
+        if let Err(e) = pass.reconcile(nm, &all).await {
+            first_error.get_or_insert(e);
+        }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Creates a NodeMaintenance for each node the GPU Operator waits on and deletes those of
