@@ -195,6 +195,27 @@ async fn drain_waits_for_checkpoints_and_respects_disruption_budgets() {
     nms.delete("direct", &DeleteParams::default())
         .await
         .unwrap();
+    // One for a node that does not exist, created directly: refused on its status.
+    let ghost = NodeMaintenance::new(
+        "ghost",
+        NodeMaintenanceSpec {
+            node_name: "no-such-node".into(),
+            ..Default::default()
+        },
+    );
+    nms.create(&PostParams::default(), &ghost).await.unwrap();
+    let refused = phase_is(&client, "ghost", "Refused").await;
+    let condition = &refused.status.unwrap().conditions[0];
+    assert_eq!(condition.reason, "NodeNotFound");
+    assert!(
+        condition
+            .message
+            .contains("NodeMaintenance ghost: spec.nodeName: node no-such-node does not exist"),
+        "{}",
+        condition.message
+    );
+    assert!(refused.metadata.finalizers.is_none_or(|f| f.is_empty()));
+    nms.delete("ghost", &DeleteParams::default()).await.unwrap();
 
     // Both checkpointing pods were asked, with the time in the status.
     for p in ["answers", "ignores"] {
