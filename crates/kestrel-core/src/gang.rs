@@ -85,6 +85,11 @@ pub struct GangState {
     pub phase: GangPhase,
     /// How often it timed out.
     pub timeouts: u32,
+    /// Its place in the queue: that of its first pod.
+    pub queue_place: Option<u64>,
+    /// A running member was evicted (a drain, a preemption): the pods that replace its
+    /// members queue at [`GangState::queue_place`], not behind work that came later.
+    pub keeps_place: bool,
 }
 
 /// Gangs by namespace/name.
@@ -113,6 +118,8 @@ impl GangIndex {
             first_seen: None,
             phase: GangPhase::Waiting,
             timeouts: 0,
+            queue_place: None,
+            keeps_place: false,
         });
         self.ids
             .entry(namespace.to_string())

@@ -9,14 +9,15 @@
 //! | [`LocalQueue`] | namespaced | `lq` | a namespace's entry into a ClusterQueue |
 //! | [`Cohort`] | cluster | | ClusterQueues that lend to and borrow from each other |
 //! | [`ResourceFlavor`] | cluster | | a kind of node (labels, taints) quotas are counted in |
+//! | [`NodeMaintenance`] | cluster | `nm` | a node drained for maintenance: cordoned, its workloads checkpointed, then evicted |
 //!
 //! Field names are Kueue's and scheduler-plugins' so that existing manifests read the same.
 //! The schemas validate what the API server can check (enums, minimums, required fields),
 //! so a malformed object is refused at `kubectl apply`; what only Kestrel can check (e.g.
 //! per-role minimums adding up to more than `minMember`) is reported on the object.
 //!
-//! The live scheduler reads all of them, and writes the status of PodGroups, ClusterQueues
-//! and LocalQueues.
+//! The live scheduler reads all of them, and writes the status of PodGroups, ClusterQueues,
+//! LocalQueues and NodeMaintenances.
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -517,6 +518,119 @@ pub struct ResourceFlavorSpec {
     pub tolerations: Vec<Toleration>,
 }
 
+// ---- NodeMaintenance ---------------------------------------------------------------------
+
+/// A node taken out of service: Kestrel cordons it, asks the workloads on it that
+/// checkpoint to do so and waits for them up to a deadline, then evicts its pods through
+/// the Eviction API (PodDisruptionBudgets apply). The maintenance ends, and the node is
+/// uncordoned, when `spec.done` is set or the object is deleted.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[kube(
+    group = "scheduling.kestrel.dev",
+    version = "v1alpha1",
+    kind = "NodeMaintenance",
+    plural = "nodemaintenances",
+    status = "NodeMaintenanceStatus",
+    shortname = "nm",
+    derive = "PartialEq",
+    doc = "A node drained for maintenance after its workloads checkpoint (Kestrel).",
+    printcolumn = r#"{"name": "Node", "type": "string", "jsonPath": ".spec.nodeName"}"#,
+    printcolumn = r#"{"name": "Phase", "type": "string", "jsonPath": ".status.phase"}"#,
+    printcolumn = r#"{"name": "Pods", "type": "integer", "jsonPath": ".status.podsLeft"}"#,
+    printcolumn = r#"{"name": "Checkpoints", "type": "integer", "jsonPath": ".status.checkpointsAwaited"}"#,
+    printcolumn = r#"{"name": "Refused", "type": "integer", "jsonPath": ".status.evictionsRefused"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeMaintenanceSpec {
+    /// The node to drain.
+    #[schemars(length(min = 1))]
+    pub node_name: String,
+    /// Longest wait for the checkpoints asked for (a workload that declares a shorter
+    /// `kestrel.dev/checkpoint-grace` is waited for that long); then its pods are
+    /// evicted. Default 1800.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub checkpoint_deadline_seconds: Option<i64>,
+    /// Why (shown in events and status messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The maintenance is over: Kestrel uncordons the node (if it cordoned it) and the
+    /// phase becomes `Completed`. Deleting the object does the same.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub done: bool,
+}
+
+/// Where a maintenance stands.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum MaintenancePhase {
+    /// Not acted on: the node does not exist or another NodeMaintenance holds it (see the
+    /// `Drained` condition). Terminal: fix and create a new one.
+    Refused,
+    /// Cordoned; waiting for the checkpoints asked for, up to the deadline.
+    Checkpointing,
+    /// Evicting the node's pods; some are left (refused by a PodDisruptionBudget, or
+    /// terminating).
+    Evicting,
+    /// No pod of a workload is left on the node: it may be serviced.
+    Drained,
+    /// The maintenance ended (`spec.done`); the node was uncordoned.
+    Completed,
+}
+
+impl MaintenancePhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MaintenancePhase::Refused => "Refused",
+            MaintenancePhase::Checkpointing => "Checkpointing",
+            MaintenancePhase::Evicting => "Evicting",
+            MaintenancePhase::Drained => "Drained",
+            MaintenancePhase::Completed => "Completed",
+        }
+    }
+
+    /// Whether the maintenance holds its node (cordoned, or on its way to).
+    pub fn holds_node(phase: Option<Self>) -> bool {
+        !matches!(
+            phase,
+            Some(MaintenancePhase::Refused | MaintenancePhase::Completed)
+        )
+    }
+}
+
+/// What Kestrel reports about a maintenance; also where a drain resumes from after a
+/// restart (the checkpoint request's time).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeMaintenanceStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<MaintenancePhase>,
+    /// When checkpoints were asked for (RFC 3339): the value of the pods'
+    /// `kestrel.dev/checkpoint-request`; checkpoints reported at or after it answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_requested_at: Option<String>,
+    /// Pods still to move: the node's, and the other pods of their gangs wherever they
+    /// run (DaemonSet and mirror pods stay and are not counted).
+    #[serde(default)]
+    pub pods_left: i32,
+    /// Pods asked to checkpoint that have not answered and whose wait is not over.
+    #[serde(default)]
+    pub checkpoints_awaited: i32,
+    /// Pods whose eviction was refused (HTTP 429: a PodDisruptionBudget allows no
+    /// disruption now) at the last attempt; tried again.
+    #[serde(default)]
+    pub evictions_refused: i32,
+    /// Pods evicted so far.
+    #[serde(default)]
+    pub evicted: i32,
+    /// `Drained`: True once no workload pod is left; False with the reason
+    /// (`NodeNotFound`, `AlreadyUnderMaintenance`, `AwaitingCheckpoints`,
+    /// `EvictionsRefused`, `PodsTerminating`, `MaintenanceEnded`) otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
 /// Every CRD, in install order.
 pub fn all() -> Vec<CustomResourceDefinition> {
     vec![
@@ -526,6 +640,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         LocalQueue::crd(),
         without_required_spec(Cohort::crd()),
         without_required_spec(ResourceFlavor::crd()),
+        NodeMaintenance::crd(),
     ]
 }
 

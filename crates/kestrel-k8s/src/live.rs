@@ -223,6 +223,27 @@ pub fn is_gated(pod: &Pod) -> bool {
         .is_some_and(|g| !g.is_empty())
 }
 
+/// A pod's annotation.
+pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// The pod is being disrupted: its `DisruptionTarget` condition is True (set by the
+/// Eviction API, a preempting scheduler, the taint manager).
+pub fn is_disrupted(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+        })
+}
+
 pub fn is_deleting(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }

@@ -126,7 +126,9 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             rule(&[""], &["pods"], &["get", "list", "watch", "patch", "delete"]),
             rule(&[""], &["pods/binding"], &["create"]),
             rule(&[""], &["pods/status"], &["patch"]),
-            rule(&[""], &["nodes"], &["get", "list", "watch"]),
+            // Drains (NodeMaintenance): cordon and uncordon, evict through the Eviction API.
+            rule(&[""], &["nodes"], &["get", "list", "watch", "patch"]),
+            rule(&[""], &["pods/eviction"], &["create"]),
             rule(&[""], &["namespaces", "resourcequotas", "limitranges"], &["list", "watch"]),
             rule(&["policy"], &["poddisruptionbudgets"], &["list", "watch"]),
             rule(&["batch"], &["jobs"], &["list", "watch"]),
@@ -141,6 +143,9 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
                 &["get", "list", "watch"],
             ),
             rule(&[crds::GROUP], &KESTREL_STATUS, &["patch"]),
+            // The finalizer that uncordons a node when its NodeMaintenance is deleted; the
+            // maintenances the GPU Operator hook starts and ends.
+            rule(&[crds::GROUP], &["nodemaintenances"], &["patch", "create", "delete"]),
         ]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                "metadata": {"name": "kestrel-scheduler", "labels": labels},
@@ -507,19 +512,21 @@ pub fn render_agent_helm() -> String {
 }
 
 /// Kestrel's kinds the scheduler reads (`scheduling.kestrel.dev`).
-const KESTREL_KINDS: [&str; 6] = [
+const KESTREL_KINDS: [&str; 7] = [
     "podgroups",
     "topologies",
     "clusterqueues",
     "localqueues",
     "cohorts",
     "resourceflavors",
+    "nodemaintenances",
 ];
 /// The status subresources it writes (server-side apply: the `patch` verb).
-const KESTREL_STATUS: [&str; 3] = [
+const KESTREL_STATUS: [&str; 4] = [
     "podgroups/status",
     "clusterqueues/status",
     "localqueues/status",
+    "nodemaintenances/status",
 ];
 
 /// Kestrel's CustomResourceDefinitions, as JSON.

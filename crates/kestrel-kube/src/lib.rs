@@ -13,4 +13,5 @@ pub mod index;
 pub mod leader;
 pub mod limiter;
 pub mod live_view;
+pub mod maintenance;
 pub mod metrics;

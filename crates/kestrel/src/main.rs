@@ -6,10 +6,12 @@ mod bench_explain;
 mod bench_live;
 mod bench_queues;
 mod doctor;
+mod drain;
 mod explain;
 mod seeds;
 mod serve;
 mod upgrade;
+mod upgrade_run;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -60,6 +62,10 @@ enum Command {
     /// device plugin that honours the scheduler's GPU choice, GPU labels and topology on
     /// the Node, DCGM-style GPU metrics.
     Agent(agent::AgentArgs),
+    /// Drain a node for maintenance: cordon, ask its workloads to checkpoint, evict them
+    /// (PodDisruptionBudgets apply) through a NodeMaintenance that `kestrel serve` carries
+    /// out; `--end` uncordons it.
+    Drain(drain::DrainArgs),
     /// Rolling upgrades of a simulated cluster's nodes: `plan` prints the batches,
     /// `simulate` compares plain and checkpoint-aware drains on a workload.
     #[command(subcommand)]
@@ -164,6 +170,7 @@ fn main() {
         Command::Queue(args) => explain::queue(args),
         Command::Agent(args) => agent::run(args),
         Command::Upgrade(command) => upgrade::run(command),
+        Command::Drain(args) => drain::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -64,6 +64,16 @@ pub struct ServeArgs {
     /// annotates the pod, then binds it (two writes).
     #[arg(long, value_enum, default_value = "binding")]
     gpu_indices_via: GpuIndicesVia,
+    /// How often the leader takes the next step of each NodeMaintenance (drains).
+    #[arg(long, default_value = "1s", value_parser = kestrel_k8s::duration::parse_duration)]
+    maintenance_interval: u64,
+    /// Drain, checkpoints first, the nodes the NVIDIA GPU Operator's driver upgrade waits
+    /// on (label nvidia.com/gpu-driver-upgrade-state=wait-for-jobs-required).
+    #[arg(long)]
+    gpu_operator_hook: bool,
+    /// The checkpoint deadline of the drains --gpu-operator-hook starts.
+    #[arg(long, default_value = "30m", value_parser = kestrel_k8s::duration::parse_duration)]
+    gpu_operator_checkpoint_deadline: u64,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -224,6 +234,22 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
         metrics_addr = %args.metrics_addr,
         "kestrel serve starting"
     );
+    // Drains go without the client's own retries: an eviction a PodDisruptionBudget
+    // refuses (429) is reported and tried again next pass, not waited out in the client.
+    let mut no_retry = cluster_config(args.kubeconfig.clone()).await?;
+    no_retry.default_retry = false;
+    let drain_client =
+        kube::Client::try_from(no_retry).context("building the Kubernetes client")?;
+    let maintenance = tokio::spawn(kestrel_kube::maintenance::run(
+        drain_client,
+        kestrel_kube::maintenance::MaintenanceConfig {
+            interval: std::time::Duration::from_millis(args.maintenance_interval.max(100)),
+            gpu_operator_hook: args.gpu_operator_hook,
+            hook_checkpoint_deadline_seconds: (args.gpu_operator_checkpoint_deadline / 1000) as i64,
+        },
+        leader_rx.clone(),
+        shutdown_rx.clone(),
+    ));
     let driver = tokio::spawn(driver::run(
         client,
         writer,
@@ -237,6 +263,7 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
     tracing::info!("shutting down: binding stops, the lease is released");
     shutdown_tx.send_replace(true);
     driver.await.ok();
+    maintenance.await.ok();
     if let Some(elector) = elector {
         elector.await.ok();
     }

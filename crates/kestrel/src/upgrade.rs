@@ -1,5 +1,7 @@
-//! `kestrel upgrade plan|simulate`: rolling upgrades of a simulated cluster's nodes in
-//! batches, and the training work plain and checkpoint-aware drains lose.
+//! `kestrel upgrade plan|simulate|run`: rolling upgrades of nodes in batches: planned and
+//! simulated on a cluster file (the training work plain and checkpoint-aware drains
+//! lose), and run on a live cluster, each batch drained through NodeMaintenances and
+//! handed to what upgrades it.
 
 use crate::{load_inputs, SimArgs};
 use anyhow::{bail, Context, Result};
@@ -20,6 +22,48 @@ pub enum UpgradeCommand {
     /// Simulate the upgrade on a workload with each drain strategy (same seed) and
     /// compare the training work lost and the time taken.
     Simulate(SimulateArgs),
+    /// Upgrade a live cluster's nodes: the same plan from its Nodes, each batch drained
+    /// (NodeMaintenance, carried out by `kestrel serve`), handed to what upgrades it (a
+    /// command, or a label to set), uncordoned once a label or condition says it is done.
+    Run(RunArgs),
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Kubeconfig file; default: in-cluster config, else $KUBECONFIG or ~/.kube/config.
+    #[arg(long)]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) plan: PlanArgs,
+    /// Run this shell command for each drained node (its name in $KESTREL_NODE); it must
+    /// exit 0.
+    #[arg(
+        long,
+        conflicts_with = "set_label",
+        required_unless_present = "set_label"
+    )]
+    pub(crate) command: Option<String>,
+    /// Set this label (KEY=VALUE) on each drained node, for what upgrades it to act on.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub(crate) set_label: Option<String>,
+    /// A node is done when it carries this label (KEY=VALUE); nodes that already carry it
+    /// are not upgraded again (a rerun resumes).
+    #[arg(
+        long,
+        value_name = "KEY=VALUE",
+        required_unless_present = "done_condition"
+    )]
+    pub(crate) done_label: Option<String>,
+    /// A node is done when its condition of this type is True.
+    #[arg(long, value_name = "TYPE", conflicts_with = "done_label")]
+    pub(crate) done_condition: Option<String>,
+    /// Longest wait of each drain for the checkpoints it asks for.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    pub(crate) checkpoint_deadline: Millis,
+    /// Longest wait for a node's drain, and then for its upgrade, before giving up (the
+    /// nodes stay cordoned under their NodeMaintenances).
+    #[arg(long, default_value = "2h", value_parser = parse_duration)]
+    pub(crate) node_timeout: Millis,
 }
 
 /// What the plan is made of (shared by `plan` and `simulate`).
@@ -45,7 +89,7 @@ pub struct PlanArgs {
     /// When the upgrade starts (a clock time from the start of the run, e.g. 12:00, or
     /// a duration); the plan covers the nodes there are then.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
-    start: Millis,
+    pub(crate) start: Millis,
     /// The versions you have validated: a YAML mapping of lists under kubernetes,
     /// containerd, gpuOperator, driver.
     #[arg(long, value_name = "FILE")]
@@ -92,11 +136,12 @@ pub fn run(command: UpgradeCommand) -> Result<()> {
     match command {
         UpgradeCommand::Plan(args) => run_plan(args),
         UpgradeCommand::Simulate(args) => run_simulate(args),
+        UpgradeCommand::Run(args) => crate::upgrade_run::run(args),
     }
 }
 
 /// The plan's options after the version pre-flight, which runs before anything else.
-fn checked_options(args: &PlanArgs) -> Result<PlanOptions> {
+pub(crate) fn checked_options(args: &PlanArgs) -> Result<PlanOptions> {
     let targets = parse_targets(&args.targets)?;
     let list = match &args.compatibility {
         Some(path) => {

@@ -1,4 +1,5 @@
-//! `kestrel upgrade plan|simulate` as a user runs them.
+//! `kestrel upgrade plan|simulate|run` as a user runs them (`run` against a cluster is in
+//! live_drain.rs; here what it refuses before it reaches one).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -167,4 +168,81 @@ fn upgrade_simulate_compares_the_strategies_on_falcon_ai_32() {
         .collect();
     assert_eq!(planned.len(), 31);
     assert!(!planned.contains(&"gpu-13"), "{planned:?}");
+}
+
+/// `upgrade run` checks what it is given before it talks to the cluster: a compatibility
+/// list that does not parse, a target off the list, a handover or done label that is not
+/// KEY=VALUE, `--start` (a simulator option). The kubeconfig it is given does not exist,
+/// so reaching the cluster would fail differently.
+#[test]
+fn upgrade_run_refuses_bad_input_before_touching_the_cluster() {
+    let dir = std::env::temp_dir().join(format!("kestrel-upgrade-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let broken = dir.join("compat.yaml");
+    std::fs::write(&broken, "drivers: [\"570.148.08\"]\n").unwrap();
+    let broken = broken.to_str().unwrap();
+    let base = [
+        "--max-nodes",
+        "1",
+        "--max-gpus",
+        "8",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+    ];
+    let cases: [(&[&str], &[&str]); 5] = [
+        (
+            &[
+                "--compatibility",
+                broken,
+                "--target",
+                "driver=570.148.08",
+                "--set-label",
+                "a=b",
+                "--done-label",
+                "c=d",
+            ],
+            &[broken, "not a compatibility list", "drivers"],
+        ),
+        (
+            &[
+                "--compatibility",
+                COMPAT,
+                "--target",
+                "driver=999",
+                "--set-label",
+                "a=b",
+                "--done-label",
+                "c=d",
+            ],
+            &[COMPAT, "field driver", "999"],
+        ),
+        (
+            &["--set-label", "nolabel", "--done-label", "c=d"],
+            &["--set-label \"nolabel\"", "KEY=VALUE"],
+        ),
+        (
+            &["--set-label", "a=b", "--done-label", "=d"],
+            &["--done-label \"=d\"", "KEY=VALUE"],
+        ),
+        (
+            &["--start", "1h", "--set-label", "a=b", "--done-label", "c=d"],
+            &["--start applies to `upgrade plan`"],
+        ),
+    ];
+    for (flags, wanted) in cases {
+        let mut args = vec!["upgrade", "run"];
+        args.extend_from_slice(&base);
+        args.extend_from_slice(flags);
+        let out = kestrel(&args);
+        let (stdout, stderr) = text(&out);
+        assert!(!out.status.success(), "{flags:?} was accepted: {stdout}");
+        for w in wanted {
+            assert!(stderr.contains(w), "{flags:?}: {w:?} not in {stderr}");
+        }
+        assert!(
+            !stderr.contains("kubeconfig"),
+            "{flags:?} reached the cluster: {stderr}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

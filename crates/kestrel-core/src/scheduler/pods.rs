@@ -136,6 +136,7 @@ impl Scheduler {
         let id = PodId(self.pods.len() as u32);
         let link = self.link_of(&spec);
         let quota_request = quota_request(&spec);
+        let seq = self.queue_seq(&spec);
         let record = PodRecord {
             spec,
             phase: PodPhase::Pending,
@@ -146,7 +147,7 @@ impl Scheduler {
             last_checkpoint: None,
             link,
             quota_request,
-            seq: self.next_seq,
+            seq,
             constraint,
             base_constraint: constraint,
             signature,
@@ -154,7 +155,6 @@ impl Scheduler {
             wake_on: WakeOn::Any,
             quota_settled: false,
         };
-        self.next_seq += 1;
         self.active.insert(record.queue_key(id));
         if let Some(membership) = &record.spec.gang {
             let gang = self.gangs.id(&record.spec.namespace, &membership.gang);
@@ -178,6 +178,38 @@ impl Scheduler {
         self.pods.push(record);
         self.pending += 1;
         id
+    }
+
+    /// A new pod's place in the queue: the next one, or its gang's original place if the
+    /// gang was evicted.
+    fn queue_seq(&mut self, spec: &PodSpec) -> u64 {
+        let fresh = self.next_seq;
+        self.next_seq += 1;
+        let Some(membership) = &spec.gang else {
+            return fresh;
+        };
+        let gang = self.gangs.id(&spec.namespace, &membership.gang);
+        let state = &mut self.gangs.gangs[gang.0 as usize];
+        let place = *state.queue_place.get_or_insert(fresh);
+        if state.keeps_place {
+            place
+        } else {
+            fresh
+        }
+    }
+
+    /// A running pod was evicted (not finished): if it is a gang's, the pods that replace
+    /// the gang's members queue at the gang's original place.
+    pub fn keep_queue_place(&mut self, id: PodId) {
+        let Some(record) = self.pods.get(id.0 as usize) else {
+            return;
+        };
+        let running = matches!(record.phase, PodPhase::Bound { .. });
+        if let (true, Some(membership)) = (running, &record.spec.gang) {
+            if let Some(gang) = self.gangs.lookup(&record.spec.namespace, &membership.gang) {
+                self.gangs.gangs[gang.0 as usize].keeps_place = true;
+            }
+        }
     }
 
     /// A pod ended (completed, failed or deleted): releases what it held, or takes it out

@@ -268,17 +268,23 @@ impl ClusterState {
         }
     }
 
-    /// A Pod was deleted.
+    /// A Pod was deleted. A running pod deleted as a disruption (the Eviction API,
+    /// Kestrel's preemption: `DisruptionTarget`) keeps its gang's place in the queue for
+    /// the pods that replace it.
     pub fn delete_pod(&mut self, pod: &Pod) {
         let key = live::pod_key(pod);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if self
+        let Some(t) = self
             .pods
             .get(&key)
-            .is_some_and(|t| uid.is_empty() || t.uid == uid)
-        {
-            self.drop_pod(&key);
+            .filter(|t| uid.is_empty() || t.uid == uid)
+        else {
+            return;
+        };
+        if let (PodState::Bound { id, .. }, true) = (&t.state, live::is_disrupted(pod)) {
+            self.scheduler.keep_queue_place(*id);
         }
+        self.drop_pod(&key);
     }
 
     /// Sets a pod's state, keeping what is known of its gang.
