@@ -9,6 +9,7 @@
 //! | [`LocalQueue`] | namespaced | `lq` | a namespace's entry into a ClusterQueue |
 //! | [`Cohort`] | cluster | | ClusterQueues that lend to and borrow from each other |
 //! | [`ResourceFlavor`] | cluster | | a kind of node (labels, taints) quotas are counted in |
+//! | [`TrainingJob`](crate::training::TrainingJob) | namespaced | `tj` | a distributed training run: pods, Service and gang made, restarted and reported as one |
 //!
 //! Field names are Kueue's and scheduler-plugins' so that existing manifests read the same.
 //! The schemas validate what the API server can check (enums, minimums, required fields),
@@ -526,6 +527,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         LocalQueue::crd(),
         without_required_spec(Cohort::crd()),
         without_required_spec(ResourceFlavor::crd()),
+        crate::training::TrainingJob::crd(),
     ]
 }
 

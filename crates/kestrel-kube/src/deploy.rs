@@ -123,7 +123,9 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "kestrel-scheduler", "labels": labels},
         "rules": [
-            rule(&[""], &["pods"], &["get", "list", "watch", "patch", "delete"]),
+            // create: the TrainingJob controller's pods.
+            rule(&[""], &["pods"], &["get", "list", "watch", "create", "patch", "delete"]),
+            rule(&[""], &["services"], &["create"]),
             rule(&[""], &["pods/binding"], &["create"]),
             rule(&[""], &["pods/status"], &["patch"]),
             rule(&[""], &["nodes"], &["get", "list", "watch"]),
@@ -140,6 +142,9 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
                 &["get", "list", "watch"],
             ),
             rule(&[crds::GROUP], &KESTREL_STATUS, &["patch"]),
+            // A TrainingJob's gang, and the job itself once its TTL passed.
+            rule(&[crds::GROUP], &["podgroups"], &["create"]),
+            rule(&[crds::GROUP], &["trainingjobs"], &["delete"]),
         ]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                "metadata": {"name": "kestrel-scheduler", "labels": labels},
@@ -506,8 +511,9 @@ pub fn render_agent_helm() -> String {
 }
 
 /// Kestrel's kinds the scheduler reads (`scheduling.kestrel.dev`).
-const KESTREL_KINDS: [&str; 6] = [
+const KESTREL_KINDS: [&str; 7] = [
     "podgroups",
+    "trainingjobs",
     "topologies",
     "clusterqueues",
     "localqueues",
@@ -515,8 +521,9 @@ const KESTREL_KINDS: [&str; 6] = [
     "resourceflavors",
 ];
 /// The status subresources it writes (server-side apply: the `patch` verb).
-const KESTREL_STATUS: [&str; 3] = [
+const KESTREL_STATUS: [&str; 4] = [
     "podgroups/status",
+    "trainingjobs/status",
     "clusterqueues/status",
     "localqueues/status",
 ];

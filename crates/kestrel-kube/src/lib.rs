@@ -14,3 +14,5 @@ pub mod leader;
 pub mod limiter;
 pub mod live_view;
 pub mod metrics;
+pub mod mlflow;
+pub mod training;
