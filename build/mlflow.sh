@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MLFLOW_VERSION="${MLFLOW_VERSION:-3.18.0}"
+MLFLOW_VERSION="${MLFLOW_VERSION:-3.17.2}"
 VENV="${MLFLOW_VENV:-$PWD/target/tools/mlflow-venv}"
 PYTHON="${PYTHON:-python3}"
 

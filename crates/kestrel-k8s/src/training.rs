@@ -840,8 +840,10 @@ pub fn set_condition(
     now: Timestamp,
 ) {
     let value = if on { "True" } else { "False" };
+    let given = reason;
     let reason = if reason.is_empty() { kind } else { reason };
-    if !on && !status.conditions.iter().any(|c| c.type_ == kind) {
+    // States never entered are not listed as False.
+    if !on && given.is_empty() && !status.conditions.iter().any(|c| c.type_ == kind) {
         return;
     }
     match status.conditions.iter_mut().find(|c| c.type_ == kind) {
@@ -850,7 +852,9 @@ pub fn set_condition(
                 c.last_transition_time = Time(now);
             }
             c.status = value.into();
-            if on || c.reason != reason {
+            // A state left (no reason given) keeps why it was entered: the last
+            // restart's cause stays readable.
+            if !given.is_empty() {
                 c.reason = reason.into();
                 c.message = message.into();
             }
@@ -1017,7 +1021,9 @@ pub fn reconcile(
                 "DeadlineExceeded",
                 format!("running longer than runPolicy.activeDeadlineSeconds ({deadline}s)"),
             );
-            clean(&mut d, &current, clean_all || clean_some);
+            if clean_some {
+                clean(&mut d, &current, clean_all);
+            }
             d.status = next;
             return d;
         }
@@ -1082,7 +1088,9 @@ pub fn reconcile(
                 "PermanentFailure",
                 format!("{why} (1-127: the program's own error, not retried); fix it and submit the job again"),
             );
-            clean(&mut d, &current, clean_all || clean_some);
+            if clean_some {
+                clean(&mut d, &current, clean_all);
+            }
         } else if attempt >= plan.backoff_limit {
             finish(
                 &mut next,
@@ -1094,7 +1102,9 @@ pub fn reconcile(
                     plan.backoff_limit
                 ),
             );
-            clean(&mut d, &current, clean_all || clean_some);
+            if clean_some {
+                clean(&mut d, &current, clean_all);
+            }
         } else {
             next.restarts = attempt + 1;
             next.waiting_reason = None;
@@ -1425,6 +1435,23 @@ mod tests {
         assert!(failed
             .message
             .contains("container train exited with code 1"));
+        // A False condition of its own (not a state) is listed.
+        let mut tracked = TrainingJobStatus::default();
+        set_condition(
+            &mut tracked,
+            "Tracking",
+            false,
+            "MlflowUnavailable",
+            "down",
+            t(1),
+        );
+        assert_eq!(tracked.conditions[0].message, "down");
+        set_state(&mut tracked, "Created", "PodsCreated", "", t(1));
+        assert_eq!(
+            tracked.conditions.len(),
+            2,
+            "states never entered are not listed"
+        );
         assert!(retryable(RestartPolicy::ExitCode, Some(143), false));
         assert!(!retryable(RestartPolicy::ExitCode, Some(127), false));
         assert!(retryable(RestartPolicy::Never, Some(1), true));
@@ -1441,5 +1468,22 @@ mod tests {
                 "bert-worker-1".into()
             ])]
         );
+    }
+}
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    /// The README's example (examples/training/bert.yaml) is a valid job.
+    #[test]
+    fn the_example_job_plans() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/training/bert.yaml");
+        let text = std::fs::read_to_string(&path).expect("the example");
+        let job: TrainingJob = serde_saphyr::from_str(&text).expect("a TrainingJob");
+        let p = plan(&path, &job).unwrap();
+        assert_eq!((p.pods(), p.gpus(), p.nproc_per_node), (4, 32, 8));
+        assert_eq!(p.queue.as_deref(), Some("research"));
+        assert_eq!(p.env(WORKER, 2)[3], ("RANK".to_string(), "3".to_string()));
     }
 }

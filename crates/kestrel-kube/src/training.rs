@@ -298,6 +298,14 @@ async fn reconcile(cached: Arc<TrainingJob>, ctx: Arc<Ctx>) -> Result<Requeue, E
         .await;
     }
     ctx.write_status(&job, &next).await?;
+    if next.state != job.status.as_ref().and_then(|s| s.state.clone()) {
+        tracing::info!(
+            job = %format!("{ns}/{name}"),
+            state = next.state.as_deref().unwrap_or_default(),
+            restarts = next.restarts,
+            "TrainingJob"
+        );
+    }
     for (kind, reason, note) in &decision.events {
         ctx.event(&job, kind, reason, note).await;
     }
