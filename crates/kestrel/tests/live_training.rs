@@ -351,6 +351,27 @@ async fn bad_training_jobs_are_refused_and_create_nothing() {
     assert!(pods
         .iter()
         .all(|p| !env_of(p).contains_key("MLFLOW_RUN_ID")));
+    // No node in this namespace's pool: the job waits, with the scheduler's explanation
+    // from its PodGroup.
+    let groups: Api<PodGroup> = Api::namespaced(client.clone(), ns);
+    let jobs: Api<TrainingJob> = Api::namespaced(client.clone(), ns);
+    let (reason, explained) = eventually(WAIT, "the PodGroup's waiting reason", || async {
+        let status = jobs.get("untracked").await.ok()?.status?;
+        let scheduled = groups
+            .get("untracked")
+            .await
+            .ok()?
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Scheduled" && c.status == "False")?;
+        let queued = status.state.as_deref() == Some("Queued");
+        (queued && status.waiting_reason.as_deref() == Some(scheduled.message.as_str()))
+            .then_some((status.waiting_reason?, scheduled.message))
+    })
+    .await;
+    assert_eq!(reason, explained);
+    assert!(!reason.is_empty());
     assert_eq!(events(&client, ns, "MlflowUnavailable").await.len(), 1);
     assert!(kestrel.terminate(Duration::from_secs(20)));
     cleanup(&client, "badtrain-", &[ns]).await;
