@@ -139,8 +139,9 @@ async fn kill(client: &kube::Client, ns: &str, pod: &str, exit_code: i32) {
 }
 
 /// A job of 3 pods runs as one gang with a headless Service and the rendezvous variables;
-/// a worker killed by a signal (exit 137) restarts the whole gang (one restart counted);
-/// a master exiting 1 fails the job, and the pods still running are cleaned up.
+/// a worker killed by a signal (exit 137) restarts the whole gang (one restart counted), so
+/// does a pod deleted from under it; a master exiting 1 fails the job, and the pods still
+/// running are cleaned up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_training_job_starts_and_restarts_as_one_gang() {
     let Some((env, _serial)) = env() else { return };
@@ -225,6 +226,24 @@ async fn a_training_job_starts_and_restarts_as_one_gang() {
     assert_eq!(restarts.len(), 1, "{restarts:?}");
     assert_invariants(&client).await;
 
+    // A pod deleted from under the job (an eviction, a drain): restart 2 of 2.
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .delete("bert-worker-1", &Default::default())
+        .await
+        .expect("deleting bert-worker-1");
+    let job = wait_job(&client, ns, "bert", "restarted again and running", |j| {
+        state(j) == Some("Running") && j.status.as_ref().unwrap().restarts == 2
+    })
+    .await;
+    let (_, _, message) = condition(&job, "Restarting").unwrap();
+    assert!(
+        message.contains("bert-worker-1 was deleted or evicted")
+            && message.contains("restart 2 of 2"),
+        "{message}"
+    );
+    let pods = wait_bound(&client, ns, 3, WAIT).await;
+    assert!(pods.iter().all(|p| attempt(p) == "2"));
+
     // The program's own error: the job fails, the workers still running are deleted.
     kill(&client, ns, "bert-master-0", 1).await;
     let job = wait_job(&client, ns, "bert", "Failed", |j| {
@@ -234,7 +253,7 @@ async fn a_training_job_starts_and_restarts_as_one_gang() {
     let (_, reason, message) = condition(&job, "Failed").unwrap();
     assert_eq!(reason, "PermanentFailure");
     assert!(message.contains("exited with code 1"), "{message}");
-    assert_eq!(job.status.as_ref().unwrap().restarts, 1);
+    assert_eq!(job.status.as_ref().unwrap().restarts, 2);
     let left = eventually(WAIT, "only the failed master left", || async {
         let pods = pods_in(&client, ns).await;
         (pods.len() == 1).then_some(pods)
