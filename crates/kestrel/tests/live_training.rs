@@ -140,8 +140,9 @@ async fn kill(client: &kube::Client, ns: &str, pod: &str, exit_code: i32) {
 
 /// A job of 3 pods runs as one gang with a headless Service and the rendezvous variables;
 /// a worker killed by a signal (exit 137) restarts the whole gang (one restart counted), so
-/// does a pod deleted from under it; a master exiting 1 fails the job, and the pods still
-/// running are cleaned up.
+/// does a pod deleted from under it; Kestrel SIGKILLed and restarted picks the job up
+/// without a restart; a master exiting 1 fails the job, and the pods still running are
+/// cleaned up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_training_job_starts_and_restarts_as_one_gang() {
     let Some((env, _serial)) = env() else { return };
@@ -150,7 +151,9 @@ async fn a_training_job_starts_and_restarts_as_one_gang() {
     create_namespace(&client, ns).await;
     create_pool_nodes(&client, ns, 0, 2).await;
     let _kubelet = FakeKubelet::start(client.clone(), "train-");
-    let mut kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
+    // Without election, so that a restarted Kestrel leads at once.
+    let args = ["--scheduler-name", scheduler, "--leader-elect=false"];
+    let mut kestrel = env.kestrel(scheduler, &args);
     create_job(&client, &training_job(ns, "bert", scheduler, 2, json!({}))).await;
 
     let job = wait_job(&client, ns, "bert", "Running", |j| {
@@ -204,6 +207,32 @@ async fn a_training_job_starts_and_restarts_as_one_gang() {
         pg.spec.min_task_member,
         [("master".to_string(), 1), ("worker".to_string(), 2)].into()
     );
+
+    // Kestrel SIGKILLed and started again: it picks the running job up as it is (no
+    // restart, the same pods), and carries on below.
+    let uids = |pods: &[Pod]| -> Vec<String> {
+        let mut uids: Vec<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        uids.sort();
+        uids
+    };
+    let before = uids(&pods_in(&client, ns).await);
+    kestrel.kill();
+    let mut kestrel = env.kestrel(scheduler, &args);
+    eventually(WAIT, "the new Kestrel ready", || async {
+        kestrel.ready().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let job = wait_job(&client, ns, "bert", "Running", |j| {
+        state(j) == Some("Running")
+    })
+    .await;
+    assert_eq!(
+        job.status.as_ref().unwrap().restarts,
+        0,
+        "a Kestrel restart is no gang restart"
+    );
+    assert_eq!(uids(&pods_in(&client, ns).await), before, "the same pods");
 
     // A worker killed by a signal: the whole gang goes and comes back as attempt 1.
     kill(&client, ns, "bert-worker-0", 137).await;
