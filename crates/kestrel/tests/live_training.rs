@@ -425,8 +425,9 @@ async fn bad_training_jobs_are_refused_and_create_nothing() {
     cleanup(&client, "badtrain-", &[ns]).await;
 }
 
-/// With `--mlflow-tracking-uri` a job is one MLflow run: its pods carry the run's id, and
-/// the run holds the job's params, tags and metrics and ends FINISHED with it.
+/// With `--mlflow-tracking-uri` a job (admitted through a LocalQueue) is one MLflow run:
+/// its pods carry the run's id, and the run holds the job's params, tags and metrics and
+/// ends FINISHED with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_training_job_is_recorded_as_an_mlflow_run() {
     let Some((env, _serial)) = env() else { return };
@@ -447,8 +448,18 @@ async fn a_training_job_is_recorded_as_an_mlflow_run() {
             &mlflow.uri,
         ],
     );
+    // Admitted through a LocalQueue with room for the job's 8 GPUs.
+    let queues = format!(
+        "apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ResourceFlavor\nmetadata: {{name: tracked-flavor}}\n---\n\
+         apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ClusterQueue\nmetadata: {{name: tracked}}\nspec:\n  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n  resourceGroups:\n  - coveredResources: [cpu, memory, nvidia.com/gpu]\n    flavors:\n    - name: tracked-flavor\n      resources:\n      - {{name: cpu, nominalQuota: 100}}\n      - {{name: memory, nominalQuota: 1Ti}}\n      - {{name: nvidia.com/gpu, nominalQuota: 16}}\n---\n\
+         apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: LocalQueue\nmetadata: {{name: research, namespace: {ns}}}\nspec: {{clusterQueue: tracked}}\n"
+    );
+    kestrel_testenv::apply_yaml(&client, &queues, false)
+        .await
+        .unwrap();
     // The master finishes 3 s after it starts (the fake kubelet's sim-duration).
-    let extra = json!({"masterAnnotations": {"kestrel.dev/sim-duration": "3s"}});
+    let extra = json!({"queue": "research",
+                       "masterAnnotations": {"kestrel.dev/sim-duration": "3s"}});
     create_job(&client, &training_job(ns, "resnet", scheduler, 1, extra)).await;
     let job = wait_job(&client, ns, "resnet", "Succeeded", |j| {
         state(j) == Some("Succeeded")
@@ -465,6 +476,8 @@ async fn a_training_job_is_recorded_as_an_mlflow_run() {
     let vars = env_of(&master);
     assert_eq!(vars.get("MLFLOW_RUN_ID"), Some(&run_id));
     assert_eq!(vars.get("MLFLOW_TRACKING_URI"), Some(&mlflow.uri));
+    let labels = master.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels["kestrel.dev/queue"], "research");
 
     let run = eventually(WAIT, "the run ended", || async {
         let run = mlflow.api(&format!("runs/get?run_id={run_id}"));
@@ -482,7 +495,7 @@ async fn a_training_job_is_recorded_as_an_mlflow_run() {
     let params = pairs("params");
     assert_eq!(params["gpus"], "8");
     assert_eq!(params["nodes"], "2");
-    assert_eq!(params["queue"], "none");
+    assert_eq!(params["queue"], "research");
     // The fake nodes' GPU feature discovery label.
     assert_eq!(params["gpu_model"], "NVIDIA-H100-80GB-HBM3");
     let tags = pairs("tags");
