@@ -27,7 +27,13 @@ fn every_crd_has_its_group_names_scope_and_subresources() {
         ("LocalQueue", "localqueues", "Namespaced", Some("lq"), true),
         ("Cohort", "cohorts", "Cluster", None, false),
         ("ResourceFlavor", "resourceflavors", "Cluster", None, false),
-        ("TrainingJob", "trainingjobs", "Namespaced", Some("tj"), true),
+        (
+            "TrainingJob",
+            "trainingjobs",
+            "Namespaced",
+            Some("tj"),
+            true,
+        ),
     ];
     assert_eq!(deploy::crd_objects().len(), expected.len());
     for (kind, plural, scope, short, status) in expected {
