@@ -77,7 +77,7 @@ pub struct TrainingJobSpec {
     pub nproc_per_node: Option<i32>,
     #[serde(default)]
     pub run_policy: RunPolicy,
-    /// The LocalQueue (Kestrel's or Kueue's) of the job's namespace it is admitted from.
+    /// The LocalQueue (Kestrel's) of the job's namespace it is admitted from; it must exist.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
     /// Where the gang must or should land (as a PodGroup's `topology`).
