@@ -10,6 +10,7 @@
 //! | [`Cohort`] | cluster | | ClusterQueues that lend to and borrow from each other |
 //! | [`ResourceFlavor`] | cluster | | a kind of node (labels, taints) quotas are counted in |
 //! | [`NodeMaintenance`] | cluster | `nm` | a node drained for maintenance: cordoned, its workloads checkpointed, then evicted |
+//! | [`TrainingJob`](crate::training::TrainingJob) | namespaced | `tj` | a distributed training run: pods, Service and gang made, restarted and reported as one |
 //!
 //! Field names are Kueue's and scheduler-plugins' so that existing manifests read the same.
 //! The schemas validate what the API server can check (enums, minimums, required fields),
@@ -641,6 +642,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         without_required_spec(Cohort::crd()),
         without_required_spec(ResourceFlavor::crd()),
         NodeMaintenance::crd(),
+        crate::training::TrainingJob::crd(),
     ]
 }
 

@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::path::Path;
 
 /// The kinds a workload file may hold (plus `List`s of them).
-pub const SUPPORTED_KINDS: [&str; 22] = [
+pub const SUPPORTED_KINDS: [&str; 23] = [
     "Pod",
     "Job",
     "Deployment",
@@ -17,6 +17,7 @@ pub const SUPPORTED_KINDS: [&str; 22] = [
     "PyTorchJob (kubeflow.org)",
     "Job (batch.volcano.sh)",
     "JobSet (jobset.x-k8s.io)",
+    "TrainingJob (Kestrel)",
     "PodGroup (Kestrel, scheduler-plugins, Volcano)",
     "Topology (Kestrel, Kueue)",
     "PriorityClass",

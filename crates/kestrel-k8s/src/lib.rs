@@ -20,6 +20,7 @@ pub mod nodes;
 pub mod pods;
 pub mod queues;
 pub mod quota;
+pub mod training;
 pub mod workloads;
 
 pub use error::LoadError;

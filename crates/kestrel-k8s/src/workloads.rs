@@ -146,7 +146,8 @@ pub struct Role {
     pub field: String,
 }
 
-/// A workload of several roles: a Kubeflow `PyTorchJob` (Master and Worker), a Volcano
+/// A workload of several roles: a Kubeflow `PyTorchJob` or Kestrel `TrainingJob` (Master
+/// and Worker), a Volcano
 /// `Job` (its tasks) or a `JobSet` (its replicated Jobs). Its pods are one gang over all
 /// roles: all of them (a Volcano Job: its `minAvailable`), each role at least its own
 /// minimum (its replicas; a Volcano task: its `minAvailable`).
@@ -157,8 +158,9 @@ pub struct RoleWorkload {
 }
 
 /// The multi-role kinds, by (API group, kind).
-pub const ROLE_WORKLOAD_KINDS: [(&str, &str); 3] = [
+pub const ROLE_WORKLOAD_KINDS: [(&str, &str); 4] = [
     ("kubeflow.org", "PyTorchJob"),
+    (crate::crds::GROUP, "TrainingJob"),
     ("batch.volcano.sh", "Job"),
     ("jobset.x-k8s.io", "JobSet"),
 ];
@@ -253,6 +255,23 @@ pub fn role_workload<'v>(
                     field: format!("{here}.template"),
                 });
                 role_minimums.push((role.clone(), pods));
+            }
+        }
+        "TrainingJob" => {
+            // The live controller's validation and roles (its restarts are not simulated).
+            let job: crate::training::TrainingJob = serde_json::from_value(value.clone())
+                .map_err(|e| ctx.err("spec", format!("not a TrainingJob: {e}")))?;
+            let plan = crate::training::plan(ctx.path, &job)?;
+            for role in plan.roles {
+                let field = format!("spec.replicaSpecs.{}.template", role.name);
+                role_minimums.push((role.name.clone(), role.replicas));
+                roles.push(Role {
+                    name: role.name,
+                    pods: role.replicas,
+                    completions: role.replicas,
+                    template: role.template,
+                    field,
+                });
             }
         }
         "Job" => {

@@ -449,6 +449,20 @@ impl ApiWriter {
         }
     }
 
+    /// An event about any object (a TrainingJob's progress), rate limited.
+    pub async fn post_object_event(
+        &self,
+        namespace: &str,
+        type_: &str,
+        regarding: ObjectReference,
+        action: &str,
+        reason: &str,
+        note: &str,
+    ) -> Result<(), kube::Error> {
+        let event = self.event_of(type_, regarding, action, reason, note, Timestamp::now());
+        self.post_event(namespace, &event).await
+    }
+
     /// A Warning event on a PodGroup Kestrel cannot use (reason `InvalidSpec`).
     pub async fn report_pod_group(&self, job: &GroupEventJob) -> Result<(), kube::Error> {
         let regarding = ObjectReference {

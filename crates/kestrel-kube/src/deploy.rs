@@ -123,7 +123,9 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "kestrel-scheduler", "labels": labels},
         "rules": [
-            rule(&[""], &["pods"], &["get", "list", "watch", "patch", "delete"]),
+            // create: the TrainingJob controller's pods.
+            rule(&[""], &["pods"], &["get", "list", "watch", "create", "patch", "delete"]),
+            rule(&[""], &["services"], &["create"]),
             rule(&[""], &["pods/binding"], &["create"]),
             rule(&[""], &["pods/status"], &["patch"]),
             // Drains (NodeMaintenance): cordon and uncordon, evict through the Eviction API.
@@ -146,6 +148,9 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             // The finalizer that uncordons a node when its NodeMaintenance is deleted; the
             // maintenances the GPU Operator hook starts and ends.
             rule(&[crds::GROUP], &["nodemaintenances"], &["patch", "create", "delete"]),
+            // A TrainingJob's gang, and the job itself once its TTL passed.
+            rule(&[crds::GROUP], &["podgroups"], &["create"]),
+            rule(&[crds::GROUP], &["trainingjobs"], &["delete"]),
         ]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                "metadata": {"name": "kestrel-scheduler", "labels": labels},
@@ -512,8 +517,9 @@ pub fn render_agent_helm() -> String {
 }
 
 /// Kestrel's kinds the scheduler reads (`scheduling.kestrel.dev`).
-const KESTREL_KINDS: [&str; 7] = [
+const KESTREL_KINDS: [&str; 8] = [
     "podgroups",
+    "trainingjobs",
     "topologies",
     "clusterqueues",
     "localqueues",
@@ -522,8 +528,9 @@ const KESTREL_KINDS: [&str; 7] = [
     "nodemaintenances",
 ];
 /// The status subresources it writes (server-side apply: the `patch` verb).
-const KESTREL_STATUS: [&str; 4] = [
+const KESTREL_STATUS: [&str; 5] = [
     "podgroups/status",
+    "trainingjobs/status",
     "clusterqueues/status",
     "localqueues/status",
     "nodemaintenances/status",

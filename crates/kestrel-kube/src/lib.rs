@@ -15,3 +15,5 @@ pub mod limiter;
 pub mod live_view;
 pub mod maintenance;
 pub mod metrics;
+pub mod mlflow;
+pub mod training;

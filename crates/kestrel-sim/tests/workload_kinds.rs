@@ -205,3 +205,42 @@ spec:
     // urgent and the Job's pod complete; the bare Pod never runs again.
     assert_eq!((r.pods.completed, r.pods.pending_at_end), (2, 0));
 }
+
+fn training(workers: u32) -> String {
+    format!(
+        "apiVersion: scheduling.kestrel.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: bert
+  namespace: ml
+  annotations: {{kestrel.dev/sim-duration: 60s}}
+spec:
+  replicaSpecs:
+    Master:
+      replicas: 1
+      template:{TEMPLATE}
+    Worker:
+      replicas: {workers}
+      template:{TEMPLATE}
+"
+    )
+}
+
+/// A TrainingJob is read with the live controller's validation and runs as one gang.
+#[test]
+fn a_training_job_is_one_gang_and_refused_as_live() {
+    let r = run(8, &training(3));
+    assert_eq!((r.pods.created, r.pods.completed), (4, 4));
+    assert_eq!(r.gangs.started, 1, "{:?}", r.gangs);
+    let r = run(8, &training(4));
+    assert_eq!((r.pods.scheduled, r.pods.pending_at_end), (0, 5));
+    let e = read(&training(0)).unwrap_err();
+    assert!(
+        e.contains(
+            "w.yaml: TrainingJob ml/bert: field spec.replicaSpecs.Worker.replicas: 0 replicas"
+        ),
+        "{e}"
+    );
+    let e = read(&training(1).replace("Master:", "Chief:")).unwrap_err();
+    assert!(e.contains("unknown replica type"), "{e}");
+}

@@ -5,18 +5,20 @@
 //! Kubernetes modules), which writes an admin kubeconfig and takes fault commands on its
 //! standard input. Around it: fake GPU [`nodes`], a [`kubelet::FakeKubelet`] that runs and
 //! completes bound pods, [`install`] of Kestrel's own manifests with a ServiceAccount
-//! kubeconfig, and [`Kestrel`] processes (`kestrel serve`).
+//! kubeconfig, [`Kestrel`] processes (`kestrel serve`), and a real [`MlflowServer`].
 //!
 //! When the control plane has not been built, [`ControlPlane::start`] returns `None` after
 //! a loud message, except under `CI=true`, where it panics: CI must never pass by skipping.
 
 pub mod install;
 pub mod kubelet;
+pub mod mlflow;
 pub mod nodes;
 pub mod process;
 
 pub use install::{apply_yaml, install_kestrel, Installed};
 pub use kubelet::FakeKubelet;
+pub use mlflow::MlflowServer;
 pub use nodes::{create_gpu_nodes, gpu_node};
 pub use process::Kestrel;
 

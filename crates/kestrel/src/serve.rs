@@ -9,6 +9,7 @@ use kestrel_kube::driver::{self, DriverConfig};
 use kestrel_kube::leader::{LeaderElector, LeaseConfig};
 use kestrel_kube::limiter::Limiter;
 use kestrel_kube::metrics::{self, Metrics};
+use kestrel_kube::training::TrainingConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -74,6 +75,19 @@ pub struct ServeArgs {
     /// The checkpoint deadline of the drains --gpu-operator-hook starts.
     #[arg(long, default_value = "30m", value_parser = kestrel_k8s::duration::parse_duration)]
     gpu_operator_checkpoint_deadline: u64,
+    /// Run the TrainingJob controller for jobs whose spec.schedulerName is
+    /// --scheduler-name (while this replica leads).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    training_jobs: bool,
+    /// MLflow tracking server (http://HOST:PORT) that records every TrainingJob as a run;
+    /// a job's spec.mlflow.trackingUri overrides it.
+    #[arg(long, env = "MLFLOW_TRACKING_URI", value_parser = tracking_uri)]
+    mlflow_tracking_uri: Option<String>,
+}
+
+fn tracking_uri(text: &str) -> Result<String, String> {
+    kestrel_k8s::training::check_tracking_uri(text)?;
+    Ok(text.to_string())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -250,6 +264,18 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
         leader_rx.clone(),
         shutdown_rx.clone(),
     ));
+    let training = args.training_jobs.then(|| {
+        tokio::spawn(kestrel_kube::training::run(
+            client.clone(),
+            writer.clone(),
+            TrainingConfig {
+                scheduler_name: args.scheduler_name.clone(),
+                mlflow_tracking_uri: args.mlflow_tracking_uri.clone(),
+            },
+            leader_rx.clone(),
+            shutdown_rx.clone(),
+        ))
+    });
     let driver = tokio::spawn(driver::run(
         client,
         writer,
@@ -264,6 +290,9 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
     shutdown_tx.send_replace(true);
     driver.await.ok();
     maintenance.await.ok();
+    if let Some(training) = training {
+        training.await.ok();
+    }
     if let Some(elector) = elector {
         elector.await.ok();
     }

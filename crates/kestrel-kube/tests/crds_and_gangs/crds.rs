@@ -34,6 +34,13 @@ fn every_crd_has_its_group_names_scope_and_subresources() {
             Some("nm"),
             true,
         ),
+        (
+            "TrainingJob",
+            "trainingjobs",
+            "Namespaced",
+            Some("tj"),
+            true,
+        ),
     ];
     assert_eq!(deploy::crd_objects().len(), expected.len());
     for (kind, plural, scope, short, status) in expected {
