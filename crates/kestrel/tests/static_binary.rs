@@ -216,7 +216,8 @@ fn static_binary_prints_its_version_and_crds_in_an_empty_root() {
     assert!(crds.contains("name: \"podgroups.scheduling.kestrel.dev\""));
     assert_eq!(
         crds.matches("kind: \"CustomResourceDefinition\"").count(),
-        6
+        kestrel_kube::deploy::crd_objects().len(),
+        "every CRD the code declares"
     );
 
     let out = sb.run(&["manifests"], &[]);
