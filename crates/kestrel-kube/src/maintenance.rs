@@ -29,13 +29,12 @@
 //! the workloads, waits while Kestrel checkpoints and evicts them, then goes on. The
 //! maintenance is deleted once the node leaves the operator's drain states.
 
-use crate::api::FIELD_MANAGER;
+use crate::api::{ApiWriter, FIELD_MANAGER};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kestrel_k8s::crds::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
 use kestrel_k8s::live::{self, CHECKPOINT_REQUEST_ANNOTATION, LAST_CHECKPOINT_ANNOTATION};
@@ -103,6 +102,7 @@ fn api_err(e: &kube::Error) -> Option<u16> {
 /// on the next pass.
 pub async fn run(
     client: Client,
+    writer: ApiWriter,
     config: MaintenanceConfig,
     mut leader: watch::Receiver<bool>,
     mut shutdown: watch::Receiver<bool>,
@@ -113,7 +113,7 @@ pub async fn run(
             return;
         }
         if *leader.borrow() {
-            match reconcile_all(&client, &config, Timestamp::now()).await {
+            match reconcile_all(&client, &writer, &config, Timestamp::now()).await {
                 Ok(()) => failing = None,
                 Err(e) => {
                     // Said once per kind of failure, not every pass.
@@ -136,6 +136,7 @@ pub async fn run(
 /// One pass over every NodeMaintenance, oldest first.
 pub async fn reconcile_all(
     client: &Client,
+    writer: &ApiWriter,
     config: &MaintenanceConfig,
     now: Timestamp,
 ) -> Result<(), kube::Error> {
@@ -159,6 +160,7 @@ pub async fn reconcile_all(
     let (catalog, _) = Catalog::live(Path::new(live::API_SOURCE), &classes, &runtimes);
     let pass = Pass {
         client: client.clone(),
+        writer: writer.clone(),
         catalog,
         now,
     };
@@ -269,6 +271,8 @@ pub fn holder<'a>(nm: &NodeMaintenance, all: &'a [NodeMaintenance]) -> Option<&'
 
 struct Pass {
     client: Client,
+    /// Events, as the scheduler's others are written.
+    writer: ApiWriter,
     catalog: Catalog,
     now: Timestamp,
 }
@@ -687,24 +691,11 @@ impl Pass {
             uid: nm.metadata.uid.clone(),
             ..Default::default()
         };
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{}.{:x}", nm.name_any(), self.now.as_nanosecond())),
-                namespace: Some("default".into()),
-                ..Default::default()
-            },
-            event_time: Some(MicroTime(self.now)),
-            action: Some("Draining".into()),
-            reason: Some(reason.into()),
-            type_: Some("Normal".into()),
-            note: Some(message.chars().take(1000).collect()),
-            reporting_controller: Some("kestrel".into()),
-            reporting_instance: Some("kestrel".into()),
-            regarding: Some(regarding),
-            ..Default::default()
-        };
-        let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
-        if let Err(e) = events.create(&Default::default(), &event).await {
+        let posted = self
+            .writer
+            .post_object_event("default", "Normal", regarding, "Draining", reason, message)
+            .await;
+        if let Err(e) = posted {
             tracing::debug!(error = %e, "posting a NodeMaintenance event");
         }
     }

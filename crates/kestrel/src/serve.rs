@@ -256,6 +256,7 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
         kube::Client::try_from(no_retry).context("building the Kubernetes client")?;
     let maintenance = tokio::spawn(kestrel_kube::maintenance::run(
         drain_client,
+        writer.clone(),
         kestrel_kube::maintenance::MaintenanceConfig {
             interval: std::time::Duration::from_millis(args.maintenance_interval.max(100)),
             gpu_operator_hook: args.gpu_operator_hook,

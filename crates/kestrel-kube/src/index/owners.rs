@@ -31,8 +31,8 @@ pub(super) struct OwnerBook {
     owners: HashMap<OwnerKey, OwnerReading>,
     /// Kinds the API does not let Kestrel read.
     unserved: BTreeSet<&'static str>,
-    /// The gangs of owners not seen yet, whose pods wait for them.
-    awaited: HashSet<GroupKey>,
+    /// The gangs of owners not seen yet, whose pods wait for them, with the owner's kind.
+    awaited: HashMap<GroupKey, &'static str>,
 }
 
 impl ClusterState {
@@ -114,13 +114,12 @@ impl ClusterState {
     /// The API does not let Kestrel read `kind`: its pods are read as they are.
     pub fn set_owner_kind_unserved(&mut self, kind: &'static str) {
         self.owners.unserved.insert(kind);
-        let prefix = format!("{}-", kind.to_ascii_lowercase());
         let waiting: Vec<GroupKey> = self
             .owners
             .awaited
             .iter()
-            .filter(|(_, gang)| gang.starts_with(&prefix))
-            .cloned()
+            .filter(|(_, k)| **k == kind)
+            .map(|(key, _)| key.clone())
             .collect();
         for key in waiting {
             self.owners.awaited.remove(&key);
@@ -143,7 +142,7 @@ impl ClusterState {
             }
             Some(_) => {}
             None => {
-                self.owners.awaited.insert(key.clone());
+                self.owners.awaited.insert(key.clone(), kind);
             }
         }
         let owner_key = format!("{kind} {}/{owner}", spec.namespace);

@@ -155,13 +155,9 @@ pub fn node_of(pod: &Pod) -> Option<&str> {
     pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
 }
 
-pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
+// Not every test binary that includes this module reads annotations.
+#[allow(unused_imports)]
+pub use kestrel_k8s::live::annotation;
 
 /// Waits until `count` pods of the namespace are bound; returns the pods.
 pub async fn wait_bound(
