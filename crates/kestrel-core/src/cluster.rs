@@ -36,6 +36,58 @@ pub struct GpuUse {
     pub free_milli: u32,
     /// Held whole by one pod (no shares may join).
     pub held_whole: bool,
+    /// Pods holding it whole, and thousandths held by shares: counted, not overwritten,
+    /// so that a device the API shows held twice (a race the scheduler lost, another
+    /// scheduler) stays held until both have let go.
+    #[serde(skip)]
+    whole_holders: u16,
+    #[serde(skip)]
+    shared_milli: u32,
+}
+
+impl GpuUse {
+    /// A device with `free_milli` thousandths free, the rest held by shares (held whole
+    /// when none is free).
+    pub(crate) fn with_free(free_milli: u32) -> GpuUse {
+        let free_milli = free_milli.min(1000);
+        GpuUse {
+            free_milli,
+            held_whole: free_milli == 0,
+            whole_holders: u16::from(free_milli == 0),
+            shared_milli: if free_milli == 0 {
+                0
+            } else {
+                1000 - free_milli
+            },
+        }
+    }
+
+    fn take_whole(&mut self, take: bool) {
+        if take {
+            self.whole_holders += 1;
+        } else {
+            self.whole_holders = self.whole_holders.saturating_sub(1);
+        }
+        self.settle();
+    }
+
+    fn take_shared(&mut self, milli: u32, take: bool) {
+        if take {
+            self.shared_milli += milli;
+        } else {
+            self.shared_milli = self.shared_milli.saturating_sub(milli);
+        }
+        self.settle();
+    }
+
+    fn settle(&mut self) {
+        self.held_whole = self.whole_holders > 0;
+        self.free_milli = if self.held_whole {
+            0
+        } else {
+            1000u32.saturating_sub(self.shared_milli)
+        };
+    }
 }
 
 /// A node and what is in use on it.
@@ -62,13 +114,7 @@ impl NodeState {
         NodeState {
             free: spec.allocatable.clone(),
             free_pods: spec.max_pods,
-            gpus: vec![
-                GpuUse {
-                    free_milli: 1000,
-                    held_whole: false
-                };
-                spec.gpus.len()
-            ],
+            gpus: vec![GpuUse::with_free(1000); spec.gpus.len()],
             pods: BTreeSet::new(),
             spec,
             class,
@@ -417,19 +463,12 @@ impl NodeState {
             GpuAssignment::Whole(indices) => {
                 for &index in indices {
                     let p = self.device_position(index);
-                    let g = &mut self.gpus[p];
-                    g.free_milli = if take { 0 } else { 1000 };
-                    g.held_whole = take;
+                    self.gpus[p].take_whole(take);
                 }
             }
             GpuAssignment::Shared { index, milli } => {
                 let p = self.device_position(*index);
-                let g = &mut self.gpus[p];
-                if take {
-                    g.free_milli = g.free_milli.saturating_sub(*milli);
-                } else {
-                    g.free_milli = (g.free_milli + milli).min(1000);
-                }
+                self.gpus[p].take_shared(*milli, take);
             }
         }
     }
@@ -907,6 +946,34 @@ mod tests {
             resources: Resources::new(cpu_milli, 1 << 30),
             gpu,
         }
+    }
+
+    #[test]
+    fn a_device_held_twice_stays_held_until_both_let_go() {
+        // The API can show two pods on one device (a bind race the scheduler lost, a
+        // second scheduler): the device is free only when both have ended.
+        let mut n = node(2);
+        let none = Resources::default();
+        let first = GpuAssignment::Whole(vec![0]);
+        n.allocate(PodId(1), &none, &first);
+        n.allocate(PodId(2), &none, &first);
+        n.release(PodId(1), &none, &first);
+        assert!(n.gpus[0].held_whole);
+        assert_eq!(n.free_whole_gpus(), 1);
+        n.release(PodId(2), &none, &first);
+        assert_eq!(n.free_whole_gpus(), 2);
+        // Shares beyond the device are counted the same way.
+        let share = GpuAssignment::Shared {
+            index: 1,
+            milli: 700,
+        };
+        n.allocate(PodId(3), &none, &share);
+        n.allocate(PodId(4), &none, &share);
+        assert_eq!(n.gpus[1].free_milli, 0);
+        n.release(PodId(3), &none, &share);
+        assert_eq!(n.gpus[1].free_milli, 300);
+        n.release(PodId(4), &none, &share);
+        assert_eq!(n.gpus[1].free_milli, 1000);
     }
 
     #[test]

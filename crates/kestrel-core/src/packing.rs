@@ -431,13 +431,7 @@ mod tests {
         NodeState {
             free: Resources::new(cpu * 1000, 1024 * GIB),
             free_pods: 110,
-            gpus: free
-                .iter()
-                .map(|&f| GpuUse {
-                    free_milli: f,
-                    held_whole: f == 0,
-                })
-                .collect(),
+            gpus: free.iter().map(|&f| GpuUse::with_free(f)).collect(),
             pods: Default::default(),
             spec,
             class: ClassId(0),

@@ -20,6 +20,7 @@ use kube::api::{
 use kube::Client;
 use serde_json::json;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The field manager of every write Kestrel makes.
 pub const FIELD_MANAGER: &str = "kestrel";
@@ -164,8 +165,53 @@ impl ApiWriter {
                         }
                     }
                 }
-                _ => BindOutcome::Retry(e.to_string()),
+                // Refused: nothing was written.
+                Some(code) if code < 500 => BindOutcome::Retry(e.to_string()),
+                _ => self.settle_unanswered_bind(job, &e, &still_leader).await,
             },
+        }
+    }
+
+    /// A binding whose answer was lost (connection cut, timeout, server error) may have
+    /// been written. Requeueing the pod would free its GPUs in the engine while the API
+    /// may hold it bound to them, and the next pod placed there over-commits the node. So
+    /// the pod is read back, as often as it takes, and what the API holds decides.
+    async fn settle_unanswered_bind(
+        &self,
+        job: &BindJob,
+        error: &kube::Error,
+        still_leader: &impl Fn() -> bool,
+    ) -> BindOutcome {
+        let pods = self.pods(&job.namespace);
+        let mut delay = Duration::from_millis(250);
+        loop {
+            if !still_leader() {
+                return BindOutcome::Retry(format!(
+                    "{error}; leadership lost before the pod could be read back"
+                ));
+            }
+            self.limiter.acquire().await;
+            match pods.get_opt(&job.name).await {
+                Ok(None) => return BindOutcome::PodGone,
+                Ok(Some(pod)) => {
+                    let same_pod =
+                        job.uid.is_empty() || pod.metadata.uid.as_deref() == Some(job.uid.as_str());
+                    let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                    return match node {
+                        Some(n) if same_pod && n == job.node => {
+                            tracing::info!(pod = %format!("{}/{}", job.namespace, job.name), node = %job.node, error = %error, "the binding's answer was lost; the pod reads back bound");
+                            BindOutcome::Bound
+                        }
+                        Some(_) => BindOutcome::Conflict(Some(Box::new(pod))),
+                        None if !same_pod => BindOutcome::Conflict(Some(Box::new(pod))),
+                        None => BindOutcome::Retry(format!("{error}; the pod reads back unbound")),
+                    };
+                }
+                Err(_) => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(4));
+                }
+            }
         }
     }
 

@@ -144,6 +144,12 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
                 &["podgroups"],
                 &["get", "list", "watch"],
             ),
+            // Volcano's and KAI's queues, read as cluster-wide queues.
+            rule(
+                &["scheduling.volcano.sh", "scheduling.run.ai"],
+                &["queues"],
+                &["list", "watch"],
+            ),
             rule(&[crds::GROUP], &KESTREL_STATUS, &["patch"]),
             // The finalizer that uncordons a node when its NodeMaintenance is deleted; the
             // maintenances the GPU Operator hook starts and ends.

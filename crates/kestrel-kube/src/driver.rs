@@ -27,7 +27,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
-use kestrel_k8s::crds::{ClusterQueue, Cohort, LocalQueue, PodGroup, ResourceFlavor, Topology};
+use kestrel_k8s::crds::{PodGroup, Topology};
 use kestrel_k8s::workloads::{Owner, WHOLE_WORKLOAD_KINDS};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, store::Writer, Store};
@@ -125,7 +125,7 @@ pub struct Stores {
     pub pod_groups: Store<DynamicObject>,
     pub topologies: Store<DynamicObject>,
     /// ClusterQueues, LocalQueues, Cohorts and ResourceFlavors, by kind.
-    pub queues: Vec<(&'static str, Store<DynamicObject>)>,
+    pub queues: Vec<(QueueWatch, Store<DynamicObject>)>,
     /// scheduler-plugins' and Volcano's PodGroups, by kind.
     pub foreign_pod_groups: Vec<(&'static str, Store<DynamicObject>)>,
     pub namespaces: Store<Namespace>,
@@ -181,13 +181,64 @@ const FOREIGN_POD_GROUPS: [(&str, &str, &str); 2] = [
 
 /// The queue kinds the live scheduler reads (Kestrel's group), with the Namespaces their
 /// namespaceSelectors match and the PodDisruptionBudgets preemption respects.
-const QUEUE_WATCHES: [&str; 6] = [
+const QUEUE_WATCHES: [&str; 8] = [
     "ClusterQueue",
     "LocalQueue",
     "Cohort",
     "ResourceFlavor",
+    VOLCANO_QUEUE,
+    KAI_QUEUE,
     "Namespace",
     "PodDisruptionBudget",
+];
+
+/// Volcano's and KAI's `Queue`, as the watches and their readiness name them.
+const VOLCANO_QUEUE: &str = "Queue.scheduling.volcano.sh";
+const KAI_QUEUE: &str = "Queue.scheduling.run.ai";
+
+/// A watched kind of queue object: the name its watch goes by, and the type its objects
+/// are read as (listed items may come without theirs).
+#[derive(Clone, Copy, Debug)]
+pub struct QueueWatch {
+    pub name: &'static str,
+    pub api_version: &'static str,
+    pub kind: &'static str,
+}
+
+impl QueueWatch {
+    /// A queue kind of Kestrel's own group.
+    pub const fn kestrel(kind: &'static str) -> QueueWatch {
+        QueueWatch {
+            name: kind,
+            api_version: kestrel_k8s::crds::API_VERSION,
+            kind,
+        }
+    }
+}
+
+/// The queue kinds watched besides Namespaces and PodDisruptionBudgets: Kestrel's, then
+/// Volcano's and KAI's (read when their CRDs are installed).
+const QUEUE_KINDS_WATCHED: [(QueueWatch, &str); 6] = [
+    (QueueWatch::kestrel("ClusterQueue"), "clusterqueues"),
+    (QueueWatch::kestrel("LocalQueue"), "localqueues"),
+    (QueueWatch::kestrel("Cohort"), "cohorts"),
+    (QueueWatch::kestrel("ResourceFlavor"), "resourceflavors"),
+    (
+        QueueWatch {
+            name: VOLCANO_QUEUE,
+            api_version: "scheduling.volcano.sh/v1beta1",
+            kind: "Queue",
+        },
+        "queues",
+    ),
+    (
+        QueueWatch {
+            name: KAI_QUEUE,
+            api_version: "scheduling.run.ai/v2",
+            kind: "Queue",
+        },
+        "queues",
+    ),
 ];
 
 /// Which listings are complete.
@@ -463,12 +514,11 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         Some(Change::Unserved { kind: "Topology" }),
     );
     let mut queues = Vec::new();
-    for (kind, resource) in [
-        ("ClusterQueue", ApiResource::erase::<ClusterQueue>(&())),
-        ("LocalQueue", ApiResource::erase::<LocalQueue>(&())),
-        ("Cohort", ApiResource::erase::<Cohort>(&())),
-        ("ResourceFlavor", ApiResource::erase::<ResourceFlavor>(&())),
-    ] {
+    for (watch, plural) in QUEUE_KINDS_WATCHED {
+        let (group, version) = watch.api_version.split_once('/').expect("group/version");
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, watch.kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+        let kind = watch.name;
         let store = spawn_watch(
             tasks,
             Api::<DynamicObject>::all_with(client.clone(), &resource),
@@ -480,7 +530,7 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
             },
             Some(Change::Unserved { kind }),
         );
-        queues.push((kind, store));
+        queues.push((watch, store));
     }
     let mut foreign_pod_groups = Vec::new();
     for (kind, group, version) in FOREIGN_POD_GROUPS {
@@ -665,6 +715,33 @@ where
         .collect()
 }
 
+/// Reads every queue object again into the state (each kind's store, typed).
+fn refresh_queues(state: &mut ClusterState, stores: &Stores) {
+    let mut objects: Vec<serde_json::Value> = Vec::new();
+    let typed = |mut json: serde_json::Value, api_version: &str, kind: &str| {
+        // Listed items may come without their type; the parser needs it.
+        json["apiVersion"] = serde_json::json!(api_version);
+        json["kind"] = serde_json::json!(kind);
+        json
+    };
+    for (watch, store) in &stores.queues {
+        for o in store.state() {
+            objects.push(typed(to_json(&o), watch.api_version, watch.kind));
+        }
+    }
+    for ns in stores.namespaces.state() {
+        let json = serde_json::to_value(&*ns).unwrap_or_default();
+        objects.push(typed(json, "v1", "Namespace"));
+    }
+    for pdb in stores.disruption_budgets.state() {
+        let json = serde_json::to_value(&*pdb).unwrap_or_default();
+        objects.push(typed(json, "policy/v1", "PodDisruptionBudget"));
+    }
+    for e in state.set_queues(&objects) {
+        tracing::warn!(error = %e, "queue object cannot be used; its previous version (if any) stays in force");
+    }
+}
+
 /// Applies one watch event to the state. Returns whether anything may have changed.
 pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -> bool {
     match change {
@@ -677,20 +754,26 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
             }
             Event::InitDone => state.end_pod_relist(),
         },
-        Change::Node(event) => match *event {
-            Event::Apply(n) | Event::InitApply(n) => {
-                if let Err(e) = state.apply_node(&n) {
-                    tracing::warn!(error = %e, object = ?e.object, "node cannot be read; it keeps its last readable state");
+        Change::Node(event) => {
+            match *event {
+                Event::Apply(n) | Event::InitApply(n) => {
+                    if let Err(e) = state.apply_node(&n) {
+                        tracing::warn!(error = %e, object = ?e.object, "node cannot be read; it keeps its last readable state");
+                    }
                 }
-            }
-            Event::Delete(n) => {
-                if let Some(name) = &n.metadata.name {
-                    state.delete_node(name);
+                Event::Delete(n) => {
+                    if let Some(name) = &n.metadata.name {
+                        state.delete_node(name);
+                    }
                 }
+                Event::Init => return false,
+                Event::InitDone => state.retain_nodes(&index::node_names(&stores.nodes.state())),
             }
-            Event::Init => return false,
-            Event::InitDone => state.retain_nodes(&index::node_names(&stores.nodes.state())),
-        },
+            // Volcano's and KAI's root cohorts hold the cluster: they follow its capacity.
+            if state.queue_pools_outdated() {
+                refresh_queues(state, stores);
+            }
+        }
         Change::PriorityClasses { .. } | Change::RuntimeClasses { .. } => {
             let pcs = stores.priority_classes.state();
             let rcs = stores.runtime_classes.state();
@@ -737,34 +820,7 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
                 tracing::warn!(error = %e, "Topology cannot be read; it is not used");
             }
         }
-        Change::Queues { .. } => {
-            let mut objects: Vec<serde_json::Value> = Vec::new();
-            for (kind, store) in &stores.queues {
-                for o in store.state() {
-                    let mut json = to_json(&o);
-                    // Listed items may come without their type; the parser needs it.
-                    json["apiVersion"] = serde_json::json!(kestrel_k8s::crds::API_VERSION);
-                    json["kind"] = serde_json::json!(kind);
-                    objects.push(json);
-                }
-            }
-            let typed = |mut json: serde_json::Value, api_version: &str, kind: &str| {
-                json["apiVersion"] = serde_json::json!(api_version);
-                json["kind"] = serde_json::json!(kind);
-                json
-            };
-            for ns in stores.namespaces.state() {
-                let json = serde_json::to_value(&*ns).unwrap_or_default();
-                objects.push(typed(json, "v1", "Namespace"));
-            }
-            for pdb in stores.disruption_budgets.state() {
-                let json = serde_json::to_value(&*pdb).unwrap_or_default();
-                objects.push(typed(json, "policy/v1", "PodDisruptionBudget"));
-            }
-            for e in state.set_queues(&objects) {
-                tracing::warn!(error = %e, "queue object cannot be used; its previous version (if any) stays in force");
-            }
-        }
+        Change::Queues { .. } => refresh_queues(state, stores),
         Change::ResourceQuota(event) => {
             return admission_change(state, &stores.resource_quotas, *event)
         }

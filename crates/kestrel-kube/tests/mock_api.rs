@@ -190,10 +190,35 @@ async fn with_gpu_indices_in_the_binding_a_bind_is_one_write() {
             201,
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
         );
-        // A refused bind has written nothing to the pod, and is retried.
+        let pod = |node: Option<&str>| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "train-0", "namespace": "ml", "uid": "uid-1"},
+                   "spec": {"nodeName": node, "containers": [{"name": "c"}]}})
+        };
+        // A server error may come after the binding was written: the pod is read back
+        // (again after a failed read), and reads back unbound: requeued.
         let (bind, send) = next(&mut handle).await;
         assert_eq!(bind.method, "POST");
         reply(send, 500, status(500, "InternalError"));
+        let (get, send) = next(&mut handle).await;
+        assert_eq!(
+            (get.method.as_str(), get.uri.as_str()),
+            ("GET", "/api/v1/namespaces/ml/pods/train-0")
+        );
+        reply(send, 503, status(503, "ServiceUnavailable"));
+        let (get, send) = next(&mut handle).await;
+        assert_eq!(get.method, "GET");
+        reply(send, 200, pod(None));
+        // The same, but the binding was written: bound.
+        let (_, send) = next(&mut handle).await;
+        reply(send, 504, status(504, "Timeout"));
+        let (get, send) = next(&mut handle).await;
+        assert_eq!(get.method, "GET");
+        reply(send, 200, pod(Some("gpu-0")));
+        // A refused bind (4xx) has written nothing to the pod, and is retried unread.
+        let (bind, send) = next(&mut handle).await;
+        assert_eq!(bind.method, "POST");
+        reply(send, 422, status(422, "Invalid"));
         assert!(
             tokio::time::timeout(std::time::Duration::from_millis(50), handle.next_request())
                 .await
@@ -203,6 +228,12 @@ async fn with_gpu_indices_in_the_binding_a_bind_is_one_write() {
     });
     let writer = writer(client).with_gpu_indices_write(GpuIndicesWrite::Binding);
     let job = job(Some("0,1,2,3"));
+    assert_eq!(writer.bind(&job, || true).await, BindOutcome::Bound);
+    let outcome = writer.bind(&job, || true).await;
+    assert!(
+        matches!(&outcome, BindOutcome::Retry(why) if why.contains("reads back unbound")),
+        "{outcome:?}"
+    );
     assert_eq!(writer.bind(&job, || true).await, BindOutcome::Bound);
     assert!(matches!(
         writer.bind(&job, || true).await,

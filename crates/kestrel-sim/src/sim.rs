@@ -807,23 +807,9 @@ impl<'a> Simulation<'a> {
         let mut queues = &self.workload.queues;
         if queues.cluster_queues.iter().any(|q| q.cluster_scoped) {
             // Volcano's and KAI's queues share the cluster: their root cohorts hold it.
-            let mut capacity: BTreeMap<String, i64> = BTreeMap::new();
-            for (_, node) in self.scheduler.cluster().iter() {
-                let a = &node.spec.allocatable;
-                let gpus = 1000 * node.spec.gpus.len() as i64;
-                for (name, amount) in [
-                    ("cpu", a.cpu_milli),
-                    ("memory", a.memory_bytes),
-                    ("ephemeral-storage", a.ephemeral_storage_bytes),
-                    (kestrel_core::GPU_RESOURCE, gpus),
-                    (kestrel_core::PODS_RESOURCE, i64::from(node.spec.max_pods)),
-                ]
-                .into_iter()
-                .chain(a.extended.iter().map(|(n, v)| (n.as_str(), *v)))
-                {
-                    *capacity.entry(name.to_string()).or_default() += amount;
-                }
-            }
+            let capacity = kestrel_k8s::queues::cluster_wide::cluster_capacity(
+                self.scheduler.cluster().iter().map(|(_, n)| &n.spec),
+            );
             sized = queues.clone();
             sized.size_cluster_pools(&capacity);
             queues = &sized;

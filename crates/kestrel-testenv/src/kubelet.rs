@@ -1,7 +1,8 @@
 //! A fake kubelet for the nodes of a test: a bound pod becomes Running (with `startTime`
 //! and a Ready condition), and Succeeded after its `kestrel.dev/sim-duration`; a pod marked
 //! for deletion (an eviction, a preemption) is removed at once, as a kubelet does once
-//! its containers stopped.
+//! its containers stopped. Status writes are tried again until the API server takes them,
+//! as a kubelet does across an API server restart.
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -43,6 +44,21 @@ fn parse_duration(text: &str) -> Option<Duration> {
     Some(Duration::from_secs_f64(seconds))
 }
 
+/// Writes a pod's status as a kubelet does: again until the API server takes it (it may be
+/// restarting), unless the pod is gone or replaced (the patch names its uid).
+async fn write_status(pods: &Api<Pod>, name: &str, status: &serde_json::Value) {
+    for _ in 0..240 {
+        match pods
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => return,
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
 impl FakeKubelet {
     /// Runs pods bound to nodes whose name starts with `node_prefix`.
     pub fn start(client: kube::Client, node_prefix: &str) -> FakeKubelet {
@@ -72,36 +88,33 @@ impl FakeKubelet {
                     continue;
                 }
                 let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
-                if phase.is_some_and(|p| p != "Pending") || !started.lock().unwrap().insert(uid) {
+                if phase.is_some_and(|p| p != "Pending")
+                    || !started.lock().unwrap().insert(uid.clone())
+                {
                     continue;
                 }
-                let now = Timestamp::now().to_string();
-                let running = json!({"status": {
-                    "phase": "Running", "startTime": now,
-                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
-                }});
-                let _ = pods
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&running))
-                    .await;
                 let runtime = pod
                     .metadata
                     .annotations
                     .as_ref()
                     .and_then(|a| a.get(DURATION_ANNOTATION))
                     .and_then(|d| parse_duration(d));
-                if let Some(runtime) = runtime {
-                    tokio::spawn(async move {
-                        tokio::time::sleep(runtime).await;
-                        let now = Timestamp::now().to_string();
-                        let done = json!({"status": {
-                            "phase": "Succeeded",
-                            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now}],
-                        }});
-                        let _ = pods
-                            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&done))
-                            .await;
-                    });
-                }
+                tokio::spawn(async move {
+                    let now = Timestamp::now().to_string();
+                    let running = json!({"metadata": {"uid": uid}, "status": {
+                        "phase": "Running", "startTime": now,
+                        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+                    }});
+                    write_status(&pods, &name, &running).await;
+                    let Some(runtime) = runtime else { return };
+                    tokio::time::sleep(runtime).await;
+                    let now = Timestamp::now().to_string();
+                    let done = json!({"metadata": {"uid": uid}, "status": {
+                        "phase": "Succeeded",
+                        "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now}],
+                    }});
+                    write_status(&pods, &name, &done).await;
+                });
             }
         });
         FakeKubelet { task }

@@ -12,12 +12,14 @@
 
 pub mod install;
 pub mod kubelet;
+pub mod link;
 pub mod mlflow;
 pub mod nodes;
 pub mod process;
 
 pub use install::{apply_yaml, install_kestrel, Installed};
 pub use kubelet::FakeKubelet;
+pub use link::CuttableLink;
 pub use mlflow::MlflowServer;
 pub use nodes::{create_gpu_nodes, gpu_node};
 pub use process::Kestrel;

@@ -1,8 +1,9 @@
 //! `kestrel serve` through faults on a real control plane (testenv/): the leader killed,
 //! kube-apiserver killed and restarted (watches then expire: 410 Gone), etcd compacted,
-//! the API server frozen for 10 s, SIGTERM. After each: every pod bound, no GPU given
-//! twice, no node over its allocatable, nothing stranded (the invariant checker on what
-//! the API server holds), and the log tells what happened once.
+//! the API server frozen for 10 s, connections cut mid-request (answers lost), SIGTERM.
+//! After each: every pod bound, no GPU given twice, no node over its allocatable, nothing
+//! stranded (the invariant checker on what the API server holds), and the log tells what
+//! happened once.
 
 // The serial lock is held for a whole test on purpose: tests share one control plane
 // and run one at a time, each on its own runtime, so no task waits on another's guard.
@@ -10,7 +11,7 @@
 
 mod live;
 
-use kestrel_testenv::{FakeKubelet, Kestrel};
+use kestrel_testenv::{CuttableLink, FakeKubelet, Kestrel};
 use live::*;
 use std::time::{Duration, Instant};
 
@@ -121,6 +122,46 @@ async fn apiserver_restart_with_compaction_never_overcommits() {
     let log = kestrel.log_text();
     assert_eq!(kestrel.log_count("lease lost"), 0, "{log}");
     assert!(kestrel.ready(), "not ready after the restart:\n{log}");
+    cleanup(&client, prefix, &[ns]).await;
+}
+
+/// Every connection to the API server cut, again and again, while pods are bound: some
+/// bindings are written with their answers lost. The scheduler must count each such pod
+/// where the API holds it (never free its GPUs on a lost answer), so no GPU is given twice
+/// and every pod runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_cut_mid_bind_never_overcommit() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler, prefix) = ("cut", "kestrel-cut", "cut-");
+    let _kubelet = pool_with_kubelet(&client, ns, 10).await;
+    let link = CuttableLink::start(&env.cp.server).await;
+    let kestrel = env.kestrel_through(link.server(), scheduler, &["--scheduler-name", scheduler]);
+    eventually(Duration::from_secs(30), "leading", || async {
+        (kestrel.log_count("leading: rebuilding state") == 1).then_some(())
+    })
+    .await;
+    // 400 pods of 3 s on 80 GPUs: five rounds, each bound while connections are cut.
+    one_gpu_pods(&client, ns, scheduler, 400, "3s").await;
+    let cutting = tokio::spawn(async move {
+        let mut delay = 0u64;
+        for _ in 0..40 {
+            // Uneven gaps, so the cuts meet binds at every stage.
+            delay = (delay * 7 + 3) % 11;
+            tokio::time::sleep(Duration::from_millis(150 + 60 * delay)).await;
+            link.cut();
+        }
+        link
+    });
+    check_until_done(&client, ns, 400, Duration::from_secs(150)).await;
+    let _link = cutting.await.expect("the cutting task");
+    let log = kestrel.log_text();
+    eprintln!(
+        "binds read back after a lost answer: {} bound, {} failed",
+        kestrel.log_count("the pod reads back bound"),
+        kestrel.log_count("bind failed; requeued")
+    );
+    assert_eq!(kestrel.log_count("lease lost"), 0, "{log}");
     cleanup(&client, prefix, &[ns]).await;
 }
 

@@ -388,6 +388,142 @@ async fn cluster_queue_quota_holds_and_queue_live_agrees() {
     cleanup(&client, prefix, &[ns]).await;
 }
 
+/// Test-only CRDs of Volcano's and KAI's `Queue` (cluster-scoped, as in those projects).
+fn foreign_queue_crds() -> String {
+    let crd = |group: &str, version: &str| {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("queues.{group}")},
+            "spec": {"group": group, "scope": "Cluster",
+                "names": {"kind": "Queue", "plural": "queues", "singular": "queue", "listKind": "QueueList"},
+                "versions": [{"name": version, "served": true, "storage": true,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
+    };
+    [
+        crd("scheduling.volcano.sh", "v1beta1"),
+        crd("scheduling.run.ai", "v2"),
+    ]
+    .iter()
+    .map(|c| serde_json::to_string(c).unwrap())
+    .collect::<Vec<_>>()
+    .join("\n---\n")
+}
+
+/// How many pods of `ns` whose name starts with `prefix` are bound.
+async fn bound_with_prefix(client: &kube::Client, ns: &str, prefix: &str) -> usize {
+    pods_in(client, ns)
+        .await
+        .iter()
+        .filter(|p| node_of(p).is_some())
+        .filter(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .count()
+}
+
+/// Volcano's and KAI's queues on the real API server: a Volcano queue's `capability` and a
+/// KAI queue's `limit` hold; a Volcano queue without a capability borrows the rest of the
+/// cluster, and more of it when a node joins (the root cohort follows the cluster).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volcano_and_kai_queues_hold_and_follow_the_cluster() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler, prefix) = ("vqueues", "kestrel-vqueues", "vqueues-");
+    kestrel_testenv::apply_yaml(&client, &foreign_queue_crds(), false)
+        .await
+        .unwrap();
+    // The API server serves a new CRD's kind a moment after accepting it.
+    let queues = "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: capped}\nspec: {weight: 1, capability: {nvidia.com/gpu: 4}}\n---\n\
+         apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: open}\nspec: {weight: 1, deserved: {nvidia.com/gpu: 2}}\n---\n\
+         apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {name: kai-team}\nspec:\n  resources:\n    gpu: {quota: 1, limit: 2, overQuotaWeight: 1}\n";
+    eventually(Duration::from_secs(30), "the queue CRDs served", || async {
+        kestrel_testenv::apply_yaml(&client, queues, false)
+            .await
+            .ok()
+    })
+    .await;
+    create_namespace(&client, ns).await;
+    create_pool_nodes(&client, ns, 0, 2).await;
+    let kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
+    let volcano = |queue: &'static str| [("scheduling.volcano.sh/queue-name", queue)];
+    let mut pods: Vec<Pod> = (0..6)
+        .map(|i| {
+            gpu_pod(
+                ns,
+                &format!("capped-{i}"),
+                scheduler,
+                1,
+                &[],
+                &volcano("capped"),
+            )
+        })
+        .collect();
+    pods.extend((0..4).map(|i| {
+        gpu_pod(
+            ns,
+            &format!("kai-{i}"),
+            scheduler,
+            1,
+            &[("kai.scheduler/queue", "kai-team")],
+            &[],
+        )
+    }));
+    create_pods(&client, pods).await;
+    wait_bound(&client, ns, 6, Duration::from_secs(60)).await;
+    // Long enough for a bind past a limit to show, were there one.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        bound_with_prefix(&client, ns, "capped-").await,
+        4,
+        "capability 4"
+    );
+    assert_eq!(bound_with_prefix(&client, ns, "kai-").await, 2, "limit 2");
+    // 16 GPUs, 6 held: the open queue takes the other 10 and waits for room with 4.
+    create_pods(
+        &client,
+        (0..14)
+            .map(|i| {
+                gpu_pod(
+                    ns,
+                    &format!("open-{i}"),
+                    scheduler,
+                    1,
+                    &[],
+                    &volcano("open"),
+                )
+            })
+            .collect(),
+    )
+    .await;
+    wait_bound(&client, ns, 16, Duration::from_secs(60)).await;
+    assert_eq!(bound_with_prefix(&client, ns, "open-").await, 10);
+    assert_invariants(&client).await;
+    // A third node: the Volcano queues' share grows with it, and the rest of open binds.
+    create_pool_nodes(&client, ns, 2, 1).await;
+    eventually(Duration::from_secs(60), "open's last 4 bound", || async {
+        (bound_with_prefix(&client, ns, "open-").await == 14).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        bound_with_prefix(&client, ns, "capped-").await,
+        4,
+        "capability 4"
+    );
+    assert_eq!(bound_with_prefix(&client, ns, "kai-").await, 2, "limit 2");
+    assert_invariants(&client).await;
+    assert_eq!(
+        kestrel.log_count("cannot be used"),
+        0,
+        "{}",
+        kestrel.log_text()
+    );
+    cleanup(&client, prefix, &[ns]).await;
+}
+
 /// LocalQueue `main` in `ns`, of a ClusterQueue named after `ns` (with its flavor) that
 /// holds 2 GPUs (and ample cpu and memory) for that namespace only.
 async fn two_gpu_queue(client: &kube::Client, ns: &str) {

@@ -9,11 +9,12 @@
 //! without a limit borrow idle capacity, and a queue below what it is owed reclaims it.
 
 use super::reader::{at, describe, Reader};
-use super::QueueSetup;
+use super::{QueueDocument, QueueSetup};
 use crate::error::LoadError;
 use kestrel_core::{
-    ClusterQueueSpec, CohortSpec, FlavorQuotas, QueuePreemption, ReclaimPolicy, ResourceFlavor,
-    ResourceGroup, ResourceQuota, WithinQueuePreemption, GPU_RESOURCE,
+    ClusterQueueSpec, CohortSpec, FlavorQuotas, NodeSpec, QueuePreemption, ReclaimPolicy,
+    ResourceFlavor, ResourceGroup, ResourceQuota, WithinQueuePreemption, GPU_RESOURCE,
+    PODS_RESOURCE,
 };
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -434,4 +435,74 @@ impl QueueSetup {
             }
         }
     }
+}
+
+/// What the cluster's nodes offer, per resource in the engine's units (GPUs in
+/// thousandths), for sizing the root cohorts of Volcano and KAI queues.
+pub fn cluster_capacity<'a>(
+    nodes: impl IntoIterator<Item = &'a NodeSpec>,
+) -> BTreeMap<String, i64> {
+    let mut capacity: BTreeMap<String, i64> = BTreeMap::new();
+    for node in nodes {
+        let a = &node.allocatable;
+        let gpus = 1000 * node.gpus.len() as i64;
+        for (name, amount) in [
+            ("cpu", a.cpu_milli),
+            ("memory", a.memory_bytes),
+            ("ephemeral-storage", a.ephemeral_storage_bytes),
+            (GPU_RESOURCE, gpus),
+            (PODS_RESOURCE, i64::from(node.max_pods)),
+        ]
+        .into_iter()
+        .chain(a.extended.iter().map(|(n, v)| (n.as_str(), *v)))
+        {
+            *capacity.entry(name.to_string()).or_default() += amount;
+        }
+    }
+    capacity
+}
+
+/// For the live scheduler, which reads queue objects one at a time: the Volcano and KAI
+/// queues among `docs` with the structure they imply (parent queues as cohorts, the
+/// root cohorts sized to `capacity`, the any-node flavor), as the simulator builds it from
+/// its files. Other documents pass through unchanged. Also returns the warnings.
+pub fn with_cluster_wide_structure(
+    docs: Vec<QueueDocument>,
+    capacity: &BTreeMap<String, i64>,
+) -> (Vec<QueueDocument>, Vec<String>) {
+    let (scoped, mut out): (Vec<QueueDocument>, Vec<QueueDocument>) = docs
+        .into_iter()
+        .partition(|d| matches!(d, QueueDocument::ClusterQueue(q) if q.cluster_scoped));
+    if scoped.is_empty() {
+        return (out, Vec::new());
+    }
+    let mut setup = QueueSetup {
+        cluster_queues: scoped
+            .into_iter()
+            .filter_map(|d| match d {
+                QueueDocument::ClusterQueue(q) => Some(q),
+                _ => None,
+            })
+            .collect(),
+        ..Default::default()
+    };
+    setup.add_cluster_wide_structure();
+    setup.size_cluster_pools(capacity);
+    let declared = |name: &str, out: &[QueueDocument]| {
+        out.iter()
+            .any(|d| matches!(d, QueueDocument::Flavor(f) if f.name == name))
+    };
+    for flavor in setup.flavors {
+        if !declared(&flavor.name, &out) {
+            out.push(QueueDocument::Flavor(flavor));
+        }
+    }
+    out.extend(setup.cohorts.into_iter().map(QueueDocument::Cohort));
+    out.extend(
+        setup
+            .cluster_queues
+            .into_iter()
+            .map(QueueDocument::ClusterQueue),
+    );
+    (out, setup.warnings)
 }

@@ -642,3 +642,47 @@ spec:
         ]
     );
 }
+
+#[test]
+fn queues_read_one_by_one_get_the_structure_the_simulator_builds() {
+    // What the live scheduler has: each object parsed alone, plus a Kestrel flavor.
+    let docs = vec![
+        parse("apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: org}\nspec: {}\n").unwrap(),
+        parse("apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: team}\nspec: {parent: org, deserved: {nvidia.com/gpu: 2}}\n").unwrap(),
+        parse("apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ResourceFlavor\nmetadata: {name: a100}\n").unwrap(),
+    ];
+    let capacity: BTreeMap<String, i64> = [("nvidia.com/gpu".to_string(), 16_000)].into();
+    let (out, warnings) = cluster_wide::with_cluster_wide_structure(docs, &capacity);
+    let keys: BTreeSet<(&str, String)> = out.iter().map(QueueDocument::key).collect();
+    let key = |kind: &'static str, name: &str| (kind, name.to_string());
+    // The parent is a cohort under the root; the flavor the queues charge is added.
+    for k in [
+        key("Cohort", "org"),
+        key("Cohort", VOLCANO_ROOT),
+        key("ClusterQueue", "team"),
+        key("ResourceFlavor", ANY_NODE_FLAVOR),
+        key("ResourceFlavor", "a100"),
+    ] {
+        assert!(keys.contains(&k), "{k:?} missing from {keys:?}");
+    }
+    assert!(!keys.contains(&key("ClusterQueue", "org")));
+    let root = out
+        .iter()
+        .find_map(|d| match d {
+            QueueDocument::Cohort(c) if c.name == VOLCANO_ROOT => Some(c),
+            _ => None,
+        })
+        .unwrap();
+    let gpu = root.resource_groups[0].flavors[0]
+        .resources
+        .iter()
+        .find(|r| r.name == "nvidia.com/gpu")
+        .unwrap();
+    // The cluster less what the queues lend.
+    assert_eq!(gpu.nominal, 14_000);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    // Without Volcano or KAI queues nothing changes.
+    let plain = vec![parse("apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ResourceFlavor\nmetadata: {name: a100}\n").unwrap()];
+    let (out, _) = cluster_wide::with_cluster_wide_structure(plain.clone(), &capacity);
+    assert_eq!(out, plain);
+}

@@ -6,6 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kestrel_core::{ClusterError, ClusterQueueSpec, Labels, PodPhase, StopPolicy};
 use kestrel_k8s::live;
+use kestrel_k8s::queues::cluster_wide::{cluster_capacity, with_cluster_wide_structure};
 use kestrel_k8s::queues::{
     mark_missing_flavors, parse_queue_document, queue_document_key, QueueDocument,
 };
@@ -31,6 +32,9 @@ pub(super) struct QueueStatusBook {
     active: HashMap<(&'static str, String), Value>,
     /// Warnings of unread fields already logged (each is logged once).
     warned: BTreeSet<String>,
+    /// The cluster's capacity the root cohorts of Volcano and KAI queues were last sized
+    /// to; `None` while there are no such queues.
+    sized_to: Option<BTreeMap<String, i64>>,
 }
 
 impl QueueStatusBook {
@@ -419,6 +423,19 @@ impl ClusterState {
     /// an invalid quota) is returned with the reason and not applied: its previous version,
     /// if any, stays in force. ClusterQueues and LocalQueues are remembered either way, for
     /// their statuses ([`ClusterState::queue_statuses`]).
+    fn cluster_capacity(&self) -> BTreeMap<String, i64> {
+        cluster_capacity(self.scheduler.cluster().iter().map(|(_, n)| &n.spec))
+    }
+
+    /// Whether the root cohorts of Volcano and KAI queues must be sized again: there are
+    /// such queues and the cluster's capacity changed since (a node came, went or grew).
+    pub fn queue_pools_outdated(&self) -> bool {
+        self.queues
+            .sized_to
+            .as_ref()
+            .is_some_and(|sized| *sized != self.cluster_capacity())
+    }
+
     pub fn set_queues<'a>(&mut self, objects: impl IntoIterator<Item = &'a Value>) -> Vec<String> {
         let mut errors = Vec::new();
         let mut wanted: BTreeMap<(&'static str, String), QueueDocument> = BTreeMap::new();
@@ -469,6 +486,23 @@ impl ClusterState {
                 }
             }
         }
+        // Volcano's and KAI's queues share the cluster: their root cohorts hold it.
+        let capacity = self.cluster_capacity();
+        let (docs, warnings) = with_cluster_wide_structure(
+            std::mem::take(&mut wanted).into_values().collect(),
+            &capacity,
+        );
+        self.queues.sized_to = docs
+            .iter()
+            .any(|d| matches!(d, QueueDocument::ClusterQueue(q) if q.cluster_scoped))
+            .then_some(capacity);
+        for w in warnings {
+            if self.queues.warned.insert(w.clone()) {
+                tracing::warn!(warning = %w, "queue structure");
+            }
+        }
+        let mut wanted: BTreeMap<(&'static str, String), QueueDocument> =
+            docs.into_iter().map(|d| (d.key(), d)).collect();
         // A ClusterQueue naming a flavor that does not exist admits nothing (Kueue's
         // FlavorNotFound); it is applied again when the flavor comes or goes.
         let flavors: BTreeSet<String> = wanted

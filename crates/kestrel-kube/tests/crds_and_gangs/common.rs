@@ -11,7 +11,7 @@ pub use kestrel_k8s::crds::{self, PodGroupPhase};
 pub use kestrel_k8s::workloads::Owner;
 pub use kestrel_kube::api::{pod_group_status_patch, ApiWriter, GpuIndicesWrite};
 pub use kestrel_kube::deploy;
-pub use kestrel_kube::driver::{self, Change, DriverConfig, Ended, Stores};
+pub use kestrel_kube::driver::{self, Change, DriverConfig, Ended, QueueWatch, Stores};
 pub use kestrel_kube::index::{
     BindOutcome, ClusterState, CycleOutput, GroupStatusJob, PodState, QueueStatusJob,
 };
@@ -97,7 +97,10 @@ impl Harness {
             runtime_classes: rcs.as_reader(),
             pod_groups: groups.as_reader(),
             topologies: topologies.as_reader(),
-            queues: queues.iter().map(|(k, w)| (*k, w.as_reader())).collect(),
+            queues: queues
+                .iter()
+                .map(|(k, w)| (QueueWatch::kestrel(k), w.as_reader()))
+                .collect(),
             foreign_pod_groups: Vec::new(),
             namespaces: namespaces.as_reader(),
             disruption_budgets: Writer::default().as_reader(),

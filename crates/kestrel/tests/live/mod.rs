@@ -31,7 +31,13 @@ pub fn kestrel_bin() -> &'static Path {
 pub fn env() -> Option<(&'static Env, MutexGuard<'static, ()>)> {
     static ENV: OnceLock<Option<Env>> = OnceLock::new();
     static SERIAL: Mutex<()> = Mutex::new(());
-    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (guard, failed_before) = match SERIAL.lock() {
+        Ok(guard) => (guard, false),
+        Err(poisoned) => {
+            SERIAL.clear_poison();
+            (poisoned.into_inner(), true)
+        }
+    };
     let env = ENV.get_or_init(|| {
         // A runtime of its own: the test's runtime cannot block on this.
         std::thread::spawn(|| {
@@ -49,12 +55,57 @@ pub fn env() -> Option<(&'static Env, MutexGuard<'static, ()>)> {
         .join()
         .expect("starting the control plane")
     });
-    env.as_ref().map(|e| (e, guard))
+    let env = env.as_ref()?;
+    if failed_before {
+        clear_what_a_failed_test_left(env);
+    }
+    Some((env, guard))
+}
+
+/// A test that panicked skipped its cleanup: its pods and nodes would break the next
+/// test's invariant check. Every pod outside the `kube-*` namespaces (where Kestrel is
+/// installed) and every node goes.
+fn clear_what_a_failed_test_left(env: &'static Env) {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        runtime.block_on(async {
+            let client = env.client().await;
+            let namespaces: Api<Namespace> = Api::all(client.clone());
+            let list = namespaces.list(&ListParams::default()).await;
+            for ns in list.map(|l| l.items).unwrap_or_default() {
+                let name = ns.metadata.name.unwrap_or_default();
+                if name.starts_with("kube-") {
+                    continue;
+                }
+                let _ = Api::<Pod>::namespaced(client.clone(), &name)
+                    .delete_collection(
+                        &DeleteParams::default().grace_period(0),
+                        &ListParams::default(),
+                    )
+                    .await;
+            }
+            let _ = Api::<Node>::all(client.clone())
+                .delete_collection(&DeleteParams::default(), &ListParams::default())
+                .await;
+        });
+    })
+    .join()
+    .expect("clearing after a failed test");
 }
 
 impl Env {
     pub async fn client(&self) -> kube::Client {
         self.cp.client().await
+    }
+
+    /// `kestrel serve` with the ServiceAccount's kubeconfig, talking to the API server
+    /// through `server` (a [`kestrel_testenv::CuttableLink`]) instead.
+    pub fn kestrel_through(&self, server: &str, identity: &str, args: &[&str]) -> Kestrel {
+        let text = std::fs::read_to_string(&self.sa_kubeconfig).expect("the kubeconfig");
+        let kubeconfig = self.cp.dir.join(format!("{identity}.kubeconfig"));
+        std::fs::write(&kubeconfig, text.replace(&self.cp.server, server))
+            .expect("writing a kubeconfig");
+        Kestrel::start(kestrel_bin(), &kubeconfig, &self.cp.dir, identity, args)
     }
 
     /// `kestrel serve` with the ServiceAccount's kubeconfig.
