@@ -367,7 +367,7 @@ mod tests {
         for needle in [
             "TrainingJobs",
             "lost GPU-h",
-            "  ml/bert                        Succeeded          1      1m30s      6.50        0.50",
+            "  ml/bert                        Succeeded          1       1m30s      6.50        0.50",
             "    BackoffLimitExceeded: pod gpt-worker-0 failed",
         ] {
             assert!(s.contains(needle), "summary lacks {needle:?}:\n{s}");
