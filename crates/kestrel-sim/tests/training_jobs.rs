@@ -274,3 +274,39 @@ spec: {containers: [{name: c, image: x}]}
     let json = serde_json::to_string(&r).unwrap();
     assert!(!json.contains("training_jobs"), "{json}");
 }
+
+/// The README's worked example ("TrainingJobs in the simulator") runs as it says.
+#[test]
+fn the_readme_example_runs_as_documented() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let section = &readme[readme
+        .find("### TrainingJobs in the simulator")
+        .expect("the section")..];
+    let yaml = section
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the example's YAML");
+    let cluster =
+        kestrel_sim::inputs::load_cluster_file(&root.join("examples/falcon-ai/cluster.yaml"))
+            .unwrap();
+    let workload = read(yaml).unwrap();
+    let r = simulate(&cluster, &workload, SimConfig::default(), &mut |_, _| {}).unwrap();
+    let summary = kestrel_sim::summary::render_summary(&r);
+    let rows: Vec<&str> = summary
+        .lines()
+        .skip_while(|l| !l.starts_with("TrainingJobs"))
+        .take(5)
+        .collect();
+    for row in rows {
+        assert!(section.contains(row), "the README's output lacks {row:?}");
+    }
+    let bert = &r.training_jobs[0];
+    assert_eq!((bert.state.as_str(), bert.restarts), ("Succeeded", 1));
+    assert!((bert.lost_gpu_hours - 16.0 / 6.0).abs() < 1e-9, "{bert:?}");
+    assert_eq!(
+        r.training_jobs[1].reason.as_deref(),
+        Some("PermanentFailure")
+    );
+}
