@@ -180,6 +180,7 @@ pub fn generate(config: &GeneratorConfig) -> Workload {
         gangs,
         topology_levels: Vec::new(),
         queues: Default::default(),
+        training: Vec::new(),
     }
 }
 

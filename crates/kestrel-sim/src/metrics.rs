@@ -212,4 +212,29 @@ pub struct SimReport {
     /// Jain's fairness index over queues of used share / entitled share (1 = each queue
     /// got exactly its entitlement); `None` without queues.
     pub queue_fairness: Option<f64>,
+    /// Per TrainingJob, in input order (left out when there are none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub training_jobs: Vec<TrainingJobReport>,
+}
+
+/// How a TrainingJob fared under its controller's decisions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TrainingJobReport {
+    /// `namespace/name`.
+    pub job: String,
+    /// Its state at the end: `Succeeded`, `Failed`, `Running`, `Queued`, `Restarting`,
+    /// `Created`, or `NotCreated` (it had not arrived).
+    pub state: String,
+    /// The reason and message of that state's condition (`BackoffLimitExceeded`,
+    /// `PermanentFailure`, `DeadlineExceeded` for a failed job).
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    /// Gang restarts.
+    pub restarts: i32,
+    /// From its arrival to its whole gang's first run; `None`: it never ran.
+    pub queue_wait_seconds: Option<f64>,
+    /// GPU-hours its pods held running, and the part of them whose work restarts threw
+    /// away (beyond the last checkpoint every member had reached).
+    pub gpu_hours: f64,
+    pub lost_gpu_hours: f64,
 }

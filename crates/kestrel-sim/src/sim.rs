@@ -14,6 +14,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 
 mod measure;
+mod training;
+
+use training::TrainingState;
 
 /// How to run a simulation.
 #[derive(Debug, Clone, PartialEq)]
@@ -92,6 +95,10 @@ enum Event {
     Arrival(usize),
     /// The engine asked for a cycle at this time (a minimum runtime or delay ends).
     Wake,
+    /// (pod, epoch, failure): a TrainingJob member fails as injected.
+    Fail(PodId, u32, usize),
+    /// A TrainingJob's `activeDeadlineSeconds` ends: its controller looks again.
+    TrainingDeadline(usize),
     Sample,
 }
 
@@ -164,6 +171,10 @@ pub struct Simulation<'a> {
     bind_log: Option<Vec<(PodId, Millis)>>,
     /// When the last event other than a sample happened.
     last_event_at: Millis,
+    /// Per TrainingJob of the workload: where its controller stands.
+    training: Vec<TrainingState>,
+    /// TrainingJobs whose pods changed since their controller last looked.
+    training_dirty: BTreeSet<usize>,
 }
 
 /// ResourceQuota accounting per namespace, as the API server keeps it: what pods that
@@ -372,6 +383,8 @@ impl<'a> Simulation<'a> {
             estimates: None,
             bind_log: None,
             last_event_at: 0,
+            training: TrainingState::for_workload(workload),
+            training_dirty: BTreeSet::new(),
         }
     }
 
@@ -562,6 +575,10 @@ impl<'a> Simulation<'a> {
                 Event::Evict(pod, epoch) => self.evict(pod, epoch),
                 Event::Arrival(job) => self.arrive(job),
                 Event::Wake => self.wake_queued = None,
+                Event::Fail(pod, epoch, failure) => self.fail(pod, epoch, failure),
+                Event::TrainingDeadline(job) => {
+                    self.training_dirty.insert(job);
+                }
                 Event::Sample => sample = true,
             }
             if !matches!(event, Event::Sample) {
@@ -569,11 +586,13 @@ impl<'a> Simulation<'a> {
             }
         }
         self.advance_to(at);
+        self.reconcile_training();
         let started = std::time::Instant::now();
         let decisions = self.scheduler.schedule(at);
         self.decide_time += started.elapsed();
         self.report.cycles += 1;
         self.apply(decisions);
+        self.reconcile_training();
         if let Some(wake) = self.scheduler.next_wakeup().filter(|&w| w > at) {
             if self.wake_queued.is_none_or(|q| wake < q) {
                 self.wake_queued = Some(wake);
@@ -616,9 +635,13 @@ impl<'a> Simulation<'a> {
                 for pod in self.scheduler.remove_node(name)? {
                     self.report.pods.evicted += 1;
                     let state = self.pods.get_mut(&pod).expect("evicted pod is tracked");
+                    let (done, ran) = (state.done_work, self.now.saturating_sub(state.run_start));
                     state.epoch += 1;
                     state.running = false;
                     self.track_gpu_load(pod, -1.0);
+                    // Kept: what its periodic checkpoints saved.
+                    let saved = self.periodic_checkpoint(pod, ran);
+                    self.training_pod_left(pod, done, ran, done + saved, "Terminated");
                 }
             }
             ClusterChange::Cordon(name) => self.scheduler.set_unschedulable(name, true)?,
@@ -638,18 +661,34 @@ impl<'a> Simulation<'a> {
                 .push(job_index);
             return;
         }
-        let state = &mut self.jobs[job_index];
+        let created = self.jobs[job_index].created;
+        let name = match job.kind {
+            JobKind::Pod | JobKind::BarePod => job.name.clone(),
+            JobKind::Job | JobKind::Service | JobKind::Training => {
+                format!("{}-{created}", job.name)
+            }
+        };
+        // Pods of a Job or set take their index as rank, as torchrun's RANK does.
+        self.submit_pod(job_index, name, created, 0);
+    }
+
+    /// Creates a pod of a job named `name` with gang rank `rank` (unless the template
+    /// gives one), resuming from `done_work` of saved work.
+    fn submit_pod(
+        &mut self,
+        job_index: usize,
+        name: String,
+        rank: u32,
+        done_work: Millis,
+    ) -> PodId {
+        let job = &self.workload.jobs[job_index];
         let mut spec: PodSpec = job.template.clone();
         spec.namespace = job.namespace.clone();
-        spec.name = match job.kind {
-            JobKind::Pod | JobKind::BarePod => job.name.clone(),
-            JobKind::Job | JobKind::Service => format!("{}-{}", job.name, state.created),
-        };
+        spec.name = name;
         if let Some(membership) = &mut spec.gang {
-            // Pods of a Job or set take their index as rank, as torchrun's RANK does.
-            membership.rank.get_or_insert(state.created);
+            membership.rank.get_or_insert(rank);
         }
-        state.created += 1;
+        self.jobs[job_index].created += 1;
         let id = self.scheduler.submit(spec, self.now);
         self.pods.insert(
             id,
@@ -659,18 +698,26 @@ impl<'a> Simulation<'a> {
                 first_bound_at: None,
                 epoch: 0,
                 running: false,
-                done_work: 0,
+                done_work,
                 run_start: 0,
                 evicting: None,
                 gpu_milli: 0,
             },
         );
         self.report.pods.created += 1;
+        id
     }
 
     fn arrive(&mut self, job_index: usize) {
         self.report.jobs.submitted += 1;
         let job = &self.workload.jobs[job_index];
+        if job.kind == JobKind::Training {
+            // Its controller creates the pods, all roles at once.
+            if let Some(training) = self.training_of(job_index) {
+                self.training_dirty.insert(training);
+            }
+            return;
+        }
         let initial = job.parallelism.min(job.completions);
         for _ in 0..initial {
             self.create_pod(job_index);
@@ -686,11 +733,22 @@ impl<'a> Simulation<'a> {
         }
         state.running = false;
         let job_index = state.job;
+        let (done, ran) = (state.done_work, self.now.saturating_sub(state.run_start));
         self.track_gpu_load(pod, -1.0);
         self.scheduler.finish(pod).expect("running pod is known");
         self.namespace_quota_release(job_index);
         self.report.pods.completed += 1;
         let job = &self.workload.jobs[job_index];
+        if job.kind == JobKind::Training {
+            // Its controller decides what the end of one member means for the job.
+            let run = training::Run {
+                ran,
+                reached: done + ran,
+                saved: done + ran,
+            };
+            self.training_pod_ended(pod, run, training::End::Succeeded);
+            return;
+        }
         let state = &mut self.jobs[job_index];
         state.succeeded += 1;
         if state.succeeded >= job.completions {
@@ -744,9 +802,14 @@ impl<'a> Simulation<'a> {
             if let Some(log) = &mut self.bind_log {
                 log.push((binding.pod, self.now));
             }
-            if let Some(duration) = duration {
-                let remaining = duration.saturating_sub(done_work);
+            let remaining = duration.map(|d| d.saturating_sub(done_work));
+            if let Some(remaining) = remaining {
                 self.push(run_start + remaining, Event::PodDone(binding.pod, epoch));
+            }
+            if let Some((failure, after)) = self.training_bound(binding.pod) {
+                if remaining.is_none_or(|r| after < r) {
+                    self.push(run_start + after, Event::Fail(binding.pod, epoch, failure));
+                }
             }
             if let Some((chosen_at, reclaimed_at)) = self.preempted_for.remove(&binding.pod) {
                 let started = self.now + self.config.control_latency;
@@ -919,6 +982,7 @@ impl<'a> Simulation<'a> {
             self.report.pods.rejected_by_quota -= 1;
             self.create_pod(job);
         }
+        self.training_quota_freed(&namespace);
     }
 
     /// Victims chosen this cycle: asked to checkpoint first when they offer it (and the
@@ -969,7 +1033,15 @@ impl<'a> Simulation<'a> {
     /// A victim leaves: the work since its last checkpoint is lost, the rest is kept for
     /// its next run.
     fn evict(&mut self, pod: PodId, epoch: u32) {
+        let before = self
+            .pods
+            .get(&pod)
+            .map(|s| (s.done_work, self.now.saturating_sub(s.run_start)));
         if let Some(lost) = self.leave(pod, epoch) {
+            if let Some((done, ran)) = before {
+                let saved = self.pods[&pod].done_work;
+                self.training_pod_left(pod, done, ran, saved, "Preempted");
+            }
             self.report.preemption.lost_gpu_hours += lost;
             self.report.preemption.victim_pods += 1;
             let job = self.pods.get(&pod).map(|s| s.job);
@@ -988,12 +1060,13 @@ impl<'a> Simulation<'a> {
         if state.epoch != epoch || !state.running {
             return None;
         }
-        let ran = self.now.saturating_sub(state.run_start);
-        let interval = self.scheduler.pod(pod).spec.preemption.checkpoint_interval;
-        let saved = match state.evicting.flatten() {
-            Some(asked) => asked.saturating_sub(state.run_start).min(ran),
-            None => interval.filter(|&i| i > 0).map_or(0, |i| ran / i * i),
+        let (run_start, asked) = (state.run_start, state.evicting.flatten());
+        let ran = self.now.saturating_sub(run_start);
+        let saved = match asked {
+            Some(asked) => asked.saturating_sub(run_start).min(ran),
+            None => self.periodic_checkpoint(pod, ran),
         };
+        let state = self.pods.get_mut(&pod).expect("checked above");
         state.done_work += saved;
         state.epoch += 1;
         state.running = false;
@@ -1002,6 +1075,12 @@ impl<'a> Simulation<'a> {
         self.track_gpu_load(pod, -1.0);
         self.scheduler.evict(pod).expect("running pod is known");
         Some(gpus * (ran - saved) as f64 / 3_600_000.0)
+    }
+
+    /// Work of a run of `ran` that the pod's periodic checkpoints saved.
+    fn periodic_checkpoint(&self, pod: PodId, ran: Millis) -> Millis {
+        let interval = self.scheduler.pod(pod).spec.preemption.checkpoint_interval;
+        interval.filter(|&i| i > 0).map_or(0, |i| ran / i * i)
     }
 
     /// Cordons (`true`) or uncordons a node now, for a driver that steps the run (a
@@ -1029,8 +1108,11 @@ impl<'a> Simulation<'a> {
     pub fn drain_evict(&mut self, pod: PodId, checkpoint_asked: Option<Millis>) -> Option<f64> {
         let state = self.pods.get_mut(&pod).filter(|s| s.running)?;
         state.evicting = Some(checkpoint_asked);
-        let epoch = state.epoch;
+        let (epoch, done) = (state.epoch, state.done_work);
+        let ran = self.now.saturating_sub(state.run_start);
         let lost = self.leave(pod, epoch)?;
+        let saved = self.pods[&pod].done_work;
+        self.training_pod_left(pod, done, ran, saved, "Evicted");
         self.report.pods.evicted += 1;
         self.push(self.now, Event::Wake);
         Some(lost)

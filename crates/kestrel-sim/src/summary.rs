@@ -119,6 +119,8 @@ pub fn render_summary(r: &SimReport) -> String {
     // reasons below are never cut: they are wrapped.
     let mut s: String = s.lines().map(|line| clip(line, WIDTH) + "\n").collect();
 
+    training_table(&mut s, r);
+
     if !r.pending_reasons.is_empty() {
         let total: u64 = r.pending_reasons.iter().map(|(_, n)| n).sum();
         let _ = writeln!(s, "\nTop pending reasons (pod-samples)");
@@ -163,6 +165,34 @@ pub fn render_summary(r: &SimReport) -> String {
         }
     }
     s
+}
+
+/// Per TrainingJob: its state, restarts, wait and GPU-hours; why it failed, wrapped.
+fn training_table(s: &mut String, r: &SimReport) {
+    if r.training_jobs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n{:<32} {:<11}{:>9}{:>12}{:>10}{:>12}",
+        "TrainingJobs", "state", "restarts", "queue wait", "GPU-h", "lost GPU-h"
+    );
+    for t in &r.training_jobs {
+        let wait = t.queue_wait_seconds.map_or("-".to_string(), fmt_seconds);
+        let row = format!(
+            "  {:<30} {:<11}{:>9}{:>12}{:>10.2}{:>12.2}",
+            t.job, t.state, t.restarts, wait, t.gpu_hours, t.lost_gpu_hours
+        );
+        let _ = writeln!(s, "{}", clip(&row, WIDTH));
+        if t.state == "Failed" {
+            let why = format!(
+                "{}: {}",
+                t.reason.as_deref().unwrap_or_default(),
+                t.message.as_deref().unwrap_or_default()
+            );
+            s.push_str(&wrap("    ", &why, 4));
+        }
+    }
 }
 
 /// `text` after `first`, wrapped at word boundaries to [`WIDTH`], later lines indented by
@@ -299,7 +329,55 @@ fn fmt_pct_secs(pc: &Percentiles, seconds: f64) -> String {
 mod tests {
     use super::*;
     use crate::metrics::PendingPod;
+    use crate::metrics::TrainingJobReport;
     use crate::sample_report::sample_report;
+
+    #[test]
+    fn training_jobs_are_listed_with_why_they_failed() {
+        let mut r = sample_report();
+        assert!(
+            !render_summary(&r).contains("TrainingJobs"),
+            "none, no table"
+        );
+        let job = |name: &str, state: &str, reason: &str, message: &str| TrainingJobReport {
+            job: format!("ml/{name}"),
+            state: state.into(),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            restarts: 1,
+            queue_wait_seconds: Some(90.0),
+            gpu_hours: 6.5,
+            lost_gpu_hours: 0.5,
+        };
+        r.training_jobs = vec![
+            job(
+                "bert",
+                "Succeeded",
+                "Succeeded",
+                "the Master finished after 1 restart(s)",
+            ),
+            job(
+                "gpt",
+                "Failed",
+                "BackoffLimitExceeded",
+                &"pod gpt-worker-0 failed: container train exited with code 137; ".repeat(3),
+            ),
+        ];
+        let s = render_summary(&r);
+        for needle in [
+            "TrainingJobs",
+            "lost GPU-h",
+            "  ml/bert                        Succeeded          1       1m30s      6.50        0.50",
+            "    BackoffLimitExceeded: pod gpt-worker-0 failed",
+        ] {
+            assert!(s.contains(needle), "summary lacks {needle:?}:\n{s}");
+        }
+        assert!(
+            !s.contains("Succeeded: the Master"),
+            "only failures say why:\n{s}"
+        );
+        assert!(s.lines().all(|l| l.chars().count() <= WIDTH), "{s}");
+    }
 
     #[test]
     fn summary_has_the_key_figures_and_reasons() {

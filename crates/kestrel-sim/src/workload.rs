@@ -2,6 +2,7 @@
 
 use kestrel_core::{GangSpec, GangTopology, Millis, NodeSpec, PodSpec};
 pub use kestrel_k8s::queues::{NamespaceQuota, QueueSetup};
+use kestrel_k8s::training::Plan;
 use serde::Serialize;
 
 /// The controller kind a job came from; decides how its pods are created and replaced.
@@ -17,6 +18,9 @@ pub enum JobKind {
     Job,
     /// Deployment or StatefulSet: `replicas` pods that run for the duration (or to the end).
     Service,
+    /// One role of a TrainingJob ([`SimTraining`]): its pods are created, restarted and
+    /// finished by the TrainingJob controller's decisions, the whole gang at once.
+    Training,
 }
 
 /// One workload object to simulate.
@@ -97,6 +101,39 @@ pub struct Workload {
     pub gangs: Vec<GangSpec>,
     pub topology_levels: Vec<String>,
     pub queues: QueueSetup,
+    /// TrainingJobs: their roles are jobs of kind [`JobKind::Training`].
+    pub training: Vec<SimTraining>,
+}
+
+/// A TrainingJob as the simulator runs it: the live controller's plan, the jobs that hold
+/// its roles' pod templates, and the failures to inject.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SimTraining {
+    /// What [`kestrel_k8s::training::plan`] made of the object (validated).
+    #[serde(skip)]
+    pub plan: Plan,
+    /// Per role of the plan, in its order: the index of the job in [`Workload::jobs`].
+    pub role_jobs: Vec<usize>,
+    pub failures: Vec<InjectedFailure>,
+}
+
+impl SimTraining {
+    /// The job (an index into [`Workload::jobs`]) that holds a role's template.
+    pub fn role_job(&self, role: &str) -> Option<usize> {
+        let i = self.plan.roles.iter().position(|r| r.name == role)?;
+        self.role_jobs.get(i).copied()
+    }
+}
+
+/// A member's pod fails with `exit` once it has run `after` (each entry fires once, in
+/// the first run of the member that lasts that long).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InjectedFailure {
+    /// `Master` or `Worker`, as in the plan.
+    pub role: String,
+    pub index: u32,
+    pub after: Millis,
+    pub exit: i32,
 }
 
 impl Workload {

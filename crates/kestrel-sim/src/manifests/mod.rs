@@ -24,7 +24,7 @@
 //! How a pod template becomes the scheduler's pod (requests, priority, queue, preemption
 //! terms, GPU annotations) is [`kestrel_k8s::pods`]'s.
 
-use crate::workload::{JobKind, SimJob, Workload};
+use crate::workload::{JobKind, SimJob, SimTraining, Workload};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1 as core;
@@ -40,6 +40,9 @@ use kestrel_k8s::workloads::{queued_workload, role_workload};
 use kestrel_k8s::LoadError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+mod failures;
+pub use failures::{parse_failures, FAILURES_ANNOTATION};
 
 /// When the object is created, from the simulation's start (default `0`).
 pub const ARRIVAL_ANNOTATION: &str = "kestrel.dev/sim-arrival";
@@ -93,6 +96,7 @@ pub fn load_manifests_with(
         seen: BTreeMap::new(),
         generated: BTreeMap::new(),
         jobs: Vec::new(),
+        training: Vec::new(),
         options: options.clone(),
     };
     for (path, docs) in &parsed {
@@ -106,6 +110,7 @@ pub fn load_manifests_with(
         gangs,
         topology_levels,
         queues: builder.queues,
+        training: builder.training,
     })
 }
 
@@ -118,6 +123,7 @@ struct Builder {
     /// generateName prefix -> names generated so far.
     generated: BTreeMap<String, u32>,
     jobs: Vec<SimJob>,
+    training: Vec<SimTraining>,
     options: LoadOptions,
 }
 
@@ -248,7 +254,8 @@ impl Builder {
         Ok(())
     }
 
-    /// A PyTorchJob, Volcano Job or JobSet: one job per role, all in one gang.
+    /// A PyTorchJob, Volcano Job or JobSet: one job per role, all in one gang. A
+    /// TrainingJob's roles are run by its controller's decisions ([`SimTraining`]).
     fn role_workload(
         &mut self,
         ctx: &Ctx,
@@ -265,9 +272,23 @@ impl Builder {
             .filter(|n| !n.is_empty())
             .unwrap_or("default");
         let name = meta.name.as_deref().unwrap_or_default();
-        let Some(workload) = role_workload(ctx, &doc.value, namespace, name)? else {
+        let Some(mut workload) = role_workload(ctx, &doc.value, namespace, name)? else {
             return Ok(None);
         };
+        let training = match doc.kind() {
+            "TrainingJob" => Some(self.training(ctx, &doc.value, &meta)?),
+            _ => None,
+        };
+        if training.is_some() {
+            // The controller's PodGroup: every attempt starts whole, none keeps the last
+            // one's admission.
+            workload.gang.keeps_admission = false;
+        }
+        let kind = match training {
+            Some(_) => JobKind::Training,
+            None => JobKind::Job,
+        };
+        let first_job = self.jobs.len();
         let mut jobs = Vec::new();
         for role in &workload.roles {
             // Errors point at the role's template, not the object's spec.
@@ -276,7 +297,7 @@ impl Builder {
                 ctx,
                 doc,
                 Shape {
-                    kind: JobKind::Job,
+                    kind,
                     meta: &meta,
                     template_meta: role.template.metadata.as_ref(),
                     spec_field: &spec_field,
@@ -292,7 +313,38 @@ impl Builder {
             )?;
             jobs.extend(job);
         }
+        if let Some(mut training) = training {
+            training.role_jobs = (first_job..first_job + jobs.len()).collect();
+            self.training.push(training);
+        }
         Ok(Some(jobs))
+    }
+
+    /// A TrainingJob's plan (the live controller's) and the failures it is to suffer.
+    fn training(
+        &self,
+        ctx: &Ctx,
+        value: &serde_json::Value,
+        meta: &ObjectMeta,
+    ) -> Result<SimTraining, LoadError> {
+        let job: kestrel_k8s::training::TrainingJob = serde_json::from_value(value.clone())
+            .map_err(|e| ctx.err("spec", format!("not a TrainingJob: {e}")))?;
+        let plan = kestrel_k8s::training::plan(ctx.path, &job)?;
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        let failures = match annotations.get(FAILURES_ANNOTATION) {
+            Some(text) => parse_failures(&plan, text).map_err(|e| {
+                ctx.err(
+                    format!("metadata.annotations[\"{FAILURES_ANNOTATION}\"]"),
+                    e,
+                )
+            })?,
+            None => Vec::new(),
+        };
+        Ok(SimTraining {
+            plan,
+            role_jobs: Vec::new(),
+            failures,
+        })
     }
 
     fn service(
@@ -439,6 +491,19 @@ impl Builder {
             }
         }
 
+        if shape.kind != JobKind::Training {
+            if let Some((field, _)) = annotations.get(FAILURES_ANNOTATION) {
+                return Err(ctx.err(
+                    field,
+                    format!(
+                        "only TrainingJobs fail on purpose in the simulator (a {} is not \
+                         restarted by Kestrel); remove the annotation or make the object a \
+                         TrainingJob",
+                        doc.kind()
+                    ),
+                ));
+            }
+        }
         let arrival = match annotations.get(ARRIVAL_ANNOTATION) {
             Some((field, v)) => parse_duration(v).map_err(|e| ctx.err(field, e))?,
             None => 0,
@@ -449,7 +514,7 @@ impl Builder {
             None if shape.kind != JobKind::Service && self.options.default_duration.is_some() => {
                 self.options.default_duration
             }
-            None if shape.kind == JobKind::Job => {
+            None if matches!(shape.kind, JobKind::Job | JobKind::Training) => {
                 return Err(ctx.err(
                     format!("metadata.annotations[\"{DURATION_ANNOTATION}\"]"),
                     format!(

@@ -355,6 +355,7 @@ pub fn workload_from_pods(pods: &[OpenbPod]) -> Workload {
         gangs: Vec::new(),
         topology_levels: Vec::new(),
         queues: Default::default(),
+        training: Vec::new(),
         jobs: pods
             .iter()
             .map(|p| SimJob {

@@ -185,6 +185,7 @@ impl Simulation<'_> {
         report.preemption.start_latency = Percentiles::of(&mut self.start_latencies);
         report.preemption.reclaim_latency = Percentiles::of(&mut self.reclaim_latencies);
         self.queue_report(end, &waits_by_pod);
+        self.report.training_jobs = self.training_report();
         self.report
     }
 
