@@ -52,6 +52,17 @@ lint_chart() {
         exit 1
     }
     echo "helm lint refuses replicas=two: $(grep -m1 -i "replicas" <<<"$out" | sed 's/^ *//')"
+    # A tracking URI Kestrel cannot use (https) is refused before anything is installed.
+    if out="$("$helm" lint --strict charts/kestrel --set mlflowTrackingUri=https://mlflow:5000 2>&1)"; then
+        echo "build/helm.sh: helm lint accepted mlflowTrackingUri=https://mlflow:5000" >&2
+        exit 1
+    fi
+    grep -q "mlflowTrackingUri" <<<"$out" || {
+        echo "build/helm.sh: helm lint refused mlflowTrackingUri without naming it:" >&2
+        echo "$out" >&2
+        exit 1
+    }
+    "$helm" lint --strict charts/kestrel --set mlflowTrackingUri=http://mlflow.mlflow:5000 >/dev/null
 }
 
 render_chart() {

@@ -258,11 +258,20 @@ pub fn role_workload<'v>(
             }
         }
         "TrainingJob" => {
-            // The live controller's validation and roles (its restarts are not simulated).
+            // The live controller's validation and roles; its pods carry the job's queue,
+            // as the controller labels them live.
             let job: crate::training::TrainingJob = serde_json::from_value(value.clone())
                 .map_err(|e| ctx.err("spec", format!("not a TrainingJob: {e}")))?;
             let plan = crate::training::plan(ctx.path, &job)?;
-            for role in plan.roles {
+            for mut role in plan.roles {
+                if let Some(queue) = &plan.queue {
+                    role.template
+                        .metadata
+                        .get_or_insert_with(Default::default)
+                        .labels
+                        .get_or_insert_with(Default::default)
+                        .insert(crate::queues::KESTREL_QUEUE_LABEL.into(), queue.clone());
+                }
                 let field = format!("spec.replicaSpecs.{}.template", role.name);
                 role_minimums.push((role.name.clone(), role.replicas));
                 roles.push(Role {

@@ -34,6 +34,8 @@ pub struct InstallValues {
     pub gpu_indices_via: String,
     pub policy: String,
     pub metrics_port: String,
+    /// MLflow tracking server recording every TrainingJob; empty: none.
+    pub mlflow_tracking_uri: String,
     /// The scheduler container's requests and limits.
     pub resources: Value,
 }
@@ -53,6 +55,7 @@ impl Default for InstallValues {
             gpu_indices_via: "binding".into(),
             policy: "kestrel".into(),
             metrics_port: "10251".into(),
+            mlflow_tracking_uri: String::new(),
             // Memory limited (a leak ends in a restart, not a starved node); cpu not, so
             // a cycle after a burst of arrivals is not throttled.
             resources: json!({"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}),
@@ -62,7 +65,7 @@ impl Default for InstallValues {
 
 /// Placeholders substituted after rendering, for the Helm templates: marker, expression,
 /// and whether the expression replaces the quoted marker (a number or an object).
-const HELM: [(&str, &str, bool); 13] = [
+const HELM: [(&str, &str, bool); 14] = [
     ("namespace", "{{ .Release.Namespace }}", false),
     ("schedulerName", "{{ .Values.schedulerName }}", false),
     ("imageRepository", "{{ .Values.image.repository }}", false),
@@ -80,6 +83,11 @@ const HELM: [(&str, &str, bool); 13] = [
     ("gpuIndicesVia", "{{ .Values.gpuIndicesVia }}", false),
     ("policy", "{{ .Values.policy }}", false),
     ("metricsPort", "{{ .Values.metricsPort }}", true),
+    (
+        "mlflowTrackingUri",
+        "{{ .Values.mlflowTrackingUri }}",
+        false,
+    ),
 ];
 
 impl InstallValues {
@@ -98,6 +106,7 @@ impl InstallValues {
             gpu_indices_via: m("gpuIndicesVia"),
             policy: m("policy"),
             metrics_port: m("metricsPort"),
+            mlflow_tracking_uri: m("mlflowTrackingUri"),
             resources: json!(m("resources")),
         }
     }
@@ -203,7 +212,10 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
                             format!("--gpu-indices-via={}", v.gpu_indices_via),
                             format!("--policy={}", v.policy),
                         ],
-                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                        "env": [
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                            {"name": "MLFLOW_TRACKING_URI", "value": v.mlflow_tracking_uri},
+                        ],
                         "ports": [{"name": "metrics", "containerPort": num(&v.metrics_port)}],
                         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10},
                         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 5},
@@ -624,6 +636,9 @@ pub fn render_values() -> String {
          # How the chosen GPU indices reach a pod: \"patch\" (annotate, then bind: two writes)\n\
          # or \"binding\" (in the Binding, copied onto the pod by the API server: one write).\n\
          gpuIndicesVia: {:?}\npolicy: {:?}\nmetricsPort: {}\n\
+         # MLflow tracking server (http://HOST:PORT) that records every TrainingJob as a run;\n\
+         # empty: none (a job's spec.mlflow.trackingUri still applies).\n\
+         mlflowTrackingUri: {:?}\n\
          # The scheduler container's requests and limits (memory limited, cpu not).\n\
          resources:\n{res}{agent}",
         v.scheduler_name,
@@ -636,6 +651,7 @@ pub fn render_values() -> String {
         v.gpu_indices_via,
         v.policy,
         v.metrics_port,
+        v.mlflow_tracking_uri,
         agent = agent_values_yaml()
     )
 }
@@ -704,6 +720,8 @@ pub fn values_schema() -> Value {
             "gpuIndicesVia": {"enum": ["patch", "binding"]},
             "policy": {"enum": policies},
             "metricsPort": {"type": "integer", "minimum": 1, "maximum": 65535},
+            "mlflowTrackingUri": {"type": "string", "pattern": "^(http://[^/:]+(:[0-9]+)?(/.*)?)?$",
+                                  "description": "MLflow tracking server (http://HOST:PORT) recording every TrainingJob as a run; empty: none."},
             "resources": {
                 "type": "object",
                 "additionalProperties": false,

@@ -310,3 +310,46 @@ fn the_readme_example_runs_as_documented() {
         Some("PermanentFailure")
     );
 }
+
+#[test]
+fn a_training_job_is_admitted_by_its_queue_whole() {
+    let queues = |gpus: u32| {
+        format!(
+            "apiVersion: scheduling.kestrel.dev/v1alpha1
+kind: ResourceFlavor
+metadata: {{name: default}}
+---
+apiVersion: scheduling.kestrel.dev/v1alpha1
+kind: ClusterQueue
+metadata: {{name: team}}
+spec:
+  namespaceSelector: {{}}
+  resourceGroups:
+  - coveredResources: [cpu, memory, nvidia.com/gpu]
+    flavors:
+    - name: default
+      resources:
+      - {{name: cpu, nominalQuota: 100}}
+      - {{name: memory, nominalQuota: 1Ti}}
+      - {{name: nvidia.com/gpu, nominalQuota: {gpus}}}
+---
+apiVersion: scheduling.kestrel.dev/v1alpha1
+kind: LocalQueue
+metadata: {{name: research, namespace: ml}}
+spec: {{clusterQueue: team}}
+---
+"
+        )
+    };
+    // spec.queue puts the job's pods in the queue, as the controller labels them live.
+    let queued = job("", "").replace(
+        "spec:\n  runPolicy",
+        "spec:\n  queue: research\n  runPolicy",
+    );
+    assert!(queued.contains("queue: research"));
+    let fits = run(&(queues(6) + &queued));
+    assert_eq!(only(&fits).state, "Succeeded");
+    // 6 GPUs of gang through a 4-GPU quota: none of it runs, on 8 free GPUs.
+    let short = run(&(queues(4) + &queued));
+    assert_eq!(only(&short).queue_wait_seconds, None, "{:?}", only(&short));
+}

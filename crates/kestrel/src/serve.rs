@@ -80,13 +80,15 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     training_jobs: bool,
     /// MLflow tracking server (http://HOST:PORT) that records every TrainingJob as a run;
-    /// a job's spec.mlflow.trackingUri overrides it.
+    /// a job's spec.mlflow.trackingUri overrides it. Empty: none (the chart's default).
     #[arg(long, env = "MLFLOW_TRACKING_URI", value_parser = tracking_uri)]
     mlflow_tracking_uri: Option<String>,
 }
 
 fn tracking_uri(text: &str) -> Result<String, String> {
-    kestrel_k8s::training::check_tracking_uri(text)?;
+    if !text.is_empty() {
+        kestrel_k8s::training::check_tracking_uri(text)?;
+    }
     Ok(text.to_string())
 }
 
@@ -271,7 +273,7 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
             writer.clone(),
             TrainingConfig {
                 scheduler_name: args.scheduler_name.clone(),
-                mlflow_tracking_uri: args.mlflow_tracking_uri.clone(),
+                mlflow_tracking_uri: args.mlflow_tracking_uri.clone().filter(|u| !u.is_empty()),
             },
             leader_rx.clone(),
             shutdown_rx.clone(),

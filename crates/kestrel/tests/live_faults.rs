@@ -156,11 +156,13 @@ async fn connections_cut_mid_bind_never_overcommit() {
     check_until_done(&client, ns, 400, Duration::from_secs(150)).await;
     let _link = cutting.await.expect("the cutting task");
     let log = kestrel.log_text();
+    let read_back = kestrel.log_count("the pod reads back bound");
     eprintln!(
-        "binds read back after a lost answer: {} bound, {} failed",
-        kestrel.log_count("the pod reads back bound"),
+        "binds read back after a lost answer: {read_back} bound, {} failed",
         kestrel.log_count("bind failed; requeued")
     );
+    // The cuts met bindings in flight (34 of 400 in a measured run), or this proved nothing.
+    assert!(read_back > 0, "no binding's answer was lost:\n{log}");
     assert_eq!(kestrel.log_count("lease lost"), 0, "{log}");
     cleanup(&client, prefix, &[ns]).await;
 }
