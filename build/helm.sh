@@ -36,32 +36,30 @@ install_helm() {
     echo "$TOOLS/helm"
 }
 
+# lint_refuses HELM NAME ARGS...: helm lint must refuse the chart with ARGS, naming NAME.
+lint_refuses() {
+    local helm="$1" name="$2" out
+    shift 2
+    if out="$("$helm" lint --strict charts/kestrel "$@" 2>&1)"; then
+        echo "build/helm.sh: helm lint accepted $*" >&2
+        exit 1
+    fi
+    grep -q "$name" <<<"$out" || {
+        echo "build/helm.sh: helm lint refused $* without naming $name:" >&2
+        echo "$out" >&2
+        exit 1
+    }
+    echo "helm lint refuses $*: $(grep -m1 "$name" <<<"$out" | sed 's/^ *//')"
+}
+
 lint_chart() {
     local helm
     helm="$(install_helm)"
     "$helm" lint --strict charts/kestrel
-    # Bad input: a value of the wrong type is refused, naming the value.
-    local out
-    if out="$("$helm" lint --strict charts/kestrel --set-string replicas=two 2>&1)"; then
-        echo "build/helm.sh: helm lint accepted replicas=two" >&2
-        exit 1
-    fi
-    grep -q "replicas" <<<"$out" || {
-        echo "build/helm.sh: helm lint refused replicas=two without naming it:" >&2
-        echo "$out" >&2
-        exit 1
-    }
-    echo "helm lint refuses replicas=two: $(grep -m1 -i "replicas" <<<"$out" | sed 's/^ *//')"
-    # A tracking URI Kestrel cannot use (https) is refused before anything is installed.
-    if out="$("$helm" lint --strict charts/kestrel --set mlflowTrackingUri=https://mlflow:5000 2>&1)"; then
-        echo "build/helm.sh: helm lint accepted mlflowTrackingUri=https://mlflow:5000" >&2
-        exit 1
-    fi
-    grep -q "mlflowTrackingUri" <<<"$out" || {
-        echo "build/helm.sh: helm lint refused mlflowTrackingUri without naming it:" >&2
-        echo "$out" >&2
-        exit 1
-    }
+    # Bad input: a value of the wrong type is refused, naming the value; so is a tracking
+    # URI Kestrel cannot use (https), before anything is installed.
+    lint_refuses "$helm" replicas --set-string replicas=two
+    lint_refuses "$helm" mlflowTrackingUri --set mlflowTrackingUri=https://mlflow:5000
     "$helm" lint --strict charts/kestrel --set mlflowTrackingUri=http://mlflow.mlflow:5000 >/dev/null
 }
 

@@ -3,23 +3,11 @@
 //! limit, the active deadline, preemption, and failures injected with
 //! `kestrel.dev/sim-failures`.
 
-use kestrel_core::Resources;
-use kestrel_sim::manifests::load_manifests;
+mod one_node;
+
+use one_node::{cluster, read};
 use kestrel_sim::metrics::{SimReport, TrainingJobReport};
-use kestrel_sim::{simulate, SimCluster, SimConfig, Workload};
-
-fn cluster(gpus: u32) -> SimCluster {
-    let mut cluster = SimCluster::default();
-    let mut n = kestrel_core::NodeSpec::new("n0", Resources::new(64_000, 1 << 40));
-    (n.gpus, n.nics) = kestrel_core::GpuTopology::Flat.devices("H100", 81_559, gpus);
-    cluster.nodes.push(n);
-    cluster
-}
-
-fn read(yaml: &str) -> Result<Workload, String> {
-    load_manifests(&[(std::path::PathBuf::from("w.yaml"), yaml.to_string())])
-        .map_err(|e| e.to_string())
-}
+use kestrel_sim::{simulate, SimConfig};
 
 fn run(yaml: &str) -> SimReport {
     let workload = read(yaml).unwrap();

@@ -1,23 +1,11 @@
 //! Workloads of several pod templates as their users write them: a Kubeflow PyTorchJob, a
 //! Volcano Job and a JobSet are each one gang over all of their roles.
 
-use kestrel_core::Resources;
-use kestrel_sim::manifests::load_manifests;
+mod one_node;
+
+use one_node::{cluster, read};
 use kestrel_sim::metrics::SimReport;
-use kestrel_sim::{simulate, SimCluster, SimConfig, Workload};
-
-fn cluster(gpus: u32) -> SimCluster {
-    let mut cluster = SimCluster::default();
-    let mut n = kestrel_core::NodeSpec::new("n0", Resources::new(64_000, 1 << 40));
-    (n.gpus, n.nics) = kestrel_core::GpuTopology::Flat.devices("H100", 81_559, gpus);
-    cluster.nodes.push(n);
-    cluster
-}
-
-fn read(yaml: &str) -> Result<Workload, String> {
-    load_manifests(&[(std::path::PathBuf::from("w.yaml"), yaml.to_string())])
-        .map_err(|e| e.to_string())
-}
+use kestrel_sim::{simulate, SimConfig};
 
 fn run(gpus: u32, yaml: &str) -> SimReport {
     let workload = read(yaml).unwrap();

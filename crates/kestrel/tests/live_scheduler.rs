@@ -162,26 +162,33 @@ async fn without_leader_election_it_binds_and_never_spins() {
     cleanup(&client, prefix, &[ns]).await;
 }
 
-/// Test-only CRDs of the other projects' PodGroups (Kestrel never installs CRDs into
-/// another project's group; a cluster running those projects has them).
+/// Test-only CRDs of another project's `kind` in each (group, version), any fields
+/// (Kestrel never installs CRDs into another project's group; a cluster running those
+/// projects has them).
+fn foreign_crds(kind: &str, plural: &str, scope: &str, versions: &[(&str, &str)]) -> String {
+    versions
+        .iter()
+        .map(|(group, version)| {
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": format!("{plural}.{group}")},
+                "spec": {"group": group, "scope": scope,
+                    "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+                    "versions": [{"name": version, "served": true, "storage": true,
+                        "subresources": {"status": {}},
+                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
+            .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
 fn foreign_pod_group_crds() -> String {
-    let crd = |group: &str, version: &str| {
-        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": format!("podgroups.{group}")},
-            "spec": {"group": group, "scope": "Namespaced",
-                "names": {"kind": "PodGroup", "plural": "podgroups", "singular": "podgroup", "listKind": "PodGroupList"},
-                "versions": [{"name": version, "served": true, "storage": true,
-                    "subresources": {"status": {}},
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
-    };
-    [
-        crd("scheduling.x-k8s.io", "v1alpha1"),
-        crd("scheduling.volcano.sh", "v1beta1"),
-    ]
-    .iter()
-    .map(|c| serde_json::to_string(c).unwrap())
-    .collect::<Vec<_>>()
-    .join("\n---\n")
+    foreign_crds(
+        "PodGroup",
+        "podgroups",
+        "Namespaced",
+        &[("scheduling.x-k8s.io", "v1alpha1"), ("scheduling.volcano.sh", "v1beta1")],
+    )
 }
 
 /// Gangs of each PodGroup flavour start whole or not at all: three gangs of two 8-GPU pods
@@ -388,25 +395,14 @@ async fn cluster_queue_quota_holds_and_queue_live_agrees() {
     cleanup(&client, prefix, &[ns]).await;
 }
 
-/// Test-only CRDs of Volcano's and KAI's `Queue` (cluster-scoped, as in those projects).
+/// Volcano's and KAI's `Queue` CRDs (cluster-scoped, as in those projects).
 fn foreign_queue_crds() -> String {
-    let crd = |group: &str, version: &str| {
-        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": format!("queues.{group}")},
-            "spec": {"group": group, "scope": "Cluster",
-                "names": {"kind": "Queue", "plural": "queues", "singular": "queue", "listKind": "QueueList"},
-                "versions": [{"name": version, "served": true, "storage": true,
-                    "subresources": {"status": {}},
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
-    };
-    [
-        crd("scheduling.volcano.sh", "v1beta1"),
-        crd("scheduling.run.ai", "v2"),
-    ]
-    .iter()
-    .map(|c| serde_json::to_string(c).unwrap())
-    .collect::<Vec<_>>()
-    .join("\n---\n")
+    foreign_crds(
+        "Queue",
+        "queues",
+        "Cluster",
+        &[("scheduling.volcano.sh", "v1beta1"), ("scheduling.run.ai", "v2")],
+    )
 }
 
 /// How many pods of `ns` whose name starts with `prefix` are bound.
