@@ -5,9 +5,9 @@
 
 mod one_node;
 
-use one_node::{cluster, read};
 use kestrel_sim::metrics::{SimReport, TrainingJobReport};
 use kestrel_sim::{simulate, SimConfig};
+use one_node::{cluster, read};
 
 fn run(yaml: &str) -> SimReport {
     let workload = read(yaml).unwrap();

@@ -3,9 +3,9 @@
 
 mod one_node;
 
-use one_node::{cluster, read};
 use kestrel_sim::metrics::SimReport;
 use kestrel_sim::{simulate, SimConfig};
+use one_node::{cluster, read};
 
 fn run(gpus: u32, yaml: &str) -> SimReport {
     let workload = read(yaml).unwrap();

@@ -187,7 +187,10 @@ fn foreign_pod_group_crds() -> String {
         "PodGroup",
         "podgroups",
         "Namespaced",
-        &[("scheduling.x-k8s.io", "v1alpha1"), ("scheduling.volcano.sh", "v1beta1")],
+        &[
+            ("scheduling.x-k8s.io", "v1alpha1"),
+            ("scheduling.volcano.sh", "v1beta1"),
+        ],
     )
 }
 
@@ -401,7 +404,10 @@ fn foreign_queue_crds() -> String {
         "Queue",
         "queues",
         "Cluster",
-        &[("scheduling.volcano.sh", "v1beta1"), ("scheduling.run.ai", "v2")],
+        &[
+            ("scheduling.volcano.sh", "v1beta1"),
+            ("scheduling.run.ai", "v2"),
+        ],
     )
 }
 
