@@ -574,7 +574,9 @@ async fn scripted_server(
             (
                 "GET",
                 "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
-                | "/apis/scheduling.volcano.sh/v1beta1/podgroups",
+                | "/apis/scheduling.volcano.sh/v1beta1/podgroups"
+                | "/apis/scheduling.volcano.sh/v1beta1/queues"
+                | "/apis/scheduling.run.ai/v2/queues",
             ) => {
                 reply(send, 404, status(404, "NotFound"));
                 continue;
