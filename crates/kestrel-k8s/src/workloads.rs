@@ -10,6 +10,10 @@
 //! one workload each, as in Kueue. Unqueued objects are not grouped: without a queue there
 //! is no quota to admit against.
 //!
+//! A PyTorchJob, Volcano Job or JobSet is one gang over its roles ([`role_workload`]),
+//! queued or not: its roles must start together to train at all. Live, their pods find
+//! their owner by its controller reference or JobSet's labels ([`controlling_owner`]).
+//!
 //! Kueue shrinks a partially admitted Job to the count it admitted; Kestrel does not edit
 //! the Job, so the pods left over wait and start as quota and room free up.
 
@@ -31,6 +35,26 @@ pub const KUEUE_MIN_PARALLELISM_ANNOTATION: &str = "kueue.x-k8s.io/job-min-paral
 
 /// The kinds whose pods are one workload when queued.
 pub const WHOLE_WORKLOAD_KINDS: [&str; 3] = ["Job", "StatefulSet", "ReplicaSet"];
+
+/// Other projects' multi-role kinds whose pods the live scheduler groups by their owner:
+/// (kind, API group, version read, plural). Volcano's Jobs are not among them: Volcano's
+/// controller gives every Job a PodGroup, which the pods name.
+pub const LIVE_ROLE_OWNER_KINDS: [(&str, &str, &str, &str); 2] = [
+    ("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs"),
+    ("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets"),
+];
+
+/// Every kind the live scheduler reads as the owner of a workload's pods.
+pub const LIVE_OWNER_KINDS: [&str; 5] =
+    ["Job", "StatefulSet", "ReplicaSet", "PyTorchJob", "JobSet"];
+
+/// The label JobSet's controller puts on its Jobs and their pods: the JobSet's name.
+pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
+/// The label JobSet's controller puts on its pods: their replicated Job (a role).
+pub const JOBSET_ROLE_LABEL: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+/// The label Kubeflow's training operator puts on a PyTorchJob's pods: their replica type
+/// (a role), in lower case.
+pub const KUBEFLOW_ROLE_LABEL: &str = "training.kubeflow.org/replica-type";
 
 /// The implied gang's name for an object: Kueue's workload naming, `job-<name>`.
 pub fn workload_gang_name(kind: &str, name: &str) -> String {
@@ -99,6 +123,10 @@ fn queued_job(path: &Path, job: &Job) -> Result<Option<(String, GangSpec)>, Load
         .filter(|n| !n.is_empty())
         .unwrap_or("default");
     let name = job.metadata.name.as_deref().unwrap_or_default();
+    // A JobSet's Jobs are parts of its workload, as in Kueue.
+    if controller_kind(&job.metadata) == Some("JobSet") {
+        return Ok(None);
+    }
     let spec = job.spec.as_ref();
     let queue = queue_name(&[
         Some(&job.metadata),
@@ -402,21 +430,42 @@ pub fn role_workload<'v>(
     }))
 }
 
-/// A live object whose pods are one workload when it is queued: a Job, a StatefulSet, or a
-/// ReplicaSet that no Deployment owns (a Deployment's pods stay one workload each).
+/// A live object whose pods are one workload: a queued Job, StatefulSet, or ReplicaSet that
+/// no Deployment owns (a Deployment's pods stay one workload each), or a PyTorchJob or
+/// JobSet, whose pods are one gang over their roles whether queued or not (as in the
+/// simulator).
 #[derive(Debug, Clone)]
 pub enum Owner {
     Job(Job),
     StatefulSet(StatefulSet),
     ReplicaSet(ReplicaSet),
+    /// One of [`LIVE_ROLE_OWNER_KINDS`], read untyped.
+    Roles {
+        kind: &'static str,
+        meta: ObjectMeta,
+        object: Value,
+    },
 }
 
+/// What an owner says of its pods: the queue they are in (if any) and the gang they form.
+pub type OwnerWorkload = (Option<String>, GangSpec);
+
 impl Owner {
+    /// An untyped object of one of [`LIVE_ROLE_OWNER_KINDS`] (`kind` names which).
+    pub fn roles(kind: &'static str, object: Value) -> Owner {
+        let meta = object
+            .get("metadata")
+            .and_then(|m| serde_json::from_value(m.clone()).ok())
+            .unwrap_or_default();
+        Owner::Roles { kind, meta, object }
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             Owner::Job(_) => "Job",
             Owner::StatefulSet(_) => "StatefulSet",
             Owner::ReplicaSet(_) => "ReplicaSet",
+            Owner::Roles { kind, .. } => kind,
         }
     }
 
@@ -425,6 +474,7 @@ impl Owner {
             Owner::Job(j) => &j.metadata,
             Owner::StatefulSet(s) => &s.metadata,
             Owner::ReplicaSet(r) => &r.metadata,
+            Owner::Roles { meta, .. } => meta,
         }
     }
 
@@ -440,12 +490,31 @@ impl Owner {
         )
     }
 
-    /// The queue it names and the gang its pods form; `Ok(None)`: its pods are workloads
-    /// of their own (it names no queue, or a Deployment owns it).
-    pub fn queued(&self, path: &Path) -> Result<Option<(String, GangSpec)>, LoadError> {
+    /// The queue and the gang its pods form; `Ok(None)`: its pods are workloads of their
+    /// own (a Job, StatefulSet or ReplicaSet that names no queue, or that a Deployment or
+    /// JobSet controls).
+    pub fn workload(&self, path: &Path) -> Result<Option<OwnerWorkload>, LoadError> {
         let (namespace, name) = self.key();
         let (replicas, template) = match self {
-            Owner::Job(job) => return queued_job(path, job),
+            Owner::Job(job) => {
+                return Ok(queued_job(path, job)?.map(|(queue, gang)| (Some(queue), gang)))
+            }
+            Owner::Roles { kind, object, .. } => {
+                let ctx = Ctx {
+                    path,
+                    object: format!("{kind} {namespace}/{name}"),
+                };
+                let Some(workload) = role_workload(&ctx, object, &namespace, &name)? else {
+                    return Ok(None);
+                };
+                let metas: Vec<Option<&ObjectMeta>> = std::iter::once(Some(self.meta()))
+                    .chain(workload.roles.iter().map(|r| r.template.metadata.as_ref()))
+                    .collect();
+                return Ok(Some((
+                    queue_name(&metas).map(str::to_string),
+                    workload.gang,
+                )));
+            }
             Owner::StatefulSet(s) => {
                 let spec = s.spec.as_ref();
                 (
@@ -475,7 +544,7 @@ impl Owner {
         let annotations = self.meta().annotations.clone().unwrap_or_default();
         Ok(
             queued_workload(&ctx, self.kind(), &namespace, &name, pods, &annotations)?
-                .map(|gang| (queue.to_string(), gang)),
+                .map(|gang| (Some(queue.to_string()), gang)),
         )
     }
 }
@@ -489,10 +558,15 @@ fn controller_kind(meta: &ObjectMeta) -> Option<&str> {
         .map(|o| o.kind.as_str())
 }
 
-/// The object that controls `pod` (its controller owner reference), as the kind whose pods
-/// may be one workload and its name: a `batch/v1` Job or an `apps/v1` StatefulSet or
-/// ReplicaSet.
+/// The object whose workload `pod` belongs to, as its kind and name: the JobSet its
+/// label names (its pods' controller is one of the JobSet's Jobs), else its controller
+/// owner reference if that is a `batch/v1` Job, an `apps/v1` StatefulSet or ReplicaSet,
+/// or a `kubeflow.org` PyTorchJob.
 pub fn controlling_owner(pod: &Pod) -> Option<(&'static str, &str)> {
+    let labels = pod.metadata.labels.as_ref();
+    if let Some(jobset) = labels.and_then(|l| l.get(JOBSET_NAME_LABEL)) {
+        return Some(("JobSet", jobset.as_str()));
+    }
     let owner = pod
         .metadata
         .owner_references
@@ -500,11 +574,31 @@ pub fn controlling_owner(pod: &Pod) -> Option<(&'static str, &str)> {
         .iter()
         .find(|o| o.controller == Some(true))?;
     let group = owner.api_version.split_once('/').map_or("", |(g, _)| g);
-    let kind = WHOLE_WORKLOAD_KINDS
+    let kind = LIVE_OWNER_KINDS
         .into_iter()
+        .filter(|k| *k != "JobSet")
         .find(|k| *k == owner.kind)?;
-    let expected = if kind == "Job" { "batch" } else { "apps" };
+    let expected = match kind {
+        "Job" => "batch",
+        "PyTorchJob" => "kubeflow.org",
+        _ => "apps",
+    };
     (group == expected).then_some((kind, owner.name.as_str()))
+}
+
+/// The role a pod of a multi-role owner plays, as the owner's spec names it: a JobSet's
+/// replicated Job, a PyTorchJob's replica type (`Master`, `Worker`; the operator's label
+/// is in lower case).
+pub fn owner_role(pod: &Pod) -> Option<String> {
+    let labels = pod.metadata.labels.as_ref()?;
+    if let Some(role) = labels.get(JOBSET_ROLE_LABEL) {
+        return Some(role.clone());
+    }
+    let kubeflow = labels.get(KUBEFLOW_ROLE_LABEL)?;
+    ["Master", "Worker"]
+        .into_iter()
+        .find(|r| r.eq_ignore_ascii_case(kubeflow))
+        .map(str::to_string)
 }
 
 #[cfg(test)]

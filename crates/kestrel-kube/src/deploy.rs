@@ -144,6 +144,9 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             rule(&["policy"], &["poddisruptionbudgets"], &["list", "watch"]),
             rule(&["batch"], &["jobs"], &["list", "watch"]),
             rule(&["apps"], &["statefulsets", "replicasets"], &["list", "watch"]),
+            // PyTorchJobs and JobSets: their pods are one gang over their roles.
+            rule(&["kubeflow.org"], &["pytorchjobs"], &["list", "watch"]),
+            rule(&["jobset.x-k8s.io"], &["jobsets"], &["list", "watch"]),
             rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
             rule(&["scheduling.k8s.io"], &["priorityclasses"], &["list", "watch"]),
             rule(&["node.k8s.io"], &["runtimeclasses"], &["list", "watch"]),

@@ -28,7 +28,9 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
 use kestrel_k8s::crds::{PodGroup, Topology};
-use kestrel_k8s::workloads::{Owner, WHOLE_WORKLOAD_KINDS};
+use kestrel_k8s::workloads::{
+    Owner, LIVE_OWNER_KINDS, LIVE_ROLE_OWNER_KINDS, WHOLE_WORKLOAD_KINDS,
+};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::utils::ResetTimerBackoff;
@@ -103,7 +105,8 @@ pub enum Change {
     ResourceQuota(Box<Event<ResourceQuota>>),
     /// A LimitRange changed.
     LimitRange(Box<Event<LimitRange>>),
-    /// A Job, StatefulSet or ReplicaSet changed (a queued one's pods are one workload).
+    /// A Job, StatefulSet, ReplicaSet, PyTorchJob or JobSet changed (its pods may be one
+    /// workload).
     Owner {
         kind: &'static str,
         event: Box<Event<Owner>>,
@@ -136,10 +139,12 @@ pub struct Stores {
     pub jobs: Store<Job>,
     pub stateful_sets: Store<StatefulSet>,
     pub replica_sets: Store<ReplicaSet>,
+    /// PyTorchJobs and JobSets, by kind (read when their CRDs are installed).
+    pub role_owners: Vec<(&'static str, Store<DynamicObject>)>,
 }
 
 impl Stores {
-    /// The Jobs, StatefulSets and ReplicaSets listed, by kind.
+    /// The owners listed, by kind.
     fn owners(&self) -> Vec<(&'static str, Owner)> {
         let jobs = self
             .jobs
@@ -156,7 +161,13 @@ impl Stores {
             .state()
             .into_iter()
             .map(|r| ("ReplicaSet", Owner::ReplicaSet((*r).clone())));
-        jobs.chain(sets).chain(replicas).collect()
+        let roles = self.role_owners.iter().flat_map(|(kind, store)| {
+            store
+                .state()
+                .into_iter()
+                .map(|o| (*kind, role_owner(kind, &o)))
+        });
+        jobs.chain(sets).chain(replicas).chain(roles).collect()
     }
 
     /// The (namespace, name) of the listed objects of an owner kind.
@@ -164,7 +175,13 @@ impl Stores {
         match kind {
             "Job" => namespaced_keys(&self.jobs),
             "StatefulSet" => namespaced_keys(&self.stateful_sets),
-            _ => namespaced_keys(&self.replica_sets),
+            "ReplicaSet" => namespaced_keys(&self.replica_sets),
+            _ => self
+                .role_owners
+                .iter()
+                .find(|(k, _)| *k == kind)
+                .map(|(_, store)| namespaced_keys(store))
+                .unwrap_or_default(),
         }
     }
 }
@@ -283,7 +300,7 @@ impl Synced {
             Change::Owner { kind, event } if matches!(**event, Event::InitDone) => {
                 self.owners.insert(kind);
             }
-            Change::Unserved { kind } if WHOLE_WORKLOAD_KINDS.contains(kind) => {
+            Change::Unserved { kind } if LIVE_OWNER_KINDS.contains(kind) => {
                 self.owners.insert(kind);
             }
             Change::ForeignPodGroup { kind, event } if matches!(**event, Event::InitDone) => {
@@ -318,7 +335,7 @@ impl Synced {
         }
         missing.extend(QUEUE_WATCHES.iter().filter(|k| !self.queues.contains(*k)));
         missing.extend(
-            WHOLE_WORKLOAD_KINDS
+            LIVE_OWNER_KINDS
                 .iter()
                 .filter(|k| !self.owners.contains(*k)),
         );
@@ -340,7 +357,7 @@ impl Synced {
             && self.topologies
             && self.resource_quotas
             && self.limit_ranges
-            && self.owners.len() == WHOLE_WORKLOAD_KINDS.len()
+            && self.owners.len() == LIVE_OWNER_KINDS.len()
             && self.queues.len() == QUEUE_WATCHES.len()
             && self.foreign_pod_groups.len() == FOREIGN_POD_GROUPS.len()
     }
@@ -616,10 +633,26 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         tasks,
         Api::<ReplicaSet>::all(client.clone()),
         (),
-        tx,
+        tx.clone(),
         |e| owner_change("ReplicaSet", e, Owner::ReplicaSet),
         Some(Change::Unserved { kind: "ReplicaSet" }),
     );
+    // Other projects' multi-role kinds, read untyped (their CRDs may be missing).
+    let mut role_owners = Vec::new();
+    for (kind, group, version, plural) in LIVE_ROLE_OWNER_KINDS {
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+        let store = spawn_watch(
+            tasks,
+            Api::<DynamicObject>::all_with(client.clone(), &resource),
+            resource,
+            tx.clone(),
+            move |e| owner_change(kind, e, |o| role_owner(kind, &o)),
+            Some(Change::Unserved { kind }),
+        );
+        role_owners.push((kind, store));
+    }
+    drop(tx);
     (
         Stores {
             nodes,
@@ -636,13 +669,14 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
             jobs,
             stateful_sets,
             replica_sets,
+            role_owners,
         },
         rx,
     )
 }
 
 /// An owner kind's watch event as the driver's change.
-fn owner_change<K>(kind: &'static str, event: Event<K>, wrap: fn(K) -> Owner) -> Change {
+fn owner_change<K>(kind: &'static str, event: Event<K>, wrap: impl Fn(K) -> Owner) -> Change {
     let event = match event {
         Event::Apply(o) => Event::Apply(wrap(o)),
         Event::Delete(o) => Event::Delete(wrap(o)),
@@ -659,6 +693,23 @@ fn owner_change<K>(kind: &'static str, event: Event<K>, wrap: fn(K) -> Owner) ->
 /// A watched object as JSON, for the simulator's parser.
 fn to_json(object: &DynamicObject) -> serde_json::Value {
     serde_json::to_value(object).unwrap_or_default()
+}
+
+/// A watched object with its type: listed items may come without theirs, and the
+/// readers check it.
+fn typed(mut json: serde_json::Value, api_version: &str, kind: &str) -> serde_json::Value {
+    json["apiVersion"] = serde_json::json!(api_version);
+    json["kind"] = serde_json::json!(kind);
+    json
+}
+
+/// A watched PyTorchJob or JobSet as an owner.
+fn role_owner(kind: &'static str, object: &DynamicObject) -> Owner {
+    let json = match LIVE_ROLE_OWNER_KINDS.iter().find(|k| k.0 == kind) {
+        Some((_, group, version, _)) => typed(to_json(object), &format!("{group}/{version}"), kind),
+        None => to_json(object),
+    };
+    Owner::roles(kind, json)
 }
 
 /// The (namespace, name) of PodGroups in a listing, for [`ClusterState::retain_pod_groups`].
@@ -706,7 +757,8 @@ where
 /// The (namespace, name) of the namespaced objects a relist left in `store`.
 fn namespaced_keys<K>(store: &Store<K>) -> std::collections::HashSet<(String, String)>
 where
-    K: kube::Resource<DynamicType = ()> + Clone,
+    K: kube::Resource + Clone,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
 {
     store
         .state()
@@ -718,12 +770,6 @@ where
 /// Reads every queue object again into the state (each kind's store, typed).
 fn refresh_queues(state: &mut ClusterState, stores: &Stores) {
     let mut objects: Vec<serde_json::Value> = Vec::new();
-    let typed = |mut json: serde_json::Value, api_version: &str, kind: &str| {
-        // Listed items may come without their type; the parser needs it.
-        json["apiVersion"] = serde_json::json!(api_version);
-        json["kind"] = serde_json::json!(kind);
-        json
-    };
     for (watch, store) in &stores.queues {
         for o in store.state() {
             objects.push(typed(to_json(&o), watch.api_version, watch.kind));
@@ -836,6 +882,14 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
         },
         Change::Unserved { kind } if WHOLE_WORKLOAD_KINDS.contains(&kind) => {
             tracing::warn!(kind, "Kestrel may not list this kind (add its list and watch to Kestrel's ClusterRole): a queued one's pods are admitted one by one");
+            state.set_owner_kind_unserved(kind);
+        }
+        Change::Unserved { kind } if LIVE_OWNER_KINDS.contains(&kind) => {
+            // Its CRD is not installed (or not readable): its pods, if any, go one by one.
+            tracing::info!(
+                kind,
+                "not served or not readable: its pods are read one by one"
+            );
             state.set_owner_kind_unserved(kind);
         }
         Change::Unserved { .. } => {}

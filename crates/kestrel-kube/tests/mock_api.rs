@@ -576,7 +576,9 @@ async fn scripted_server(
                 "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
                 | "/apis/scheduling.volcano.sh/v1beta1/podgroups"
                 | "/apis/scheduling.volcano.sh/v1beta1/queues"
-                | "/apis/scheduling.run.ai/v2/queues",
+                | "/apis/scheduling.run.ai/v2/queues"
+                | "/apis/kubeflow.org/v1/pytorchjobs"
+                | "/apis/jobset.x-k8s.io/v1alpha2/jobsets",
             ) => {
                 reply(send, 404, status(404, "NotFound"));
                 continue;

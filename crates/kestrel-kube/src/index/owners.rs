@@ -1,8 +1,9 @@
 //! Owners as workloads: the pods of a queued Job, StatefulSet or ReplicaSet (one no
 //! Deployment owns) are one gang (`job-<name>`, `statefulset-<name>`, `replicaset-<name>`),
 //! admitted whole against the queue's quota or, for a Job, down to Kueue's
-//! `job-min-parallelism` ([`kestrel_k8s::workloads`]). The owner's queue is its pods'
-//! queue.
+//! `job-min-parallelism` ([`kestrel_k8s::workloads`]). A PyTorchJob's or JobSet's pods are
+//! one gang over its roles (`pytorchjob-<name>`, `jobset-<name>`), queued or not. The
+//! owner's queue is its pods' queue.
 //!
 //! A controller creates pods right after their owner, but the two watches do not keep
 //! that order: a pod whose owner has not been seen yet waits outside the engine
@@ -12,15 +13,17 @@
 use super::groups::Group;
 use super::{ClusterState, GroupKey, PodState};
 use k8s_openapi::api::core::v1::Pod;
-use kestrel_core::{GangMembership, GangSpec, PodSpec};
+use kestrel_core::{GangMembership, PodSpec};
 use kestrel_k8s::live::{self, ConvertError};
-use kestrel_k8s::workloads::{controlling_owner, workload_gang_name, Owner};
+use kestrel_k8s::workloads::{
+    controlling_owner, owner_role, workload_gang_name, Owner, OwnerWorkload,
+};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 
 /// What an owner says about its pods: `Ok(None)` not one workload, `Ok(Some)` its queue
 /// and gang, `Err` why it cannot be read.
-type OwnerReading = Result<Option<(String, GangSpec)>, String>;
+type OwnerReading = Result<Option<OwnerWorkload>, String>;
 
 /// An owner by kind, namespace and name.
 type OwnerKey = (&'static str, String, String);
@@ -36,11 +39,13 @@ pub(super) struct OwnerBook {
 }
 
 impl ClusterState {
-    /// A Job, StatefulSet or ReplicaSet was added or changed.
+    /// An owner (a Job, StatefulSet, ReplicaSet, PyTorchJob or JobSet) was added or changed.
     pub fn apply_owner(&mut self, owner: &Owner) {
         let kind = owner.kind();
+        // Listed again: its CRD was installed, or Kestrel's ClusterRole now lets it read.
+        self.owners.unserved.remove(kind);
         let (namespace, name) = owner.key();
-        let reading = owner.queued(Path::new(live::API_SOURCE)).map_err(|e| {
+        let reading = owner.workload(Path::new(live::API_SOURCE)).map_err(|e| {
             format!(
                 "{kind} {namespace}/{name} is invalid: {}",
                 ConvertError::from(e).message
@@ -56,7 +61,7 @@ impl ClusterState {
                 self.release_owner_pods(&key);
                 return;
             }
-            Ok(Some((queue, gang))) => (Some(queue), Ok(gang)),
+            Ok(Some((queue, gang))) => (queue, Ok(gang)),
             Err(why) => (None, Err(why)),
         };
         let group = self
@@ -138,7 +143,7 @@ impl ClusterState {
             .get(&(kind, spec.namespace.clone(), owner.to_string()))
         {
             Some(Ok(Some((queue, _)))) if spec.queue.is_none() => {
-                spec.queue = Some(queue.clone());
+                spec.queue.clone_from(queue);
             }
             Some(_) => {}
             None => {
@@ -150,13 +155,13 @@ impl ClusterState {
             Group::new(
                 false,
                 Err(format!(
-                    "waiting to see its {owner_key}: a queued {kind}'s pods are admitted together"
+                    "waiting to see its {owner_key}: a {kind}'s pods are admitted together"
                 )),
             )
         });
         spec.gang = Some(GangMembership {
             gang: key.1.clone(),
-            role: None,
+            role: owner_role(pod),
             rank: None,
         });
         Some(key)

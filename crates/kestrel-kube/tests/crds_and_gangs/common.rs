@@ -109,6 +109,7 @@ impl Harness {
             jobs: Writer::default().as_reader(),
             stateful_sets: Writer::default().as_reader(),
             replica_sets: Writer::default().as_reader(),
+            role_owners: Vec::new(),
         };
         let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
         for n in nodes {

@@ -643,3 +643,113 @@ fn a_queue_status_already_on_the_object_is_kept_and_not_written_again() {
         at(61_000)
     );
 }
+
+/// A pod of a multi-role owner: its controller reference (`controller`: api version, kind,
+/// name) and labels, no queue label.
+fn role_pod(name: &str, controller: (&str, &str, &str), labels: Value, gpus: u32) -> Pod {
+    let (api_version, kind, owner) = controller;
+    let mut pod = owned_pod(name, api_version, kind, owner, gpus);
+    pod.metadata.labels = Some(serde_json::from_value(labels).unwrap());
+    pod
+}
+
+fn pytorch_job(name: &str, workers: u32, queue: Option<&str>) -> Owner {
+    let labels = queue.map_or(json!({}), |q| json!({"kueue.x-k8s.io/queue-name": q}));
+    let template = json!({"spec": {"containers": [{"name": "pytorch", "image": "train"}]}});
+    Owner::roles(
+        "PyTorchJob",
+        json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": "ml", "labels": labels},
+            "spec": {"pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": template},
+                "Worker": {"replicas": workers, "template": template}}}}),
+    )
+}
+
+fn pytorch_pod(job: &str, role: &str, i: u32) -> Pod {
+    role_pod(
+        &format!("{job}-{role}-{i}"),
+        ("kubeflow.org/v1", "PyTorchJob", job),
+        json!({"training.kubeflow.org/replica-type": role, "training.kubeflow.org/job-name": job}),
+        1,
+    )
+}
+
+#[test]
+fn a_pytorchjobs_and_a_jobsets_pods_are_one_gang_live() {
+    let mut h = two_gpu_queue();
+    // A queued PyTorchJob of a master and two workers (3 GPUs) under a quota of 2: its
+    // pods wait for it, then wait whole for quota.
+    for pod in [("master", 0), ("worker", 0), ("worker", 1)] {
+        h.pod(pytorch_pod("big", pod.0, pod.1));
+    }
+    assert!(h.state.cycle(0).binds.is_empty());
+    assert!(
+        matches!(h.state.pod_state("ml/big-master-0"), Some(PodState::GangWait { reason, .. }) if reason.contains("waiting to see its PyTorchJob ml/big")),
+        "{:?}",
+        h.state.pod_state("ml/big-master-0")
+    );
+    h.owner(pytorch_job("big", 2, Some("team")), false);
+    let out = h.state.cycle(1);
+    assert!(out.binds.is_empty(), "{out:?}");
+    assert_eq!(out.unschedulable[0].reason, "WaitingForQueue", "{out:?}");
+    // An unqueued one is a gang all the same: a master and one of two workers wait for the
+    // second worker, then all three start.
+    h.owner(pytorch_job("free", 2, None), false);
+    h.pod(pytorch_pod("free", "master", 0));
+    h.pod(pytorch_pod("free", "worker", 0));
+    assert!(h.state.cycle(2).binds.is_empty());
+    h.pod(pytorch_pod("free", "worker", 1));
+    let mut bound: Vec<String> = h.state.cycle(3).binds.into_iter().map(|b| b.name).collect();
+    bound.sort();
+    assert_eq!(bound, ["free-master-0", "free-worker-0", "free-worker-1"]);
+    // Roles count: three workers and no master are not the gang.
+    h.owner(pytorch_job("headless", 2, None), false);
+    for i in 0..3 {
+        h.pod(pytorch_pod("headless", "worker", i));
+    }
+    assert!(h.state.cycle(4).binds.is_empty());
+    // A JobSet's pods, owned by its Jobs (which are not workloads of their own), are one
+    // gang by the JobSet's label: a driver and a Job of two workers.
+    let job_of_jobset = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "run-workers-0", "namespace": "ml",
+            "labels": {"jobset.sigs.k8s.io/jobset-name": "run"},
+            "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "name": "run", "uid": "uid-run", "controller": true}]},
+        "spec": {"parallelism": 2, "completions": 2, "template": {"spec": {"containers": []}}}});
+    h.job(job_of_jobset, false);
+    let jobset_pod = |name: &str, job: &str, role: &str| {
+        role_pod(
+            name,
+            ("batch/v1", "Job", job),
+            json!({"jobset.sigs.k8s.io/jobset-name": "run",
+                "jobset.sigs.k8s.io/replicatedjob-name": role}),
+            1,
+        )
+    };
+    h.pod(jobset_pod("run-workers-0-0", "run-workers-0", "workers"));
+    h.pod(jobset_pod("run-workers-0-1", "run-workers-0", "workers"));
+    let template =
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "run"}]}}}});
+    let workers = json!({"spec": {"parallelism": 2, "completions": 2,
+        "template": {"spec": {"containers": [{"name": "c", "image": "run"}]}}}});
+    h.owner(
+        Owner::roles(
+            "JobSet",
+            json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "metadata": {"name": "run", "namespace": "ml"},
+                "spec": {"replicatedJobs": [
+                    {"name": "driver", "replicas": 1, "template": template},
+                    {"name": "workers", "replicas": 1, "template": workers}]}}),
+        ),
+        false,
+    );
+    assert!(h.state.cycle(5).binds.is_empty(), "the driver is missing");
+    h.pod(jobset_pod("run-driver-0-0", "run-driver-0", "driver"));
+    let mut bound: Vec<String> = h.state.cycle(6).binds.into_iter().map(|b| b.name).collect();
+    bound.sort();
+    assert_eq!(
+        bound,
+        ["run-driver-0-0", "run-workers-0-0", "run-workers-0-1"]
+    );
+}
