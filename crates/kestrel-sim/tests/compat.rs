@@ -3,8 +3,8 @@
 //! simulator on `tests/compat/cluster.yaml` and checked against the outcome its header
 //! states:
 //!
-//! - `# expect: key=value ...` with `scheduled`, `completed`, `pending_at_end` (counts) and
-//!   `span` (a duration);
+//! - `# expect: key=value ...` with `scheduled`, `completed`, `pending_at_end`,
+//!   `most_running` (the most pods running at once) and `span` (a duration);
 //! - `# expect-warning: text`: a warning contains it (and every warning is expected);
 //! - `# expect-error: text`: loading fails with an error that contains it.
 
@@ -93,6 +93,12 @@ fn every_compat_case_has_its_stated_outcome() {
                 "completed" => r.pods.completed,
                 "pending_at_end" => r.pods.pending_at_end,
                 "span" => r.span,
+                "most_running" => r
+                    .samples
+                    .iter()
+                    .map(|s| u64::from(s.pods_running))
+                    .max()
+                    .unwrap_or(0),
                 other => panic!("{name}: unknown expectation {other}"),
             };
             let want: u64 = match key.as_str() {

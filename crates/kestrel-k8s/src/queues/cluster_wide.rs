@@ -25,6 +25,8 @@ pub const VOLCANO_QUEUE_GROUP: &str = "scheduling.volcano.sh";
 pub const KAI_QUEUE_GROUP: &str = "scheduling.run.ai";
 /// The pod annotation naming a Volcano queue.
 pub const VOLCANO_QUEUE_ANNOTATION: &str = "scheduling.volcano.sh/queue-name";
+/// The annotation Volcano's Job controller puts on a Job's pods: the Job's `spec.queue`.
+pub const VOLCANO_JOB_QUEUE_ANNOTATION: &str = "volcano.sh/queue-name";
 /// The pod label naming a KAI queue.
 pub const KAI_QUEUE_LABEL: &str = "kai.scheduler/queue";
 /// The flavor Volcano and KAI queues charge: any node.

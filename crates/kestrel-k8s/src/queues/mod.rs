@@ -58,8 +58,8 @@ use std::path::Path;
 
 use self::cluster_wide::{kai_queue, volcano_queue};
 pub use self::cluster_wide::{
-    ANY_NODE_FLAVOR, KAI_QUEUE_GROUP, KAI_QUEUE_LABEL, KAI_ROOT, VOLCANO_QUEUE_ANNOTATION,
-    VOLCANO_QUEUE_GROUP, VOLCANO_ROOT,
+    ANY_NODE_FLAVOR, KAI_QUEUE_GROUP, KAI_QUEUE_LABEL, KAI_ROOT, VOLCANO_JOB_QUEUE_ANNOTATION,
+    VOLCANO_QUEUE_ANNOTATION, VOLCANO_QUEUE_GROUP, VOLCANO_ROOT,
 };
 use self::kueue::{cluster_queue, flavor};
 pub use self::kueue::{CLUSTER_QUEUE_FIELDS, COHORT_FIELDS, FLAVOR_FIELDS, LOCAL_QUEUE_FIELDS};
@@ -97,13 +97,17 @@ pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 /// Kestrel's label naming the LocalQueue; wins over Kueue's when both are set.
 pub const KESTREL_QUEUE_LABEL: &str = "kestrel.dev/queue";
 /// The queue an object names, looking at each of `metas` (the object's, then its pod
-/// template's) for Kestrel's label, then Kueue's, then KAI's, then Volcano's annotation.
+/// template's) for Kestrel's label, then Kueue's, then KAI's, then Volcano's annotations
+/// (the one users write, then the one Volcano's Job controller puts on its pods).
 pub fn queue_name<'a>(metas: &[Option<&'a ObjectMeta>]) -> Option<&'a str> {
     let labels = [KESTREL_QUEUE_LABEL, KUEUE_QUEUE_LABEL, KAI_QUEUE_LABEL]
         .into_iter()
         .map(|key| (key, false));
     labels
-        .chain([(VOLCANO_QUEUE_ANNOTATION, true)])
+        .chain([
+            (VOLCANO_QUEUE_ANNOTATION, true),
+            (VOLCANO_JOB_QUEUE_ANNOTATION, true),
+        ])
         .find_map(|(key, annotation)| {
             metas.iter().flatten().find_map(|meta| {
                 let map = match annotation {

@@ -686,3 +686,33 @@ fn queues_read_one_by_one_get_the_structure_the_simulator_builds() {
     let (out, _) = cluster_wide::with_cluster_wide_structure(plain.clone(), &capacity);
     assert_eq!(out, plain);
 }
+
+#[test]
+fn a_pods_queue_is_read_in_order_of_the_names_each_project_writes() {
+    let meta = |labels: serde_json::Value, annotations: serde_json::Value| -> ObjectMeta {
+        serde_json::from_value(serde_json::json!({"labels": labels, "annotations": annotations}))
+            .unwrap()
+    };
+    let volcano_job = meta(
+        serde_json::json!({}),
+        serde_json::json!({"volcano.sh/queue-name": "research"}),
+    );
+    assert_eq!(queue_name(&[Some(&volcano_job)]), Some("research"));
+    let both = meta(
+        serde_json::json!({}),
+        serde_json::json!({"volcano.sh/queue-name": "research", VOLCANO_QUEUE_ANNOTATION: "mine"}),
+    );
+    assert_eq!(queue_name(&[Some(&both)]), Some("mine"));
+    let kueue = meta(
+        serde_json::json!({KUEUE_QUEUE_LABEL: "team"}),
+        serde_json::json!({}),
+    );
+    assert_eq!(queue_name(&[Some(&both), Some(&kueue)]), Some("team"));
+    assert_eq!(
+        queue_name(&[
+            None,
+            Some(&meta(serde_json::json!({}), serde_json::json!({})))
+        ]),
+        None
+    );
+}
