@@ -10,6 +10,10 @@ use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSe
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
+use nvml_wrapper_sys::bindings::{
+    nvmlGpuFabricInfo_t, nvmlGpuFabricState_t, nvmlReturn_enum_NVML_SUCCESS, NvmlLib,
+    NVML_GPU_FABRIC_STATE_COMPLETED,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
@@ -23,7 +27,59 @@ const PROBE_EVERY: Duration = Duration::from_secs(10);
 
 pub struct NvmlBackend {
     nvml: Nvml,
+    /// The same library's raw bindings, for the queries nvml-wrapper does not wrap
+    /// (`None`: they could not be loaded, and those readings are left out).
+    raw: Option<NvmlLib>,
     sysfs: Sysfs,
+}
+
+/// The library nvml-wrapper loads.
+const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
+
+/// A GPU's NVLink fabric clique as GPU Feature Discovery labels it
+/// (`nvidia.com/gpu.clique`: `<cluster UUID>.<clique id>`), once the fabric manager has
+/// registered the GPU; `None` on GPUs outside a multi-node NVLink fabric, or when the
+/// driver does not answer the query.
+fn fabric_clique(raw: &NvmlLib, device: &nvml_wrapper::Device) -> Option<String> {
+    let query = raw.nvmlDeviceGetGpuFabricInfo.as_ref().ok()?;
+    let mut info = nvmlGpuFabricInfo_t {
+        clusterUuid: [0; 16],
+        status: 0,
+        cliqueId: 0,
+        state: 0,
+    };
+    // SAFETY: the device handle comes from the same library's live session, and `info`
+    // is the structure the call writes.
+    let rc = unsafe { query(device.handle(), &mut info) };
+    let completed = info.state == NVML_GPU_FABRIC_STATE_COMPLETED as nvmlGpuFabricState_t;
+    if rc != nvmlReturn_enum_NVML_SUCCESS
+        || info.status != nvmlReturn_enum_NVML_SUCCESS
+        || !completed
+        || info.clusterUuid == [0; 16]
+    {
+        return None;
+    }
+    Some(format!(
+        "{}.{}",
+        uuid_text(&info.clusterUuid),
+        info.cliqueId
+    ))
+}
+
+/// 16 bytes as a UUID's text (`8-4-4-4-12` hex digits).
+fn uuid_text(bytes: &[u8; 16]) -> String {
+    let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    [
+        &hex[0..4],
+        &hex[4..6],
+        &hex[6..8],
+        &hex[8..10],
+        &hex[10..16],
+    ]
+    .iter()
+    .map(|part| part.concat())
+    .collect::<Vec<_>>()
+    .join("-")
 }
 
 fn nvml_err(what: impl Into<String>) -> impl FnOnce(NvmlError) -> BackendError {
@@ -58,10 +114,10 @@ impl NvmlBackend {
     /// Loads NVML; [`BackendError::NvmlUnavailable`] when the library or the driver is
     /// missing.
     pub fn new(sysfs: Sysfs) -> Result<NvmlBackend, BackendError> {
-        Ok(NvmlBackend {
-            nvml: init()?,
-            sysfs,
-        })
+        let nvml = init()?;
+        // SAFETY: the library nvml-wrapper has just loaded and initialised.
+        let raw = unsafe { NvmlLib::new(NVML_LIBRARY) }.ok();
+        Ok(NvmlBackend { nvml, raw, sysfs })
     }
 }
 
@@ -116,8 +172,7 @@ impl GpuBackend for NvmlBackend {
                 nvlink_peers: Vec::new(),
                 pcie_switch: None,
                 mig_enabled,
-                // nvml-wrapper has no binding for the fabric (clique) query yet.
-                clique: None,
+                clique: self.raw.as_ref().and_then(|raw| fabric_clique(raw, &d)),
             });
         }
         let by_bus: BTreeMap<String, u32> = gpus
@@ -254,5 +309,19 @@ fn watch(nvml: Nvml, uuids: Vec<String>, tx: UnboundedSender<HealthEvent>) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::uuid_text;
+
+    #[test]
+    fn a_fabric_cluster_uuid_reads_as_gpu_feature_discovery_writes_it() {
+        let bytes = [
+            0x4c, 0x2f, 0x8d, 0x1e, 0x00, 0x11, 0x42, 0x33, 0x84, 0x55, 0x66, 0x77, 0x88, 0x99,
+            0xaa, 0xbb,
+        ];
+        assert_eq!(uuid_text(&bytes), "4c2f8d1e-0011-4233-8455-66778899aabb");
     }
 }

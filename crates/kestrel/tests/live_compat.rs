@@ -16,6 +16,9 @@
 //! - A case whose header expects an error is the simulator's reader refusing a file;
 //!   it has nothing to run live.
 
+// The serial lock is held across awaits on purpose: one test at a time on the control plane.
+#![allow(clippy::await_holding_lock)]
+
 mod live;
 
 use k8s_openapi::api::batch::v1::Job;
