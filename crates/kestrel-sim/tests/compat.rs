@@ -8,6 +8,9 @@
 //! - `# expect-warning: text`: a warning contains it (and every warning is expected);
 //! - `# expect-error: text`: loading fails with an error that contains it.
 
+mod compat_header;
+
+use compat_header::expected;
 use kestrel_k8s::duration::parse_duration;
 use kestrel_sim::inputs::{load_cluster_file, load_workload_files};
 use kestrel_sim::{simulate, SimConfig};
@@ -15,30 +18,6 @@ use std::path::{Path, PathBuf};
 
 fn compat_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/compat")
-}
-
-#[derive(Default)]
-struct Expected {
-    counts: Vec<(String, String)>,
-    warnings: Vec<String>,
-    errors: Vec<String>,
-}
-
-fn expected(text: &str) -> Expected {
-    let mut e = Expected::default();
-    for line in text.lines().take_while(|l| l.starts_with('#')) {
-        if let Some(rest) = line.strip_prefix("# expect: ") {
-            for pair in rest.split_whitespace() {
-                let (k, v) = pair.split_once('=').expect("key=value");
-                e.counts.push((k.to_string(), v.to_string()));
-            }
-        } else if let Some(rest) = line.strip_prefix("# expect-warning: ") {
-            e.warnings.push(rest.to_string());
-        } else if let Some(rest) = line.strip_prefix("# expect-error: ") {
-            e.errors.push(rest.to_string());
-        }
-    }
-    e
 }
 
 #[test]

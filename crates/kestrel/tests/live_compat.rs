@@ -19,7 +19,11 @@
 // The serial lock is held across awaits on purpose: one test at a time on the control plane.
 #![allow(clippy::await_holding_lock)]
 
+#[path = "../../kestrel-sim/tests/compat_header/mod.rs"]
+mod compat_header;
 mod live;
+
+use compat_header::expected;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -39,30 +43,6 @@ const KESTREL_API: &str = "scheduling.kestrel.dev/v1alpha1";
 
 fn compat_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/compat")
-}
-
-#[derive(Default, Debug)]
-struct Expected {
-    counts: BTreeMap<String, String>,
-    warnings: Vec<String>,
-    errors: bool,
-}
-
-fn expected(text: &str) -> Expected {
-    let mut e = Expected::default();
-    for line in text.lines().take_while(|l| l.starts_with('#')) {
-        if let Some(rest) = line.strip_prefix("# expect: ") {
-            for pair in rest.split_whitespace() {
-                let (k, v) = pair.split_once('=').expect("key=value");
-                e.counts.insert(k.to_string(), v.to_string());
-            }
-        } else if let Some(rest) = line.strip_prefix("# expect-warning: ") {
-            e.warnings.push(rest.to_string());
-        } else if line.starts_with("# expect-error: ") {
-            e.errors = true;
-        }
-    }
-    e
 }
 
 /// A duration annotation's value, `speed_up` times shorter.
@@ -643,7 +623,7 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         let text = std::fs::read_to_string(path).unwrap();
         let want = expected(&text);
-        if want.errors {
+        if !want.errors.is_empty() {
             continue;
         }
         ran += 1;
@@ -713,7 +693,7 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
                 case.workload(object).await;
             }
         }
-        let count = |k: &str| want.counts.get(k).map(|v| v.parse::<u64>().unwrap());
+        let count = |k: &str| want.count(k);
         let started = Instant::now();
         let mut job_pods = BTreeMap::new();
         let mut most_running = 0;
