@@ -60,6 +60,10 @@ lint_chart() {
     # URI Kestrel cannot use (https), before anything is installed.
     lint_refuses "$helm" replicas --set-string replicas=two
     lint_refuses "$helm" mlflowTrackingUri --set mlflowTrackingUri=https://mlflow:5000
+    lint_refuses "$helm" /agent/image/tag --set agent.enabled=true --set agent.image.tag=2
+    # The agent's template, which renders only when enabled, on its own image.
+    "$helm" lint --strict charts/kestrel --set agent.enabled=true \
+        --set agent.image.repository=registry.example.com/gpu/kestrel-agent >/dev/null
     "$helm" lint --strict charts/kestrel --set mlflowTrackingUri=http://mlflow.mlflow:5000 >/dev/null
 }
 

@@ -17,6 +17,7 @@
 # `-C target-feature=+crt-static` (KESTREL_STATIC_TARGET picks one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source build/common.sh
 
 binary_only=false
 [[ "${1:-}" == "--binary" ]] && binary_only=true
@@ -44,22 +45,12 @@ if [[ "$target" == "$musl" ]] && ! command -v x86_64-linux-musl-gcc >/dev/null; 
     fi
 fi
 
-version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
-commit="${KESTREL_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}"
-export KESTREL_GIT_COMMIT="$commit"
-
-# crt-static: libc linked in (musl's default; glibc needs the flag). Stripped: the image
-# ships no symbols (panics still name the message and location).
+# crt-static: libc linked in (musl's default; glibc needs the flag).
 if [[ "$target" == "$gnu" ]]; then
     export RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static"
 fi
-CARGO_PROFILE_RELEASE_STRIP=symbols \
-    CARGO_PROFILE_RELEASE_DEBUG=false \
-    cargo build --release --locked --target "$target" -p kestrel
+release_build --target "$target"
 
-tdir="${CARGO_TARGET_DIR:-target}"
-out="$tdir/image"
-mkdir -p "$out"
 cp "$tdir/$target/release/kestrel" "$out/kestrel"
 
 # Static: no program interpreter, no shared libraries.
@@ -74,5 +65,4 @@ echo "static binary: $out/kestrel ($(stat -c %s "$out/kestrel") bytes, $target)"
 
 $binary_only && exit 0
 
-python3 build/oci-image.py --binary "$out/kestrel" --name "${IMAGE_NAME:-kestrel}" \
-    --tag "$version" --revision "$commit" --out "$out"
+pack_image "${IMAGE_NAME:-kestrel}" --binary "$out/kestrel"

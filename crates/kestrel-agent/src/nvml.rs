@@ -93,8 +93,9 @@ fn nvml_err(what: impl Into<String>) -> impl FnOnce(NvmlError) -> BackendError {
 /// A statically linked binary (the release image's musl build) has no dynamic loader:
 /// `dlopen` always fails there, whatever is installed.
 const STATIC_HINT: &str = if cfg!(target_feature = "crt-static") {
-    " (this kestrel is statically linked and cannot load shared libraries at all; run the \
-     agent from a dynamically linked build, see \"The node agent\" in the README)"
+    " (this kestrel is statically linked and cannot load shared libraries at all: run the \
+     agent from the kestrel-agent image, which build/agent-image.sh builds; see \"The node \
+     agent\" in the README)"
 } else {
     ""
 };

@@ -244,6 +244,11 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
 /// The node agent's install values (the chart's `agent:`; the agent is off by default).
 #[derive(Debug, Clone)]
 pub struct AgentValues {
+    /// The agent's image without its tag: `kestrel-agent` (what `build/agent-image.sh`
+    /// builds: the dynamically linked kestrel, which can load NVML), or your registry's copy.
+    pub image_repository: String,
+    /// Its tag; the chart's default is its `appVersion`, which is this version.
+    pub image_tag: String,
     pub resource_name: String,
     pub metrics_port: String,
     /// `none`, `index` or `uuid`: CDI names in Allocate responses.
@@ -261,6 +266,8 @@ pub struct AgentValues {
 impl Default for AgentValues {
     fn default() -> Self {
         AgentValues {
+            image_repository: "kestrel-agent".into(),
+            image_tag: env!("CARGO_PKG_VERSION").into(),
             resource_name: "nvidia.com/gpu".into(),
             // The DCGM exporter's port, so scrape configs written for it find the agent.
             metrics_port: "9400".into(),
@@ -276,7 +283,17 @@ impl Default for AgentValues {
 }
 
 /// The agent's Helm placeholders (see [`HELM`]).
-const AGENT_HELM: [(&str, &str, bool); 8] = [
+const AGENT_HELM: [(&str, &str, bool); 10] = [
+    (
+        "agentImageRepository",
+        "{{ .Values.agent.image.repository }}",
+        false,
+    ),
+    (
+        "agentImageTag",
+        "{{ .Values.agent.image.tag | default .Chart.AppVersion }}",
+        false,
+    ),
     (
         "agentResourceName",
         "{{ .Values.agent.resourceName }}",
@@ -311,6 +328,8 @@ impl AgentValues {
     fn helm_markers() -> Self {
         let m = |k: &str| format!("@@{k}@@");
         AgentValues {
+            image_repository: m("agentImageRepository"),
+            image_tag: m("agentImageTag"),
             resource_name: m("agentResourceName"),
             metrics_port: m("agentMetricsPort"),
             cdi: m("agentCdi"),
@@ -364,7 +383,8 @@ pub fn agent_objects(v: &InstallValues, a: &AgentValues) -> Vec<Value> {
                     "tolerations": a.tolerations,
                     "containers": [{
                         "name": "agent",
-                        "image": format!("{}:{}", v.image_repository, v.image_tag),
+                        // Not the scheduler's static image: the agent loads NVML.
+                        "image": format!("{}:{}", a.image_repository, a.image_tag),
                         "imagePullPolicy": v.image_pull_policy,
                         "args": [
                             "agent",
@@ -672,7 +692,12 @@ fn agent_values_yaml() -> String {
         "# The node agent (`kestrel agent`), a DaemonSet on the GPU nodes: GPU discovery and\n\
          # health, the device plugin for agent.resourceName (run it instead of NVIDIA's device\n\
          # plugin for that resource), GPU labels and topology on each Node, GPU metrics.\n\
-         agent:\n  enabled: false\n  resourceName: {:?}\n  \
+         agent:\n  enabled: false\n  \
+         # The agent's own image (build/agent-image.sh): the dynamically linked kestrel,\n  \
+         # which loads NVIDIA's management library. Pull policy: image.pullPolicy.\n  \
+         image:\n    repository: {:?}\n    \
+         # Default: the chart's appVersion.\n    tag: \"\"\n  \
+         resourceName: {:?}\n  \
          # Prometheus scrapes /metrics here (the DCGM exporter's port).\n  metricsPort: {}\n  \
          # CDI device names in Allocate responses: none, index or uuid.\n  cdi: {:?}\n  \
          # On a node without the NVIDIA library: exit (the pod restarts) or serve zero GPUs.\n  \
@@ -681,7 +706,12 @@ fn agent_values_yaml() -> String {
          runtimeClassName: {:?}\n  \
          # A PrometheusRule with the agent's alerts (needs the Prometheus operator).\n  \
          prometheusRule:\n    enabled: false\n{block}",
-        a.resource_name, a.metrics_port, a.cdi, a.without_nvml, a.runtime_class_name
+        a.image_repository,
+        a.resource_name,
+        a.metrics_port,
+        a.cdi,
+        a.without_nvml,
+        a.runtime_class_name
     )
 }
 
@@ -735,6 +765,17 @@ pub fn values_schema() -> Value {
                 "additionalProperties": false,
                 "properties": {
                     "enabled": {"type": "boolean", "description": "Install the node agent DaemonSet."},
+                    "image": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "required": ["repository"],
+                        "properties": {
+                            "repository": {"type": "string", "minLength": 1,
+                                           "description": "The agent's image (build/agent-image.sh) without its tag."},
+                            "tag": {"type": "string",
+                                    "description": "The agent's image tag; empty: the chart's appVersion. Use --set-string for a tag that looks like a number."}
+                        }
+                    },
                     "resourceName": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
                                      "description": "The extended resource the agent's device plugin registers."},
                     "metricsPort": {"type": "integer", "minimum": 1, "maximum": 65535},

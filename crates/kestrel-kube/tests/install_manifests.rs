@@ -131,6 +131,59 @@ fn agent_template_is_off_by_default_and_renders_the_agent_manifests() {
     );
 }
 
+/// The container image of the one DaemonSet or Deployment among `objects`.
+fn workload_image(objects: &[Value], kind: &str) -> String {
+    let workload = objects
+        .iter()
+        .find(|o| o["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind}"));
+    workload["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The agent runs its own image (the dynamically linked kestrel that loads NVML), not the
+/// scheduler's static one: `kestrel-agent:VERSION` by default, `agent.image.*` when set.
+#[test]
+fn agent_runs_the_agent_image() {
+    let version = env!("CARGO_PKG_VERSION");
+    let plain: Vec<Value> =
+        serde_saphyr::from_multiple(&committed("deploy/kestrel-agent.yaml")).unwrap();
+    assert_eq!(
+        workload_image(&plain, "DaemonSet"),
+        format!("kestrel-agent:{version}")
+    );
+    let scheduler: Vec<Value> =
+        serde_saphyr::from_multiple(&committed("deploy/kestrel.yaml")).unwrap();
+    assert_eq!(
+        workload_image(&scheduler, "Deployment"),
+        format!("kestrel:{version}")
+    );
+
+    let mut values: Value =
+        serde_saphyr::from_str(&committed("charts/kestrel/values.yaml")).unwrap();
+    let app_version = chart_field(&committed("charts/kestrel/Chart.yaml"), "appVersion");
+    let template = committed("charts/kestrel/templates/agent.yaml");
+    values["agent"]["enabled"] = Value::Bool(true);
+    values["agent"]["image"]["repository"] = Value::from("registry.example.com/gpu/kestrel-agent");
+    let rendered: Vec<Value> =
+        serde_saphyr::from_multiple(&render_template(&template, &values, &app_version)).unwrap();
+    assert_eq!(
+        workload_image(&rendered, "DaemonSet"),
+        format!("registry.example.com/gpu/kestrel-agent:{app_version}")
+    );
+    values["agent"]["image"]["tag"] = Value::from("0.1.0-gpu.1");
+    // The scheduler's image values do not move the agent.
+    values["image"]["repository"] = Value::from("registry.example.com/platform/kestrel");
+    let rendered: Vec<Value> =
+        serde_saphyr::from_multiple(&render_template(&template, &values, &app_version)).unwrap();
+    assert_eq!(
+        workload_image(&rendered, "DaemonSet"),
+        "registry.example.com/gpu/kestrel-agent:0.1.0-gpu.1"
+    );
+}
+
 #[test]
 fn helm_chart_matches_the_code() {
     check_generated(
@@ -188,11 +241,13 @@ fn cargo_chart_image_and_changelog_agree_on_the_version() {
         "charts/kestrel/Chart.yaml: appVersion (the default image tag) is not the Cargo version {version}"
     );
     let values: Value = serde_saphyr::from_str(&committed("charts/kestrel/values.yaml")).unwrap();
-    let tag = values["image"]["tag"].as_str().unwrap_or_default();
-    assert!(
-        tag.is_empty() || tag == version,
-        "charts/kestrel/values.yaml: image.tag {tag:?} disagrees with the chart's appVersion {version}; leave it empty"
-    );
+    for path in ["image.tag", "agent.image.tag"] {
+        let tag = lookup(&values, path).as_str().unwrap_or_default();
+        assert!(
+            tag.is_empty() || tag == version,
+            "charts/kestrel/values.yaml: {path} {tag:?} disagrees with the chart's appVersion {version}; leave it empty"
+        );
+    }
     let changelog = committed("CHANGELOG.md");
     assert!(
         changelog
@@ -283,8 +338,17 @@ fn values_schema_admits_the_defaults_and_refuses_wrong_types() {
     wrong["image"]["tag"] = Value::from(1.5);
     wrong["policy"] = Value::from("fastest");
     wrong["imageTag"] = Value::from("0.1.0");
+    wrong["agent"]["image"]["tag"] = Value::from(2);
+    wrong["agent"]["image"]["registry"] = Value::from("registry.example.com");
     let errors = check(&schema, &wrong, "");
-    for named in ["replicas", "image.tag", "policy", "imageTag"] {
+    for named in [
+        "replicas",
+        "image.tag",
+        "policy",
+        "imageTag",
+        "agent.image.tag",
+        "agent.image.registry",
+    ] {
         assert!(
             errors.iter().any(|e| e.starts_with(named)),
             "{named} not named: {errors:?}"

@@ -8,16 +8,14 @@
 //! no CA bundle. Where that binary is absent or the sandbox is not permitted they are
 //! skipped with a message, except under `CI=true`, where they fail.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod sandbox;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use sandbox::{
+    assert_ran, fresh_root, repo, skip, target_dir, text, Sandbox, IN_CLUSTER_ENV, SERVICE_ACCOUNT,
+    TEST_CA,
+};
+use std::path::PathBuf;
+use std::process::Command;
 
 /// `kestrel --version`: the Cargo version and the git commit it was built from.
 #[test]
@@ -50,136 +48,36 @@ fn version_names_the_release_and_the_commit() {
     }
 }
 
-/// Skips (returns None) with a message, or fails under CI=true.
-fn skip(why: &str) -> Option<Sandbox> {
-    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-        panic!("CI=true and the static binary cannot be tested: {why}");
-    }
-    eprintln!("skipped: {why}");
-    None
-}
-
-/// An empty root directory holding only the static binary and what a test puts there.
-struct Sandbox {
-    root: PathBuf,
-    /// The command that runs a program with `root` as its root directory.
-    runner: Vec<String>,
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
+const WHAT: &str = "the static binary";
 
 fn static_binary() -> PathBuf {
     std::env::var_os("KESTREL_STATIC_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::env::var_os("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| repo().join("target"))
-                .join("image/kestrel")
-        })
+        .unwrap_or_else(|| target_dir().join("image/kestrel"))
 }
 
+/// An empty root directory holding only the static binary.
 fn sandbox(name: &str) -> Option<Sandbox> {
-    if !cfg!(target_os = "linux") {
-        return skip("the sandbox needs Linux (unshare or chroot)");
-    }
     let binary = static_binary();
     if !binary.exists() {
-        return skip(&format!(
-            "{} is not built: run build/static.sh (or set KESTREL_STATIC_BIN)",
-            binary.display()
-        ));
+        return skip(
+            WHAT,
+            &format!(
+                "{} is not built: run build/static.sh (or set KESTREL_STATIC_BIN)",
+                binary.display()
+            ),
+        );
     }
-    let root = std::env::temp_dir().join(format!("kestrel-static-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
+    let root = fresh_root(&format!("static-{name}"));
     std::fs::copy(&binary, root.join("kestrel")).unwrap();
-    let mut refused = Vec::new();
-    // The probe runs /kestrel itself: a runner that is refused says so on stderr with its
-    // own name; anything else is the binary's failure, which the tests report.
-    for runner in [vec!["unshare", "--map-root-user", "--root"], vec!["chroot"]] {
-        let out = Command::new(runner[0])
-            .args(&runner[1..])
-            .arg(&root)
-            .args(["/kestrel", "--version"])
-            .output();
-        let out = match out {
-            Ok(out) => out,
-            Err(e) => {
-                refused.push(format!("{}: {e}", runner[0]));
-                continue;
-            }
-        };
-        let stderr = text(&out.stderr);
-        let own_failure = stderr.starts_with(&format!("{}:", runner[0]))
-            && (stderr.contains("not permitted")
-                || stderr.contains("cannot change root")
-                || stderr.contains("unrecognized option")
-                || stderr.contains("failed"))
-            && !stderr.contains("failed to run command");
-        if out.status.success() || !own_failure {
-            let runner: Vec<String> = runner.iter().map(|s| s.to_string()).collect();
-            let sandbox = Sandbox { root, runner };
-            return Some(sandbox);
-        }
-        refused.push(stderr.trim().to_string());
-    }
-    let why = format!("neither unshare nor chroot is permitted here: {refused:?}");
-    let _ = std::fs::remove_dir_all(&root);
-    skip(&why)
-}
-
-impl Sandbox {
-    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        Command::new(&self.runner[0])
-            .args(&self.runner[1..])
-            .arg(&self.root)
-            .arg("/kestrel")
-            .args(args)
-            .env_clear()
-            .envs(env.iter().copied())
-            .output()
-            .unwrap()
-    }
-
-    fn put(&self, path: &str, contents: &[u8]) {
-        let path = self.root.join(path.trim_start_matches('/'));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, contents).unwrap();
-    }
-
-    fn copy_dir(&self, from: &Path, to: &str) {
-        for entry in std::fs::read_dir(from).unwrap() {
-            let entry = entry.unwrap();
-            let name = entry.file_name().into_string().unwrap();
-            if entry.file_type().unwrap().is_file() {
-                self.put(
-                    &format!("{to}/{name}"),
-                    &std::fs::read(entry.path()).unwrap(),
-                );
-            }
-        }
-    }
-}
-
-fn assert_ran(out: &Output, what: &str) {
-    assert!(
-        out.status.success(),
-        "{what} failed in the empty root: {}\n{}",
-        out.status,
-        text(&out.stderr)
-    );
+    Sandbox::enter(root).map_or_else(|why| skip(WHAT, &why), Some)
 }
 
 #[test]
 fn static_binary_is_static() {
     let binary = static_binary();
     if !binary.exists() {
-        skip(&format!("{} is not built", binary.display()));
+        skip::<()>(WHAT, &format!("{} is not built", binary.display()));
         return;
     }
     let elf = std::fs::read(&binary).unwrap();
@@ -237,20 +135,22 @@ fn static_binary_simulates_a_scenario_in_an_empty_root() {
     assert!(summary["pods"]["created"].as_u64().unwrap() > 100);
 }
 
-/// A self-signed CA (P-256), standing in for the cluster's: the client parses it into its
-/// root store. Any certificate serves; this one is never used to verify anything.
-const TEST_CA: &str = "-----BEGIN CERTIFICATE-----
-MIIBizCCATGgAwIBAgIUWQlQ3nGywqp/Z+yDqB+O1ebVduUwCgYIKoZIzj0EAwIw
-GjEYMBYGA1UEAwwPa2VzdHJlbC10ZXN0LWNhMCAXDTI2MTIwMTE1MDc1MloYDzIx
-MjYxMTA3MTUwNzUyWjAaMRgwFgYDVQQDDA9rZXN0cmVsLXRlc3QtY2EwWTATBgcq
-hkjOPQIBBggqhkjOPQMBBwNCAATtFwvGkAzla0+J5B6BQsIYnudMTYppUn7r4m6X
-GQ1YRDkiKbVJ76LRIKAYVx9L5hGaWcKn+KGP+1690dlImvyIo1MwUTAdBgNVHQ4E
-FgQUmcFSQpLjYyNKbWlWBzk/Zsna+dAwHwYDVR0jBBgwFoAUmcFSQpLjYyNKbWlW
-Bzk/Zsna+dAwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiEAlf0A
-cWvmZJvNqcEEJxtUfJhZ/s6FmbV/sdwwXtGn7rcCIFT8EfQBgVa5yeinqS4ntt8H
-qV0CM/qYATjqJcbM1yp9
------END CERTIFICATE-----
-";
+/// The release image cannot load NVML: its agent says so, and names the image that can.
+#[test]
+fn static_binary_agent_names_the_agent_image() {
+    let Some(sb) = sandbox("agent") else { return };
+    let out = sb.run(&["agent", "--discover"], &[]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    for said in [
+        "libnvidia-ml.so.1",
+        "statically linked",
+        "the kestrel-agent image",
+        "build/agent-image.sh",
+    ] {
+        assert!(stderr.contains(said), "{said:?} not in: {stderr}");
+    }
+}
 
 /// In a pod the API server's CA is the service account mount's `ca.crt`, not a bundle in
 /// the image: with the mount the in-cluster client is built and tries the (here closed)
@@ -260,11 +160,8 @@ fn static_binary_takes_the_cluster_ca_from_the_service_account_mount() {
     let Some(sb) = sandbox("incluster") else {
         return;
     };
-    let env = [
-        ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
-        ("KUBERNETES_SERVICE_PORT", "1"),
-    ];
-    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let env = IN_CLUSTER_ENV;
+    let sa = SERVICE_ACCOUNT;
     sb.put(&format!("{sa}/token"), b"test-token");
     sb.put(&format!("{sa}/namespace"), b"kube-system");
 
