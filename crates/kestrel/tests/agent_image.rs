@@ -280,7 +280,8 @@ fn fake_nvml(into: &Path) -> Option<PathBuf> {
 }
 
 /// In each directory the NVIDIA runtime may mount it into, the image's agent loads the
-/// library and discovers its GPUs, their NVLink and PCI addresses included.
+/// library and discovers its GPUs, their NVLink and PCI addresses and fabric clique
+/// included.
 #[test]
 fn agent_image_loads_nvml_where_the_nvidia_runtime_mounts_it() {
     let Some(c) = Container::start("nvml") else {
@@ -319,5 +320,12 @@ fn agent_image_loads_nvml_where_the_nvidia_runtime_mounts_it() {
         assert_eq!(gpus[0]["pciBusId"], "0000:17:00.0");
         assert_eq!(gpus[1]["pciBusId"], "0000:2a:00.0");
         assert_eq!(found["labels"]["nvidia.com/gpu.count"], "2", "{found}");
+        // NVML's fabric query, which nvml-wrapper does not wrap, read through its raw
+        // bindings.
+        assert_eq!(
+            found["labels"]["nvidia.com/gpu.clique"],
+            "4c2f8d1e-0011-4233-8455-66778899aabb.7",
+            "{found}"
+        );
     }
 }
