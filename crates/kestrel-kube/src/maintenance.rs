@@ -157,7 +157,7 @@ pub async fn reconcile_all(
         .list(&ListParams::default())
         .await?
         .items;
-    let (catalog, _) = Catalog::live(Path::new(live::API_SOURCE), &classes, &runtimes);
+    let (catalog, _) = Catalog::live(Path::new(live::API_SOURCE), &classes, &runtimes, None);
     let pass = Pass {
         client: client.clone(),
         writer: writer.clone(),

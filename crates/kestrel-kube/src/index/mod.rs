@@ -146,7 +146,7 @@ impl ClusterState {
         ClusterState {
             scheduler: Scheduler::new(config),
             scheduler_name: scheduler_name.into(),
-            catalog: Catalog::live(Path::new(live::API_SOURCE), [], []).0,
+            catalog: Catalog::live(Path::new(live::API_SOURCE), [], [], None).0,
             pods: HashMap::new(),
             keys: HashMap::new(),
             invalid_reports: Vec::new(),

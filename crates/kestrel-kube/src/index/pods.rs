@@ -51,17 +51,22 @@ impl ClusterState {
         self.pods.len()
     }
 
-    /// Replaces the PriorityClasses and RuntimeClasses pods resolve against; invalid pods
-    /// are tried again. Returns the classes that could not be read.
+    /// Replaces the PriorityClasses, RuntimeClasses and Kueue WorkloadPriorityClasses
+    /// (`None`: Kueue's kind is not served) pods resolve against; invalid pods (those
+    /// naming a class that was missing among them) are read again. A pod read before keeps
+    /// the priority it was read with, as Kueue's workloads keep theirs. Returns the
+    /// classes that could not be read.
     pub fn set_classes<'a>(
         &mut self,
         priority_classes: impl IntoIterator<Item = &'a PriorityClass>,
         runtime_classes: impl IntoIterator<Item = &'a RuntimeClass>,
+        workload_priority_classes: Option<&[serde_json::Value]>,
     ) -> &[ConvertError] {
         let (catalog, errors) = Catalog::live(
             Path::new(live::API_SOURCE),
             priority_classes,
             runtime_classes,
+            workload_priority_classes,
         );
         self.catalog = catalog;
         self.catalog_errors = errors.into_iter().map(Into::into).collect();

@@ -162,7 +162,9 @@ async fn scripted_server(
                 "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
                 | "/apis/scheduling.volcano.sh/v1beta1/podgroups"
                 | "/apis/scheduling.volcano.sh/v1beta1/queues"
-                | "/apis/scheduling.run.ai/v2/queues",
+                | "/apis/scheduling.run.ai/v2/queues"
+                | "/apis/kueue.x-k8s.io/v1beta1/workloadpriorityclasses"
+                | "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
             ) => {
                 send.send_response(not_found());
                 continue;
