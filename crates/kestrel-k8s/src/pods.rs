@@ -64,6 +64,19 @@ pub struct Catalog {
     workload_priority: Option<BTreeMap<String, (i32, String)>>,
     /// Where the classes come from, for the error of a pod naming one that is missing.
     classes_from: ClassesFrom,
+    /// The live WorkloadPriorityClasses are not listed yet: a pod naming one waits.
+    workload_priority_pending: bool,
+}
+
+/// What the live scheduler knows of Kueue's WorkloadPriorityClasses.
+#[derive(Debug, Clone, Copy)]
+pub enum WorkloadPriorityListing<'a> {
+    /// Not listed yet: pods naming one wait until the listing is in.
+    Pending,
+    /// Kueue's kind is not served (no Kueue): the label is not read.
+    NotServed,
+    /// The classes listed (as JSON objects).
+    Listed(&'a [Value]),
 }
 
 /// Where a [`Catalog`]'s classes come from.
@@ -396,6 +409,13 @@ impl Catalog {
         ctx: &Ctx,
         annotations: &Annotations,
     ) -> Result<Option<i32>, LoadError> {
+        if self.workload_priority_pending && annotations.label(WORKLOAD_PRIORITY_LABEL).is_some() {
+            return Err(ctx.err(
+                annotations.label_field(WORKLOAD_PRIORITY_LABEL),
+                "Kueue's WorkloadPriorityClasses are not listed yet; the pod is read again \
+                 once they are",
+            ));
+        }
         match (
             annotations.label(WORKLOAD_PRIORITY_LABEL),
             &self.workload_priority,
@@ -481,22 +501,26 @@ impl Catalog {
     }
 
     /// The catalog of a live cluster: the classes the API server lists (the system classes
-    /// among them), and Kueue's WorkloadPriorityClasses where that kind is served (`None`:
-    /// not served, so the label is not resolved). A class Kestrel cannot read is left out
-    /// and its error returned; pods naming it wait with that reason.
+    /// among them), and Kueue's WorkloadPriorityClasses as far as they are known. A class
+    /// Kestrel cannot read is left out and its error returned; pods naming it wait with
+    /// that reason.
     pub fn live<'a>(
         source: &Path,
         priority_classes: impl IntoIterator<Item = &'a PriorityClass>,
         runtime_classes: impl IntoIterator<Item = &'a RuntimeClass>,
-        workload_priority_classes: Option<&[Value]>,
+        workload_priority_classes: WorkloadPriorityListing,
     ) -> (Catalog, Vec<LoadError>) {
         let mut catalog = Catalog {
             classes_from: ClassesFrom::ApiServer,
+            workload_priority_pending: matches!(
+                workload_priority_classes,
+                WorkloadPriorityListing::Pending
+            ),
             ..Catalog::default()
         };
         let mut errors = Vec::new();
         let origin = "the API server".to_string();
-        if let Some(objects) = workload_priority_classes {
+        if let WorkloadPriorityListing::Listed(objects) = workload_priority_classes {
             let classes = catalog.workload_priority.insert(BTreeMap::new());
             for object in objects {
                 let name = object

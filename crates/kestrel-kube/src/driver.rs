@@ -29,6 +29,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
 use kestrel_k8s::crds::{PodGroup, Topology};
+use kestrel_k8s::pods::WorkloadPriorityListing;
 use kestrel_k8s::workloads::{Owner, WHOLE_WORKLOAD_KINDS};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, store::Writer, Store};
@@ -260,10 +261,14 @@ pub struct WorkloadPriorityWatch {
     /// The name the watch goes by (one of [`WORKLOAD_PRIORITY_WATCHES`]).
     pub kind: &'static str,
     pub store: Store<DynamicObject>,
-    /// Its listing came in: the API serves this version (set before the change that
-    /// says so is sent).
-    pub served: Arc<std::sync::atomic::AtomicBool>,
+    /// What is known of this version: [`LISTING_PENDING`], [`SERVED`] (set before the
+    /// change that says so is sent) or [`NOT_SERVED`] (set when that change is applied).
+    pub served: Arc<std::sync::atomic::AtomicU8>,
 }
+
+pub const LISTING_PENDING: u8 = 0;
+pub const SERVED: u8 = 1;
+pub const NOT_SERVED: u8 = 2;
 
 /// The WorkloadPriorityClass watches, the newer version first, with their API versions.
 pub const WORKLOAD_PRIORITY_WATCHES: [(&str, &str); 2] = [
@@ -272,23 +277,25 @@ pub const WORKLOAD_PRIORITY_WATCHES: [(&str, &str); 2] = [
 ];
 
 /// The WorkloadPriorityClasses of the served versions (each class once, the newer
-/// version's object first); `None` when no version is served (Kueue is not installed).
-fn workload_priority_classes(stores: &Stores) -> Option<Vec<serde_json::Value>> {
+/// version's object first); `None` while a version is not listed yet, and an empty
+/// `Some` when no version is served (Kueue is not installed).
+fn workload_priority_classes(stores: &Stores) -> Option<(bool, Vec<serde_json::Value>)> {
     let mut seen = std::collections::HashSet::new();
     let mut objects = Vec::new();
     let mut served = false;
     for watch in &stores.workload_priority_classes {
-        if !watch.served.load(Ordering::Acquire) {
-            continue;
+        match watch.served.load(Ordering::Acquire) {
+            SERVED => served = true,
+            NOT_SERVED => continue,
+            _ => return None,
         }
-        served = true;
         for o in watch.store.state() {
             if seen.insert(o.metadata.name.clone()) {
                 objects.push(to_json(&o));
             }
         }
     }
-    served.then_some(objects)
+    Some((served, objects))
 }
 
 /// Which listings are complete.
@@ -560,7 +567,7 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
     for (kind, version) in WORKLOAD_PRIORITY_WATCHES {
         let gvk = kube::api::GroupVersionKind::gvk(KUEUE_GROUP, version, "WorkloadPriorityClass");
         let resource = ApiResource::from_gvk_with_plural(&gvk, "workloadpriorityclasses");
-        let served = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let served = Arc::new(std::sync::atomic::AtomicU8::new(LISTING_PENDING));
         let listed = served.clone();
         let store = spawn_watch(
             tasks,
@@ -570,7 +577,7 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
             move |e| {
                 let done = matches!(e, Event::InitDone);
                 if done {
-                    listed.store(true, Ordering::Release);
+                    listed.store(SERVED, Ordering::Release);
                 }
                 Change::WorkloadPriorityClasses { kind, listed: done }
             },
@@ -872,11 +879,13 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
             let pcs = stores.priority_classes.state();
             let rcs = stores.runtime_classes.state();
             let wpcs = workload_priority_classes(stores);
-            for e in state.set_classes(
-                pcs.iter().map(|a| &**a),
-                rcs.iter().map(|a| &**a),
-                wpcs.as_deref(),
-            ) {
+            let listing = match &wpcs {
+                None => WorkloadPriorityListing::Pending,
+                Some((false, _)) => WorkloadPriorityListing::NotServed,
+                Some((true, objects)) => WorkloadPriorityListing::Listed(objects),
+            };
+            for e in state.set_classes(pcs.iter().map(|a| &**a), rcs.iter().map(|a| &**a), listing)
+            {
                 tracing::warn!(error = %e, object = ?e.object, "class cannot be read");
             }
         }
@@ -936,6 +945,16 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
         Change::Unserved { kind } if WHOLE_WORKLOAD_KINDS.contains(&kind) => {
             tracing::warn!(kind, "Kestrel may not list this kind (add its list and watch to Kestrel's ClusterRole): a queued one's pods are admitted one by one");
             state.set_owner_kind_unserved(kind);
+        }
+        Change::Unserved { kind } if kind.starts_with("WorkloadPriorityClass") => {
+            for watch in stores
+                .workload_priority_classes
+                .iter()
+                .filter(|w| w.kind == kind)
+            {
+                watch.served.store(NOT_SERVED, Ordering::Release);
+            }
+            return apply_change(state, stores, Change::PriorityClasses { listed: false });
         }
         Change::Unserved { .. } => {}
     }
@@ -1003,6 +1022,14 @@ pub async fn snapshot(
             .state()
             .iter()
             .map(|n| Change::Node(Box::new(Event::InitApply((**n).clone())))),
+    );
+    // Every listing is in: a WorkloadPriorityClass version not listed is not served.
+    ordered.extend(
+        stores
+            .workload_priority_classes
+            .iter()
+            .filter(|w| w.served.load(Ordering::Acquire) != SERVED)
+            .map(|w| Change::Unserved { kind: w.kind }),
     );
     ordered.push(Change::PriorityClasses { listed: true });
     ordered.push(Change::Topologies { listed: true });

@@ -8,7 +8,7 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kestrel_core::{GpuAssignment, Millis, PodPhase, PodSpec, Unschedulable};
 use kestrel_k8s::live::{self, ConvertError, GPU_INDICES_ANNOTATION};
-use kestrel_k8s::pods::Catalog;
+use kestrel_k8s::pods::{Catalog, WorkloadPriorityListing};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
@@ -52,7 +52,7 @@ impl ClusterState {
     }
 
     /// Replaces the PriorityClasses, RuntimeClasses and Kueue WorkloadPriorityClasses
-    /// (`None`: Kueue's kind is not served) pods resolve against; invalid pods (those
+    /// (as far as they are known) pods resolve against; invalid pods (those
     /// naming a class that was missing among them) are read again. A pod read before keeps
     /// the priority it was read with, as Kueue's workloads keep theirs. Returns the
     /// classes that could not be read.
@@ -60,7 +60,7 @@ impl ClusterState {
         &mut self,
         priority_classes: impl IntoIterator<Item = &'a PriorityClass>,
         runtime_classes: impl IntoIterator<Item = &'a RuntimeClass>,
-        workload_priority_classes: Option<&[serde_json::Value]>,
+        workload_priority_classes: WorkloadPriorityListing,
     ) -> &[ConvertError] {
         let (catalog, errors) = Catalog::live(
             Path::new(live::API_SOURCE),

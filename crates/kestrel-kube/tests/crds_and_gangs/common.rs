@@ -66,7 +66,7 @@ pub struct Harness {
     /// Kueue's WorkloadPriorityClasses (as `kueue.x-k8s.io/v1beta1` serves them), and
     /// whether that version counts as served.
     pub workload_priority_classes: Writer<DynamicObject>,
-    pub workload_priority_served: Arc<std::sync::atomic::AtomicBool>,
+    pub workload_priority_served: Arc<std::sync::atomic::AtomicU8>,
 }
 
 impl Harness {
@@ -101,7 +101,8 @@ impl Harness {
             &gvk,
             "workloadpriorityclasses",
         ));
-        let workload_priority_served = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let workload_priority_served =
+            Arc::new(std::sync::atomic::AtomicU8::new(driver::LISTING_PENDING));
         let stores = Stores {
             nodes: node_store.as_reader(),
             priority_classes: pcs.as_reader(),
@@ -147,13 +148,24 @@ impl Harness {
     /// Kueue's WorkloadPriorityClass kind comes to be served (listed empty).
     pub fn serve_workload_priority_classes(&mut self) {
         self.workload_priority_served
-            .store(true, std::sync::atomic::Ordering::Release);
+            .store(driver::SERVED, std::sync::atomic::Ordering::Release);
         driver::apply_change(
             &mut self.state,
             &self.stores,
             Change::WorkloadPriorityClasses {
                 kind: driver::WORKLOAD_PRIORITY_WATCHES[1].0,
                 listed: true,
+            },
+        );
+    }
+
+    /// Kueue's WorkloadPriorityClass kind turns out not to be served.
+    pub fn workload_priority_classes_not_served(&mut self) {
+        driver::apply_change(
+            &mut self.state,
+            &self.stores,
+            Change::Unserved {
+                kind: driver::WORKLOAD_PRIORITY_WATCHES[1].0,
             },
         );
     }

@@ -183,7 +183,13 @@ fn a_workload_priority_class_orders_a_queue_live_and_a_missing_one_holds_its_pod
 #[test]
 fn without_kueues_kind_served_the_priority_class_label_is_not_resolved() {
     let mut h = team_queue_of(4);
+    // Before the listing is in, the pod waits for it.
     h.pod(classed("job", "nowhere", 4));
+    assert!(matches!(
+        h.state.pod_state("ml/job"),
+        Some(PodState::Invalid(_))
+    ));
+    h.workload_priority_classes_not_served();
     assert!(matches!(
         h.state.pod_state("ml/job"),
         Some(PodState::Queued(_))
