@@ -5,7 +5,8 @@
 //! Two triggers:
 //! - quota: the workload's ClusterQueue lacks quota; candidates follow the queue's
 //!   `preemption` policy (lower priority in the same queue; workloads of cohort queues
-//!   that borrow, to reclaim lent quota; lower-priority borrowers to borrow in turn);
+//!   that borrow, to reclaim lent quota; lower-priority borrowers to borrow in turn;
+//!   never those of a queue that keeps what it borrows, Volcano's `reclaimable: false`);
 //! - capacity: quota admits it but no node holds it; candidates follow the same queue
 //!   policy on the nodes, plus lower-priority pods outside any queue (a preemptor outside
 //!   any queue takes lower-priority workloads anywhere, as kube-scheduler does).

@@ -132,6 +132,11 @@ pub struct ClusterQueueSpec {
     /// borrowing takes it; `false` (Kestrel's default, Kueue's `TryNextFlavor`): the later
     /// flavors are tried for room without borrowing first.
     pub borrow_in_first_fitting_flavor: bool,
+    /// Volcano's `reclaimable: false`: other queues of its cohort never preempt its
+    /// workloads, neither to reclaim the quota it borrows from them nor to borrow in
+    /// turn; they wait until its workloads end. `false`: what it borrows is taken back as
+    /// the other queues' `reclaimWithinCohort` and `borrowWithinCohort` allow.
+    pub keeps_borrowed_quota: bool,
 }
 
 /// Why a ClusterQueue is inactive: Kueue's reason (`FlavorNotFound`) and what to fix.

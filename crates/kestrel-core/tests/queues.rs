@@ -206,6 +206,65 @@ fn lent_quota_is_reclaimed_by_preempting_the_borrower() {
     assert_eq!(waiting, 3);
 }
 
+/// Team-a borrows all of team-b's idle quota on one 8-GPU node; then team-b wants 3 GPUs
+/// of its nominal 4 back. Returns how many team-a pods were preempted, and how many of
+/// team-b's run, after a few cycles.
+fn reclaim_from_a_borrower(borrower_keeps_borrowed_quota: bool) -> (usize, usize) {
+    let mut s = scheduler(1, 8);
+    let mut a = cq("team-a", Some("org"), 4, None);
+    a.keeps_borrowed_quota = borrower_keeps_borrowed_quota;
+    let mut b = cq("team-b", Some("org"), 4, None);
+    b.preemption.reclaim_within_cohort = ReclaimPolicy::Any;
+    b.preemption.borrow_within_cohort = Some(BorrowWithinCohort {
+        max_priority_threshold: None,
+    });
+    with_queues(&mut s, vec![a, b]);
+    let a_ids: Vec<PodId> = (0..8)
+        .map(|i| s.submit(pod("team-a", &format!("a{i}"), "main", 1, 0), 0))
+        .collect();
+    s.schedule(0);
+    assert_eq!(bound(&s, &a_ids), 8);
+    // Team-b's pods are of higher priority too: neither reclaim nor borrowing over
+    // lower priority may take a non-reclaimable queue's work.
+    let b_ids: Vec<PodId> = (0..3)
+        .map(|i| s.submit(pod("team-b", &format!("b{i}"), "main", 1, 100), 1_000))
+        .collect();
+    let mut victims = Vec::new();
+    for t in 0..6 {
+        let d = s.schedule(1_000 + t);
+        victims.extend(evict_all(&mut s, &d));
+    }
+    (victims.len(), bound(&s, &b_ids))
+}
+
+#[test]
+fn a_queue_that_keeps_what_it_borrows_is_not_reclaimed_from() {
+    assert_eq!(reclaim_from_a_borrower(false), (3, 3));
+    assert_eq!(reclaim_from_a_borrower(true), (0, 0));
+}
+
+#[test]
+fn a_queue_that_keeps_what_it_borrows_lends_it_back_when_its_work_ends() {
+    let mut s = scheduler(1, 8);
+    let mut a = cq("team-a", Some("org"), 4, None);
+    a.keeps_borrowed_quota = true;
+    let mut b = cq("team-b", Some("org"), 4, None);
+    b.preemption.reclaim_within_cohort = ReclaimPolicy::Any;
+    with_queues(&mut s, vec![a, b]);
+    let a_ids: Vec<PodId> = (0..8)
+        .map(|i| s.submit(pod("team-a", &format!("a{i}"), "main", 1, 0), 0))
+        .collect();
+    s.schedule(0);
+    let b0 = s.submit(pod("team-b", "b0", "main", 1, 0), 1_000);
+    assert!(s.schedule(1_000).preemptions.is_empty());
+    assert_eq!(bound(&s, &[b0]), 0);
+    // A borrowed workload of team-a ends: team-b takes its room.
+    s.finish(a_ids[7]).unwrap();
+    s.schedule(2_000);
+    assert_eq!(bound(&s, &[b0]), 1);
+    assert_eq!(gpu_used(&s, "team-a"), 7);
+}
+
 #[test]
 fn within_queue_preemption_takes_lower_priority_only() {
     let mut s = scheduler(1, 8);

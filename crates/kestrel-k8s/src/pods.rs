@@ -59,9 +59,32 @@ pub struct Catalog {
     runtime: BTreeMap<String, RuntimeInfo>,
     /// namespace -> default container requests (from its LimitRanges).
     container_defaults: BTreeMap<String, Amounts>,
-    /// Kueue's WorkloadPriorityClasses by name (value, where defined); `None`: not read
-    /// (the live scheduler does not list them yet), so the label is not resolved.
+    /// Kueue's WorkloadPriorityClasses by name (value, where defined); `None`: Kueue's
+    /// kind is not served (no Kueue on the cluster), so the label is not resolved.
     workload_priority: Option<BTreeMap<String, (i32, String)>>,
+    /// Where the classes come from, for the error of a pod naming one that is missing.
+    classes_from: ClassesFrom,
+    /// The live WorkloadPriorityClasses are not listed yet: a pod naming one waits.
+    workload_priority_pending: bool,
+}
+
+/// What the live scheduler knows of Kueue's WorkloadPriorityClasses.
+#[derive(Debug, Clone, Copy)]
+pub enum WorkloadPriorityListing<'a> {
+    /// Not listed yet: pods naming one wait until the listing is in.
+    Pending,
+    /// Kueue's kind is not served (no Kueue): the label is not read.
+    NotServed,
+    /// The classes listed (as JSON objects).
+    Listed(&'a [Value]),
+}
+
+/// Where a [`Catalog`]'s classes come from.
+#[derive(Default, Clone, Copy)]
+enum ClassesFrom {
+    #[default]
+    WorkloadFiles,
+    ApiServer,
 }
 
 /// Kueue's label naming a WorkloadPriorityClass: the workload's priority in queues and
@@ -130,31 +153,15 @@ impl Catalog {
                 self.insert_priority_class(&ctx, name, &pc, origin)?;
             }
             "WorkloadPriorityClass" => {
-                let name = doc
-                    .value
-                    .pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .filter(|n| !n.is_empty())
-                    .ok_or_else(|| ctx.err("metadata.name", "missing; name the class"))?;
-                let value = doc
-                    .value
-                    .get("value")
-                    .and_then(Value::as_i64)
-                    .and_then(|v| i32::try_from(v).ok())
-                    .ok_or_else(|| {
-                        ctx.err(
-                            "value",
-                            "missing or not a 32-bit whole number; write e.g. 1000",
-                        )
-                    })?;
+                let (name, value) = read_workload_priority_class(&ctx, &doc.value)?;
                 let classes = self.workload_priority.get_or_insert_with(BTreeMap::new);
-                if let Some((_, first)) = classes.get(name) {
+                if let Some((_, first)) = classes.get(&name) {
                     return Err(ctx.err(
                         "metadata.name",
                         format!("a WorkloadPriorityClass {name:?} is already defined in {first}; remove one"),
                     ));
                 }
-                classes.insert(name.to_string(), (value, origin));
+                classes.insert(name, (value, origin));
             }
             "RuntimeClass" => {
                 let rc: RuntimeClass = doc.typed(path)?;
@@ -356,27 +363,9 @@ impl Catalog {
                 None => (spec.priority.unwrap_or(0), None),
             },
         };
-        let priority = match (
-            annotations.label(WORKLOAD_PRIORITY_LABEL),
-            &self.workload_priority,
-        ) {
-            (Some(class), Some(classes)) => match classes.get(class) {
-                Some((value, _)) => *value,
-                None => {
-                    return Err(ctx.err(
-                        annotations.label_field(WORKLOAD_PRIORITY_LABEL),
-                        format!(
-                            "no WorkloadPriorityClass {class:?} in the workload files (Kueue \
-                             would not admit the workload); add one (kind: \
-                             WorkloadPriorityClass, apiVersion: kueue.x-k8s.io/v1beta1) or \
-                             use one of {:?}",
-                            classes.keys().collect::<Vec<_>>()
-                        ),
-                    ));
-                }
-            },
-            _ => priority,
-        };
+        let priority = self
+            .workload_priority(ctx, annotations)?
+            .unwrap_or(priority);
         let preemption =
             self.preemption_terms(ctx, sf, spec, priority_class.as_deref(), annotations)?;
 
@@ -411,6 +400,48 @@ impl Catalog {
             preemption,
             ..Default::default()
         })
+    }
+
+    /// The value of the WorkloadPriorityClass the pod's [`WORKLOAD_PRIORITY_LABEL`] names,
+    /// which replaces its PriorityClass's; `None`: no label, or Kueue's kind not read.
+    fn workload_priority(
+        &self,
+        ctx: &Ctx,
+        annotations: &Annotations,
+    ) -> Result<Option<i32>, LoadError> {
+        if self.workload_priority_pending && annotations.label(WORKLOAD_PRIORITY_LABEL).is_some() {
+            return Err(ctx.err(
+                annotations.label_field(WORKLOAD_PRIORITY_LABEL),
+                "Kueue's WorkloadPriorityClasses are not listed yet; the pod is read again \
+                 once they are",
+            ));
+        }
+        match (
+            annotations.label(WORKLOAD_PRIORITY_LABEL),
+            &self.workload_priority,
+        ) {
+            (Some(class), Some(classes)) => match classes.get(class) {
+                Some((value, _)) => Ok(Some(*value)),
+                None => Err(ctx.err(
+                    annotations.label_field(WORKLOAD_PRIORITY_LABEL),
+                    format!(
+                        "no WorkloadPriorityClass {class:?} {} (Kueue would not admit \
+                             the workload); {} one (kind: WorkloadPriorityClass, apiVersion: \
+                             kueue.x-k8s.io/v1beta1) or use one of {:?}",
+                        match self.classes_from {
+                            ClassesFrom::WorkloadFiles => "in the workload files",
+                            ClassesFrom::ApiServer => "on the API server",
+                        },
+                        match self.classes_from {
+                            ClassesFrom::WorkloadFiles => "add",
+                            ClassesFrom::ApiServer => "create",
+                        },
+                        classes.keys().collect::<Vec<_>>()
+                    ),
+                )),
+            },
+            _ => Ok(None),
+        }
     }
 
     /// How the pod takes part in preemption: its (or its class's) preemptionPolicy, its
@@ -470,16 +501,44 @@ impl Catalog {
     }
 
     /// The catalog of a live cluster: the classes the API server lists (the system classes
-    /// among them). A class Kestrel cannot read is left out and its error returned; pods
-    /// naming it wait with that reason.
+    /// among them), and Kueue's WorkloadPriorityClasses as far as they are known. A class
+    /// Kestrel cannot read is left out and its error returned; pods naming it wait with
+    /// that reason.
     pub fn live<'a>(
         source: &Path,
         priority_classes: impl IntoIterator<Item = &'a PriorityClass>,
         runtime_classes: impl IntoIterator<Item = &'a RuntimeClass>,
+        workload_priority_classes: WorkloadPriorityListing,
     ) -> (Catalog, Vec<LoadError>) {
-        let mut catalog = Catalog::default();
+        let mut catalog = Catalog {
+            classes_from: ClassesFrom::ApiServer,
+            workload_priority_pending: matches!(
+                workload_priority_classes,
+                WorkloadPriorityListing::Pending
+            ),
+            ..Catalog::default()
+        };
         let mut errors = Vec::new();
         let origin = "the API server".to_string();
+        if let WorkloadPriorityListing::Listed(objects) = workload_priority_classes {
+            let classes = catalog.workload_priority.insert(BTreeMap::new());
+            for object in objects {
+                let name = object
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let ctx = Ctx {
+                    path: source,
+                    object: format!("WorkloadPriorityClass {name}"),
+                };
+                match read_workload_priority_class(&ctx, object) {
+                    Ok((name, value)) => {
+                        classes.insert(name, (value, origin.clone()));
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
         for pc in priority_classes {
             let name = pc.metadata.name.clone().unwrap_or_default();
             let ctx = Ctx {
@@ -543,7 +602,11 @@ impl Catalog {
                     name,
                     labels,
                 )?;
-                out.priority = priority;
+                // The value the API server resolved, unless a WorkloadPriorityClass names
+                // the workload's.
+                out.priority = self
+                    .workload_priority(&ctx, &annotations)?
+                    .unwrap_or(priority);
                 // The class the API server resolved, not the global default `pod` saw.
                 out.preemption =
                     self.preemption_terms(&ctx, "spec", spec, class.as_deref(), &annotations)?;
@@ -553,6 +616,27 @@ impl Catalog {
             None => self.pod(&ctx, "spec", spec, &annotations, namespace, name, labels),
         }
     }
+}
+
+/// A Kueue WorkloadPriorityClass (of any served version: `value` is the same in each) as
+/// its name and value.
+fn read_workload_priority_class(ctx: &Ctx, object: &Value) -> Result<(String, i32), LoadError> {
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| ctx.err("metadata.name", "missing; name the class"))?;
+    let value = object
+        .get("value")
+        .and_then(Value::as_i64)
+        .and_then(|v| i32::try_from(v).ok())
+        .ok_or_else(|| {
+            ctx.err(
+                "value",
+                "missing or not a 32-bit whole number; write e.g. 1000",
+            )
+        })?;
+    Ok((name.to_string(), value))
 }
 
 /// Whether a `preemptionPolicy` (a PriorityClass's or a pod's) is `Never`.

@@ -162,6 +162,9 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
                 &["queues"],
                 &["list", "watch"],
             ),
+            // Kueue's WorkloadPriorityClasses, which the pod label
+            // kueue.x-k8s.io/priority-class names.
+            rule(&["kueue.x-k8s.io"], &["workloadpriorityclasses"], &["list", "watch"]),
             rule(&[crds::GROUP], &KESTREL_STATUS, &["patch"]),
             // The finalizer that uncordons a node when its NodeMaintenance is deleted; the
             // maintenances the GPU Operator hook starts and ends.

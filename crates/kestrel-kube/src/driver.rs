@@ -1,7 +1,8 @@
 //! The live scheduler's loop: watches in, cycles on change, binds and reports out.
 //!
 //! A replica schedules only while it leads. On taking the lease it starts the watches
-//! afresh (a new LIST of Pods, Nodes, PriorityClasses, RuntimeClasses, Namespaces,
+//! afresh (a new LIST of Pods, Nodes, PriorityClasses, RuntimeClasses, Kueue's
+//! WorkloadPriorityClasses, Namespaces,
 //! PodDisruptionBudgets, ResourceQuotas, LimitRanges, and Kestrel's PodGroups, Topologies and queue
 //! kinds), rebuilds the engine's state from that
 //! listing (pods bound by anyone count as used), and binds only after every listing is in.
@@ -28,6 +29,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
 use kestrel_k8s::crds::{PodGroup, Topology};
+use kestrel_k8s::pods::WorkloadPriorityListing;
 use kestrel_k8s::workloads::{
     Owner, LIVE_OWNER_KINDS, LIVE_ROLE_OWNER_KINDS, WHOLE_WORKLOAD_KINDS,
 };
@@ -83,6 +85,12 @@ pub enum Change {
     RuntimeClasses {
         listed: bool,
     },
+    /// A Kueue WorkloadPriorityClass changed (`kind`: the watch of one API version, as
+    /// [`WORKLOAD_PRIORITY_WATCHES`] names it); `listed`: that watch finished listing.
+    WorkloadPriorityClasses {
+        kind: &'static str,
+        listed: bool,
+    },
     /// A Kestrel PodGroup changed.
     PodGroup(Box<Event<DynamicObject>>),
     /// A scheduler-plugins or Volcano PodGroup changed (`kind`: which); `listed`: that
@@ -125,6 +133,8 @@ pub struct Stores {
     pub nodes: Store<Node>,
     pub priority_classes: Store<PriorityClass>,
     pub runtime_classes: Store<RuntimeClass>,
+    /// Kueue's WorkloadPriorityClasses, one watch per API version.
+    pub workload_priority_classes: Vec<WorkloadPriorityWatch>,
     pub pod_groups: Store<DynamicObject>,
     pub topologies: Store<DynamicObject>,
     /// ClusterQueues, LocalQueues, Cohorts and ResourceFlavors, by kind.
@@ -209,6 +219,9 @@ const QUEUE_WATCHES: [&str; 8] = [
     "PodDisruptionBudget",
 ];
 
+/// Kueue's API group.
+const KUEUE_GROUP: &str = "kueue.x-k8s.io";
+
 /// Volcano's and KAI's `Queue`, as the watches and their readiness name them.
 const VOLCANO_QUEUE: &str = "Queue.scheduling.volcano.sh";
 const KAI_QUEUE: &str = "Queue.scheduling.run.ai";
@@ -258,6 +271,50 @@ const QUEUE_KINDS_WATCHED: [(QueueWatch, &str); 6] = [
     ),
 ];
 
+/// Kueue's WorkloadPriorityClass, watched in one API version: Kueue serves it as
+/// `v1beta1` and (from 0.15) `v1beta2`, and a later Kueue may serve `v1beta2` alone.
+#[derive(Clone)]
+pub struct WorkloadPriorityWatch {
+    /// The name the watch goes by (one of [`WORKLOAD_PRIORITY_WATCHES`]).
+    pub kind: &'static str,
+    pub store: Store<DynamicObject>,
+    /// What is known of this version: [`LISTING_PENDING`], [`SERVED`] (set before the
+    /// change that says so is sent) or [`NOT_SERVED`] (set when that change is applied).
+    pub served: Arc<std::sync::atomic::AtomicU8>,
+}
+
+pub const LISTING_PENDING: u8 = 0;
+pub const SERVED: u8 = 1;
+pub const NOT_SERVED: u8 = 2;
+
+/// The WorkloadPriorityClass watches, the newer version first, with their API versions.
+pub const WORKLOAD_PRIORITY_WATCHES: [(&str, &str); 2] = [
+    ("WorkloadPriorityClass.kueue.x-k8s.io/v1beta2", "v1beta2"),
+    ("WorkloadPriorityClass.kueue.x-k8s.io/v1beta1", "v1beta1"),
+];
+
+/// The WorkloadPriorityClasses of the served versions (each class once, the newer
+/// version's object first); `None` while a version is not listed yet, and an empty
+/// `Some` when no version is served (Kueue is not installed).
+fn workload_priority_classes(stores: &Stores) -> Option<(bool, Vec<serde_json::Value>)> {
+    let mut seen = std::collections::HashSet::new();
+    let mut objects = Vec::new();
+    let mut served = false;
+    for watch in &stores.workload_priority_classes {
+        match watch.served.load(Ordering::Acquire) {
+            SERVED => served = true,
+            NOT_SERVED => continue,
+            _ => return None,
+        }
+        for o in watch.store.state() {
+            if seen.insert(o.metadata.name.clone()) {
+                objects.push(to_json(&o));
+            }
+        }
+    }
+    Some((served, objects))
+}
+
 /// Which listings are complete.
 #[derive(Debug, Default, Clone)]
 struct Synced {
@@ -265,6 +322,8 @@ struct Synced {
     nodes: bool,
     priority_classes: bool,
     runtime_classes: bool,
+    /// The WorkloadPriorityClass versions listed (or not served) so far.
+    workload_priority_classes: std::collections::BTreeSet<&'static str>,
     pod_groups: bool,
     topologies: bool,
     /// The queue kinds (and Namespaces) listed so far.
@@ -285,6 +344,12 @@ impl Synced {
             Change::Node(e) if matches!(**e, Event::InitDone) => self.nodes = true,
             Change::PriorityClasses { listed: true } => self.priority_classes = true,
             Change::RuntimeClasses { listed: true } => self.runtime_classes = true,
+            Change::WorkloadPriorityClasses { kind, listed: true } => {
+                self.workload_priority_classes.insert(kind);
+            }
+            Change::Unserved { kind } if kind.starts_with("WorkloadPriorityClass") => {
+                self.workload_priority_classes.insert(kind);
+            }
             Change::PodGroup(e) if matches!(**e, Event::InitDone) => self.pod_groups = true,
             Change::Topologies { listed: true } => self.topologies = true,
             Change::Unserved { kind: "PodGroup" } => self.pod_groups = true,
@@ -333,6 +398,12 @@ impl Synced {
                 missing.push(kind);
             }
         }
+        missing.extend(
+            WORKLOAD_PRIORITY_WATCHES
+                .iter()
+                .map(|(kind, _)| *kind)
+                .filter(|k| !self.workload_priority_classes.contains(k)),
+        );
         missing.extend(QUEUE_WATCHES.iter().filter(|k| !self.queues.contains(*k)));
         missing.extend(
             LIVE_OWNER_KINDS
@@ -353,6 +424,7 @@ impl Synced {
             && self.nodes
             && self.priority_classes
             && self.runtime_classes
+            && self.workload_priority_classes.len() == WORKLOAD_PRIORITY_WATCHES.len()
             && self.pod_groups
             && self.topologies
             && self.resource_quotas
@@ -508,6 +580,32 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         },
         None,
     );
+    let mut workload_priority_classes = Vec::new();
+    for (kind, version) in WORKLOAD_PRIORITY_WATCHES {
+        let gvk = kube::api::GroupVersionKind::gvk(KUEUE_GROUP, version, "WorkloadPriorityClass");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "workloadpriorityclasses");
+        let served = Arc::new(std::sync::atomic::AtomicU8::new(LISTING_PENDING));
+        let listed = served.clone();
+        let store = spawn_watch(
+            tasks,
+            Api::<DynamicObject>::all_with(client.clone(), &resource),
+            resource,
+            tx.clone(),
+            move |e| {
+                let done = matches!(e, Event::InitDone);
+                if done {
+                    listed.store(SERVED, Ordering::Release);
+                }
+                Change::WorkloadPriorityClasses { kind, listed: done }
+            },
+            Some(Change::Unserved { kind }),
+        );
+        workload_priority_classes.push(WorkloadPriorityWatch {
+            kind,
+            store,
+            served,
+        });
+    }
     // Kestrel's own kinds are read untyped, so that an object the typed schema would not
     // accept is reported on the object instead of failing the watch.
     let pod_group = ApiResource::erase::<PodGroup>(&());
@@ -658,6 +756,7 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
             nodes,
             priority_classes,
             runtime_classes,
+            workload_priority_classes,
             pod_groups,
             topologies,
             queues,
@@ -820,10 +919,19 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
                 refresh_queues(state, stores);
             }
         }
-        Change::PriorityClasses { .. } | Change::RuntimeClasses { .. } => {
+        Change::PriorityClasses { .. }
+        | Change::RuntimeClasses { .. }
+        | Change::WorkloadPriorityClasses { .. } => {
             let pcs = stores.priority_classes.state();
             let rcs = stores.runtime_classes.state();
-            for e in state.set_classes(pcs.iter().map(|a| &**a), rcs.iter().map(|a| &**a)) {
+            let wpcs = workload_priority_classes(stores);
+            let listing = match &wpcs {
+                None => WorkloadPriorityListing::Pending,
+                Some((false, _)) => WorkloadPriorityListing::NotServed,
+                Some((true, objects)) => WorkloadPriorityListing::Listed(objects),
+            };
+            for e in state.set_classes(pcs.iter().map(|a| &**a), rcs.iter().map(|a| &**a), listing)
+            {
                 tracing::warn!(error = %e, object = ?e.object, "class cannot be read");
             }
         }
@@ -892,6 +1000,16 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
             );
             state.set_owner_kind_unserved(kind);
         }
+        Change::Unserved { kind } if kind.starts_with("WorkloadPriorityClass") => {
+            for watch in stores
+                .workload_priority_classes
+                .iter()
+                .filter(|w| w.kind == kind)
+            {
+                watch.served.store(NOT_SERVED, Ordering::Release);
+            }
+            return apply_change(state, stores, Change::PriorityClasses { listed: false });
+        }
         Change::Unserved { .. } => {}
     }
     true
@@ -958,6 +1076,14 @@ pub async fn snapshot(
             .state()
             .iter()
             .map(|n| Change::Node(Box::new(Event::InitApply((**n).clone())))),
+    );
+    // Every listing is in: a WorkloadPriorityClass version not listed is not served.
+    ordered.extend(
+        stores
+            .workload_priority_classes
+            .iter()
+            .filter(|w| w.served.load(Ordering::Acquire) != SERVED)
+            .map(|w| Change::Unserved { kind: w.kind }),
     );
     ordered.push(Change::PriorityClasses { listed: true });
     ordered.push(Change::Topologies { listed: true });

@@ -157,7 +157,12 @@ pub async fn reconcile_all(
         .list(&ListParams::default())
         .await?
         .items;
-    let (catalog, _) = Catalog::live(Path::new(live::API_SOURCE), &classes, &runtimes);
+    let (catalog, _) = Catalog::live(
+        Path::new(live::API_SOURCE),
+        &classes,
+        &runtimes,
+        kestrel_k8s::pods::WorkloadPriorityListing::NotServed,
+    );
     let pass = Pass {
         client: client.clone(),
         writer: writer.clone(),

@@ -168,7 +168,11 @@ fn an_unreadable_pod_is_reported_and_retried_when_classes_change() {
     ));
     let rc =
         serde_json::from_value(json!({"metadata": {"name": "kata"}, "handler": "kata"})).unwrap();
-    state.set_classes([], [&rc]);
+    state.set_classes(
+        [],
+        [&rc],
+        kestrel_k8s::pods::WorkloadPriorityListing::NotServed,
+    );
     assert!(matches!(
         state.pod_state("ml/kata"),
         Some(PodState::Queued(_))

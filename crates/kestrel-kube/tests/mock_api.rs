@@ -578,7 +578,9 @@ async fn scripted_server(
                 | "/apis/scheduling.volcano.sh/v1beta1/queues"
                 | "/apis/scheduling.run.ai/v2/queues"
                 | "/apis/kubeflow.org/v1/pytorchjobs"
-                | "/apis/jobset.x-k8s.io/v1alpha2/jobsets",
+                | "/apis/jobset.x-k8s.io/v1alpha2/jobsets"
+                | "/apis/kueue.x-k8s.io/v1beta1/workloadpriorityclasses"
+                | "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
             ) => {
                 reply(send, 404, status(404, "NotFound"));
                 continue;

@@ -123,6 +123,48 @@ fn a_volcano_queue_holds_its_capability_and_reclaims_what_it_is_owed() {
 }
 
 #[test]
+fn a_volcano_queue_that_is_not_reclaimable_keeps_what_it_borrows() {
+    // As above, but batch says `reclaimable: false`: research does not preempt batch's
+    // borrowed pods to take its 8 GPUs back.
+    let queues = VOLCANO_QUEUES.replace(
+        "capability: {nvidia.com/gpu: 12}}",
+        "capability: {nvidia.com/gpu: 12}, reclaimable: false}",
+    );
+    assert_ne!(queues, VOLCANO_QUEUES);
+    let batch = pods(
+        "b",
+        "batch",
+        16,
+        ("0s", "1h"),
+        "",
+        ", scheduling.volcano.sh/queue-name: batch",
+    );
+    let research = pods(
+        "r",
+        "research",
+        8,
+        ("10m", "10m"),
+        "",
+        ", scheduling.volcano.sh/queue-name: research",
+    );
+    let w = load(&format!("{queues}{batch}{research}")).unwrap();
+    assert!(w.queues.warnings.is_empty(), "{:?}", w.queues.warnings);
+    let r = run(&w);
+    assert_eq!(r.preemption.victim_pods, 0);
+    assert_eq!(r.pods.completed, 24);
+    let wait = r
+        .by_namespace
+        .iter()
+        .find(|g| g.group == "research")
+        .unwrap()
+        .queue_wait
+        .max;
+    // Research runs on the 4 GPUs nobody uses, in two turns of 10 min, instead of taking
+    // back the 4 more it is owed (reclaimed, it waited at most 150 s above).
+    assert!(wait >= 590.0, "research waited only {wait} s");
+}
+
+#[test]
 fn a_kai_queue_holds_its_limit_under_its_parent() {
     let yaml = format!(
         "apiVersion: scheduling.run.ai/v2
@@ -171,8 +213,8 @@ spec:
 fn bad_volcano_and_kai_queues_name_the_object_and_field() {
     let cases = [
         (
-            "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\nspec: {reclaimable: false}\n",
-            &["Queue q", "spec.reclaimable", "capability"][..],
+            "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\nspec: {reclaimable: \"no\"}\n",
+            &["Queue q", "spec.reclaimable", "write true or false"][..],
         ),
         (
             "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\nspec: {deserved: {nvidia.com/gpu: 8}, capability: {nvidia.com/gpu: 4}}\n",

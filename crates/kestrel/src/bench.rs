@@ -530,7 +530,13 @@ fn realistic_pod(i: u32, demand: &Demand, zone_required: bool) -> Result<PodSpec
         }
     });
     let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod)?;
-    let catalog = kestrel_k8s::pods::Catalog::live(std::path::Path::new("bench"), [], []).0;
+    let catalog = kestrel_k8s::pods::Catalog::live(
+        std::path::Path::new("bench"),
+        [],
+        [],
+        kestrel_k8s::pods::WorkloadPriorityListing::NotServed,
+    )
+    .0;
     Ok(kestrel_k8s::live::pod_spec(&catalog, &pod)?)
 }
 

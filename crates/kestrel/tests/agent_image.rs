@@ -323,8 +323,7 @@ fn agent_image_loads_nvml_where_the_nvidia_runtime_mounts_it() {
         // NVML's fabric query, which nvml-wrapper does not wrap, read through its raw
         // bindings.
         assert_eq!(
-            found["labels"]["nvidia.com/gpu.clique"],
-            "4c2f8d1e-0011-4233-8455-66778899aabb.7",
+            found["labels"]["nvidia.com/gpu.clique"], "4c2f8d1e-0011-4233-8455-66778899aabb.7",
             "{found}"
         );
     }

@@ -539,6 +539,115 @@ async fn two_gpu_queue(client: &kube::Client, ns: &str) {
         .unwrap();
 }
 
+/// The `PodScheduled` condition's reason and message of pod `name` in `ns`.
+async fn scheduled_condition(client: &kube::Client, ns: &str, name: &str) -> (String, String) {
+    let pod = Api::<Pod>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("the pod");
+    pod.status
+        .and_then(|s| s.conditions)
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled")
+        .map(|c| (c.reason.unwrap_or_default(), c.message.unwrap_or_default()))
+        .unwrap_or_default()
+}
+
+/// Kueue's WorkloadPriorityClasses on the real API server (its CRD served as v1beta1
+/// only): in a queue with room for one, the pod labelled with the higher class goes
+/// first although its PriorityClass is the lower; a pod naming a class that does not
+/// exist waits, saying so, until the class is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_priority_class_decides_the_order_in_a_queue() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler, prefix) = ("wpc", "kestrel-wpc", "wpc-");
+    kestrel_testenv::apply_yaml(
+        &client,
+        &foreign_crds(
+            "WorkloadPriorityClass",
+            "workloadpriorityclasses",
+            "Cluster",
+            &[("kueue.x-k8s.io", "v1beta1")],
+        ),
+        false,
+    )
+    .await
+    .unwrap();
+    let classes = "apiVersion: kueue.x-k8s.io/v1beta1\nkind: WorkloadPriorityClass\nmetadata: {name: wpc-urgent}\nvalue: 1000\n---\n\
+         apiVersion: kueue.x-k8s.io/v1beta1\nkind: WorkloadPriorityClass\nmetadata: {name: wpc-routine}\nvalue: 10\n---\n\
+         apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: wpc-pod-high}\nvalue: 100000\n";
+    kestrel_testenv::apply_yaml(&client, classes, false)
+        .await
+        .unwrap();
+    create_namespace(&client, ns).await;
+    two_gpu_queue(&client, ns).await;
+    create_pool_nodes(&client, ns, 0, 1).await;
+    let class = |c: &'static str| {
+        [
+            ("kueue.x-k8s.io/queue-name", "main"),
+            ("kueue.x-k8s.io/priority-class", c),
+        ]
+    };
+    // The routine pod is older and its PriorityClass higher; both fill the queue.
+    let mut routine = gpu_pod(ns, "routine", scheduler, 2, &class("wpc-routine"), &[]);
+    routine.spec.as_mut().unwrap().priority_class_name = Some("wpc-pod-high".into());
+    create_pods(&client, vec![routine]).await;
+    create_pods(
+        &client,
+        vec![
+            gpu_pod(ns, "urgent", scheduler, 2, &class("wpc-urgent"), &[]),
+            gpu_pod(ns, "later", scheduler, 1, &class("wpc-later"), &[]),
+        ],
+    )
+    .await;
+    let kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
+    wait_bound(&client, ns, 1, Duration::from_secs(60)).await;
+    // Long enough for a wrong bind to show, were there one.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let bound: Vec<String> = pods_in(&client, ns)
+        .await
+        .iter()
+        .filter(|p| node_of(p).is_some())
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(bound, ["urgent"], "{}", kestrel.log_text());
+    let (reason, message) = eventually(
+        Duration::from_secs(30),
+        "the pod naming a missing class reported",
+        || async {
+            let (reason, message) = scheduled_condition(&client, ns, "later").await;
+            (reason == "SchedulerError").then_some((reason, message))
+        },
+    )
+    .await;
+    assert!(
+        message.contains(r#"metadata.labels["kueue.x-k8s.io/priority-class"]"#)
+            && message.contains(r#"no WorkloadPriorityClass "wpc-later" on the API server"#),
+        "{reason}: {message}"
+    );
+    // The class is created: the pod is read again and waits for its queue instead.
+    kestrel_testenv::apply_yaml(
+        &client,
+        "apiVersion: kueue.x-k8s.io/v1beta1\nkind: WorkloadPriorityClass\nmetadata: {name: wpc-later}\nvalue: 1\n",
+        false,
+    )
+    .await
+    .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the pod read again once its class exists",
+        || async {
+            let (reason, _) = scheduled_condition(&client, ns, "later").await;
+            (reason == "WaitingForQueue").then_some(())
+        },
+    )
+    .await;
+    assert_invariants(&client).await;
+    cleanup(&client, prefix, &[ns]).await;
+}
+
 /// A Job in a queue is one workload on the real API server: its pods (created here, as
 /// the Job controller would, owned by the Job) are admitted whole or down to Kueue's
 /// `job-min-parallelism`, never one by one past the quota; pods seen before their Job

@@ -400,7 +400,7 @@ impl Scheduler {
 
     /// Workloads of cohort queues that borrow in a resource of `request`, which `cq`'s
     /// policy lets it take back (reclaim, when `may_reclaim`), or preempt to borrow in turn
-    /// (`threshold`).
+    /// (`threshold`); none of a queue that keeps what it borrows.
     fn reclaim_candidates(
         &self,
         cq: CqId,
@@ -423,7 +423,11 @@ impl Scheduler {
             .queues
             .cohort_members(cq)
             .map(|(id, _)| id)
-            .filter(|&id| id != cq && self.queues.is_borrowing(id, request))
+            .filter(|&id| {
+                id != cq
+                    && !self.queues.cqs[id.0 as usize].spec.keeps_borrowed_quota
+                    && self.queues.is_borrowing(id, request)
+            })
             .collect();
         let mut out = Vec::new();
         for other in others {

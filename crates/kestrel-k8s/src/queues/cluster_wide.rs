@@ -65,23 +65,16 @@ pub(super) fn volcano_queue(
     s: &Map<String, Value>,
 ) -> Result<ClusterQueueSpec, LoadError> {
     r.known_fields(s, "spec", VOLCANO_QUEUE_FIELDS)?;
-    if s.get("reclaimable") == Some(&Value::Bool(false)) {
-        return Err(r.err(
-            "spec.reclaimable",
-            "false is not supported: Kestrel takes back what any queue borrows beyond its \
-             deserved share; remove the field, or set spec.capability to spec.deserved so the \
-             queue never borrows",
-        ));
-    }
-    if let Some(v) = s
-        .get("reclaimable")
-        .filter(|v| !v.is_boolean() && !v.is_null())
-    {
-        return Err(r.err(
-            "spec.reclaimable",
-            format!("is {}; write true or false", describe(v)),
-        ));
-    }
+    let keeps_borrowed_quota = match s.get("reclaimable") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(reclaimable)) => !reclaimable,
+        Some(v) => {
+            return Err(r.err(
+                "spec.reclaimable",
+                format!("is {}; write true or false", describe(v)),
+            ))
+        }
+    };
     let mut a = Amounts::default();
     let deserved = resource_list(r, s.get("deserved"), "spec.deserved")?;
     let guarantee = match r.map(s.get("guarantee"), "spec.guarantee")? {
@@ -136,7 +129,10 @@ pub(super) fn volcano_queue(
         .string(s.get("parent"), "spec.parent")?
         .filter(|p| !p.is_empty() && *p != "root")
         .unwrap_or(VOLCANO_ROOT);
-    Ok(queue_spec(name, parent, weight, a))
+    Ok(ClusterQueueSpec {
+        keeps_borrowed_quota,
+        ..queue_spec(name, parent, weight, a)
+    })
 }
 
 /// Reads a KAI `Queue` (`scheduling.run.ai/v2`): `resources.{gpu,cpu,memory}` with

@@ -141,6 +141,8 @@ pub(super) fn cluster_queue(
         inactive: None,
         cluster_scoped: false,
         borrow_in_first_fitting_flavor,
+        // Kueue has no field for it: a queue's borrowed work may always be reclaimed.
+        keeps_borrowed_quota: false,
     })
 }
 

@@ -157,6 +157,7 @@ fn kueue_cluster_queue_maps_every_field() {
         inactive: None,
         cluster_scoped: false,
         borrow_in_first_fitting_flavor: true,
+        keeps_borrowed_quota: false,
     };
     assert_eq!(q, expected);
 }

@@ -146,7 +146,14 @@ impl ClusterState {
         ClusterState {
             scheduler: Scheduler::new(config),
             scheduler_name: scheduler_name.into(),
-            catalog: Catalog::live(Path::new(live::API_SOURCE), [], []).0,
+            // Pods naming a WorkloadPriorityClass wait for that listing.
+            catalog: Catalog::live(
+                Path::new(live::API_SOURCE),
+                [],
+                [],
+                kestrel_k8s::pods::WorkloadPriorityListing::Pending,
+            )
+            .0,
             pods: HashMap::new(),
             keys: HashMap::new(),
             invalid_reports: Vec::new(),

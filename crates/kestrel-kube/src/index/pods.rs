@@ -8,7 +8,7 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kestrel_core::{GpuAssignment, Millis, PodPhase, PodSpec, Unschedulable};
 use kestrel_k8s::live::{self, ConvertError, GPU_INDICES_ANNOTATION};
-use kestrel_k8s::pods::Catalog;
+use kestrel_k8s::pods::{Catalog, WorkloadPriorityListing};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
@@ -51,17 +51,22 @@ impl ClusterState {
         self.pods.len()
     }
 
-    /// Replaces the PriorityClasses and RuntimeClasses pods resolve against; invalid pods
-    /// are tried again. Returns the classes that could not be read.
+    /// Replaces the PriorityClasses, RuntimeClasses and Kueue WorkloadPriorityClasses
+    /// (as far as they are known) pods resolve against; invalid pods (those
+    /// naming a class that was missing among them) are read again. A pod read before keeps
+    /// the priority it was read with, as Kueue's workloads keep theirs. Returns the
+    /// classes that could not be read.
     pub fn set_classes<'a>(
         &mut self,
         priority_classes: impl IntoIterator<Item = &'a PriorityClass>,
         runtime_classes: impl IntoIterator<Item = &'a RuntimeClass>,
+        workload_priority_classes: WorkloadPriorityListing,
     ) -> &[ConvertError] {
         let (catalog, errors) = Catalog::live(
             Path::new(live::API_SOURCE),
             priority_classes,
             runtime_classes,
+            workload_priority_classes,
         );
         self.catalog = catalog;
         self.catalog_errors = errors.into_iter().map(Into::into).collect();

@@ -63,6 +63,10 @@ pub struct Harness {
     pub namespaces: Writer<Namespace>,
     pub resource_quotas: Writer<ResourceQuota>,
     pub limit_ranges: Writer<LimitRange>,
+    /// Kueue's WorkloadPriorityClasses (as `kueue.x-k8s.io/v1beta1` serves them), and
+    /// whether that version counts as served.
+    pub workload_priority_classes: Writer<DynamicObject>,
+    pub workload_priority_served: Arc<std::sync::atomic::AtomicU8>,
 }
 
 impl Harness {
@@ -91,10 +95,23 @@ impl Harness {
         let namespaces = Writer::<Namespace>::default();
         let resource_quotas = Writer::<ResourceQuota>::default();
         let limit_ranges = Writer::<LimitRange>::default();
+        let gvk =
+            kube::api::GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", "WorkloadPriorityClass");
+        let workload_priority_classes = Writer::new(ApiResource::from_gvk_with_plural(
+            &gvk,
+            "workloadpriorityclasses",
+        ));
+        let workload_priority_served =
+            Arc::new(std::sync::atomic::AtomicU8::new(driver::LISTING_PENDING));
         let stores = Stores {
             nodes: node_store.as_reader(),
             priority_classes: pcs.as_reader(),
             runtime_classes: rcs.as_reader(),
+            workload_priority_classes: vec![driver::WorkloadPriorityWatch {
+                kind: driver::WORKLOAD_PRIORITY_WATCHES[1].0,
+                store: workload_priority_classes.as_reader(),
+                served: workload_priority_served.clone(),
+            }],
             pod_groups: groups.as_reader(),
             topologies: topologies.as_reader(),
             queues: queues
@@ -124,7 +141,53 @@ impl Harness {
             namespaces,
             resource_quotas,
             limit_ranges,
+            workload_priority_classes,
+            workload_priority_served,
         }
+    }
+
+    /// Kueue's WorkloadPriorityClass kind comes to be served (listed empty).
+    pub fn serve_workload_priority_classes(&mut self) {
+        self.workload_priority_served
+            .store(driver::SERVED, std::sync::atomic::Ordering::Release);
+        driver::apply_change(
+            &mut self.state,
+            &self.stores,
+            Change::WorkloadPriorityClasses {
+                kind: driver::WORKLOAD_PRIORITY_WATCHES[1].0,
+                listed: true,
+            },
+        );
+    }
+
+    /// Kueue's WorkloadPriorityClass kind turns out not to be served.
+    pub fn workload_priority_classes_not_served(&mut self) {
+        driver::apply_change(
+            &mut self.state,
+            &self.stores,
+            Change::Unserved {
+                kind: driver::WORKLOAD_PRIORITY_WATCHES[1].0,
+            },
+        );
+    }
+
+    /// A WorkloadPriorityClass (as listed: no apiVersion or kind) applied or deleted.
+    pub fn workload_priority_class(&mut self, object: Value, delete: bool) {
+        let o: DynamicObject = serde_json::from_value(object).unwrap();
+        let e = if delete {
+            Event::Delete(o)
+        } else {
+            Event::Apply(o)
+        };
+        self.workload_priority_classes.apply_watcher_event(&e);
+        driver::apply_change(
+            &mut self.state,
+            &self.stores,
+            Change::WorkloadPriorityClasses {
+                kind: driver::WORKLOAD_PRIORITY_WATCHES[1].0,
+                listed: false,
+            },
+        );
     }
 
     pub fn pod(&mut self, pod: Pod) {

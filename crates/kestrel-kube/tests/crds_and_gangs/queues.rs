@@ -113,6 +113,90 @@ fn live_queues_admit_by_quota_and_changes_apply_without_a_restart() {
     assert!(out.unschedulable[0].message.contains("LocalQueue"));
 }
 
+/// A queued pod labelled with Kueue's WorkloadPriorityClass `class`.
+fn classed(name: &str, class: &str, gpus: u32) -> Pod {
+    let mut p = queued(name, "team", gpus);
+    p.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("kueue.x-k8s.io/priority-class".into(), class.into());
+    p
+}
+
+fn team_queue_of(gpus: u32) -> Harness {
+    let mut h = Harness::new(&[node("gpu-0", 8, "r1")]);
+    h.queue("ResourceFlavor", flavor("default"), false);
+    h.queue("LocalQueue", local_queue("team", "team-a"), false);
+    h.queue("ClusterQueue", cluster_queue(gpus, json!({})), false);
+    h
+}
+
+#[test]
+fn a_workload_priority_class_orders_a_queue_live_and_a_missing_one_holds_its_pod() {
+    let mut h = team_queue_of(4);
+    h.serve_workload_priority_classes();
+    // The class does not exist yet: the pod waits, and says which label names what.
+    h.pod(classed("urgent-job", "urgent", 4));
+    assert!(matches!(
+        h.state.pod_state("ml/urgent-job"),
+        Some(PodState::Invalid(_))
+    ));
+    let out = h.state.cycle(0);
+    assert!(out.binds.is_empty(), "{out:?}");
+    let report = &out.unschedulable[0];
+    assert_eq!(
+        (report.name.as_str(), report.reason),
+        ("urgent-job", "SchedulerError")
+    );
+    assert!(
+        report
+            .message
+            .contains(r#"metadata.labels["kueue.x-k8s.io/priority-class"]"#)
+            && report
+                .message
+                .contains(r#"no WorkloadPriorityClass "urgent" on the API server"#),
+        "{report:?}"
+    );
+    // An earlier pod of the same PriorityClass arrives; then the class is created: the
+    // labelled pod is read again and goes first, by the class's value.
+    h.pod(queued("plain-job", "team", 4));
+    h.workload_priority_class(
+        json!({"metadata": {"name": "urgent"}, "value": 1000}),
+        false,
+    );
+    let out = h.state.cycle(1);
+    let bound: Vec<&str> = out.binds.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(bound, ["urgent-job"], "{out:?}");
+    // A class without a usable value is reported on the class, and pods naming it wait.
+    h.workload_priority_class(
+        json!({"metadata": {"name": "broken"}, "value": "high"}),
+        false,
+    );
+    h.pod(classed("broken-job", "broken", 1));
+    assert!(matches!(
+        h.state.pod_state("ml/broken-job"),
+        Some(PodState::Invalid(_))
+    ));
+}
+
+#[test]
+fn without_kueues_kind_served_the_priority_class_label_is_not_resolved() {
+    let mut h = team_queue_of(4);
+    // Before the listing is in, the pod waits for it.
+    h.pod(classed("job", "nowhere", 4));
+    assert!(matches!(
+        h.state.pod_state("ml/job"),
+        Some(PodState::Invalid(_))
+    ));
+    h.workload_priority_classes_not_served();
+    assert!(matches!(
+        h.state.pod_state("ml/job"),
+        Some(PodState::Queued(_))
+    ));
+    assert_eq!(h.state.cycle(0).binds.len(), 1);
+}
+
 /// A pod the Job controller creates for Job `job`: owned by it, no queue label.
 fn job_pod(name: &str, job: &str, gpus: u32) -> Pod {
     owned_pod(name, "batch/v1", "Job", job, gpus)

@@ -940,7 +940,12 @@ fn live_pods_get_queue_and_preemption_terms_the_same_way() {
         "metadata": {"name": "sweep"}, "value": 10, "preemptionPolicy": "Never"
     }))
     .unwrap();
-    let (catalog, errors) = Catalog::live(Path::new("cluster"), [&pc], []);
+    let (catalog, errors) = Catalog::live(
+        Path::new("cluster"),
+        [&pc],
+        [],
+        kestrel_k8s::pods::WorkloadPriorityListing::NotServed,
+    );
     assert!(errors.is_empty(), "{errors:?}");
     let pod: core::Pod = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
@@ -965,7 +970,12 @@ fn live_pods_get_queue_and_preemption_terms_the_same_way() {
         "metadata": {"name": "odd"}, "value": 1, "preemptionPolicy": "Maybe"
     }))
     .unwrap();
-    let (_, errors) = Catalog::live(Path::new("cluster"), [&bad], []);
+    let (_, errors) = Catalog::live(
+        Path::new("cluster"),
+        [&bad],
+        [],
+        kestrel_k8s::pods::WorkloadPriorityListing::NotServed,
+    );
     assert!(
         errors[0].to_string().contains("preemptionPolicy"),
         "{errors:?}"
