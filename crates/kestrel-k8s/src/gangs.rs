@@ -230,6 +230,9 @@ pub fn parse_gang_document(path: &Path, doc: &Value) -> Result<GangDocument, Loa
         gang.min_member = s.min_member.unwrap_or(1);
         gang.schedule_timeout = s.schedule_timeout_seconds.map(|t| t * 1000);
         gang.role_minimums = s.min_task_member.into_iter().collect();
+        // Volcano counts a job's finished pods towards minMember: once started, its last
+        // pods (a Job's tasks beyond minAvailable) start as they fit.
+        gang.keeps_admission = group_of(api_version) == "scheduling.volcano.sh";
     }
     if gang.min_member == 0 {
         return Err(err(
