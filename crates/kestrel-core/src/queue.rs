@@ -243,6 +243,9 @@ pub struct QuotaShortfall {
     pub limit: Option<i64>,
     /// What the cohort could still lend.
     pub cohort_free: Option<i64>,
+    /// The cohort whose own `borrowingLimit` bounds what its tree may lend the queue,
+    /// when one does (its subtree uses all it may take from above).
+    pub cohort_limit: Option<String>,
 }
 
 /// Prints an amount in the units users write quotas in.
@@ -320,6 +323,12 @@ impl fmt::Display for QueueProblem {
                 if let Some(free) = q.cohort_free {
                     write!(f, ", cohort can lend {}", a(free))?;
                 }
+                if let Some(cohort) = &q.cohort_limit {
+                    write!(
+                        f,
+                        " (Cohort {cohort} is at its borrowingLimit: its queues use all it may take from its parent)"
+                    )?;
+                }
                 Ok(())
             }
             QueueProblem::BehindHead { cluster_queue } => write!(
@@ -362,13 +371,6 @@ impl FlavorBook {
     fn guaranteed(&self, i: usize) -> i64 {
         self.lending_limit[i].map_or(0, |l| (self.nominal[i] - l).max(0))
     }
-    fn lendable(&self, i: usize) -> i64 {
-        self.nominal[i] - self.guaranteed(i)
-    }
-    /// What the queue takes from the cohort's pool.
-    fn pooled(&self, i: usize, usage: i64) -> i64 {
-        (usage - self.guaranteed(i)).max(0)
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -408,8 +410,47 @@ pub(crate) struct QueueBook {
     /// half-life), when fair share counts history; and when it was last updated.
     pub(crate) recent_share: Vec<f64>,
     pub(crate) recent_at: Millis,
-    /// Per cohort root: quota the cohorts themselves hold, per (flavor, resource).
-    cohort_quota: HashMap<String, HashMap<(String, String), i64>>,
+    /// Every cohort of every tree (those only named by a queue or as a parent too).
+    cohort_books: HashMap<String, CohortBook>,
+}
+
+/// A cohort compiled for quota checks: where it hangs, what hangs below it, and the quota
+/// it holds itself.
+#[derive(Debug, Clone, Default)]
+struct CohortBook {
+    parent: Option<String>,
+    cohorts: Vec<String>,
+    queues: Vec<CqId>,
+    /// (flavor, resource) -> the cohort's own quota.
+    quota: HashMap<(String, String), ResourceQuota>,
+}
+
+/// One resource in one flavor at a node of a cohort tree (a ClusterQueue or a cohort), as
+/// Kueue's hierarchical cohorts count it.
+#[derive(Debug, Clone, Copy, Default)]
+struct TreeAmounts {
+    /// Its own nominal quota plus what its children lend it.
+    quota: i64,
+    /// What it keeps from its parent: quota minus its lending limit (0 without one).
+    guaranteed: i64,
+    /// A queue's usage; a cohort's: what its children take beyond what they keep.
+    usage: i64,
+    borrowing_limit: Option<i64>,
+}
+
+impl TreeAmounts {
+    /// What it puts in its parent's pool.
+    fn lent(&self) -> i64 {
+        self.quota - self.guaranteed
+    }
+    /// What it takes from its parent's pool.
+    fn taken(&self) -> i64 {
+        (self.usage - self.guaranteed).max(0)
+    }
+    /// The most it may still take from its parent: its borrowing limit, if any.
+    fn borrow_room(&self) -> Option<i64> {
+        self.borrowing_limit.map(|b| self.lent() - self.taken() + b)
+    }
 }
 
 fn compile_groups(groups: &[ResourceGroup]) -> Vec<GroupBook> {
@@ -618,19 +659,36 @@ impl QueueBook {
         for (cq, root) in self.cqs.iter_mut().zip(roots) {
             cq.root = root;
         }
-        let mut quota: HashMap<String, HashMap<(String, String), i64>> = HashMap::new();
+        let mut books: HashMap<String, CohortBook> = HashMap::new();
         for cohort in self.cohorts.values() {
-            let root = self.root_of(&cohort.name);
-            let entry = quota.entry(root).or_default();
+            let book = books.entry(cohort.name.clone()).or_default();
+            book.parent = cohort.parent.clone();
             for g in &cohort.resource_groups {
                 for f in &g.flavors {
                     for q in &f.resources {
-                        *entry.entry((f.flavor.clone(), q.name.clone())).or_default() += q.nominal;
+                        book.quota
+                            .insert((f.flavor.clone(), q.name.clone()), q.clone());
                     }
                 }
             }
+            if let Some(parent) = &cohort.parent {
+                books
+                    .entry(parent.clone())
+                    .or_default()
+                    .cohorts
+                    .push(cohort.name.clone());
+            }
         }
-        self.cohort_quota = quota;
+        for (i, cq) in self.cqs.iter().enumerate() {
+            if let Some(cohort) = &cq.spec.cohort {
+                books
+                    .entry(cohort.clone())
+                    .or_default()
+                    .queues
+                    .push(CqId(i as u32));
+            }
+        }
+        self.cohort_books = books;
     }
 
     /// The ClusterQueue a pod's LocalQueue leads to, or why none.
@@ -687,31 +745,84 @@ impl QueueBook {
             .map(|(i, c)| (CqId(i as u32), c))
     }
 
-    /// The cohort's pool of `resource` in `flavor` and how much of it is taken, leaving
-    /// `except`'s use out of the taken part.
-    fn pool(&self, cq: CqId, flavor: &str, resource: &str) -> (i64, i64) {
-        let root = self.cqs[cq.0 as usize].root.clone().unwrap_or_default();
-        let mut size = self
-            .cohort_quota
-            .get(&root)
-            .and_then(|q| q.get(&(flavor.to_string(), resource.to_string())))
-            .copied()
-            .unwrap_or(0);
-        let mut taken = 0;
-        for (id, book) in self.cohort_members(cq) {
-            for g in &book.groups {
-                let Some(ri) = g.covered.iter().position(|r| r == resource) else {
-                    continue;
-                };
-                for f in g.flavors.iter().filter(|f| f.flavor == flavor) {
-                    size += f.lendable(ri);
-                    if id != cq {
-                        taken += f.pooled(ri, f.usage[ri]);
-                    }
-                }
+    /// A ClusterQueue's quota and usage of `resource` in `flavor`.
+    fn queue_amounts(&self, cq: CqId, flavor: &str, resource: &str) -> TreeAmounts {
+        let mut out = TreeAmounts::default();
+        for g in &self.cqs[cq.0 as usize].groups {
+            let Some(i) = g.covered.iter().position(|r| r == resource) else {
+                continue;
+            };
+            for f in g.flavors.iter().filter(|f| f.flavor == flavor) {
+                out.quota += f.nominal[i];
+                out.guaranteed += f.guaranteed(i);
+                out.usage += f.usage[i];
+                out.borrowing_limit = f.borrowing_limit[i];
             }
         }
-        (size, taken)
+        out
+    }
+
+    /// A cohort's quota and usage of `resource` in `flavor`: its own quota plus what its
+    /// children lend it, and what they take from it.
+    fn cohort_amounts(&self, cohort: &str, flavor: &str, resource: &str) -> TreeAmounts {
+        let Some(book) = self.cohort_books.get(cohort) else {
+            return TreeAmounts::default();
+        };
+        let own = book.quota.get(&(flavor.to_string(), resource.to_string()));
+        let mut out = TreeAmounts {
+            quota: own.map_or(0, |q| q.nominal),
+            borrowing_limit: own.and_then(|q| q.borrowing_limit),
+            ..Default::default()
+        };
+        let children = book
+            .cohorts
+            .iter()
+            .map(|c| self.cohort_amounts(c, flavor, resource))
+            .chain(
+                book.queues
+                    .iter()
+                    .map(|&q| self.queue_amounts(q, flavor, resource)),
+            );
+        for child in children {
+            out.quota += child.lent();
+            out.usage += child.taken();
+        }
+        out.guaranteed = own
+            .and_then(|q| q.lending_limit)
+            .map_or(0, |l| (out.quota - l).max(0));
+        out
+    }
+
+    /// What the cohort `cohort` can still give a child: what is free at its root, less
+    /// at each cohort on the way down whose borrowing limit binds (Kueue's hierarchical
+    /// cohorts), and the lowest such cohort.
+    fn cohort_available(
+        &self,
+        cohort: &str,
+        flavor: &str,
+        resource: &str,
+    ) -> (i64, Option<String>) {
+        let node = self.cohort_amounts(cohort, flavor, resource);
+        let parent = self
+            .cohort_books
+            .get(cohort)
+            .and_then(|b| b.parent.as_deref());
+        let Some(parent) = parent else {
+            return (node.quota - node.usage, None);
+        };
+        let kept = (node.guaranteed - node.usage).max(0);
+        let (from_parent, mut bound) = self.cohort_available(parent, flavor, resource);
+        let room = node.borrow_room().unwrap_or(i64::MAX);
+        if room < from_parent {
+            bound = Some(cohort.to_string());
+        }
+        (kept + from_parent.min(room), bound)
+    }
+
+    /// The size of the pool `cq`'s cohort tree shares of `resource` in `flavor`.
+    fn tree_quota(&self, cq: CqId, flavor: &str, resource: &str) -> i64 {
+        let root = self.cqs[cq.0 as usize].root.as_deref().unwrap_or_default();
+        self.cohort_amounts(root, flavor, resource).quota
     }
 
     /// Whether `request` (per resource name) fits `cq`'s quota, and with which flavors.
@@ -848,19 +959,27 @@ impl QueueBook {
                     nominal: f.nominal[i],
                     limit,
                     cohort_free,
+                    cohort_limit: None,
                 }))
             };
             if book.root.is_none() {
                 return Err(problem(None, None));
             }
-            // Lent quota is in use elsewhere until reclaimed: the cohort's pool decides
-            // even inside nominal quota.
+            // Lent quota is in use elsewhere until reclaimed: the cohort tree decides even
+            // inside nominal quota.
+            let own = self.queue_amounts(cq, &f.flavor, resource);
+            let cohort = book.spec.cohort.as_deref().unwrap_or_default();
+            let (cohort_free, cohort_limit) = self.cohort_available(cohort, &f.flavor, resource);
+            let cohort_free = cohort_free.max(0);
+            let kept = (own.guaranteed - own.usage).max(0);
             let limit = f.borrowing_limit[i].map(|b| f.nominal[i] + b);
-            let (pool, taken) = self.pool(cq, &f.flavor, resource);
-            let cohort_free = (pool - taken - f.pooled(i, f.usage[i])).max(0);
             let over_limit = !within_nominal && limit.is_some_and(|l| after > l);
-            if over_limit || taken + f.pooled(i, after) > pool {
-                return Err(problem(limit, Some(cohort_free)));
+            if over_limit || need > kept + cohort_free {
+                let mut shortfall = problem(limit, Some(cohort_free));
+                if let QueueProblem::Quota(q) = &mut shortfall {
+                    q.cohort_limit = cohort_limit.filter(|_| !over_limit);
+                }
+                return Err(shortfall);
             }
             if !within_nominal {
                 borrows = true;
@@ -938,7 +1057,7 @@ impl QueueBook {
                     if borrowed <= 0 {
                         continue;
                     }
-                    let (pool, _) = self.pool(cq, &f.flavor, r);
+                    let pool = self.tree_quota(cq, &f.flavor, r);
                     share = share.max(borrowed as f64 / pool.max(1) as f64);
                 }
             }
