@@ -2,7 +2,8 @@
 //! (`kestrel-invariants`), which recomputes every total from the bound pods alone.
 //!
 //! A case is a cluster of GPU and CPU nodes in racks, four ClusterQueues (three in a cohort
-//! tree with borrowing and lending limits and quota of its own, one alone; some with a
+//! tree whose queues and inner cohort have borrowing and lending limits and quota of their
+//! own, one alone; some with a
 //! second flavor; reclaim, within-queue and borrow-within-cohort preemption), and 40-70
 //! steps of: single pods (whole GPUs, shares, shares by GPU memory, extended resources,
 //! queued or not, priorities), gangs (minMember below the total, rack required or
@@ -70,6 +71,8 @@ struct Case {
     queues: Vec<QueueCase>,
     /// GPUs the cohort tree's root holds itself.
     cohort_gpus: i64,
+    /// The inner cohort `org`: GPUs it holds itself, its borrowing and lending limits.
+    org: (i64, Option<i64>, Option<i64>),
     ops: Vec<Op>,
 }
 
@@ -235,15 +238,21 @@ fn case_strategy() -> impl Strategy<Value = Case> {
         proptest::collection::vec(node_strategy(), 2..=6),
         proptest::collection::vec(queue_strategy(), NAMESPACES),
         0i64..=4,
+        (
+            0i64..=2,
+            proptest::option::of(0i64..=8),
+            proptest::option::of(0i64..=2),
+        ),
         proptest::collection::vec(op_strategy(), 40..=70),
     )
         .prop_map(
-            |(policy, head_reservation, nodes, queues, cohort_gpus, ops)| Case {
+            |(policy, head_reservation, nodes, queues, cohort_gpus, org, ops)| Case {
                 policy,
                 head_reservation,
                 nodes,
                 queues,
                 cohort_gpus,
+                org,
                 ops,
             },
         )
@@ -310,22 +319,32 @@ fn cluster_queue(i: usize, q: &QueueCase) -> ClusterQueueSpec {
 }
 
 fn cohorts(case: &Case) -> Vec<CohortSpec> {
+    let gpus = |q: ResourceQuota| {
+        vec![ResourceGroup {
+            covered: vec![GPU_RESOURCE.into()],
+            flavors: vec![FlavorQuotas {
+                flavor: "default".into(),
+                resources: vec![q],
+            }],
+        }]
+    };
+    let (org_gpus, org_borrowing, org_lending) = case.org;
     vec![
         CohortSpec {
             name: "root".into(),
             parent: None,
-            resource_groups: vec![ResourceGroup {
-                covered: vec![GPU_RESOURCE.into()],
-                flavors: vec![FlavorQuotas {
-                    flavor: "default".into(),
-                    resources: vec![quota(GPU_RESOURCE, case.cohort_gpus * 1000, None, None)],
-                }],
-            }],
+            resource_groups: gpus(quota(GPU_RESOURCE, case.cohort_gpus * 1000, None, None)),
         },
         CohortSpec {
             name: "org".into(),
             parent: Some("root".into()),
-            resource_groups: vec![],
+            resource_groups: gpus(quota(
+                GPU_RESOURCE,
+                org_gpus * 1000,
+                org_borrowing.map(|b| b * 1000),
+                // Kueue: a lending limit is at most the cohort's own nominal quota.
+                org_lending.map(|l| l.min(org_gpus) * 1000),
+            )),
         },
     ]
 }

@@ -3,7 +3,8 @@
 use crate::{Amount, CohortView, GangView, GpuClaim, NodeView, PodView, QueueView, QuotaView};
 use crate::{Snapshot, GPU, PODS};
 use kestrel_core::{
-    CohortSpec, GpuAssignment, GpuRequest, PodPhase, Resources, Scheduler, GPU_RESOURCE,
+    CohortSpec, GpuAssignment, GpuRequest, PodPhase, ResourceGroup, Resources, Scheduler,
+    GPU_RESOURCE,
 };
 use std::collections::BTreeMap;
 
@@ -39,19 +40,21 @@ fn quota(resource: &str, v: i64) -> Amount {
     }
 }
 
-fn root_of<'a>(cohorts: &'a [CohortSpec], name: &'a str) -> &'a str {
-    let mut at = name;
-    for _ in 0..=cohorts.len() {
-        match cohorts
-            .iter()
-            .find(|c| c.name == at)
-            .and_then(|c| c.parent.as_deref())
-        {
-            Some(parent) => at = parent,
-            None => break,
-        }
-    }
-    at
+/// Quotas of a ClusterQueue's or a cohort's resource groups in milli-units.
+fn quota_views(groups: &[ResourceGroup]) -> Vec<QuotaView> {
+    groups
+        .iter()
+        .flat_map(|g| &g.flavors)
+        .flat_map(|f| {
+            f.resources.iter().map(|r| QuotaView {
+                flavor: f.flavor.clone(),
+                resource: r.name.clone(),
+                nominal: quota(&r.name, r.nominal),
+                borrowing_limit: r.borrowing_limit.map(|v| quota(&r.name, v)),
+                lending_limit: r.lending_limit.map(|v| quota(&r.name, v)),
+            })
+        })
+        .collect()
 }
 
 impl Snapshot {
@@ -152,45 +155,24 @@ impl Snapshot {
             .values()
             .map(|q| QueueView {
                 name: q.name.clone(),
-                cohort: q.cohort.as_deref().map(|c| root_of(cohorts, c).to_string()),
-                quotas: q
-                    .resource_groups
-                    .iter()
-                    .flat_map(|g| &g.flavors)
-                    .flat_map(|f| {
-                        f.resources.iter().map(|r| QuotaView {
-                            flavor: f.flavor.clone(),
-                            resource: r.name.clone(),
-                            nominal: quota(&r.name, r.nominal),
-                            borrowing_limit: r.borrowing_limit.map(|v| quota(&r.name, v)),
-                            lending_limit: r.lending_limit.map(|v| quota(&r.name, v)),
-                        })
-                    })
-                    .collect(),
+                cohort: q.cohort.clone(),
+                quotas: quota_views(&q.resource_groups),
             })
             .collect();
-        let mut roots: BTreeMap<String, CohortView> = BTreeMap::new();
-        for c in cohorts {
-            let root = root_of(cohorts, &c.name).to_string();
-            let view = roots.entry(root.clone()).or_insert_with(|| CohortView {
-                name: root,
-                quotas: BTreeMap::new(),
-            });
-            for f in c.resource_groups.iter().flat_map(|g| &g.flavors) {
-                for r in &f.resources {
-                    *view
-                        .quotas
-                        .entry((f.flavor.clone(), r.name.clone()))
-                        .or_default() += quota(&r.name, r.nominal);
-                }
-            }
-        }
+        let cohorts = cohorts
+            .iter()
+            .map(|c| CohortView {
+                name: c.name.clone(),
+                parent: c.parent.clone(),
+                quotas: quota_views(&c.resource_groups),
+            })
+            .collect();
         Snapshot {
             nodes,
             pods,
             gangs,
             queues,
-            cohorts: roots.into_values().collect(),
+            cohorts,
         }
     }
 }

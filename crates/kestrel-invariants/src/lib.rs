@@ -144,19 +144,21 @@ pub struct QuotaView {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct QueueView {
     pub name: String,
-    /// The root of its cohort tree (queues under one root share what they lend).
+    /// Its cohort (queues of one cohort tree share what they lend).
     pub cohort: Option<String>,
     pub quotas: Vec<QuotaView>,
 }
 
-/// A cohort tree's own quota (the sum of what the cohorts in it hold themselves).
+/// A cohort: where it hangs in its tree and the quota it holds itself. A cohort that
+/// queues or other cohorts name and the snapshot lacks holds nothing and is a root.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct CohortView {
-    /// The root cohort's name (what [`QueueView::cohort`] names).
     pub name: String,
-    /// (flavor, resource) -> nominal quota the cohorts hold, milli-units.
-    pub quotas: BTreeMap<(String, String), Amount>,
+    pub parent: Option<String>,
+    /// Its own quota; a borrowing limit bounds what its subtree takes from its parent, a
+    /// lending limit what it lends its parent.
+    pub quotas: Vec<QuotaView>,
 }
 
 /// A picture of a cluster.
@@ -236,8 +238,17 @@ pub enum Violation {
         pod: String,
         resource: String,
     },
-    /// The queues of a cohort take more from its pool than its queues lend plus what the
-    /// cohort holds itself.
+    /// A cohort subtree takes more from its parent than what it lends its parent plus its
+    /// borrowing limit.
+    CohortOverLimit {
+        cohort: String,
+        flavor: String,
+        resource: String,
+        taken: Amount,
+        limit: Amount,
+    },
+    /// The queues of a cohort tree take more from its root's pool than the tree lends it
+    /// (queues' nominal less what they keep, and the cohorts' own quota).
     CohortOverLent {
         cohort: String,
         flavor: String,
@@ -349,6 +360,18 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "ClusterQueue {queue} has no quota for {resource}, yet its pod {pod} using it is bound"
+            ),
+            Violation::CohortOverLimit {
+                cohort,
+                flavor,
+                resource,
+                taken,
+                limit,
+            } => write!(
+                f,
+                "cohort {cohort} flavor {flavor}: its subtree takes {} of {resource} from its parent, which may lend it {} (what it lends plus its borrowing limit)",
+                amount(resource, *taken),
+                amount(resource, *limit)
             ),
             Violation::CohortOverLent {
                 cohort,
@@ -576,16 +599,6 @@ fn check_queues(snapshot: &Snapshot, out: &mut Vec<Violation>) {
             .copied()
             .unwrap_or(0)
     };
-    // (cohort, flavor, resource) -> (pool, taken)
-    let mut pools: BTreeMap<(&str, &str, &str), (Amount, Amount)> = BTreeMap::new();
-    for c in &snapshot.cohorts {
-        for ((flavor, resource), nominal) in &c.quotas {
-            pools
-                .entry((c.name.as_str(), flavor.as_str(), resource.as_str()))
-                .or_default()
-                .0 += nominal;
-        }
-    }
     for q in &snapshot.queues {
         for quota in &q.quotas {
             let u = usage(&q.name, &quota.flavor, &quota.resource);
@@ -603,34 +616,125 @@ fn check_queues(snapshot: &Snapshot, out: &mut Vec<Violation>) {
                     limit,
                 });
             }
-            if let Some(cohort) = &q.cohort {
-                // Kueue: what a queue keeps for itself is nominal minus its lending limit;
-                // the rest goes to the cohort's pool, and using more than it keeps takes
-                // from the pool.
-                let kept = quota
-                    .lending_limit
-                    .map_or(0, |l| (quota.nominal - l).max(0));
-                let e = pools
-                    .entry((
-                        cohort.as_str(),
-                        quota.flavor.as_str(),
-                        quota.resource.as_str(),
-                    ))
-                    .or_default();
-                e.0 += quota.nominal - kept;
-                e.1 += (u - kept).max(0);
-            }
         }
     }
-    for ((cohort, flavor, resource), (pool, taken)) in pools {
-        if taken > pool {
-            out.push(Violation::CohortOverLent {
-                cohort: cohort.to_string(),
-                flavor: flavor.to_string(),
-                resource: resource.to_string(),
-                taken,
-                pool,
-            });
+    check_cohorts(snapshot, &usage, out);
+}
+
+/// One resource in one flavor at a node of a cohort tree, as Kueue counts hierarchical
+/// cohorts: what it holds (its nominal plus what its children lend it), what it keeps
+/// from its parent (that less its lending limit), and what it uses (a cohort: what its
+/// children take beyond what they keep).
+#[derive(Default, Clone, Copy)]
+struct Held {
+    quota: Amount,
+    kept: Amount,
+    used: Amount,
+}
+
+impl Held {
+    fn of(quota: Amount, lending_limit: Option<Amount>, used: Amount) -> Held {
+        Held {
+            quota,
+            kept: lending_limit.map_or(0, |l| (quota - l).max(0)),
+            used,
+        }
+    }
+    fn lent(&self) -> Amount {
+        self.quota - self.kept
+    }
+    fn taken(&self) -> Amount {
+        (self.used - self.kept).max(0)
+    }
+}
+
+/// Every cohort tree within its root's pool, and every inner cohort within what its
+/// parent may lend it.
+fn check_cohorts(
+    snapshot: &Snapshot,
+    usage: &dyn Fn(&str, &str, &str) -> Amount,
+    out: &mut Vec<Violation>,
+) {
+    let declared: BTreeMap<&str, &CohortView> = snapshot
+        .cohorts
+        .iter()
+        .map(|c| (c.name.as_str(), c))
+        .collect();
+    let mut names: BTreeSet<&str> = declared.keys().copied().collect();
+    names.extend(snapshot.cohorts.iter().filter_map(|c| c.parent.as_deref()));
+    names.extend(snapshot.queues.iter().filter_map(|q| q.cohort.as_deref()));
+    let parent = |c: &str| declared.get(c).and_then(|v| v.parent.as_deref());
+    let resources: BTreeSet<(&str, &str)> = snapshot
+        .queues
+        .iter()
+        .flat_map(|q| &q.quotas)
+        .chain(snapshot.cohorts.iter().flat_map(|c| &c.quotas))
+        .map(|q| (q.flavor.as_str(), q.resource.as_str()))
+        .collect();
+    for (flavor, resource) in resources {
+        let own = |quotas: &[QuotaView]| {
+            quotas
+                .iter()
+                .find(|q| q.flavor == flavor && q.resource == resource)
+                .cloned()
+                .unwrap_or_default()
+        };
+        // Children before parents: a cohort's amounts are its own and its children's.
+        let mut held: BTreeMap<&str, Held> = BTreeMap::new();
+        let depth = |c: &str| {
+            let mut at = c;
+            let mut d = 0;
+            while let Some(p) = parent(at).filter(|_| d <= names.len()) {
+                at = p;
+                d += 1;
+            }
+            d
+        };
+        let mut order: Vec<&str> = names.iter().copied().collect();
+        order.sort_by_key(|c| std::cmp::Reverse(depth(c)));
+        for c in order {
+            let (mut quota, mut used) = (0, 0);
+            for q in snapshot
+                .queues
+                .iter()
+                .filter(|q| q.cohort.as_deref() == Some(c))
+            {
+                let mine = own(&q.quotas);
+                let h = Held::of(
+                    mine.nominal,
+                    mine.lending_limit,
+                    usage(&q.name, flavor, resource),
+                );
+                quota += h.lent();
+                used += h.taken();
+            }
+            for child in names.iter().filter(|n| parent(n) == Some(c)) {
+                let h = held.get(child).copied().unwrap_or_default();
+                quota += h.lent();
+                used += h.taken();
+            }
+            let mine = declared.get(c).map(|v| own(&v.quotas)).unwrap_or_default();
+            let h = Held::of(quota + mine.nominal, mine.lending_limit, used);
+            held.insert(c, h);
+            match (parent(c), mine.borrowing_limit) {
+                (None, _) if h.used > h.quota => out.push(Violation::CohortOverLent {
+                    cohort: c.to_string(),
+                    flavor: flavor.to_string(),
+                    resource: resource.to_string(),
+                    taken: h.used,
+                    pool: h.quota,
+                }),
+                (Some(_), Some(b)) if h.taken() > h.lent() + b => {
+                    out.push(Violation::CohortOverLimit {
+                        cohort: c.to_string(),
+                        flavor: flavor.to_string(),
+                        resource: resource.to_string(),
+                        taken: h.taken(),
+                        limit: h.lent() + b,
+                    })
+                }
+                _ => {}
+            }
         }
     }
 }

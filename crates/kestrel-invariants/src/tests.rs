@@ -371,10 +371,7 @@ fn a_cohort_lends_no_more_than_its_queues_and_it_hold() {
             queue("q", Some("org"), 4, None, Some(2)),
             queue("r", Some("org"), 2, None, None),
         ],
-        cohorts: vec![CohortView {
-            name: "org".into(),
-            quotas: BTreeMap::from([(("default".into(), "cpu".into()), 1000)]),
-        }],
+        cohorts: vec![cohort("org", None, 1, None, None)],
         ..cluster(vec![queued("a/q", "q", 4), queued("a/r", "r", r_cpu)])
     };
     holds_then_breaks(
@@ -402,6 +399,94 @@ fn a_cohort_lends_no_more_than_its_queues_and_it_hold() {
     });
     other.pods[1].flavors.insert("cpu".into(), "spot".into());
     assert_eq!(check(&other), Ok(()), "{}", describe(&violations(&other)));
+}
+
+/// A cohort holding `nominal` cpus itself, with limits.
+fn cohort(
+    name: &str,
+    parent: Option<&str>,
+    nominal: Amount,
+    borrow: Option<Amount>,
+    lend: Option<Amount>,
+) -> CohortView {
+    CohortView {
+        name: name.into(),
+        parent: parent.map(String::from),
+        quotas: queue(name, None, nominal, borrow, lend).quotas,
+    }
+}
+
+#[test]
+fn an_inner_cohort_takes_no_more_from_its_parent_than_it_lends_plus_its_borrowing_limit() {
+    // org > research (borrowing limit 1) > q, r (2 cpus each); p (4) beside research.
+    // research lends org 4 and may take 5 from it: q and r may use 5 in all.
+    let snapshot = |r_cpu| Snapshot {
+        queues: vec![
+            queue("q", Some("research"), 2, None, None),
+            queue("r", Some("research"), 2, None, None),
+            queue("p", Some("org"), 4, None, None),
+        ],
+        cohorts: vec![
+            cohort("org", None, 0, None, None),
+            cohort("research", Some("org"), 0, Some(1), None),
+        ],
+        ..cluster(vec![queued("a/q", "q", 3), queued("a/r", "r", r_cpu)])
+    };
+    holds_then_breaks(
+        snapshot(2),
+        snapshot(3),
+        |v| {
+            matches!(
+                v,
+                Violation::CohortOverLimit {
+                    taken: 6000,
+                    limit: 5000,
+                    ..
+                }
+            )
+        },
+        &[
+            "cohort research",
+            "flavor default",
+            "6 of cpu",
+            "may lend it 5",
+        ],
+    );
+    // Without the limit, the root's pool (8) holds them.
+    let mut unlimited = snapshot(3);
+    unlimited.cohorts[1].quotas[0].borrowing_limit = None;
+    assert_eq!(
+        check(&unlimited),
+        Ok(()),
+        "{}",
+        describe(&violations(&unlimited))
+    );
+    // What an inner cohort keeps (lending limit 1 of its 4) is not in the root's pool:
+    // p may borrow 3, not 4.
+    let lending = |p_cpu| Snapshot {
+        queues: vec![
+            queue("q", Some("research"), 2, None, None),
+            queue("r", Some("research"), 2, None, None),
+            queue("p", Some("org"), 4, None, None),
+        ],
+        cohorts: vec![cohort("research", Some("org"), 0, None, Some(3))],
+        ..cluster(vec![queued("a/p", "p", p_cpu)])
+    };
+    holds_then_breaks(
+        lending(7),
+        lending(8),
+        |v| {
+            matches!(
+                v,
+                Violation::CohortOverLent {
+                    taken: 8000,
+                    pool: 7000,
+                    ..
+                }
+            )
+        },
+        &["cohort org", "8 of cpu", "pool of 7"],
+    );
 }
 
 #[test]
