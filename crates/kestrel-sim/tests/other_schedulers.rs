@@ -200,13 +200,94 @@ spec:
         w.queues
             .warnings
             .iter()
-            .any(|m| m.contains("Queue org") && m.contains("parent queue")),
+            .any(|m| m.starts_with("Queue org: field spec.resources.gpu.quota: 16 nvidia.com/gpu is more than its children are owed together (4 nvidia.com/gpu)")),
         "{:?}",
         w.queues.warnings
     );
     let r = run(&w);
     // At most 6 of the 8 at once.
     assert_eq!((r.pods.completed, r.span), (8, 2 * 3_600_000));
+}
+
+/// The most pods running at once in a run.
+fn most_running(r: &SimReport) -> u32 {
+    r.samples.iter().map(|s| s.pods_running).max().unwrap_or(0)
+}
+
+#[test]
+fn a_parent_queues_limit_bounds_its_children_together() {
+    // KAI: org (limit 5 GPUs, owed nothing beyond its children) over team-a and team-b
+    // (quota 2 each, no limit of their
+    // own); `other` beside org with nothing owed. 16 GPUs.
+    let kai = |parent_limit: i64| {
+        format!(
+            "apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: org}}
+spec: {{resources: {{gpu: {{quota: 0, limit: {parent_limit}}}}}}}
+---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: team-a}}
+spec: {{parentQueue: org, resources: {{gpu: {{quota: 2, limit: -1}}}}}}
+---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: team-b}}
+spec: {{parentQueue: org, resources: {{gpu: {{quota: 2, limit: -1}}}}}}
+---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: other}}
+spec: {{resources: {{gpu: {{quota: 0, limit: -1}}}}}}
+---
+{}{}{}",
+            pods(
+                "a",
+                "team-a",
+                4,
+                ("0s", "1h"),
+                "kai.scheduler/queue: team-a",
+                ""
+            ),
+            pods(
+                "b",
+                "team-b",
+                4,
+                ("0s", "1h"),
+                "kai.scheduler/queue: team-b",
+                ""
+            ),
+            pods(
+                "o",
+                "other",
+                8,
+                ("0s", "1h"),
+                "kai.scheduler/queue: other",
+                ""
+            ),
+        )
+    };
+    let w = load(&kai(5)).unwrap();
+    assert!(w.queues.warnings.is_empty(), "{:?}", w.queues.warnings);
+    let r = run(&w);
+    // org's children run 5 at once (two turns), `other` its 8 beside them at once.
+    assert_eq!((r.pods.completed, r.span), (16, 2 * 3_600_000));
+    assert_eq!(most_running(&r), 13);
+    // No parent limit: all 16 at once.
+    let r = run(&load(&kai(-1)).unwrap());
+    assert_eq!((r.span, most_running(&r)), (3_600_000, 16));
+    // A limit below what the children are owed is a warning; they keep what they are owed.
+    let w = load(&kai(3)).unwrap();
+    assert_eq!(
+        w.queues.warnings,
+        [
+            "Queue org: field spec.resources.gpu.limit: 3 nvidia.com/gpu is less than its \
+          children are owed together (4 nvidia.com/gpu), which Volcano and KAI refuse; \
+          Kestrel holds them to what they are owed: raise it"
+        ]
+    );
+    assert_eq!(most_running(&run(&w)), 4 + 8);
 }
 
 #[test]

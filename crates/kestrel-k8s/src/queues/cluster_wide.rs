@@ -58,6 +58,156 @@ struct Amounts {
     kept: BTreeMap<String, i64>,
 }
 
+impl Amounts {
+    /// Per resource, the queues' total: what they are owed, what they keep, and the most
+    /// they may use (only where each has a limit).
+    fn of_all(queues: &[&ClusterQueueSpec]) -> Amounts {
+        let mut out = Amounts::default();
+        for r in queues
+            .iter()
+            .flat_map(|q| &q.resource_groups)
+            .flat_map(|g| &g.flavors)
+            .flat_map(|f| &f.resources)
+        {
+            *out.nominal.entry(r.name.clone()).or_default() += r.nominal;
+            let kept = r.lending_limit.map_or(0, |l| r.nominal - l);
+            *out.kept.entry(r.name.clone()).or_default() += kept;
+            if let Some(b) = r.borrowing_limit {
+                *out.most.entry(r.name.clone()).or_default() += r.nominal + b;
+            }
+        }
+        out
+    }
+}
+
+/// The project a parent queue is written for, for the names of its fields.
+#[derive(Clone, Copy)]
+enum Project {
+    Volcano,
+    Kai,
+}
+
+impl Project {
+    fn of(root: &str) -> Project {
+        match root {
+            KAI_ROOT => Project::Kai,
+            _ => Project::Volcano,
+        }
+    }
+
+    fn limit_field(self, resource: &str) -> String {
+        match self {
+            Project::Volcano => at("spec.capability", resource),
+            Project::Kai => format!("spec.resources.{}.limit", kai_resource(resource)),
+        }
+    }
+
+    fn owed_field(self, resource: &str) -> String {
+        match self {
+            Project::Volcano => at("spec.deserved", resource),
+            Project::Kai => format!("spec.resources.{}.quota", kai_resource(resource)),
+        }
+    }
+
+    fn weight_field(self, keeps: bool) -> &'static str {
+        match (self, keeps) {
+            (Project::Volcano, true) => "spec.reclaimable",
+            (Project::Volcano, false) => "spec.weight",
+            (Project::Kai, _) => "spec.resources.*.overQuotaWeight",
+        }
+    }
+}
+
+fn kai_resource(resource: &str) -> &str {
+    match resource {
+        GPU_RESOURCE => "gpu",
+        other => other,
+    }
+}
+
+/// Whether queue `name` hangs (at any depth) under cohort `parent`.
+fn is_under(cohort_of: &BTreeMap<String, String>, name: &str, parent: &str) -> bool {
+    let mut at = cohort_of.get(name);
+    for _ in 0..=cohort_of.len() {
+        match at {
+            Some(c) if c == parent => return true,
+            Some(c) => at = cohort_of.get(c),
+            None => return false,
+        }
+    }
+    false
+}
+
+/// A parent queue's own limits as its cohort's: the most its subtree uses in all is the
+/// parent's limit, which is its children's quota plus the cohort's borrowing limit. What
+/// it is owed or keeps beyond its children's total has no place to go (each child is owed
+/// its own): a warning each, as is a limit below the children's quota.
+fn parent_limits(
+    name: &str,
+    project: Project,
+    own: &Amounts,
+    children: &Amounts,
+) -> (Vec<ResourceGroup>, Vec<String>) {
+    let mut warnings = Vec::new();
+    let mut resources = Vec::new();
+    let amount = |r: &str, v: i64| format!("{} {r}", kestrel_core::format_amount(r, v));
+    for (r, &most) in &own.most {
+        let owed = children.nominal.get(r).copied().unwrap_or(0);
+        if most < owed {
+            warnings.push(format!(
+                "Queue {name}: field {}: {} is less than its children are owed together ({}), \
+                 which Volcano and KAI refuse; Kestrel holds them to what they are owed: raise it",
+                project.limit_field(r),
+                amount(r, most),
+                amount(r, owed),
+            ));
+        }
+        resources.push(ResourceQuota {
+            name: r.clone(),
+            nominal: 0,
+            borrowing_limit: Some((most - owed).max(0)),
+            lending_limit: None,
+        });
+    }
+    for (r, &n) in &own.nominal {
+        let owed = children.nominal.get(r).copied().unwrap_or(0);
+        if n > owed {
+            warnings.push(format!(
+                "Queue {name}: field {}: {} is more than its children are owed together ({}); \
+                 Kestrel owes each child queue its own and the rest to no one: give it to the \
+                 children",
+                project.owed_field(r),
+                amount(r, n),
+                amount(r, owed),
+            ));
+        }
+    }
+    for (r, &k) in own.kept.iter().filter(|(_, &k)| k > 0) {
+        let kept = children.kept.get(r).copied().unwrap_or(0);
+        if k > kept {
+            warnings.push(format!(
+                "Queue {name}: field {}: {} is more than its children keep together ({}); \
+                 Kestrel keeps each child queue's own guarantee only: give it to the children",
+                at("spec.guarantee.resource", r),
+                amount(r, k),
+                amount(r, kept),
+            ));
+        }
+    }
+    let groups = if resources.is_empty() {
+        Vec::new()
+    } else {
+        vec![ResourceGroup {
+            covered: resources.iter().map(|r| r.name.clone()).collect(),
+            flavors: vec![FlavorQuotas {
+                flavor: ANY_NODE_FLAVOR.to_string(),
+                resources,
+            }],
+        }]
+    };
+    (groups, warnings)
+}
+
 /// Reads a Volcano `Queue` (`scheduling.volcano.sh/v1beta1`).
 pub(super) fn volcano_queue(
     r: &Reader,
@@ -309,24 +459,31 @@ impl QueueSetup {
             .collect();
         let mut warnings = Vec::new();
         for parent in &parents {
+            let leaves: Vec<&ClusterQueueSpec> = self
+                .cluster_queues
+                .iter()
+                .filter(|q| q.cluster_scoped && !parents.contains(&q.name))
+                .filter(|q| is_under(&cohort_of, &q.name, parent))
+                .collect();
+            let children = Amounts::of_all(&leaves);
             let spec = match self.cluster_queues.iter().position(|q| &&q.name == parent) {
                 Some(i) => {
+                    let project = Project::of(&self.root_cohort_of(&self.cluster_queues[i]));
                     let q = self.cluster_queues.remove(i);
-                    let limited = q.resource_groups.iter().flat_map(|g| &g.flavors).any(|f| {
-                        f.resources
-                            .iter()
-                            .any(|r| r.nominal > 0 || r.borrowing_limit.is_some())
-                    });
-                    if limited {
+                    let own = Amounts::of_all(&[&q]);
+                    let (groups, said) = parent_limits(&q.name, project, &own, &children);
+                    warnings.extend(said);
+                    if q.fair_weight != 1.0 || q.keeps_borrowed_quota {
                         warnings.push(format!(
-                            "Queue {parent}: is a parent queue: its children's quotas and limits \
-                             hold, its own are not enforced on their total"
+                            "Queue {parent}: field {}: is a parent queue's; Kestrel shares idle \
+                             capacity and reclaims between leaf queues only, and ignores it",
+                            project.weight_field(q.keeps_borrowed_quota)
                         ));
                     }
                     CohortSpec {
                         name: q.name,
                         parent: q.cohort,
-                        resource_groups: Vec::new(),
+                        resource_groups: groups,
                     }
                 }
                 None => {
