@@ -4,7 +4,8 @@ use super::reader::{at, Reader};
 use crate::error::LoadError;
 use k8s_openapi::api::core::v1 as core;
 use kestrel_core::{
-    ClusterQueueSpec, QueueingStrategy, ResourceFlavor, StopPolicy, Taint, TaintEffect,
+    ClusterQueueSpec, QueueingStrategy, ResourceFlavor, ResourceGroup, StopPolicy, Taint,
+    TaintEffect,
 };
 use serde_json::{Map, Value};
 
@@ -48,23 +49,11 @@ pub(super) fn cluster_queue(
         .map(String::from);
     let resource_groups = r.resource_groups(s.get("resourceGroups"), "spec.resourceGroups")?;
     if cohort.is_none() {
-        for (gi, g) in resource_groups.iter().enumerate() {
-            for (fi, f) in g.flavors.iter().enumerate() {
-                for (ri, q) in f.resources.iter().enumerate() {
-                    let limit = if q.borrowing_limit.is_some() {
-                        "borrowingLimit"
-                    } else if q.lending_limit.is_some() {
-                        "lendingLimit"
-                    } else {
-                        continue;
-                    };
-                    return Err(r.err(
-                        format!("spec.resourceGroups[{gi}].flavors[{fi}].resources[{ri}].{limit}"),
-                        "needs a cohort to borrow from or lend to; set spec.cohort or remove it",
-                    ));
-                }
-            }
-        }
+        limits_need_a_parent(
+            r,
+            &resource_groups,
+            "needs a cohort to borrow from or lend to; set spec.cohort or remove it",
+        )?;
     }
     let stop_policy = r
         .choice(
@@ -144,6 +133,33 @@ pub(super) fn cluster_queue(
         // Kueue has no field for it: a queue's borrowed work may always be reclaimed.
         keeps_borrowed_quota: false,
     })
+}
+
+/// Refuses a borrowing or lending limit with nothing above to borrow from or lend to, as
+/// Kueue does.
+pub(super) fn limits_need_a_parent(
+    r: &Reader,
+    groups: &[ResourceGroup],
+    why: &str,
+) -> Result<(), LoadError> {
+    for (gi, g) in groups.iter().enumerate() {
+        for (fi, f) in g.flavors.iter().enumerate() {
+            for (ri, q) in f.resources.iter().enumerate() {
+                let limit = if q.borrowing_limit.is_some() {
+                    "borrowingLimit"
+                } else if q.lending_limit.is_some() {
+                    "lendingLimit"
+                } else {
+                    continue;
+                };
+                return Err(r.err(
+                    format!("spec.resourceGroups[{gi}].flavors[{fi}].resources[{ri}].{limit}"),
+                    why,
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn flavor(

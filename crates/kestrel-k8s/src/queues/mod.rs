@@ -61,7 +61,7 @@ pub use self::cluster_wide::{
     ANY_NODE_FLAVOR, KAI_QUEUE_GROUP, KAI_QUEUE_LABEL, KAI_ROOT, VOLCANO_JOB_QUEUE_ANNOTATION,
     VOLCANO_QUEUE_ANNOTATION, VOLCANO_QUEUE_GROUP, VOLCANO_ROOT,
 };
-use self::kueue::{cluster_queue, flavor};
+use self::kueue::{cluster_queue, flavor, limits_need_a_parent};
 pub use self::kueue::{CLUSTER_QUEUE_FIELDS, COHORT_FIELDS, FLAVOR_FIELDS, LOCAL_QUEUE_FIELDS};
 use self::namespace::{disruption_budget, limit_range, resource_quota};
 pub use self::namespace::{quota_resource, LimitRangeDefaults, NamespaceQuota};
@@ -237,15 +237,30 @@ fn read_queue_document(r: &Reader, doc: &Value) -> Result<QueueDocument, LoadErr
                     ));
                 }
             }
-            r.fair_weight(s.get("fairSharing"), "spec.fairSharing")?;
+            if r.fair_weight(s.get("fairSharing"), "spec.fairSharing")? != 1.0 {
+                r.warn(
+                    "spec.fairSharing.weight",
+                    "Kestrel shares idle quota fairly between ClusterQueues, not between \
+                     cohorts, and ignores it",
+                );
+            }
+            let parent = parent_name
+                .or(parent)
+                .filter(|p| !p.is_empty())
+                .map(String::from);
+            let resource_groups =
+                r.resource_groups(s.get("resourceGroups"), "spec.resourceGroups")?;
+            if parent.is_none() {
+                limits_need_a_parent(
+                    r,
+                    &resource_groups,
+                    "needs a parent cohort to borrow from or lend to; set spec.parentName or remove it",
+                )?;
+            }
             QueueDocument::Cohort(CohortSpec {
                 name,
-                parent: parent_name
-                    .or(parent)
-                    .filter(|p| !p.is_empty())
-                    .map(String::from),
-                resource_groups: r
-                    .resource_groups(s.get("resourceGroups"), "spec.resourceGroups")?,
+                parent,
+                resource_groups,
             })
         }
         "ResourceFlavor" => QueueDocument::Flavor(flavor(r, name, s)?),

@@ -377,6 +377,33 @@ fn local_queues_cohorts_and_flavors() {
         assert_eq!(c.parent.as_deref(), Some("org"));
         assert_eq!(c.resource_groups[0].flavors[0].resources[0].nominal, 8000);
     }
+    // A cohort's limits bound its subtree against its parent: none without a parent.
+    let limited = |parent: &str| {
+        format!("apiVersion: kueue.x-k8s.io/v1beta2\nkind: Cohort\nmetadata: {{name: ai}}\nspec:\n  {parent}resourceGroups: [{{coveredResources: [nvidia.com/gpu], flavors: [{{name: h100, resources: [{{name: nvidia.com/gpu, nominalQuota: 8, borrowingLimit: 2, lendingLimit: 4}}]}}]}}]\n")
+    };
+    let QueueDocument::Cohort(c) = parse(&limited("parentName: org\n  ")).unwrap() else {
+        panic!()
+    };
+    let q = &c.resource_groups[0].flavors[0].resources[0];
+    assert_eq!(
+        (q.borrowing_limit, q.lending_limit),
+        (Some(2000), Some(4000))
+    );
+    assert_names(
+        &err(&limited("")),
+        &[
+            "Cohort ai",
+            "spec.resourceGroups[0].flavors[0].resources[0].borrowingLimit",
+            "set spec.parentName or remove it",
+        ],
+    );
+    // Fair sharing between cohorts is not Kestrel's: a warning naming the field.
+    let w = warnings("apiVersion: kueue.x-k8s.io/v1beta2\nkind: Cohort\nmetadata: {name: ai}\nspec: {fairSharing: {weight: 2}}\n");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("Cohort ai: field spec.fairSharing.weight: Kestrel shares"),
+        "{w:?}"
+    );
 
     let QueueDocument::Flavor(f) = parse("apiVersion: scheduling.kestrel.dev/v1alpha1\nkind: ResourceFlavor\nmetadata: {name: spot}\nspec:\n  nodeLabels: {pool: spot}\n  nodeTaints: [{key: spot, value: \"true\", effect: NoSchedule}]\n  tolerations: [{key: spot, operator: Exists, effect: NoSchedule}]\n").unwrap() else {
             panic!()
