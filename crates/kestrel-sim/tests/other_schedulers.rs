@@ -217,8 +217,7 @@ fn most_running(r: &SimReport) -> u32 {
 #[test]
 fn a_parent_queues_limit_bounds_its_children_together() {
     // KAI: org (limit 5 GPUs, owed nothing beyond its children) over team-a and team-b
-    // (quota 2 each, no limit of their
-    // own); `other` beside org with nothing owed. 16 GPUs.
+    // (quota 2 each, no limit of their own); `other` beside org with nothing owed. 16 GPUs.
     let kai = |parent_limit: i64| {
         format!(
             "apiVersion: scheduling.run.ai/v2
