@@ -211,6 +211,14 @@ fn a_queued_job_is_admitted_whole_not_pod_by_pod() {
     let r = run(&cluster, &workload, SimConfig::default());
     assert_eq!(r.pods.completed, 4);
     assert_eq!(r.span, 120_000, "two at a time");
+    // The most the quota takes, found among all counts down to the minimum: 5 of 7.
+    let (cluster, workload) = queued(
+        5,
+        &job("most", 7, 7, ", kueue.x-k8s.io/job-min-parallelism: \"2\""),
+    );
+    let r = run(&cluster, &workload, SimConfig::default());
+    let most = r.samples.iter().map(|s| s.pods_running).max();
+    assert_eq!((r.pods.completed, most), (7, Some(5)));
 
     // Parallelism 3, completions 5: after the first three end together, the last two
     // run under the workload's admission, without its minimum of 3.

@@ -188,18 +188,24 @@ impl Scheduler {
                 let mut fit = self.queues.fit(cq, &request, &tolerations);
                 if let (QuotaFit::No(_), Some((spec, _, needed))) = (&fit, gang) {
                     // Partial admission: as many as the quota takes, down to the minimum.
+                    // Fewer pods ask for less, so whether they fit falls with the count:
+                    // a binary search finds the most.
                     if spec.role_minimums.is_empty() {
-                        if let Some((k, smaller)) = (needed.max(1)..pods.len())
-                            .rev()
-                            .map(|k| {
-                                let request = self.workload_request(&pods[..k]);
-                                (k, self.queues.fit(cq, &request, &tolerations))
-                            })
-                            .find(|(_, f)| !matches!(f, QuotaFit::No(_)))
-                        {
-                            pods = &pods[..k];
-                            fit = smaller;
+                        let mut pods_admitted = pods.len();
+                        let (mut low, mut high) = (needed.max(1), pods.len() - 1);
+                        while low <= high {
+                            let k = low + (high - low) / 2;
+                            let request = self.workload_request(&pods[..k]);
+                            match self.queues.fit(cq, &request, &tolerations) {
+                                QuotaFit::No(_) => high = k - 1,
+                                smaller => {
+                                    fit = smaller;
+                                    pods_admitted = k;
+                                    low = k + 1;
+                                }
+                            }
                         }
+                        pods = &pods[..pods_admitted];
                     }
                 }
                 match fit {
