@@ -30,6 +30,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
 use kestrel_k8s::crds::{PodGroup, Topology};
 use kestrel_k8s::pods::WorkloadPriorityListing;
+use kestrel_k8s::warning::FieldWarning;
 use kestrel_k8s::workloads::{
     Owner, LIVE_OWNER_KINDS, LIVE_ROLE_OWNER_KINDS, WHOLE_WORKLOAD_KINDS,
 };
@@ -836,13 +837,7 @@ where
     K: AdmissionObject + kube::Resource<DynamicType = ()> + Clone,
 {
     match event {
-        Event::Apply(o) | Event::InitApply(o) => {
-            let (changed, warnings) = state.apply_admission(&o);
-            for w in warnings {
-                tracing::warn!(kind = K::KIND, warning = %w, "object cannot be read in full; what cannot be read is skipped");
-            }
-            changed
-        }
+        Event::Apply(o) | Event::InitApply(o) => state.apply_admission(&o),
         Event::Delete(o) => state.delete_admission(
             K::KIND,
             o.meta().namespace.as_deref().unwrap_or_default(),
@@ -1141,13 +1136,16 @@ enum Done {
     GroupStatus(GroupStatusJob, Result<Time, String>),
     GroupEvent(GroupEventJob, Result<(), String>),
     QueueStatus(QueueStatusJob, Result<(), String>),
+    FieldWarning(FieldWarning, Result<(), String>),
 }
 
-/// PodGroup and queue status writes waiting for a slot.
+/// PodGroup and queue status writes, and events about objects, waiting for a slot.
 enum GroupWrite {
     Status(GroupStatusJob),
     Event(GroupEventJob),
     Queue(QueueStatusJob),
+    /// A Warning event on another project's object.
+    FieldWarning(FieldWarning),
 }
 
 /// API writes that failed, logged as they happen but at most one line per
@@ -1308,6 +1306,11 @@ pub async fn lead(
                         }
                         state.queue_status_result(&job, result.is_ok());
                     }
+                    Ok(Done::FieldWarning(warning, result)) => {
+                        if let Err(e) = result {
+                            failures.note("could not post the warning event", warning.object.label(), &e);
+                        }
+                    }
                     Ok(Done::GroupEvent(job, result)) => {
                         if let Err(e) = result {
                             failures.note("could not post the PodGroup event", format!("PodGroup {}/{}", job.namespace, job.name), &e);
@@ -1369,6 +1372,11 @@ pub async fn lead(
                 }
             }
         }
+        // Warnings about other projects' objects: logged, and posted on the object.
+        for warning in state.take_field_warnings() {
+            tracing::warn!(warning = %warning, "a field of another project's object is not honoured (a Warning event on the object says so)");
+            group_writes.push_back(GroupWrite::FieldWarning(warning));
+        }
         // Keep the pipeline full: binds first (a gang's binds are consecutive, so they go out
         // together, `max_in_flight` at a time), then preemptions, then reports; nothing once
         // the lease is gone.
@@ -1427,6 +1435,13 @@ pub async fn lead(
                                 .await
                                 .map_err(|e| e.to_string());
                             Done::QueueStatus(job, result)
+                        }
+                        GroupWrite::FieldWarning(warning) => {
+                            let result = writer
+                                .report_field_warning(&warning)
+                                .await
+                                .map_err(|e| e.to_string());
+                            Done::FieldWarning(warning, result)
                         }
                         GroupWrite::Event(job) => {
                             let result = writer

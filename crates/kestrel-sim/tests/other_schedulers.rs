@@ -200,6 +200,7 @@ spec:
         w.queues
             .warnings
             .iter()
+            .map(ToString::to_string)
             .any(|m| m.contains("Queue org") && m.contains("parent queue")),
         "{:?}",
         w.queues.warnings
@@ -274,7 +275,7 @@ spec: {weight: 1, extendClusters: [{name: other}]}
 ",
     )
     .unwrap();
-    let warnings = &w.queues.warnings;
+    let warnings: Vec<String> = w.queues.warnings.iter().map(ToString::to_string).collect();
     for (object, field) in [
         ("ClusterQueue team", "spec.admissionChecks"),
         ("ClusterQueue team", "spec.flavorFungibility.whenCanPreempt"),

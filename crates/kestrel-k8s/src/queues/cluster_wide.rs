@@ -11,6 +11,7 @@
 use super::reader::{at, describe, Reader};
 use super::{QueueDocument, QueueSetup};
 use crate::error::LoadError;
+use crate::warning::{FieldWarning, WarnedObject};
 use kestrel_core::{
     ClusterQueueSpec, CohortSpec, FlavorQuotas, NodeSpec, QueuePreemption, ReclaimPolicy,
     ResourceFlavor, ResourceGroup, ResourceQuota, WithinQueuePreemption, GPU_RESOURCE,
@@ -287,6 +288,24 @@ fn resource_list(
     Ok(out)
 }
 
+/// A warning about a parent queue as a whole. Its apiVersion and uid are not known here
+/// (Volcano's and KAI's parents are named by their children): the live scheduler takes
+/// them from the listed object, if there is one.
+fn parent_queue_warning(parent: &str, message: &str) -> FieldWarning {
+    FieldWarning {
+        source: None,
+        object: WarnedObject {
+            kind: "Queue".into(),
+            api_version: None,
+            namespace: None,
+            name: parent.to_string(),
+            uid: None,
+        },
+        field: None,
+        message: message.to_string(),
+    }
+}
+
 impl QueueSetup {
     /// The flavor and cohorts Volcano and KAI queues imply: [`ANY_NODE_FLAVOR`]; a cohort
     /// for each queue named as a parent (which then admits nothing itself: pods go to leaf
@@ -318,9 +337,10 @@ impl QueueSetup {
                             .any(|r| r.nominal > 0 || r.borrowing_limit.is_some())
                     });
                     if limited {
-                        warnings.push(format!(
-                            "Queue {parent}: is a parent queue: its children's quotas and limits \
-                             hold, its own are not enforced on their total"
+                        warnings.push(parent_queue_warning(
+                            parent,
+                            "is a parent queue: its children's quotas and limits hold, its own \
+                             are not enforced on their total",
                         ));
                     }
                     CohortSpec {
@@ -330,9 +350,10 @@ impl QueueSetup {
                     }
                 }
                 None => {
-                    warnings.push(format!(
-                        "Queue {parent}: is named as a parent queue and not defined; its \
-                         children share only their own quotas (define the parent queue)"
+                    warnings.push(parent_queue_warning(
+                        parent,
+                        "is named as a parent queue and not defined; its children share only \
+                         their own quotas (define the parent queue)",
                     ));
                     CohortSpec {
                         name: parent.to_string(),
@@ -467,7 +488,7 @@ pub fn cluster_capacity<'a>(
 pub fn with_cluster_wide_structure(
     docs: Vec<QueueDocument>,
     capacity: &BTreeMap<String, i64>,
-) -> (Vec<QueueDocument>, Vec<String>) {
+) -> (Vec<QueueDocument>, Vec<FieldWarning>) {
     let (scoped, mut out): (Vec<QueueDocument>, Vec<QueueDocument>) = docs
         .into_iter()
         .partition(|d| matches!(d, QueueDocument::ClusterQueue(q) if q.cluster_scoped));
