@@ -272,6 +272,33 @@ const QUEUE_KINDS_WATCHED: [(QueueWatch, &str); 6] = [
     ),
 ];
 
+/// The listings (API paths) of other projects' kinds the live scheduler watches where
+/// their CRDs are installed: foreign PodGroups, Volcano's and KAI's queues, multi-role
+/// owners, Kueue's WorkloadPriorityClasses. Built from the watches themselves, so a mock
+/// API server that answers these 404 (a cluster without those projects) follows them.
+pub fn other_projects_listings() -> Vec<String> {
+    let path =
+        |group: &str, version: &str, plural: &str| format!("/apis/{group}/{version}/{plural}");
+    let pod_groups = FOREIGN_POD_GROUPS
+        .iter()
+        .map(|(_, group, version)| path(group, version, "podgroups"));
+    let queues = QUEUE_KINDS_WATCHED
+        .iter()
+        .filter(|(watch, _)| watch.api_version != kestrel_k8s::crds::API_VERSION)
+        .map(|(watch, plural)| format!("/apis/{}/{plural}", watch.api_version));
+    let owners = LIVE_ROLE_OWNER_KINDS
+        .iter()
+        .map(|(_, group, version, plural)| path(group, version, plural));
+    let priorities = WORKLOAD_PRIORITY_WATCHES
+        .iter()
+        .map(|(_, version)| path(KUEUE_GROUP, version, "workloadpriorityclasses"));
+    pod_groups
+        .chain(queues)
+        .chain(owners)
+        .chain(priorities)
+        .collect()
+}
+
 /// Kueue's WorkloadPriorityClass, watched in one API version: Kueue serves it as
 /// `v1beta1` and (from 0.15) `v1beta2`, and a later Kueue may serve `v1beta2` alone.
 #[derive(Clone)]

@@ -567,24 +567,15 @@ async fn scripted_server(
             hanging.push(send);
             continue;
         }
+        // Other projects' kinds: not served, as on a cluster without them.
+        if method == "GET" && driver::other_projects_listings().contains(&path) {
+            reply(send, 404, status(404, "NotFound"));
+            continue;
+        }
         let body = match (method.as_str(), path.as_str()) {
             ("GET", "/api/v1/nodes") => list("Node", nodes.clone()),
             ("GET", "/api/v1/pods") => list("Pod", pods.clone()),
             ("GET", "/api/v1/namespaces") => list("Namespace", vec![]),
-            (
-                "GET",
-                "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
-                | "/apis/scheduling.volcano.sh/v1beta1/podgroups"
-                | "/apis/scheduling.volcano.sh/v1beta1/queues"
-                | "/apis/scheduling.run.ai/v2/queues"
-                | "/apis/kubeflow.org/v1/pytorchjobs"
-                | "/apis/jobset.x-k8s.io/v1alpha2/jobsets"
-                | "/apis/kueue.x-k8s.io/v1beta1/workloadpriorityclasses"
-                | "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
-            ) => {
-                reply(send, 404, status(404, "NotFound"));
-                continue;
-            }
             ("GET", "/apis/scheduling.k8s.io/v1/priorityclasses") => {
                 json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClassList", "metadata": {"resourceVersion": "1"}, "items": []})
             }
