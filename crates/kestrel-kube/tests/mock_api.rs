@@ -709,6 +709,13 @@ async fn a_new_leader_counts_bound_pods_from_the_listing_before_it_binds() {
         .filter(|(_, p)| p.ends_with("/events"))
         .count();
     assert_eq!(events, 2, "{summary:?}");
+    // Every listing the driver makes is one this server answers: a kind newly watched
+    // is served here, or (another project's) in driver::other_projects_listings.
+    let unknown: Vec<&(String, String)> = summary.iter().filter(|(m, _)| m == "GET").collect();
+    assert!(
+        unknown.is_empty(),
+        "listings this mock does not answer: {unknown:?}"
+    );
     assert_eq!(
         writes.len(),
         5,
