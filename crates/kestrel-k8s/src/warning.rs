@@ -65,8 +65,9 @@ impl WarnedObject {
     }
 }
 
-/// A field of another project's object that Kestrel does not honour, and why.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+/// A field of another project's object that Kestrel does not honour, and why. Serialized
+/// as its text, as the simulator prints it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FieldWarning {
     /// The file the object was read from (`cluster` for the live scheduler); `None` where
     /// the reader was given the object alone.
@@ -75,6 +76,12 @@ pub struct FieldWarning {
     /// The field (`spec.weight`); `None` when the warning is about the object as a whole.
     pub field: Option<String>,
     pub message: String,
+}
+
+impl Serialize for FieldWarning {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }
 
 impl fmt::Display for FieldWarning {
@@ -178,6 +185,12 @@ mod tests {
             w.to_string(),
             "ResourceQuota ml/team: is not read by Kestrel and has no effect"
         );
+    }
+
+    #[test]
+    fn it_serializes_as_its_text() {
+        let w = warning("team", "u1", "spec.extra");
+        assert_eq!(serde_json::to_value(&w).unwrap(), w.to_string());
     }
 
     #[test]
