@@ -1149,6 +1149,10 @@ pub async fn snapshot(
     for change in ordered {
         apply_change(&mut state, &stores, change);
     }
+    // Logged as the leader logs them; only the leader posts them as events.
+    for warning in state.take_field_warnings() {
+        tracing::warn!(warning = %warning, "a field of another project's object is not honoured");
+    }
     let _ = state.cycle(now);
     Ok((state, now))
 }
