@@ -21,6 +21,8 @@ pub mod pods;
 pub mod queues;
 pub mod quota;
 pub mod training;
+pub mod warning;
 pub mod workloads;
 
 pub use error::LoadError;
+pub use warning::{FieldWarning, WarnedObject};

@@ -13,6 +13,7 @@
 use crate::error::LoadError;
 use crate::fields::Ctx;
 use crate::quota::{amount_text, read_amount};
+use crate::warning::{FieldWarning, WarnedObject};
 use k8s_openapi::api::core::v1::{Container, LimitRange, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kestrel_core::{parse_quantity, request_scale};
@@ -141,9 +142,10 @@ pub struct Limits {
 
 /// Reads a LimitRange. A bound that cannot be read is skipped, with a warning naming the
 /// object and the field; `None` when no item of type Container or Pod bounds anything.
-pub fn read_limit_range(object: &LimitRange) -> (Option<Limits>, Vec<String>) {
+pub fn read_limit_range(object: &LimitRange) -> (Option<Limits>, Vec<FieldWarning>) {
     let namespace = object.metadata.namespace.clone().unwrap_or_default();
     let name = object.metadata.name.clone().unwrap_or_default();
+    let warned = WarnedObject::of(object);
     let mut warnings = Vec::new();
     let mut items = Vec::new();
     let listed = object.spec.as_ref().map(|s| s.limits.as_slice());
@@ -164,8 +166,9 @@ pub fn read_limit_range(object: &LimitRange) -> (Option<Limits>, Vec<String>) {
                         amount,
                         text: q.0.clone(),
                     }),
-                    Err(why) => warnings.push(format!(
-                        "LimitRange {namespace}/{name}: field spec.limits[{i}].{field}[{resource}]: {why}; that bound is not used to explain waiting gangs until it is fixed"
+                    Err(why) => warnings.push(warned.warning(
+                        format!("spec.limits[{i}].{field}[{resource}]"),
+                        format!("{why}; that bound is not used to explain waiting gangs until it is fixed"),
                     )),
                 }
             }
@@ -507,6 +510,7 @@ mod tests {
         }))
         .unwrap();
         let (read, warnings) = read_limit_range(&object);
+        let warnings: Vec<String> = warnings.iter().map(ToString::to_string).collect();
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(
             warnings[0].starts_with(

@@ -7,6 +7,7 @@
 //! read with the parser pod requests go through ([`kestrel_core::parse_quantity`]), in the
 //! engine's units: millicores for cpu, whole units for everything else.
 
+use crate::warning::{FieldWarning, WarnedObject};
 use k8s_openapi::api::core::v1::ResourceQuota;
 use kestrel_core::{parse_quantity, request_scale, Bytes, GpuRequest, PodSpec, GPU_RESOURCE};
 use std::collections::BTreeMap;
@@ -185,10 +186,10 @@ pub(crate) fn amount_text(resource: &str, amount: i64) -> String {
 /// object and the field; `None` when the quota limits no pod resource, or restricts itself
 /// to a scope Kestrel cannot tell from a pod (`Terminating`, `NotTerminating`,
 /// `CrossNamespacePodAffinity`).
-pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<String>) {
+pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<FieldWarning>) {
     let namespace = quota.metadata.namespace.clone().unwrap_or_default();
     let name = quota.metadata.name.clone().unwrap_or_default();
-    let object = format!("ResourceQuota {namespace}/{name}");
+    let object = WarnedObject::of(quota);
     let mut warnings = Vec::new();
     let spec = quota.spec.as_ref();
     let mut scopes = Vec::new();
@@ -206,8 +207,9 @@ pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<String>) {
             // Scopes of other objects (VolumeAttributesClass): the quota counts no pods.
             "VolumeAttributesClass" => return (None, warnings),
             other => {
-                warnings.push(format!(
-                    "{object}: field spec.scopes: unknown scope {other:?}; the quota is not used to explain waiting gangs until it is fixed"
+                warnings.push(object.warning(
+                    "spec.scopes",
+                    format!("unknown scope {other:?}; the quota is not used to explain waiting gangs until it is fixed"),
                 ));
                 return (None, warnings);
             }
@@ -225,9 +227,10 @@ pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<String>) {
                     term.operator.as_str(),
                     "In" | "NotIn" | "Exists" | "DoesNotExist"
                 ) {
-                    warnings.push(format!(
-                        "{object}: field {field}.operator: unknown operator {:?} (In, NotIn, Exists or DoesNotExist); the quota is not used to explain waiting gangs until it is fixed",
-                        term.operator
+                    warnings.push(object.warning(
+                        format!("{field}.operator"),
+                        format!("unknown operator {:?} (In, NotIn, Exists or DoesNotExist); the quota is not used to explain waiting gangs until it is fixed",
+                        term.operator),
                     ));
                     return (None, warnings);
                 }
@@ -244,8 +247,9 @@ pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<String>) {
             | "CrossNamespacePodAffinity"
             | "VolumeAttributesClass" => return (None, warnings),
             other => {
-                warnings.push(format!(
-                    "{object}: field {field}.scopeName: unknown scope {other:?}; the quota is not used to explain waiting gangs until it is fixed"
+                warnings.push(object.warning(
+                    format!("{field}.scopeName"),
+                    format!("unknown scope {other:?}; the quota is not used to explain waiting gangs until it is fixed"),
                 ));
                 return (None, warnings);
             }
@@ -275,8 +279,9 @@ pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<String>) {
         let mut read = |field: &str, text: &str| {
             read_amount(text, scale)
                 .map_err(|why| {
-                    warnings.push(format!(
-                        "{object}: field {field}[{key}]: {why}; that resource of the quota is not used to explain waiting gangs until it is fixed"
+                    warnings.push(object.warning(
+                        format!("{field}[{key}]"),
+                        format!("{why}; that resource of the quota is not used to explain waiting gangs until it is fixed"),
                     ))
                 })
                 .ok()
@@ -488,11 +493,18 @@ mod tests {
 
     #[test]
     fn malformed_quotas_are_skipped_with_a_warning_naming_the_object_and_field() {
+        let text = |ws: Vec<FieldWarning>| ws.iter().map(ToString::to_string).collect::<Vec<_>>();
         let (q, warnings) = read_quota(&quota(json!({
             "metadata": {"name": "broken", "namespace": "ml"},
             "status": {"hard": {"requests.nvidia.com/gpu": "eight", "pods": "10", "requests.cpu": "4"},
                        "used": {"requests.nvidia.com/gpu": "8", "pods": "-1", "requests.cpu": "4"}},
         })));
+        assert_eq!(warnings[0].field.as_deref(), Some("status.used[pods]"));
+        assert_eq!(
+            warnings[0].object.key(),
+            ("ResourceQuota".into(), Some("ml".into()), "broken".into())
+        );
+        let warnings = text(warnings);
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(
             warnings[0].starts_with(
@@ -520,7 +532,7 @@ mod tests {
         })));
         assert!(q.is_none());
         assert_eq!(
-            warnings,
+            text(warnings),
             vec!["ResourceQuota ml/odd: field spec.scopes: unknown scope \"Sometimes\"; the quota is not used to explain waiting gangs until it is fixed".to_string()]
         );
         // Not counted yet by the quota controller: nothing to say, nothing to warn about.

@@ -8,8 +8,9 @@
 use k8s_openapi::api::core::v1::{LimitRange, ResourceQuota};
 use kestrel_k8s::limit_range::{self, Limits, PodResources};
 use kestrel_k8s::quota::{self, PodUsage, Quota};
+use kestrel_k8s::warning::{FieldWarning, WarningBook};
 use kube::Resource;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// A namespace policy as Kestrel uses it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,12 +24,12 @@ pub trait AdmissionObject: Resource {
     const KIND: &'static str;
     /// What Kestrel uses of the object (`None`: nothing), and warnings about the fields
     /// that cannot be read (skipped), each naming the object and the field.
-    fn read(&self) -> (Option<Policy>, Vec<String>);
+    fn read(&self) -> (Option<Policy>, Vec<FieldWarning>);
 }
 
 impl AdmissionObject for ResourceQuota {
     const KIND: &'static str = "ResourceQuota";
-    fn read(&self) -> (Option<Policy>, Vec<String>) {
+    fn read(&self) -> (Option<Policy>, Vec<FieldWarning>) {
         let (read, warnings) = quota::read_quota(self);
         (read.map(Policy::Quota), warnings)
     }
@@ -36,14 +37,11 @@ impl AdmissionObject for ResourceQuota {
 
 impl AdmissionObject for LimitRange {
     const KIND: &'static str = "LimitRange";
-    fn read(&self) -> (Option<Policy>, Vec<String>) {
+    fn read(&self) -> (Option<Policy>, Vec<FieldWarning>) {
         let (read, warnings) = limit_range::read_limit_range(self);
         (read.map(Policy::Limits), warnings)
     }
 }
-
-/// (kind, namespace, name).
-type PolicyKey = (&'static str, String, String);
 
 /// The policies of every namespace, with what changed since they were last used.
 #[derive(Debug, Default)]
@@ -51,31 +49,26 @@ pub struct Policies {
     /// namespace -> (kind, name) -> policy. LimitRanges come first, as the API server
     /// checks them first.
     by_namespace: BTreeMap<String, BTreeMap<(&'static str, String), Policy>>,
-    /// Each object's warnings at its last reading, so that each is logged once.
-    warnings: HashMap<PolicyKey, Vec<String>>,
+    /// Each object's warnings at its last reading, so that each is said once.
+    warnings: WarningBook,
     /// Namespaces whose policies changed since [`Policies::take_changed`].
     changed: BTreeSet<String>,
 }
 
+/// A namespace policy's key in the [`WarningBook`].
+fn warning_key(kind: &str, namespace: &str, name: &str) -> (String, Option<String>, String) {
+    (kind.into(), Some(namespace.into()), name.into())
+}
+
 impl Policies {
     /// An object was added or changed. Returns whether what Kestrel uses of it changed,
-    /// and its warnings not logged before.
-    pub fn apply<K: AdmissionObject>(&mut self, object: &K) -> (bool, Vec<String>) {
+    /// and its warnings not said before.
+    pub fn apply<K: AdmissionObject>(&mut self, object: &K) -> (bool, Vec<FieldWarning>) {
         let namespace = object.meta().namespace.clone().unwrap_or_default();
         let name = object.meta().name.clone().unwrap_or_default();
         let (read, warnings) = object.read();
-        let key = (K::KIND, namespace.clone(), name.clone());
-        let last = self.warnings.get(&key);
-        let new: Vec<String> = warnings
-            .iter()
-            .filter(|w| !last.is_some_and(|l| l.contains(w)))
-            .cloned()
-            .collect();
-        if warnings.is_empty() {
-            self.warnings.remove(&key);
-        } else {
-            self.warnings.insert(key, warnings);
-        }
+        let key = warning_key(K::KIND, &namespace, &name);
+        let new = self.warnings.read(key, warnings);
         let in_namespace = self.by_namespace.entry(namespace.clone()).or_default();
         let slot = (K::KIND, name);
         let changed = match read {
@@ -93,8 +86,8 @@ impl Policies {
 
     /// An object of `kind` was deleted. Returns whether Kestrel used it.
     pub fn delete(&mut self, kind: &'static str, namespace: &str, name: &str) -> bool {
-        self.warnings
-            .remove(&(kind, namespace.to_string(), name.to_string()));
+        let key = warning_key(kind, namespace, name);
+        self.warnings.retain(|k| *k != key);
         let Some(in_namespace) = self.by_namespace.get_mut(namespace) else {
             return false;
         };
@@ -120,8 +113,9 @@ impl Policies {
             })
             .filter(|k| !present.contains(k))
             .collect();
-        self.warnings
-            .retain(|(k, ns, n), _| *k != kind || present.contains(&(ns.clone(), n.clone())));
+        self.warnings.retain(|(k, ns, n)| {
+            k != kind || present.contains(&(ns.clone().unwrap_or_default(), n.clone()))
+        });
         let mut changed = false;
         for (ns, name) in gone {
             changed |= self.delete(kind, &ns, &name);
@@ -183,6 +177,7 @@ mod tests {
         assert!(changed, "the cpu bound is used");
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0]
+            .to_string()
             .starts_with("LimitRange ml/gpu-limits: field spec.limits[0].max[nvidia.com/gpu]:"));
         assert_eq!(p.apply(&limit_range("gpu-limits", "many")), (false, vec![]));
         // Fixed, then broken again: said again.

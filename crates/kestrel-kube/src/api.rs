@@ -1,7 +1,8 @@
 //! The API writes a scheduler makes: the GPU annotation and the binding, the pod's
 //! `PodScheduled` condition, `FailedScheduling` events, preemption (checkpoint requests,
 //! `DisruptionTarget`, deletes, `Preempted` events), and the status of Kestrel's
-//! PodGroups (server-side apply) with Warning events on those it cannot use.
+//! PodGroups (server-side apply) with Warning events on those it cannot use, and Warning
+//! events on other projects' objects with fields Kestrel does not honour.
 
 use crate::index::{
     BindJob, BindOutcome, CheckpointJob, EvictJob, GroupEventJob, GroupStatusJob, NominationJob,
@@ -14,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time
 use k8s_openapi::jiff::Timestamp;
 use kestrel_k8s::crds::{ClusterQueue, LocalQueue, PodGroup, API_VERSION};
 use kestrel_k8s::live::{CHECKPOINT_REQUEST_ANNOTATION, GPU_INDICES_ANNOTATION};
+use kestrel_k8s::warning::{FieldWarning, FIELD_NOT_HONOURED};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
 };
@@ -509,6 +511,28 @@ impl ApiWriter {
         self.post_event(namespace, &event).await
     }
 
+    /// A Warning event (reason `FieldNotHonoured`, the warning as its note) on the object
+    /// a warning is about; a cluster-scoped object's goes to `default`, as Kubernetes
+    /// puts them. Nothing to post without an object to regard ([`warned_reference`]).
+    pub async fn report_field_warning(&self, warning: &FieldWarning) -> Result<(), kube::Error> {
+        let Some(regarding) = warned_reference(warning) else {
+            return Ok(());
+        };
+        let namespace = regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let mut event = self.warning(
+            regarding,
+            "Reading",
+            FIELD_NOT_HONOURED,
+            &warning.to_string(),
+            Timestamp::now(),
+        );
+        event.metadata.namespace = Some(namespace.clone());
+        self.post_event(&namespace, &event).await
+    }
+
     /// A Warning event on a PodGroup Kestrel cannot use (reason `InvalidSpec`).
     pub async fn report_pod_group(&self, job: &GroupEventJob) -> Result<(), kube::Error> {
         let regarding = ObjectReference {
@@ -528,6 +552,21 @@ impl ApiWriter {
         );
         self.post_event(&job.namespace, &event).await
     }
+}
+
+/// A reference to the object a warning is about; `None` when the warning names an object
+/// no listing gave (a parent queue that is not defined): there is nothing to post it on.
+pub fn warned_reference(warning: &FieldWarning) -> Option<ObjectReference> {
+    let o = &warning.object;
+    let api_version = o.api_version.clone().filter(|v| !v.is_empty())?;
+    (!o.name.is_empty()).then(|| ObjectReference {
+        api_version: Some(api_version),
+        kind: Some(o.kind.clone()),
+        namespace: o.namespace.clone(),
+        name: Some(o.name.clone()),
+        uid: o.uid.clone(),
+        ..Default::default()
+    })
 }
 
 /// A reference to a pod, for events.

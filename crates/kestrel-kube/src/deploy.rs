@@ -718,6 +718,27 @@ fn agent_values_yaml() -> String {
     )
 }
 
+/// The schema of an image value, the scheduler's or the agent's: `repository` (`image`
+/// without its tag), `tag` (empty: the chart's appVersion) and, where the chart sets it,
+/// `pullPolicy`.
+fn image_schema(image: &str, tag: &str, pull_policy: bool) -> Value {
+    let mut properties = json!({
+        "repository": {"type": "string", "minLength": 1,
+                       "description": format!("{image} without its tag.")},
+        "tag": {"type": "string",
+                "description": format!("{tag}; empty: the chart's appVersion. Use --set-string for a tag that looks like a number.")}
+    });
+    if pull_policy {
+        properties["pullPolicy"] = json!({"enum": ["Always", "IfNotPresent", "Never"]});
+    }
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["repository"],
+        "properties": properties
+    })
+}
+
 /// The chart's `values.schema.json`: Helm checks the values against it before it renders
 /// (`helm lint`, `helm template`, `helm install`), so a value of the wrong type, an unknown
 /// value or a policy that does not exist is refused with its name.
@@ -736,18 +757,7 @@ pub fn values_schema() -> Value {
             "global": {"type": "object"},
             "schedulerName": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
                               "description": "Schedule pods whose spec.schedulerName is this; also the Lease name."},
-            "image": {
-                "type": "object",
-                "additionalProperties": false,
-                "required": ["repository"],
-                "properties": {
-                    "repository": {"type": "string", "minLength": 1,
-                                   "description": "The image without its tag."},
-                    "tag": {"type": "string",
-                            "description": "The image tag; empty: the chart's appVersion. Use --set-string for a tag that looks like a number."},
-                    "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]}
-                }
-            },
+            "image": image_schema("The image", "The image tag", true),
             "replicas": {"type": "integer", "minimum": 1,
                          "description": "Scheduler replicas, one leader at a time, each on its own node."},
             "logFormat": {"enum": ["plain", "json"]},
@@ -768,17 +778,11 @@ pub fn values_schema() -> Value {
                 "additionalProperties": false,
                 "properties": {
                     "enabled": {"type": "boolean", "description": "Install the node agent DaemonSet."},
-                    "image": {
-                        "type": "object",
-                        "additionalProperties": false,
-                        "required": ["repository"],
-                        "properties": {
-                            "repository": {"type": "string", "minLength": 1,
-                                           "description": "The agent's image (build/agent-image.sh) without its tag."},
-                            "tag": {"type": "string",
-                                    "description": "The agent's image tag; empty: the chart's appVersion. Use --set-string for a tag that looks like a number."}
-                        }
-                    },
+                    "image": image_schema(
+                        "The agent's image (build/agent-image.sh)",
+                        "The agent's image tag",
+                        false,
+                    ),
                     "resourceName": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
                                      "description": "The extended resource the agent's device plugin registers."},
                     "metricsPort": {"type": "integer", "minimum": 1, "maximum": 65535},

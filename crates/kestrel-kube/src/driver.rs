@@ -30,6 +30,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
 use kestrel_k8s::crds::{PodGroup, Topology};
 use kestrel_k8s::pods::WorkloadPriorityListing;
+use kestrel_k8s::warning::FieldWarning;
 use kestrel_k8s::workloads::{
     Owner, LIVE_OWNER_KINDS, LIVE_ROLE_OWNER_KINDS, WHOLE_WORKLOAD_KINDS,
 };
@@ -270,6 +271,33 @@ const QUEUE_KINDS_WATCHED: [(QueueWatch, &str); 6] = [
         "queues",
     ),
 ];
+
+/// The listings (API paths) of other projects' kinds the live scheduler watches where
+/// their CRDs are installed: foreign PodGroups, Volcano's and KAI's queues, multi-role
+/// owners, Kueue's WorkloadPriorityClasses. Built from the watches themselves, so a mock
+/// API server that answers these 404 (a cluster without those projects) follows them.
+pub fn other_projects_listings() -> Vec<String> {
+    let path =
+        |group: &str, version: &str, plural: &str| format!("/apis/{group}/{version}/{plural}");
+    let pod_groups = FOREIGN_POD_GROUPS
+        .iter()
+        .map(|(_, group, version)| path(group, version, "podgroups"));
+    let queues = QUEUE_KINDS_WATCHED
+        .iter()
+        .filter(|(watch, _)| watch.api_version != kestrel_k8s::crds::API_VERSION)
+        .map(|(watch, plural)| format!("/apis/{}/{plural}", watch.api_version));
+    let owners = LIVE_ROLE_OWNER_KINDS
+        .iter()
+        .map(|(_, group, version, plural)| path(group, version, plural));
+    let priorities = WORKLOAD_PRIORITY_WATCHES
+        .iter()
+        .map(|(_, version)| path(KUEUE_GROUP, version, "workloadpriorityclasses"));
+    pod_groups
+        .chain(queues)
+        .chain(owners)
+        .chain(priorities)
+        .collect()
+}
 
 /// Kueue's WorkloadPriorityClass, watched in one API version: Kueue serves it as
 /// `v1beta1` and (from 0.15) `v1beta2`, and a later Kueue may serve `v1beta2` alone.
@@ -836,13 +864,7 @@ where
     K: AdmissionObject + kube::Resource<DynamicType = ()> + Clone,
 {
     match event {
-        Event::Apply(o) | Event::InitApply(o) => {
-            let (changed, warnings) = state.apply_admission(&o);
-            for w in warnings {
-                tracing::warn!(kind = K::KIND, warning = %w, "object cannot be read in full; what cannot be read is skipped");
-            }
-            changed
-        }
+        Event::Apply(o) | Event::InitApply(o) => state.apply_admission(&o),
         Event::Delete(o) => state.delete_admission(
             K::KIND,
             o.meta().namespace.as_deref().unwrap_or_default(),
@@ -1127,6 +1149,10 @@ pub async fn snapshot(
     for change in ordered {
         apply_change(&mut state, &stores, change);
     }
+    // Logged as the leader logs them; only the leader posts them as events.
+    for warning in state.take_field_warnings() {
+        tracing::warn!(warning = %warning, "a field of another project's object is not honoured");
+    }
     let _ = state.cycle(now);
     Ok((state, now))
 }
@@ -1141,13 +1167,16 @@ enum Done {
     GroupStatus(GroupStatusJob, Result<Time, String>),
     GroupEvent(GroupEventJob, Result<(), String>),
     QueueStatus(QueueStatusJob, Result<(), String>),
+    FieldWarning(FieldWarning, Result<(), String>),
 }
 
-/// PodGroup and queue status writes waiting for a slot.
+/// PodGroup and queue status writes, and events about objects, waiting for a slot.
 enum GroupWrite {
     Status(GroupStatusJob),
     Event(GroupEventJob),
     Queue(QueueStatusJob),
+    /// A Warning event on another project's object.
+    FieldWarning(FieldWarning),
 }
 
 /// API writes that failed, logged as they happen but at most one line per
@@ -1308,6 +1337,11 @@ pub async fn lead(
                         }
                         state.queue_status_result(&job, result.is_ok());
                     }
+                    Ok(Done::FieldWarning(warning, result)) => {
+                        if let Err(e) = result {
+                            failures.note("could not post the warning event", warning.object.label(), &e);
+                        }
+                    }
                     Ok(Done::GroupEvent(job, result)) => {
                         if let Err(e) = result {
                             failures.note("could not post the PodGroup event", format!("PodGroup {}/{}", job.namespace, job.name), &e);
@@ -1369,6 +1403,11 @@ pub async fn lead(
                 }
             }
         }
+        // Warnings about other projects' objects: logged, and posted on the object.
+        for warning in state.take_field_warnings() {
+            tracing::warn!(warning = %warning, "a field of another project's object is not honoured (a Warning event on the object says so)");
+            group_writes.push_back(GroupWrite::FieldWarning(warning));
+        }
         // Keep the pipeline full: binds first (a gang's binds are consecutive, so they go out
         // together, `max_in_flight` at a time), then preemptions, then reports; nothing once
         // the lease is gone.
@@ -1427,6 +1466,13 @@ pub async fn lead(
                                 .await
                                 .map_err(|e| e.to_string());
                             Done::QueueStatus(job, result)
+                        }
+                        GroupWrite::FieldWarning(warning) => {
+                            let result = writer
+                                .report_field_warning(&warning)
+                                .await
+                                .map_err(|e| e.to_string());
+                            Done::FieldWarning(warning, result)
                         }
                         GroupWrite::Event(job) => {
                             let result = writer

@@ -350,3 +350,118 @@ fn disruption_budgets_steer_victims_and_bad_ones_are_reported() {
     assert!(state.set_queues(none).is_empty());
     assert_eq!(state.scheduler().disruption_budgets().count(), 0);
 }
+
+/// Warnings about Volcano queues, as the live scheduler reads them (every listing again):
+/// each said once while it lasts, naming the object (apiVersion and uid from the listing,
+/// a parent queue's too) and the field; a broken version keeps the warnings of the one in
+/// force; a queue that goes away is forgotten.
+#[test]
+fn queue_warnings_are_said_once_while_they_last() {
+    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let queue = |name: &str, uid: &str, spec: serde_json::Value| {
+        json!({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+               "metadata": {"name": name, "uid": uid}, "spec": spec})
+    };
+    let org = queue(
+        "org",
+        "u-org",
+        json!({"capability": {"nvidia.com/gpu": 4}, "weight": 2}),
+    );
+    let team = queue(
+        "team",
+        "u-team",
+        json!({"parent": "org", "weight": 1, "extendClusters": []}),
+    );
+    assert!(state.set_queues([&org, &team]).is_empty());
+    let said = state.take_field_warnings();
+    assert_eq!(said.len(), 2, "{said:?}");
+    let unread = said
+        .iter()
+        .find(|w| w.object.name == "team")
+        .expect("team's unread field");
+    assert_eq!(unread.field.as_deref(), Some("spec.extendClusters"));
+    assert_eq!(
+        unread.object.api_version.as_deref(),
+        Some("scheduling.volcano.sh/v1beta1")
+    );
+    assert_eq!(unread.object.uid.as_deref(), Some("u-team"));
+    assert_eq!(
+        unread.to_string(),
+        "cluster: Queue team: field spec.extendClusters: is not read by Kestrel and has no effect"
+    );
+    let parent = said.iter().find(|w| w.object.name == "org").unwrap();
+    assert!(
+        parent
+            .to_string()
+            .starts_with("Queue org: field spec.weight: is a parent queue's"),
+        "{parent}"
+    );
+    assert_eq!(
+        (
+            parent.object.api_version.as_deref(),
+            parent.object.uid.as_deref()
+        ),
+        (Some("scheduling.volcano.sh/v1beta1"), Some("u-org"))
+    );
+
+    // Read again, and changed with the same warnings: nothing new.
+    assert!(state.set_queues([&org, &team]).is_empty());
+    let team_heavier = queue(
+        "team",
+        "u-team",
+        json!({"parent": "org", "weight": 3, "extendClusters": []}),
+    );
+    assert!(state.set_queues([&org, &team_heavier]).is_empty());
+    assert_eq!(state.take_field_warnings(), vec![]);
+
+    // A version that cannot be read: the one in force stays, and so do its warnings.
+    let broken = queue(
+        "team",
+        "u-team",
+        json!({"parent": "org", "reclaimable": "no", "extendClusters": []}),
+    );
+    assert_eq!(state.set_queues([&org, &broken]).len(), 1);
+    assert!(state.set_queues([&org, &team]).is_empty());
+    assert_eq!(state.take_field_warnings(), vec![]);
+
+    // Fixed, then broken again: said again. Gone, then back: said again.
+    let fixed = queue("team", "u-team", json!({"parent": "org"}));
+    assert!(state.set_queues([&org, &fixed]).is_empty());
+    assert!(state.set_queues([&org, &team]).is_empty());
+    assert_eq!(state.take_field_warnings().len(), 1);
+    assert!(state.set_queues([&org]).is_empty());
+    assert!(state.set_queues([&org, &team]).is_empty());
+    let again = state.take_field_warnings();
+    assert_eq!(
+        again.len(),
+        2,
+        "team's, and org's as a parent again: {again:?}"
+    );
+}
+
+/// A ResourceQuota's warning is said once while it lasts, naming the quota.
+#[test]
+fn admission_warnings_are_said_once_while_they_last() {
+    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let quota = |scope: &str| -> k8s_openapi::api::core::v1::ResourceQuota {
+        serde_json::from_value(json!({
+            "metadata": {"name": "gpus", "namespace": "ml", "uid": "u-q"},
+            "spec": {"scopes": [scope]},
+            "status": {"hard": {"pods": "4"}, "used": {"pods": "1"}},
+        }))
+        .unwrap()
+    };
+    state.apply_admission(&quota("Sometimes"));
+    let said = state.take_field_warnings();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(said[0].object.kind, "ResourceQuota");
+    assert_eq!(said[0].object.namespace.as_deref(), Some("ml"));
+    assert_eq!(said[0].object.uid.as_deref(), Some("u-q"));
+    assert_eq!(said[0].field.as_deref(), Some("spec.scopes"));
+    state.apply_admission(&quota("Sometimes"));
+    assert_eq!(state.take_field_warnings(), vec![]);
+    // Not used (its scope is unknown), but its warning is forgotten with it.
+    assert!(!state.delete_admission("ResourceQuota", "ml", "gpus"));
+    state.apply_admission(&quota("Sometimes"));
+    assert_eq!(state.take_field_warnings().len(), 1, "deleted and back");
+}

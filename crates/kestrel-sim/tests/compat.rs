@@ -51,7 +51,12 @@ fn every_compat_case_has_its_stated_outcome() {
             continue;
         }
         let workload = loaded.unwrap_or_else(|e| panic!("{name}: {e}"));
-        let warnings = &workload.queues.warnings;
+        let warnings: Vec<String> = workload
+            .queues
+            .warnings
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         for part in &want.warnings {
             assert!(
                 warnings.iter().any(|w| w.contains(part)),

@@ -200,6 +200,7 @@ spec:
         w.queues
             .warnings
             .iter()
+            .map(ToString::to_string)
             .any(|m| m.starts_with("Queue org: field spec.resources.gpu.quota: 16 nvidia.com/gpu is more than its children are owed together (4 nvidia.com/gpu)")),
         "{:?}",
         w.queues.warnings
@@ -278,8 +279,9 @@ spec: {{resources: {{gpu: {{quota: 0, limit: -1}}}}}}
     assert_eq!((r.span, most_running(&r)), (3_600_000, 16));
     // A limit below what the children are owed is a warning; they keep what they are owed.
     let w = load(&kai(3)).unwrap();
+    let said: Vec<String> = w.queues.warnings.iter().map(ToString::to_string).collect();
     assert_eq!(
-        w.queues.warnings,
+        said,
         [
             "Queue org: field spec.resources.gpu.limit: 3 nvidia.com/gpu is less than its \
           children are owed together (4 nvidia.com/gpu), which Volcano and KAI refuse; \
@@ -354,7 +356,7 @@ spec: {weight: 1, extendClusters: [{name: other}]}
 ",
     )
     .unwrap();
-    let warnings = &w.queues.warnings;
+    let warnings: Vec<String> = w.queues.warnings.iter().map(ToString::to_string).collect();
     for (object, field) in [
         ("ClusterQueue team", "spec.admissionChecks"),
         ("ClusterQueue team", "spec.flavorFungibility.whenCanPreempt"),

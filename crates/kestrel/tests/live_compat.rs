@@ -224,6 +224,26 @@ fn pod_from_template(
     pod
 }
 
+/// The kinds the compatibility set creates (its cases' objects and what the controllers
+/// played here make), with their resource names.
+const PLURALS: [(&str, &str); 15] = [
+    ("Pod", "pods"),
+    ("Job", "jobs"),
+    ("JobSet", "jobsets"),
+    ("PyTorchJob", "pytorchjobs"),
+    ("PodGroup", "podgroups"),
+    ("Deployment", "deployments"),
+    ("ReplicaSet", "replicasets"),
+    ("StatefulSet", "statefulsets"),
+    ("PriorityClass", "priorityclasses"),
+    ("WorkloadPriorityClass", "workloadpriorityclasses"),
+    ("ClusterQueue", "clusterqueues"),
+    ("LocalQueue", "localqueues"),
+    ("Cohort", "cohorts"),
+    ("ResourceFlavor", "resourceflavors"),
+    ("Queue", "queues"),
+];
+
 /// Applies one case's objects in Kubernetes' order (queues and classes, then workloads)
 /// and plays the controllers of the workloads that have none here but batch Jobs'.
 struct Case {
@@ -239,16 +259,18 @@ impl Case {
         let api_version = object["apiVersion"].as_str().unwrap().to_string();
         let kind = object["kind"].as_str().unwrap().to_string();
         let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
-        let plural = match kind.as_str() {
-            "Pod" => "pods".to_string(),
-            k => format!("{}s", k.to_lowercase()).replace("classs", "classes"),
+        let Some((_, plural)) = PLURALS.iter().find(|(k, _)| *k == kind) else {
+            panic!(
+                "{kind} ({api_version}) is not a kind the compatibility set creates here: add it \
+                 and its plural to PLURALS"
+            )
         };
         let resource = kube::api::ApiResource {
             group: group.to_string(),
             version: version.to_string(),
             api_version: api_version.clone(),
             kind: kind.clone(),
-            plural: plural.clone(),
+            plural: plural.to_string(),
         };
         let namespaced = object["metadata"].get("namespace").is_some();
         let (namespace, name) = key(object);
@@ -299,6 +321,32 @@ impl Case {
         self.create(&pod).await;
     }
 
+    /// `count` pods from `template`, as a controller creates them, owned by `owner`: pod `i`
+    /// has the name, labels and annotations `each(i)` gives.
+    async fn pods_from_template(
+        &mut self,
+        template: &Value,
+        count: u64,
+        namespace: &str,
+        duration: Option<&str>,
+        owner: &Value,
+        each: impl Fn(u64) -> (String, Value, Value),
+    ) {
+        for i in 0..count {
+            let (name, labels, annotations) = each(i);
+            let pod = pod_from_template(
+                template,
+                &name,
+                namespace,
+                &self.scheduler,
+                (&labels, &annotations),
+                duration,
+                Some(owner),
+            );
+            self.pod(pod).await;
+        }
+    }
+
     /// A workload object and what its controller creates at once.
     async fn workload(&mut self, object: &Value) {
         let created = self.create(object).await;
@@ -308,7 +356,6 @@ impl Case {
         let duration = object["metadata"]["annotations"][DURATION]
             .as_str()
             .map(faster);
-        let scheduler = self.scheduler.clone();
         let group = object["apiVersion"]
             .as_str()
             .unwrap()
@@ -319,21 +366,16 @@ impl Case {
             ("kubeflow.org", "PyTorchJob") => {
                 let specs = object["spec"]["pytorchReplicaSpecs"].as_object().unwrap();
                 for (role, spec) in specs {
-                    for i in 0..spec["replicas"].as_u64().unwrap_or(1) {
+                    let role = role.to_lowercase();
+                    let count = spec["replicas"].as_u64().unwrap_or(1);
+                    let (template, duration) = (&spec["template"], duration.as_deref());
+                    self.pods_from_template(template, count, &namespace, duration, &created, |i| {
                         let labels = json!({"training.kubeflow.org/job-name": name,
-                            "training.kubeflow.org/replica-type": role.to_lowercase(),
+                            "training.kubeflow.org/replica-type": role,
                             "training.kubeflow.org/replica-index": i.to_string()});
-                        let pod = pod_from_template(
-                            &spec["template"],
-                            &format!("{name}-{}-{i}", role.to_lowercase()),
-                            &namespace,
-                            &scheduler,
-                            (&labels, &json!({})),
-                            duration.as_deref(),
-                            Some(&created),
-                        );
-                        self.pod(pod).await;
-                    }
+                        (format!("{name}-{role}-{i}"), labels, json!({}))
+                    })
+                    .await;
                 }
             }
             ("jobset.x-k8s.io", "JobSet") => {
@@ -382,43 +424,30 @@ impl Case {
                 self.create(&group).await;
                 for task in tasks {
                     let task_name = task["name"].as_str().unwrap();
-                    for i in 0..task["replicas"].as_u64().unwrap_or(1) {
-                        let labels = json!({"volcano.sh/job-name": name,
-                            "volcano.sh/task-spec": task_name});
-                        let mut annotations = json!({"scheduling.k8s.io/group-name": name,
-                            "volcano.sh/task-spec": task_name});
-                        if let Some(queue) = object["spec"]["queue"].as_str() {
-                            annotations["volcano.sh/queue-name"] = json!(queue);
-                        }
-                        let pod = pod_from_template(
-                            &task["template"],
-                            &format!("{name}-{task_name}-{i}"),
-                            &namespace,
-                            &scheduler,
-                            (&labels, &annotations),
-                            duration.as_deref(),
-                            Some(&created),
-                        );
-                        self.pod(pod).await;
+                    let labels = json!({"volcano.sh/job-name": name,
+                        "volcano.sh/task-spec": task_name});
+                    let mut annotations = json!({"scheduling.k8s.io/group-name": name,
+                        "volcano.sh/task-spec": task_name});
+                    if let Some(queue) = object["spec"]["queue"].as_str() {
+                        annotations["volcano.sh/queue-name"] = json!(queue);
                     }
+                    let count = task["replicas"].as_u64().unwrap_or(1);
+                    let (template, duration) = (&task["template"], duration.as_deref());
+                    self.pods_from_template(template, count, &namespace, duration, &created, |i| {
+                        let name = format!("{name}-{task_name}-{i}");
+                        (name, labels.clone(), annotations.clone())
+                    })
+                    .await;
                 }
             }
             ("apps", "StatefulSet") => {
-                for i in 0..object["spec"]["replicas"].as_u64().unwrap_or(1) {
-                    let pod = pod_from_template(
-                        &object["spec"]["template"],
-                        &format!("{name}-{i}"),
-                        &namespace,
-                        &scheduler,
-                        (
-                            &json!({"apps.kubernetes.io/pod-index": i.to_string()}),
-                            &json!({}),
-                        ),
-                        duration.as_deref(),
-                        Some(&created),
-                    );
-                    self.pod(pod).await;
-                }
+                let count = object["spec"]["replicas"].as_u64().unwrap_or(1);
+                let (template, duration) = (&object["spec"]["template"], duration.as_deref());
+                self.pods_from_template(template, count, &namespace, duration, &created, |i| {
+                    let labels = json!({"apps.kubernetes.io/pod-index": i.to_string()});
+                    (format!("{name}-{i}"), labels, json!({}))
+                })
+                .await;
             }
             ("apps", "Deployment") => {
                 let replica_set = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
@@ -430,18 +459,12 @@ impl Case {
                 let replica_set = self.create(&replica_set).await;
                 let replica_set = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
                     "metadata": replica_set["metadata"]});
-                for i in 0..object["spec"]["replicas"].as_u64().unwrap_or(1) {
-                    let pod = pod_from_template(
-                        &object["spec"]["template"],
-                        &format!("{name}-0-{i}"),
-                        &namespace,
-                        &scheduler,
-                        (&json!({}), &json!({})),
-                        duration.as_deref(),
-                        Some(&replica_set),
-                    );
-                    self.pod(pod).await;
-                }
+                let count = object["spec"]["replicas"].as_u64().unwrap_or(1);
+                let (template, duration) = (&object["spec"]["template"], duration.as_deref());
+                self.pods_from_template(template, count, &namespace, duration, &replica_set, |i| {
+                    (format!("{name}-0-{i}"), json!({}), json!({}))
+                })
+                .await;
             }
             // batch/v1 Jobs: the Job controller below.
             _ => {}

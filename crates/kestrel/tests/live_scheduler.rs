@@ -864,3 +864,152 @@ async fn the_rendered_helm_chart_applies_to_the_api_server() {
         .await
         .unwrap_or_else(|e| panic!("the rendered chart does not apply: {e}"));
 }
+
+/// The `FieldNotHonoured` Warning events about an object (kind and name) in `namespace`.
+async fn field_warning_events(
+    client: &kube::Client,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+) -> Vec<K8sEvent> {
+    Api::<K8sEvent>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .expect("listing events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("FieldNotHonoured"))
+        .filter(|e| {
+            e.regarding
+                .as_ref()
+                .is_some_and(|r| r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name))
+        })
+        .collect()
+}
+
+/// Fields of other projects' objects that Kestrel does not honour are Warning events on
+/// those objects, once while the warning lasts: a Volcano Queue's field Kestrel does not
+/// read (cluster-scoped: its event is in `default`), a LimitRange's bound out of Kestrel's
+/// range (in the LimitRange's namespace). A changed queue with the same warning posts
+/// nothing again; a new warning on it posts only itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_kestrel_does_not_honour_are_warning_events_on_their_objects() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler, queue) = ("fieldwarn", "kestrel-fieldwarn", "fieldwarn-team");
+    kestrel_testenv::apply_yaml(&client, &foreign_queue_crds(), false)
+        .await
+        .unwrap();
+    let queue_yaml = |spec: &str| {
+        format!("apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {{name: {queue}}}\nspec: {spec}\n")
+    };
+    let first = queue_yaml("{weight: 1, extendClusters: [{name: other}]}");
+    // The API server serves a new CRD's kind a moment after accepting it.
+    eventually(Duration::from_secs(30), "the queue CRD served", || async {
+        kestrel_testenv::apply_yaml(&client, &first, false)
+            .await
+            .ok()
+    })
+    .await;
+    create_namespace(&client, ns).await;
+    // 100 exa-cores: beyond what Kestrel counts in, so it cannot use that bound.
+    let limits = format!("apiVersion: v1\nkind: LimitRange\nmetadata: {{name: huge, namespace: {ns}}}\nspec:\n  limits:\n  - type: Container\n    max: {{cpu: 100E}}\n");
+    kestrel_testenv::apply_yaml(&client, &limits, false)
+        .await
+        .unwrap();
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("scheduling.volcano.sh", "v1beta1", "Queue"),
+        "queues",
+    );
+    let queues: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
+    let queue_uid = queues.get(queue).await.unwrap().metadata.uid;
+    let kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
+
+    let on_queue = eventually(Duration::from_secs(60), "the queue's event", || async {
+        let events = field_warning_events(&client, "default", "Queue", queue).await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    assert_eq!(on_queue.len(), 1, "{on_queue:?}");
+    let event = &on_queue[0];
+    let regarding = event.regarding.as_ref().unwrap();
+    assert_eq!(
+        regarding.api_version.as_deref(),
+        Some("scheduling.volcano.sh/v1beta1")
+    );
+    assert_eq!(regarding.uid, queue_uid);
+    assert_eq!(regarding.namespace, None);
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let note = event.note.as_deref().unwrap_or_default();
+    assert!(
+        note.contains(&format!("Queue {queue}")) && note.contains("field spec.extendClusters"),
+        "{note}"
+    );
+
+    let on_limits = eventually(
+        Duration::from_secs(60),
+        "the LimitRange's event",
+        || async {
+            let events = field_warning_events(&client, ns, "LimitRange", "huge").await;
+            (!events.is_empty()).then_some(events)
+        },
+    )
+    .await;
+    assert_eq!(on_limits.len(), 1, "{on_limits:?}");
+    let regarding = on_limits[0].regarding.as_ref().unwrap();
+    assert_eq!(regarding.api_version.as_deref(), Some("v1"));
+    assert_eq!(regarding.namespace.as_deref(), Some(ns));
+    assert!(regarding.uid.is_some());
+    let note = on_limits[0].note.as_deref().unwrap_or_default();
+    assert!(
+        note.contains(&format!("LimitRange {ns}/huge"))
+            && note.contains("field spec.limits[0].max[cpu]"),
+        "{note}"
+    );
+
+    // Changed, the same warning: no second event. A new warning: its own event only.
+    let changed = queue_yaml("{weight: 2, extendClusters: [{name: other}]}");
+    kestrel_testenv::apply_yaml(&client, &changed, false)
+        .await
+        .unwrap();
+    let more = queue_yaml("{weight: 2, extendClusters: [{name: other}], dequeueStrategy: fifo}");
+    kestrel_testenv::apply_yaml(&client, &more, false)
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(60),
+        "the new warning's event",
+        || async {
+            let events = field_warning_events(&client, "default", "Queue", queue).await;
+            (events.len() >= 2).then_some(())
+        },
+    )
+    .await;
+    // Long enough for a second event of the first warning to show, were there one.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let notes: Vec<String> = field_warning_events(&client, "default", "Queue", queue)
+        .await
+        .into_iter()
+        .filter_map(|e| e.note)
+        .collect();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert_eq!(
+        notes
+            .iter()
+            .filter(|n| n.contains("spec.dequeueStrategy"))
+            .count(),
+        1,
+        "{notes:?}"
+    );
+    assert_eq!(
+        kestrel.log_count("field spec.extendClusters"),
+        1,
+        "{}",
+        kestrel.log_text()
+    );
+    drop(kestrel);
+    let _ = queues
+        .delete(queue, &kube::api::DeleteParams::default())
+        .await;
+    cleanup(&client, "fieldwarn-", &[ns]).await;
+}

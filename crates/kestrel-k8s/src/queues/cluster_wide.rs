@@ -11,6 +11,7 @@
 use super::reader::{at, describe, Reader};
 use super::{QueueDocument, QueueSetup};
 use crate::error::LoadError;
+use crate::warning::{FieldWarning, WarnedObject};
 use kestrel_core::{
     ClusterQueueSpec, CohortSpec, FlavorQuotas, NodeSpec, QueuePreemption, ReclaimPolicy,
     ResourceFlavor, ResourceGroup, ResourceQuota, WithinQueuePreemption, GPU_RESOURCE,
@@ -147,19 +148,22 @@ fn parent_limits(
     project: Project,
     own: &Amounts,
     children: &Amounts,
-) -> (Vec<ResourceGroup>, Vec<String>) {
+) -> (Vec<ResourceGroup>, Vec<FieldWarning>) {
     let mut warnings = Vec::new();
     let mut resources = Vec::new();
     let amount = |r: &str, v: i64| format!("{} {r}", kestrel_core::format_amount(r, v));
     for (r, &most) in &own.most {
         let owed = children.nominal.get(r).copied().unwrap_or(0);
         if most < owed {
-            warnings.push(format!(
-                "Queue {name}: field {}: {} is less than its children are owed together ({}), \
-                 which Volcano and KAI refuse; Kestrel holds them to what they are owed: raise it",
-                project.limit_field(r),
-                amount(r, most),
-                amount(r, owed),
+            warnings.push(parent_queue_warning(
+                name,
+                Some(project.limit_field(r)),
+                &format!(
+                    "{} is less than its children are owed together ({}), which Volcano and \
+                     KAI refuse; Kestrel holds them to what they are owed: raise it",
+                    amount(r, most),
+                    amount(r, owed),
+                ),
             ));
         }
         resources.push(ResourceQuota {
@@ -172,25 +176,30 @@ fn parent_limits(
     for (r, &n) in &own.nominal {
         let owed = children.nominal.get(r).copied().unwrap_or(0);
         if n > owed {
-            warnings.push(format!(
-                "Queue {name}: field {}: {} is more than its children are owed together ({}); \
-                 Kestrel owes each child queue its own and the rest to no one: give it to the \
-                 children",
-                project.owed_field(r),
-                amount(r, n),
-                amount(r, owed),
+            warnings.push(parent_queue_warning(
+                name,
+                Some(project.owed_field(r)),
+                &format!(
+                    "{} is more than its children are owed together ({}); Kestrel owes each \
+                     child queue its own and the rest to no one: give it to the children",
+                    amount(r, n),
+                    amount(r, owed),
+                ),
             ));
         }
     }
     for (r, &k) in own.kept.iter().filter(|(_, &k)| k > 0) {
         let kept = children.kept.get(r).copied().unwrap_or(0);
         if k > kept {
-            warnings.push(format!(
-                "Queue {name}: field {}: {} is more than its children keep together ({}); \
-                 Kestrel keeps each child queue's own guarantee only: give it to the children",
-                at("spec.guarantee.resource", r),
-                amount(r, k),
-                amount(r, kept),
+            warnings.push(parent_queue_warning(
+                name,
+                Some(at("spec.guarantee.resource", r)),
+                &format!(
+                    "{} is more than its children keep together ({}); Kestrel keeps each child \
+                     queue's own guarantee only: give it to the children",
+                    amount(r, k),
+                    amount(r, kept),
+                ),
             ));
         }
     }
@@ -437,6 +446,24 @@ fn resource_list(
     Ok(out)
 }
 
+/// A warning about a parent queue as a whole. Its apiVersion and uid are not known here
+/// (Volcano's and KAI's parents are named by their children): the live scheduler takes
+/// them from the listed object, if there is one.
+fn parent_queue_warning(parent: &str, field: Option<String>, message: &str) -> FieldWarning {
+    FieldWarning {
+        source: None,
+        object: WarnedObject {
+            kind: "Queue".into(),
+            api_version: None,
+            namespace: None,
+            name: parent.to_string(),
+            uid: None,
+        },
+        field,
+        message: message.to_string(),
+    }
+}
+
 impl QueueSetup {
     /// The flavor and cohorts Volcano and KAI queues imply: [`ANY_NODE_FLAVOR`]; a cohort
     /// for each queue named as a parent (which then admits nothing itself: pods go to leaf
@@ -474,10 +501,11 @@ impl QueueSetup {
                     let (groups, said) = parent_limits(&q.name, project, &own, &children);
                     warnings.extend(said);
                     if q.fair_weight != 1.0 || q.keeps_borrowed_quota {
-                        warnings.push(format!(
-                            "Queue {parent}: field {}: is a parent queue's; Kestrel shares idle \
-                             capacity and reclaims between leaf queues only, and ignores it",
-                            project.weight_field(q.keeps_borrowed_quota)
+                        warnings.push(parent_queue_warning(
+                            parent,
+                            Some(project.weight_field(q.keeps_borrowed_quota).to_string()),
+                            "is a parent queue's; Kestrel shares idle capacity and reclaims \
+                             between leaf queues only, and ignores it",
                         ));
                     }
                     CohortSpec {
@@ -487,9 +515,11 @@ impl QueueSetup {
                     }
                 }
                 None => {
-                    warnings.push(format!(
-                        "Queue {parent}: is named as a parent queue and not defined; its \
-                         children share only their own quotas (define the parent queue)"
+                    warnings.push(parent_queue_warning(
+                        parent,
+                        None,
+                        "is named as a parent queue and not defined; its children share only \
+                         their own quotas (define the parent queue)",
                     ));
                     CohortSpec {
                         name: parent.to_string(),
@@ -624,7 +654,7 @@ pub fn cluster_capacity<'a>(
 pub fn with_cluster_wide_structure(
     docs: Vec<QueueDocument>,
     capacity: &BTreeMap<String, i64>,
-) -> (Vec<QueueDocument>, Vec<String>) {
+) -> (Vec<QueueDocument>, Vec<FieldWarning>) {
     let (scoped, mut out): (Vec<QueueDocument>, Vec<QueueDocument>) = docs
         .into_iter()
         .partition(|d| matches!(d, QueueDocument::ClusterQueue(q) if q.cluster_scoped));

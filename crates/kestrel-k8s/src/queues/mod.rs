@@ -46,6 +46,7 @@
 //! an error (a Namespace repeated with the same labels is not).
 
 use crate::error::LoadError;
+use crate::warning::FieldWarning;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kestrel_core::{
     ClusterQueueSpec, CohortSpec, DisruptionBudget, Inactive, Labels, LocalQueueSpec,
@@ -84,8 +85,8 @@ pub struct QueueSetup {
     pub namespaces: Vec<(String, Labels)>,
     pub resource_quotas: Vec<NamespaceQuota>,
     pub disruption_budgets: Vec<DisruptionBudget>,
-    /// Fields of other projects' objects that Kestrel does not read, one line each.
-    pub warnings: Vec<String>,
+    /// Fields of other projects' objects that Kestrel does not honour.
+    pub warnings: Vec<FieldWarning>,
 }
 
 /// Kueue's API group.
@@ -158,7 +159,7 @@ pub fn parse_queue_document(
     path: &Path,
     position: &str,
     doc: &Value,
-) -> Result<(QueueDocument, Vec<String>), LoadError> {
+) -> Result<(QueueDocument, Vec<FieldWarning>), LoadError> {
     let r = reader(path, position, doc);
     let parsed = read_queue_document(&r, doc)?;
     Ok((parsed, r.warnings.take()))

@@ -2,6 +2,7 @@
 
 use crate::error::LoadError;
 use crate::fields::Ctx;
+use crate::warning::{FieldWarning, WarnedObject};
 use kestrel_core::{
     parse_quantity, quota_scale, BorrowWithinCohort, FlavorQuotas, Labels, Millis, QueuePreemption,
     ReclaimPolicy, Requirement, ResourceGroup, ResourceQuota, SelectorOperator,
@@ -42,7 +43,9 @@ pub(super) struct Reader<'a> {
     /// Kestrel's own objects: unknown fields are errors; in other projects' objects they
     /// are warnings.
     pub(super) strict: bool,
-    pub(super) warnings: RefCell<Vec<String>>,
+    /// The object, for its warnings.
+    pub(super) object: WarnedObject,
+    pub(super) warnings: RefCell<Vec<FieldWarning>>,
 }
 
 impl Reader<'_> {
@@ -162,14 +165,13 @@ impl Reader<'_> {
     }
 
     /// A warning naming the file, the object and the field.
-    pub(super) fn warn(&self, field: impl AsRef<str>, message: impl AsRef<str>) {
-        self.warnings.borrow_mut().push(format!(
-            "{}: {}: field {}: {}",
-            self.ctx.path.display(),
-            self.ctx.object,
-            field.as_ref(),
-            message.as_ref()
-        ));
+    pub(super) fn warn(&self, field: impl Into<String>, message: impl Into<String>) {
+        self.warnings.borrow_mut().push(FieldWarning {
+            source: Some(self.ctx.path.display().to_string()),
+            object: self.object.clone(),
+            field: Some(field.into()),
+            message: message.into(),
+        });
     }
 
     /// One of a fixed set of names; `None` when absent.
@@ -575,14 +577,25 @@ pub(super) fn reader<'a>(path: &'a Path, position: &str, doc: &Value) -> Reader<
         .and_then(|m| m.get("name"))
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty());
+    let warned = WarnedObject {
+        kind: kind.to_string(),
+        api_version: Some(api_version.to_string()).filter(|v| !v.is_empty()),
+        namespace: namespaced(kind).then(|| namespace_of(doc)),
+        name: name.unwrap_or_default().to_string(),
+        uid: meta
+            .and_then(|m| m.get("uid"))
+            .and_then(Value::as_str)
+            .filter(|u| !u.is_empty())
+            .map(String::from),
+    };
     let object = match name {
-        Some(name) if namespaced(kind) => format!("{kind} {}/{name}", namespace_of(doc)),
-        Some(name) => format!("{kind} {name}"),
+        Some(_) => warned.label(),
         None => format!("{kind} at {position}"),
     };
     Reader {
         ctx: Ctx { path, object },
         strict: group_of(api_version) == crate::crds::GROUP,
+        object: warned,
         warnings: RefCell::default(),
     }
 }

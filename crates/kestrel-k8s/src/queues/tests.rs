@@ -18,6 +18,9 @@ fn warnings(s: &str) -> Vec<String> {
     parse_queue_document(Path::new("q.yaml"), "document 1", &yaml(s))
         .unwrap_or_else(|e| panic!("{e}"))
         .1
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 
 fn cq(s: &str) -> ClusterQueueSpec {

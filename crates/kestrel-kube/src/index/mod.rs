@@ -40,6 +40,7 @@ use kestrel_core::{GpuAssignment, Millis, PodId, PodSpec, Scheduler, SchedulerCo
 use kestrel_k8s::limit_range::PodResources;
 use kestrel_k8s::live::{self, ConvertError};
 use kestrel_k8s::pods::Catalog;
+use kestrel_k8s::warning::FieldWarning;
 use owners::OwnerBook;
 use queue_status::QueueStatusBook;
 use refusals::Refusals;
@@ -139,6 +140,9 @@ pub struct ClusterState {
     refusals: Refusals,
     /// Preemption victims on their way out.
     evictions: Evictions,
+    /// Warnings about other projects' objects not said yet
+    /// ([`ClusterState::take_field_warnings`]).
+    field_warnings: Vec<FieldWarning>,
 }
 
 impl ClusterState {
@@ -168,7 +172,15 @@ impl ClusterState {
             queues: QueueStatusBook::default(),
             refusals: Refusals::default(),
             evictions: Evictions::default(),
+            field_warnings: Vec::new(),
         }
+    }
+
+    /// The warnings about fields of other projects' objects (Volcano and KAI queues,
+    /// ResourceQuotas, LimitRanges) that Kestrel does not honour, new since the last call:
+    /// each is returned once while it lasts, for the driver to log and post as an Event.
+    pub fn take_field_warnings(&mut self) -> Vec<FieldWarning> {
+        std::mem::take(&mut self.field_warnings)
     }
 
     /// Sets the clock that pods applied from now on arrive at (a gang's

@@ -10,6 +10,7 @@ use kestrel_k8s::queues::cluster_wide::{cluster_capacity, with_cluster_wide_stru
 use kestrel_k8s::queues::{
     mark_missing_flavors, parse_queue_document, queue_document_key, QueueDocument,
 };
+use kestrel_k8s::warning::{FieldWarning, WarningBook};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -30,8 +31,9 @@ pub(super) struct QueueStatusBook {
     /// The `Active` condition last written per queue (at first sight: the one the object
     /// carries), whose `lastTransitionTime` stays while its `status` does.
     active: HashMap<(&'static str, String), Value>,
-    /// Warnings of unread fields already logged (each is logged once).
-    warned: BTreeSet<String>,
+    /// Warnings about fields of other projects' queue objects, each said once while it
+    /// lasts.
+    warned: WarningBook,
     /// The cluster's capacity the root cohorts of Volcano and KAI queues were last sized
     /// to; `None` while there are no such queues.
     sized_to: Option<BTreeMap<String, i64>>,
@@ -438,6 +440,9 @@ impl ClusterState {
 
     pub fn set_queues<'a>(&mut self, objects: impl IntoIterator<Item = &'a Value>) -> Vec<String> {
         let mut errors = Vec::new();
+        let mut field_warnings: Vec<FieldWarning> = Vec::new();
+        // Volcano's and KAI's queues by name: (apiVersion, uid).
+        let mut parents: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
         let mut wanted: BTreeMap<(&'static str, String), QueueDocument> = BTreeMap::new();
         let mut listed: BTreeMap<(&'static str, String), QueueObject> = BTreeMap::new();
         for object in objects {
@@ -445,6 +450,14 @@ impl ClusterState {
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)
                 .unwrap_or("?");
+            if object.get("kind").and_then(Value::as_str) == Some("Queue") {
+                let api_version = object.get("apiVersion").and_then(Value::as_str);
+                let uid = object.pointer("/metadata/uid").and_then(Value::as_str);
+                parents.insert(
+                    name.to_string(),
+                    (api_version.unwrap_or("").to_string(), uid.map(String::from)),
+                );
+            }
             let queue = queue_document_key(object)
                 .filter(|(kind, _)| matches!(*kind, "ClusterQueue" | "LocalQueue"));
             if let Some(key) = &queue {
@@ -462,11 +475,7 @@ impl ClusterState {
             }
             match parse_queue_document(Path::new(live::API_SOURCE), name, object) {
                 Ok((doc, warnings)) => {
-                    for w in warnings {
-                        if self.queues.warned.insert(w.clone()) {
-                            tracing::warn!(warning = %w, "queue object field not read");
-                        }
-                    }
+                    field_warnings.extend(warnings);
                     wanted.insert(doc.key(), doc);
                 }
                 Err(e) => {
@@ -477,9 +486,31 @@ impl ClusterState {
                         });
                     }
                     errors.push(e.to_string());
-                    // The version in force stays until a readable one replaces it.
-                    let previous = queue_document_key(object)
-                        .and_then(|key| Some((key.clone(), self.queues.docs.get(&key)?.clone())));
+                    // The version in force stays until a readable one replaces it, and so
+                    // do the warnings about it.
+                    if let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str) {
+                        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+                        let namespace = object
+                            .pointer("/metadata/namespace")
+                            .and_then(Value::as_str)
+                            .map(String::from);
+                        field_warnings.extend(self.queues.warned.said(&(
+                            kind.to_string(),
+                            namespace,
+                            name.to_string(),
+                        )));
+                    }
+                    // A Volcano or KAI leaf Queue is in force as a ClusterQueue.
+                    let previous = queue_document_key(object).and_then(|(kind, name)| {
+                        let key = match kind {
+                            "Queue" => ("ClusterQueue", name),
+                            _ => (kind, name),
+                        };
+                        let doc = self.queues.docs.get(&key)?;
+                        let leaf_queue =
+                            matches!(doc, QueueDocument::ClusterQueue(q) if q.cluster_scoped);
+                        (kind != "Queue" || leaf_queue).then(|| (key, doc.clone()))
+                    });
                     if let Some((key, doc)) = previous {
                         wanted.insert(key, doc);
                     }
@@ -496,11 +527,20 @@ impl ClusterState {
             .iter()
             .any(|d| matches!(d, QueueDocument::ClusterQueue(q) if q.cluster_scoped))
             .then_some(capacity);
-        for w in warnings {
-            if self.queues.warned.insert(w.clone()) {
-                tracing::warn!(warning = %w, "queue structure");
+        // A parent queue's warnings name it alone: its apiVersion and uid are the listed
+        // object's (a parent no object defines has neither).
+        for mut w in warnings {
+            let listed = parents
+                .get(&w.object.name)
+                .filter(|_| w.object.kind == "Queue");
+            if let Some((api_version, uid)) = listed.filter(|_| w.object.api_version.is_none()) {
+                w.object.api_version = Some(api_version.clone());
+                w.object.uid = uid.clone();
             }
+            field_warnings.push(w);
         }
+        let new = self.queues.warned.read_all(field_warnings);
+        self.field_warnings.extend(new);
         let mut wanted: BTreeMap<(&'static str, String), QueueDocument> =
             docs.into_iter().map(|d| (d.key(), d)).collect();
         // A ClusterQueue naming a flavor that does not exist admits nothing (Kueue's

@@ -39,10 +39,13 @@ impl Refusals {
 impl ClusterState {
     /// A ResourceQuota or LimitRange was added or changed. They explain incomplete gangs:
     /// pods the API server refuses to create because their namespace's quota is used up or
-    /// a LimitRange's bounds exclude them. Returns whether what Kestrel uses of it changed,
-    /// and the warnings about fields that cannot be read (skipped), each once while it lasts.
-    pub fn apply_admission<K: AdmissionObject>(&mut self, object: &K) -> (bool, Vec<String>) {
-        self.refusals.policies.apply(object)
+    /// a LimitRange's bounds exclude them. Returns whether what Kestrel uses of it changed.
+    /// The warnings about fields that cannot be read (skipped) are said once while they
+    /// last ([`ClusterState::take_field_warnings`]).
+    pub fn apply_admission<K: AdmissionObject>(&mut self, object: &K) -> bool {
+        let (changed, warnings) = self.refusals.policies.apply(object);
+        self.field_warnings.extend(warnings);
+        changed
     }
 
     /// A ResourceQuota or LimitRange (`kind`) was deleted. Returns whether Kestrel used it.

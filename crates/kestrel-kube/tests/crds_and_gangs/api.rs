@@ -157,17 +157,10 @@ async fn scripted_server(
             ("GET", "/apis/batch/v1/jobs") => Some(list("batch/v1", "Job", vec![])),
             ("GET", "/apis/apps/v1/statefulsets") => Some(list("apps/v1", "StatefulSet", vec![])),
             ("GET", "/apis/apps/v1/replicasets") => Some(list("apps/v1", "ReplicaSet", vec![])),
-            (
-                "GET",
-                "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
-                | "/apis/scheduling.volcano.sh/v1beta1/podgroups"
-                | "/apis/scheduling.volcano.sh/v1beta1/queues"
-                | "/apis/scheduling.run.ai/v2/queues"
-                | "/apis/kubeflow.org/v1/pytorchjobs"
-                | "/apis/jobset.x-k8s.io/v1alpha2/jobsets"
-                | "/apis/kueue.x-k8s.io/v1beta1/workloadpriorityclasses"
-                | "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
-            ) => {
+            // Other projects' kinds: not served, as on a cluster without them.
+            ("GET", p)
+                if kestrel_kube::driver::other_projects_listings().contains(&p.to_string()) =>
+            {
                 send.send_response(not_found());
                 continue;
             }
