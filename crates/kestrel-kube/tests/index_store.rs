@@ -439,6 +439,49 @@ fn queue_warnings_are_said_once_while_they_last() {
     );
 }
 
+/// A parent Volcano queue whose new version cannot be read keeps its previous one in
+/// force, as a leaf does: its capability still bounds its children together.
+#[test]
+fn a_broken_parent_queue_keeps_its_limit_in_force() {
+    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    state.apply_node(&node("gpu-0", 8)).unwrap();
+    let queue = |name: &str, spec: serde_json::Value| {
+        json!({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+               "metadata": {"name": name, "uid": format!("u-{name}")}, "spec": spec})
+    };
+    let org = queue("org", json!({"capability": {"nvidia.com/gpu": 4}}));
+    let team = queue("team", json!({"parent": "org"}));
+    assert!(state.set_queues([&org, &team]).is_empty());
+    let broken_org = queue(
+        "org",
+        json!({"capability": {"nvidia.com/gpu": 4}, "reclaimable": "no"}),
+    );
+    let errors = state.set_queues([&broken_org, &team]);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("org"), "{}", errors[0]);
+    for i in 0..3 {
+        let name = format!("w{i}");
+        state.apply_pod(&prioritized(
+            pod(&name, 2, None),
+            0,
+            &[("scheduling.volcano.sh/queue-name", "team")],
+        ));
+    }
+    let out = state.cycle(0);
+    assert_eq!(
+        out.binds.len(),
+        2,
+        "org's capability of 4 GPUs stays in force: {:?}",
+        out.binds
+    );
+    assert_eq!(free_gpus(&state, "gpu-0"), 4_000);
+
+    // Its fixed version, without a capability, lets the third in.
+    let open_org = queue("org", json!({}));
+    assert!(state.set_queues([&open_org, &team]).is_empty());
+    assert_eq!(state.cycle(1_000).binds.len(), 1);
+}
+
 /// A ResourceQuota's warning is said once while it lasts, naming the quota.
 #[test]
 fn admission_warnings_are_said_once_while_they_last() {

@@ -37,6 +37,10 @@ pub(super) struct QueueStatusBook {
     /// The cluster's capacity the root cohorts of Volcano and KAI queues were last sized
     /// to; `None` while there are no such queues.
     sized_to: Option<BTreeMap<String, i64>>,
+    /// The last readable version of each Volcano and KAI Queue by name, as read (before
+    /// the hierarchy makes parents cohorts): the one in force while a newer one cannot be
+    /// read, parent or leaf.
+    cluster_wide_read: BTreeMap<String, QueueDocument>,
 }
 
 impl QueueStatusBook {
@@ -500,23 +504,29 @@ impl ClusterState {
                             name.to_string(),
                         )));
                     }
-                    // A Volcano or KAI leaf Queue is in force as a ClusterQueue.
+                    // A Volcano or KAI Queue's last read goes through the hierarchy again.
                     let previous = queue_document_key(object).and_then(|(kind, name)| {
-                        let key = match kind {
-                            "Queue" => ("ClusterQueue", name),
-                            _ => (kind, name),
+                        let doc = match kind {
+                            "Queue" => self.queues.cluster_wide_read.get(&name),
+                            _ => self.queues.docs.get(&(kind, name)),
                         };
-                        let doc = self.queues.docs.get(&key)?;
-                        let leaf_queue =
-                            matches!(doc, QueueDocument::ClusterQueue(q) if q.cluster_scoped);
-                        (kind != "Queue" || leaf_queue).then(|| (key, doc.clone()))
+                        doc.cloned()
                     });
-                    if let Some((key, doc)) = previous {
-                        wanted.insert(key, doc);
+                    if let Some(doc) = previous {
+                        wanted.insert(doc.key(), doc);
                     }
                 }
             }
         }
+        self.queues.cluster_wide_read = wanted
+            .values()
+            .filter_map(|d| match d {
+                QueueDocument::ClusterQueue(q) if q.cluster_scoped => {
+                    Some((q.name.clone(), d.clone()))
+                }
+                _ => None,
+            })
+            .collect();
         // Volcano's and KAI's queues share the cluster: their root cohorts hold it.
         let capacity = self.cluster_capacity();
         let (docs, warnings) = with_cluster_wide_structure(
