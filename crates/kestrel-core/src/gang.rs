@@ -43,6 +43,11 @@ pub struct GangSpec {
     /// completions, replacements) start as they fit, without the minimum. Evicting all of
     /// its running pods puts it back to waiting whole.
     pub keeps_admission: bool,
+    /// Kueue's fast admission, for workloads whose controller creates pods one at a time
+    /// (a StatefulSet's `OrderedReady` pods): before it starts, the queue admits the gang
+    /// for all `total` pods, counting the ones not created yet as copies of the first, and
+    /// never partially; its pods then start as they come and fit (`min_member` is 1).
+    pub fast_admission: bool,
 }
 
 impl GangSpec {

@@ -46,6 +46,8 @@ struct GangCase {
     preferred_rack: bool,
     timeout: Option<u64>,
     keeps_admission: bool,
+    /// Admitted for all its pods before they exist; then `min` is 1.
+    fast_admission: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -156,9 +158,10 @@ fn gang_strategy() -> impl Strategy<Value = GangCase> {
         0u8..3,
         proptest::option::of(3_000u64..30_000),
         any::<bool>(),
+        any::<bool>(),
     )
         .prop_flat_map(
-            |(size, gpu, cpu, priority, queue, topology, timeout, keeps_admission)| {
+            |(size, gpu, cpu, priority, queue, topology, timeout, keeps_admission, fast)| {
                 (1..=size as u32).prop_map(move |min| {
                     let mut pod = PodSpec::new(
                         queue.map_or("free".to_string(), |q| format!("t{q}")),
@@ -172,11 +175,12 @@ fn gang_strategy() -> impl Strategy<Value = GangCase> {
                     pod.queue = queue.map(|_| "lq".to_string());
                     GangCase {
                         pods: vec![pod; size],
-                        min,
+                        min: if fast { 1 } else { min },
                         required_rack: topology == 1,
                         preferred_rack: topology == 2,
                         timeout,
-                        keeps_admission,
+                        keeps_admission: keeps_admission || fast,
+                        fast_admission: fast,
                     }
                 })
             },
@@ -425,6 +429,7 @@ fn run(case: &Case, checked: bool) -> Outcome {
                     role_minimums: vec![],
                     topology,
                     keeps_admission: g.keeps_admission,
+                    fast_admission: g.fast_admission,
                 })
                 .unwrap();
                 let ids = g

@@ -62,18 +62,40 @@ pub fn workload_gang_name(kind: &str, name: &str) -> String {
 }
 
 /// The gang a queued object of `kind` implies for its `pods` pods (`None` for kinds whose
-/// pods are workloads of their own). `annotations`: the object's.
+/// pods are workloads of their own). `annotations`: the object's;
+/// `pod_management_policy`: a StatefulSet's `spec.podManagementPolicy`.
+///
+/// A StatefulSet's controller creates its pods one at a time, each once the one before it
+/// is ready (`OrderedReady`, the default): a gang waiting for all of them would wait for
+/// ever. As Kueue does (fast admission), its queue admits it for all its replicas when
+/// its first pod comes, and its pods start as they come. A `Parallel` one's pods come
+/// together and start together.
 pub fn queued_workload(
     ctx: &Ctx,
     kind: &str,
     namespace: &str,
     name: &str,
     pods: u32,
+    pod_management_policy: Option<&str>,
     annotations: &BTreeMap<String, String>,
 ) -> Result<Option<GangSpec>, LoadError> {
     if !WHOLE_WORKLOAD_KINDS.contains(&kind) || pods == 0 {
         return Ok(None);
     }
+    let one_by_one = kind == "StatefulSet"
+        && match pod_management_policy {
+            None | Some("OrderedReady") => true,
+            Some("Parallel") => false,
+            Some(other) => {
+                return Err(ctx.err(
+                    "spec.podManagementPolicy",
+                    format!(
+                        "{other:?} is not a pod management policy; write OrderedReady (the \
+                         default: pods one at a time) or Parallel"
+                    ),
+                ))
+            }
+        };
     let field = format!("metadata.annotations[{KUEUE_MIN_PARALLELISM_ANNOTATION:?}]");
     let min_member = match annotations.get(KUEUE_MIN_PARALLELISM_ANNOTATION) {
         Some(_) if kind != "Job" => {
@@ -102,9 +124,10 @@ pub fn queued_workload(
     Ok(Some(GangSpec {
         namespace: namespace.to_string(),
         name: workload_gang_name(kind, name),
-        min_member,
+        min_member: if one_by_one { 1 } else { min_member },
         total: Some(pods),
         keeps_admission: true,
+        fast_admission: one_by_one,
         ..Default::default()
     }))
 }
@@ -154,6 +177,7 @@ fn queued_job(path: &Path, job: &Job) -> Result<Option<(String, GangSpec)>, Load
         namespace,
         name,
         count(parallelism),
+        None,
         &annotations,
     )?
     .expect("a Job with pods implies a gang");
@@ -495,6 +519,7 @@ impl Owner {
     /// JobSet controls).
     pub fn workload(&self, path: &Path) -> Result<Option<OwnerWorkload>, LoadError> {
         let (namespace, name) = self.key();
+        let mut pod_management_policy = None;
         let (replicas, template) = match self {
             Owner::Job(job) => {
                 return Ok(queued_job(path, job)?.map(|(queue, gang)| (Some(queue), gang)))
@@ -517,6 +542,7 @@ impl Owner {
             }
             Owner::StatefulSet(s) => {
                 let spec = s.spec.as_ref();
+                pod_management_policy = spec.and_then(|s| s.pod_management_policy.as_deref());
                 (
                     spec.and_then(|s| s.replicas),
                     spec.and_then(|s| s.template.metadata.as_ref()),
@@ -542,10 +568,16 @@ impl Owner {
         };
         let pods = u32::try_from(replicas.unwrap_or(1).max(0)).unwrap_or(0);
         let annotations = self.meta().annotations.clone().unwrap_or_default();
-        Ok(
-            queued_workload(&ctx, self.kind(), &namespace, &name, pods, &annotations)?
-                .map(|gang| (Some(queue.to_string()), gang)),
-        )
+        Ok(queued_workload(
+            &ctx,
+            self.kind(),
+            &namespace,
+            &name,
+            pods,
+            pod_management_policy,
+            &annotations,
+        )?
+        .map(|gang| (Some(queue.to_string()), gang)))
     }
 }
 
@@ -607,6 +639,15 @@ mod tests {
     use std::path::Path;
 
     fn read(kind: &str, pods: u32, min: Option<&str>) -> Result<Option<GangSpec>, LoadError> {
+        read_with_policy(kind, pods, min, None)
+    }
+
+    fn read_with_policy(
+        kind: &str,
+        pods: u32,
+        min: Option<&str>,
+        policy: Option<&str>,
+    ) -> Result<Option<GangSpec>, LoadError> {
         let ctx = Ctx {
             path: Path::new("w.yaml"),
             object: format!("{kind} team-a/train"),
@@ -614,7 +655,7 @@ mod tests {
         let annotations = min
             .map(|m| [(KUEUE_MIN_PARALLELISM_ANNOTATION.to_string(), m.to_string())].into())
             .unwrap_or_default();
-        queued_workload(&ctx, kind, "team-a", "train", pods, &annotations)
+        queued_workload(&ctx, kind, "team-a", "train", pods, policy, &annotations)
     }
 
     #[test]
@@ -623,14 +664,49 @@ mod tests {
         assert_eq!((gang.name.as_str(), gang.min_member), ("job-train", 3));
         assert_eq!(gang.total, Some(3));
         assert!(gang.keeps_admission);
-        let gang = read("StatefulSet", 4, None).unwrap().unwrap();
+        assert!(!gang.fast_admission);
+        let gang = read_with_policy("StatefulSet", 4, None, Some("Parallel"))
+            .unwrap()
+            .unwrap();
         assert_eq!(
-            (gang.name.as_str(), gang.min_member),
-            ("statefulset-train", 4)
+            (gang.name.as_str(), gang.min_member, gang.fast_admission),
+            ("statefulset-train", 4, false)
         );
         assert_eq!(read("Deployment", 4, None).unwrap(), None);
         assert_eq!(read("Pod", 1, None).unwrap(), None);
         assert_eq!(read("Job", 0, None).unwrap(), None);
+    }
+
+    /// A StatefulSet's pods come one at a time unless it says `Parallel`: admitted for all
+    /// its replicas at its first pod, they start as they come.
+    #[test]
+    fn an_ordered_stateful_set_is_admitted_for_all_its_replicas_at_its_first_pod() {
+        for policy in [None, Some("OrderedReady")] {
+            let gang = read_with_policy("StatefulSet", 4, None, policy)
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                (gang.min_member, gang.total, gang.fast_admission),
+                (1, Some(4), true),
+                "{policy:?}"
+            );
+            assert!(gang.keeps_admission);
+        }
+        let e = read_with_policy("StatefulSet", 4, None, Some("parallel"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("StatefulSet team-a/train")
+                && e.contains("spec.podManagementPolicy")
+                && e.contains("\"parallel\" is not a pod management policy")
+                && e.contains("OrderedReady"),
+            "{e}"
+        );
+        // Only a StatefulSet's policy is read.
+        let job = read_with_policy("Job", 3, None, Some("Parallel"))
+            .unwrap()
+            .unwrap();
+        assert!(!job.fast_admission);
     }
 
     #[test]

@@ -179,7 +179,13 @@ impl Scheduler {
                         return Attempt::Failed(reason.clone());
                     }
                 }
-                let request = self.workload_request(pods);
+                let request = match gang {
+                    Some((spec, running, _)) if spec.fast_admission && running.is_empty() => {
+                        let missing = spec.total.unwrap_or(0) as usize;
+                        self.fast_admission_request(pods, missing.saturating_sub(pods.len()))
+                    }
+                    _ => self.workload_request(pods),
+                };
                 let tolerations = self.pods[rep.0 as usize]
                     .spec
                     .constraints
@@ -190,7 +196,7 @@ impl Scheduler {
                     // Partial admission: as many as the quota takes, down to the minimum.
                     // Fewer pods ask for less, so whether they fit falls with the count:
                     // a binary search finds the most.
-                    if spec.role_minimums.is_empty() {
+                    if spec.role_minimums.is_empty() && !spec.fast_admission {
                         let mut pods_admitted = pods.len();
                         let (mut low, mut high) = (needed.max(1), pods.len() - 1);
                         while low <= high {

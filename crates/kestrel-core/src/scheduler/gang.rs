@@ -43,6 +43,12 @@ impl Scheduler {
                 ));
             }
         }
+        if spec.fast_admission && spec.total.is_none() {
+            return Err(invalid(
+                "total",
+                "fast admission counts the pods not created yet: say how many there will be".into(),
+            ));
+        }
         let role_sum: u32 = spec.role_minimums.iter().map(|(_, n)| n).sum();
         if role_sum > spec.min_member {
             return Err(invalid(

@@ -114,6 +114,20 @@ impl Scheduler {
         total.into_iter().map(|(r, a)| (r.to_string(), a)).collect()
     }
 
+    /// What `pods` and `missing` more pods like the first of them ask of their queue:
+    /// a workload admitted before all of its pods exist.
+    pub(crate) fn fast_admission_request(&self, pods: &[PodId], missing: usize) -> QuotaRequest {
+        if missing == 0 {
+            return self.workload_request(pods);
+        }
+        let mut total: BTreeMap<String, i64> =
+            self.workload_request(pods).iter().cloned().collect();
+        for (r, a) in self.workload_request(&pods[..1]).iter() {
+            *total.entry(r.clone()).or_default() += a * missing as i64;
+        }
+        total.into_iter().collect()
+    }
+
     pub(super) fn link_of(&self, spec: &PodSpec) -> QueueLink {
         match &spec.queue {
             None => QueueLink::Unqueued,

@@ -323,6 +323,48 @@ fn a_queued_stateful_set_is_one_workload_live_and_a_deployments_pods_are_not() {
     assert!(out.binds.is_empty(), "{out:?}");
 }
 
+/// A StatefulSet's controller creates pod `i + 1` only once pod `i` runs (`OrderedReady`,
+/// the default). Its first pod starts alone when the queue holds all its replicas, and
+/// the next ones as they come; one the queue cannot hold whole never starts, however
+/// few of its pods exist.
+#[test]
+fn an_ordered_stateful_set_starts_pod_by_pod_once_admitted_whole() {
+    let mut h = two_gpu_queue();
+    let labelled = |mut pod: Pod| {
+        pod.metadata.labels =
+            Some([("kueue.x-k8s.io/queue-name".to_string(), "team".to_string())].into());
+        pod
+    };
+    let member = |set: &str, i: u32| {
+        labelled(owned_pod(
+            &format!("{set}-{i}"),
+            "apps/v1",
+            "StatefulSet",
+            set,
+            1,
+        ))
+    };
+    // 3 replicas under a quota of 2: its first pod waits, though 1 GPU would fit.
+    h.owner(replica_owner("StatefulSet", "big", 3, None), false);
+    h.pod(member("big", 0));
+    let out = h.state.cycle(0);
+    assert!(out.binds.is_empty(), "{out:?}");
+    assert_eq!(out.unschedulable[0].reason, "WaitingForQueue", "{out:?}");
+    h.owner(replica_owner("StatefulSet", "big", 3, None), true);
+    h.state.delete_pod(&member("big", 0));
+
+    // 2 replicas under a quota of 2: pod 0 starts alone, pod 1 when it comes.
+    h.owner(replica_owner("StatefulSet", "db", 2, None), false);
+    h.pod(member("db", 0));
+    let out = h.state.cycle(1);
+    let bound: Vec<&str> = out.binds.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(bound, ["db-0"], "{out:?}");
+    h.pod(member("db", 1));
+    let out = h.state.cycle(2);
+    let bound: Vec<&str> = out.binds.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(bound, ["db-1"], "{out:?}");
+}
+
 fn job(name: &str, parallelism: u32, queue: Option<&str>, annotations: Value) -> Value {
     let labels = queue.map_or(json!({}), |q| json!({"kueue.x-k8s.io/queue-name": q}));
     json!({"apiVersion": "batch/v1", "kind": "Job",

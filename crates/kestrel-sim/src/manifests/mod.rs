@@ -471,8 +471,17 @@ impl Builder {
                 None if template.queue.is_some() => {
                     let pods = u32::try_from(shape.parallelism).unwrap_or(u32::MAX);
                     let meta_annotations = shape.meta.annotations.clone().unwrap_or_default();
-                    queued_workload(ctx, doc.kind(), &namespace, &name, pods, &meta_annotations)?
-                        .map(|gang| (gang, None))
+                    let policy = doc.value.pointer("/spec/podManagementPolicy");
+                    queued_workload(
+                        ctx,
+                        doc.kind(),
+                        &namespace,
+                        &name,
+                        pods,
+                        policy.and_then(serde_json::Value::as_str),
+                        &meta_annotations,
+                    )?
+                    .map(|gang| (gang, None))
                 }
                 None => None,
             };
