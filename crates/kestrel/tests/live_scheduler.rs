@@ -411,6 +411,20 @@ fn foreign_queue_crds() -> String {
     )
 }
 
+/// Installs Volcano's and KAI's Queue CRDs and applies `queues` once the API server
+/// serves their kinds (a moment after it accepts a new CRD).
+async fn apply_foreign_queues(client: &kube::Client, queues: &str) {
+    kestrel_testenv::apply_yaml(client, &foreign_queue_crds(), false)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), "the queue CRDs served", || async {
+        kestrel_testenv::apply_yaml(client, queues, false)
+            .await
+            .ok()
+    })
+    .await;
+}
+
 /// How many pods of `ns` whose name starts with `prefix` are bound.
 async fn bound_with_prefix(client: &kube::Client, ns: &str, prefix: &str) -> usize {
     pods_in(client, ns)
@@ -434,19 +448,10 @@ async fn volcano_and_kai_queues_hold_and_follow_the_cluster() {
     let Some((env, _serial)) = env() else { return };
     let client = env.client().await;
     let (ns, scheduler, prefix) = ("vqueues", "kestrel-vqueues", "vqueues-");
-    kestrel_testenv::apply_yaml(&client, &foreign_queue_crds(), false)
-        .await
-        .unwrap();
-    // The API server serves a new CRD's kind a moment after accepting it.
     let queues = "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: capped}\nspec: {weight: 1, capability: {nvidia.com/gpu: 4}}\n---\n\
          apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: open}\nspec: {weight: 1, deserved: {nvidia.com/gpu: 2}}\n---\n\
          apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {name: kai-team}\nspec:\n  resources:\n    gpu: {quota: 1, limit: 2, overQuotaWeight: 1}\n";
-    eventually(Duration::from_secs(30), "the queue CRDs served", || async {
-        kestrel_testenv::apply_yaml(&client, queues, false)
-            .await
-            .ok()
-    })
-    .await;
+    apply_foreign_queues(&client, queues).await;
     create_namespace(&client, ns).await;
     create_pool_nodes(&client, ns, 0, 2).await;
     let kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
@@ -897,20 +902,11 @@ async fn fields_kestrel_does_not_honour_are_warning_events_on_their_objects() {
     let Some((env, _serial)) = env() else { return };
     let client = env.client().await;
     let (ns, scheduler, queue) = ("fieldwarn", "kestrel-fieldwarn", "fieldwarn-team");
-    kestrel_testenv::apply_yaml(&client, &foreign_queue_crds(), false)
-        .await
-        .unwrap();
     let queue_yaml = |spec: &str| {
         format!("apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {{name: {queue}}}\nspec: {spec}\n")
     };
     let first = queue_yaml("{weight: 1, extendClusters: [{name: other}]}");
-    // The API server serves a new CRD's kind a moment after accepting it.
-    eventually(Duration::from_secs(30), "the queue CRD served", || async {
-        kestrel_testenv::apply_yaml(&client, &first, false)
-            .await
-            .ok()
-    })
-    .await;
+    apply_foreign_queues(&client, &first).await;
     create_namespace(&client, ns).await;
     // 100 exa-cores: beyond what Kestrel counts in, so it cannot use that bound.
     let limits = format!("apiVersion: v1\nkind: LimitRange\nmetadata: {{name: huge, namespace: {ns}}}\nspec:\n  limits:\n  - type: Container\n    max: {{cpu: 100E}}\n");
