@@ -95,6 +95,9 @@ pub struct GangState {
     /// A running member was evicted (a drain, a preemption): the pods that replace its
     /// members queue at [`GangState::queue_place`], not behind work that came later.
     pub keeps_place: bool,
+    /// Quota a started fast-admission gang holds for its pods not bound yet, charged to
+    /// its admission: (admission, request).
+    pub held: Option<(crate::queue::Admission, Vec<(String, i64)>)>,
 }
 
 /// Gangs by namespace/name.
@@ -105,6 +108,8 @@ pub(crate) struct GangIndex {
     pub(crate) ids: BTreeMap<String, BTreeMap<String, GangId>>,
     /// Topology levels from the top (block) down (host), for preferred fallback.
     pub(crate) levels: Vec<String>,
+    /// Gangs declared with fast admission, whose holds are kept up to date each cycle.
+    pub(crate) fast_admission: BTreeSet<GangId>,
 }
 
 impl GangIndex {
@@ -125,6 +130,7 @@ impl GangIndex {
             timeouts: 0,
             queue_place: None,
             keeps_place: false,
+            held: None,
         });
         self.ids
             .entry(namespace.to_string())

@@ -1022,6 +1022,86 @@ fn a_workload_is_admitted_whole_or_down_to_its_minimum() {
     assert_eq!(gpu_used(&s, "team-a"), 2, "the quota holds");
 }
 
+/// Fast admission (a StatefulSet whose pods come one at a time): the first pod starts
+/// only when the queue holds all the replicas, and once started the workload holds the
+/// quota of its pods not created yet, so a second such workload does not start on it.
+#[test]
+fn a_fast_admission_workload_holds_quota_for_its_pods_to_come() {
+    let mut s = scheduler(1, 8);
+    with_queues(&mut s, vec![cq("team-a", None, 4, None)]);
+    let declare = |s: &mut Scheduler, name: &str| {
+        s.add_gang(GangSpec {
+            namespace: "team-a".into(),
+            name: name.into(),
+            min_member: 1,
+            total: Some(3),
+            keeps_admission: true,
+            fast_admission: true,
+            ..Default::default()
+        })
+        .unwrap();
+    };
+    let member = |s: &mut Scheduler, gang: &str, i: u32, at: Millis| {
+        s.submit(
+            gang_member("team-a", gang, &format!("{gang}-{i}"), "main", 0),
+            at,
+        )
+    };
+    declare(&mut s, "a");
+    declare(&mut s, "b");
+    let a0 = member(&mut s, "a", 0, 0);
+    s.schedule(0);
+    assert_eq!(bound(&s, &[a0]), 1, "the queue holds all 3 of a's replicas");
+    assert_eq!(gpu_used(&s, "team-a"), 3, "a's 2 pods to come are held");
+    let b0 = member(&mut s, "b", 0, 1_000);
+    s.schedule(1_000);
+    assert_eq!(bound(&s, &[b0]), 0, "b needs 3, a leaves 1");
+    assert!(reason(&s, b0).contains("quota"), "{}", reason(&s, b0));
+    let a1 = member(&mut s, "a", 1, 2_000);
+    s.schedule(2_000);
+    let a2 = member(&mut s, "a", 2, 3_000);
+    s.schedule(3_000);
+    assert_eq!(bound(&s, &[a1, a2]), 2, "a's next pods start on its hold");
+    assert_eq!(gpu_used(&s, "team-a"), 3);
+    assert_eq!(bound(&s, &[b0]), 0);
+    // a ends: b starts, holding for its own next pods.
+    for p in [a0, a1, a2] {
+        s.finish(p).unwrap();
+    }
+    s.schedule(4_000);
+    assert_eq!(bound(&s, &[b0]), 1);
+    assert_eq!(gpu_used(&s, "team-a"), 3);
+
+    // Never admitted partially: 5 replicas under a quota of 4 wait whole.
+    let mut s = scheduler(1, 8);
+    with_queues(&mut s, vec![cq("team-a", None, 4, None)]);
+    s.add_gang(GangSpec {
+        namespace: "team-a".into(),
+        name: "big".into(),
+        min_member: 1,
+        total: Some(5),
+        keeps_admission: true,
+        fast_admission: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let pods = workload_pods(&mut s, "big", 3, 0);
+    s.schedule(0);
+    assert_eq!(bound(&s, &pods), 0);
+    assert_eq!(gpu_used(&s, "team-a"), 0);
+    // A fast-admission gang must say how many pods it will have.
+    let e = s
+        .add_gang(GangSpec {
+            namespace: "team-a".into(),
+            name: "unsized".into(),
+            min_member: 1,
+            fast_admission: true,
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert_eq!(e.field, "total", "{e}");
+}
+
 #[test]
 fn an_admitted_workload_runs_its_next_pods_without_the_minimum() {
     // A Job of parallelism 3 and completions 5: after the first three end together, its

@@ -252,6 +252,9 @@ struct Case {
     /// What the case created, to delete afterwards: (resource, namespace, name).
     created: Vec<(kube::api::ApiResource, Option<String>, String)>,
     namespaces: BTreeSet<String>,
+    /// StatefulSets whose pods come one at a time (`OrderedReady`): (the set as created,
+    /// its pods' duration).
+    ordered_sets: Vec<(Value, Option<String>)>,
 }
 
 impl Case {
@@ -440,12 +443,21 @@ impl Case {
                     .await;
                 }
             }
-            ("apps", "StatefulSet") => {
+            ("apps", "StatefulSet") if object["spec"]["podManagementPolicy"] == "Parallel" => {
                 let count = object["spec"]["replicas"].as_u64().unwrap_or(1);
                 let (template, duration) = (&object["spec"]["template"], duration.as_deref());
                 self.pods_from_template(template, count, &namespace, duration, &created, |i| {
-                    let labels = json!({"apps.kubernetes.io/pod-index": i.to_string()});
-                    (format!("{name}-{i}"), labels, json!({}))
+                    (format!("{name}-{i}"), stateful_pod_labels(i), json!({}))
+                })
+                .await;
+            }
+            // OrderedReady: the pass below creates each pod once the one before it is ready.
+            ("apps", "StatefulSet") => self.ordered_sets.push((created, duration)),
+            ("apps", "ReplicaSet") => {
+                let count = object["spec"]["replicas"].as_u64().unwrap_or(1);
+                let (template, duration) = (&object["spec"]["template"], duration.as_deref());
+                self.pods_from_template(template, count, &namespace, duration, &created, |i| {
+                    (format!("{name}-{i}"), json!({}), json!({}))
                 })
                 .await;
             }
@@ -557,6 +569,51 @@ impl Case {
         }
     }
 
+    /// One pass of the StatefulSet controller over the `OrderedReady` sets: the next pod of
+    /// each, once every pod before it runs and is ready.
+    async fn run_ordered_sets(&self) {
+        for (set, duration) in &self.ordered_sets {
+            let (namespace, name) = key(set);
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+            let Ok(listed) = pods.list(&ListParams::default()).await else {
+                continue;
+            };
+            let ready = |pod: &Pod| {
+                pod.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            };
+            let replicas = set["spec"]["replicas"].as_u64().unwrap_or(1);
+            let mut next = 0;
+            while next < replicas {
+                let pod_name = format!("{name}-{next}");
+                match listed
+                    .items
+                    .iter()
+                    .find(|p| p.metadata.name.as_deref() == Some(&pod_name))
+                {
+                    Some(pod) if ready(pod) => next += 1,
+                    Some(_) => break,
+                    None => {
+                        let pod = pod_from_template(
+                            &set["spec"]["template"],
+                            &pod_name,
+                            &namespace,
+                            &self.scheduler,
+                            (&stateful_pod_labels(next), &json!({})),
+                            duration.as_deref(),
+                            Some(set),
+                        );
+                        let typed: Pod = serde_json::from_value(pod).unwrap();
+                        let _ = pods.create(&PostParams::default(), &typed).await;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
     /// Pods of the case's namespaces: (bound and not finished, succeeded, pending).
     async fn counts(&self) -> (u64, u64, u64) {
         let (mut running, mut succeeded, mut pending) = (0, 0, 0);
@@ -599,6 +656,11 @@ impl Case {
                 .await;
         }
     }
+}
+
+/// The label the StatefulSet controller puts on its pod `i`.
+fn stateful_pod_labels(i: u64) -> Value {
+    json!({"apps.kubernetes.io/pod-index": i.to_string()})
 }
 
 /// Kueue's queue kinds in Kestrel's group, without the fields the header warns of.
@@ -659,6 +721,7 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
             scheduler: scheduler.clone(),
             created: Vec::new(),
             namespaces: BTreeSet::new(),
+            ordered_sets: Vec::new(),
         };
         let documents: Vec<Value> = read_documents(path, &text, None)
             .unwrap()
@@ -675,6 +738,7 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
                         | "PyTorchJob"
                         | "PodGroup"
                         | "Deployment"
+                        | "ReplicaSet"
                         | "StatefulSet"
                 )
             )
@@ -723,6 +787,7 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
         let (deadline, settle) = (Duration::from_secs(90), Duration::from_secs(6));
         let (running, succeeded, pending) = loop {
             case.run_jobs(&mut job_pods).await;
+            case.run_ordered_sets().await;
             let (running, succeeded, pending) = case.counts().await;
             most_running = most_running.max(running);
             let done = match count("completed") {

@@ -27,6 +27,7 @@ impl Scheduler {
             self.capacity_may_have_grown();
         }
         self.hints.begin_cycle();
+        self.refresh_fast_admission_holds();
         if self.parked_generation != self.generation {
             self.wake_parked();
             self.parked_generation = self.generation;

@@ -6,6 +6,7 @@ use crate::explain::{GangProblem, Unschedulable};
 use crate::gang::{Domain, GangError, GangId, GangPhase, GangSpec, GangState, GangTopology};
 use crate::outcome::Decisions;
 use crate::preempt::WorkloadKey;
+use crate::queue::Admission;
 use crate::types::{Binding, GpuAssignment, Millis, NodeId, PodId, PodPhase};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -88,6 +89,9 @@ impl Scheduler {
             }
         }
         let id = self.gangs.id(&spec.namespace, &spec.name);
+        if spec.fast_admission {
+            self.gangs.fast_admission.insert(id);
+        }
         self.gangs.gangs[id.0 as usize].spec = Some(spec);
         // Its waiting pods may now be able to start.
         self.capacity_may_have_grown();
@@ -198,10 +202,81 @@ impl Scheduler {
             deadline = Some(start + timeout);
         }
         self.attempt_gang(gang, &spec, pending, now, cycle, decisions);
+        if spec.fast_admission {
+            self.hold_for_missing_pods(gang, true);
+        }
         // Not started: the timeout fires at its deadline, not at the next unrelated event.
         if let Some(deadline) = deadline {
             if self.gangs.gangs[gang.0 as usize].phase != GangPhase::Running {
                 self.wake_at_least(deadline);
+            }
+        }
+    }
+
+    /// Kueue's fast admission reserves a started gang's quota for all its pods; Kestrel
+    /// charges its pods as they run, so the pods not bound yet (a StatefulSet's next
+    /// pods, not created yet) are held, as copies of a bound member charged to its
+    /// admission, and no other workload takes that quota meanwhile. Recomputed from the
+    /// gang's bound members (`hold`), or released. Whether the hold changed.
+    pub(super) fn hold_for_missing_pods(&mut self, gang: GangId, hold: bool) -> bool {
+        let old = self.gangs.gangs[gang.0 as usize].held.take();
+        if let Some((admission, request)) = &old {
+            self.queues.charge(admission, request, -1);
+        }
+        let new = if hold {
+            self.missing_pods_hold(gang)
+        } else {
+            None
+        };
+        if let Some((admission, request)) = &new {
+            self.queues.charge(admission, request, 1);
+        }
+        let changed = old != new;
+        self.gangs.gangs[gang.0 as usize].held = new;
+        changed
+    }
+
+    /// What a started fast-admission gang holds for its pods not bound yet.
+    fn missing_pods_hold(&self, gang: GangId) -> Option<(Admission, Vec<(String, i64)>)> {
+        let state = &self.gangs.gangs[gang.0 as usize];
+        let spec = state.spec.as_ref().filter(|s| s.fast_admission)?;
+        if state.phase != GangPhase::Running {
+            return None;
+        }
+        let bound: Vec<PodId> = state
+            .members
+            .iter()
+            .copied()
+            .filter(|&p| matches!(self.pods[p.0 as usize].phase, PodPhase::Bound { .. }))
+            .collect();
+        let first = *bound.first()?;
+        let admission = self.pods[first.0 as usize].admission.clone()?;
+        let missing = spec.total?.saturating_sub(bound.len() as u32);
+        if missing == 0 {
+            return None;
+        }
+        let request = self
+            .workload_request(&[first])
+            .iter()
+            .map(|(r, a)| (r.clone(), a * i64::from(missing)))
+            .collect();
+        Some((admission, request))
+    }
+
+    /// Brings every fast-admission gang's hold up to date (its members come, bind and
+    /// leave between cycles); a hold that changed wakes the parked workloads.
+    pub(super) fn refresh_fast_admission_holds(&mut self) {
+        let gangs: Vec<GangId> = self.gangs.fast_admission.iter().copied().collect();
+        for gang in gangs {
+            let fast = self.gangs.gangs[gang.0 as usize]
+                .spec
+                .as_ref()
+                .is_some_and(|s| s.fast_admission);
+            if self.hold_for_missing_pods(gang, fast) {
+                self.generation += 1;
+            }
+            if !fast {
+                self.gangs.fast_admission.remove(&gang);
             }
         }
     }
@@ -285,6 +360,10 @@ impl Scheduler {
             true => 1,
             false => spec.min_member.saturating_sub(running.len() as u32) as usize,
         };
+        // Its own hold is room for these pods.
+        if spec.fast_admission {
+            self.hold_for_missing_pods(gang, false);
+        }
         let outcome = match self.admit_and_place(
             WorkloadKey::Gang(gang),
             &pending,
