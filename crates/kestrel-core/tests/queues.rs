@@ -1100,6 +1100,27 @@ fn a_fast_admission_workload_holds_quota_for_its_pods_to_come() {
         })
         .unwrap_err();
     assert_eq!(e.field, "total", "{e}");
+    // Its slices divide all its pods, not the one that starts it.
+    let sliced = |total: u32| GangSpec {
+        namespace: "team-a".into(),
+        name: format!("sliced-{total}"),
+        min_member: 1,
+        total: Some(total),
+        keeps_admission: true,
+        fast_admission: true,
+        topology: kestrel_core::GangTopology {
+            slice: Some(("nvidia.com/gpu.clique".into(), 2)),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    s.add_gang(sliced(4)).unwrap();
+    let e = s.add_gang(sliced(3)).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("2 does not divide the gang's 3 pods; use a divisor of its pod count"),
+        "{e}"
+    );
 }
 
 #[test]

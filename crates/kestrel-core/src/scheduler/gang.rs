@@ -61,12 +61,16 @@ impl Scheduler {
             ));
         }
         if let Some((_, size)) = &spec.topology.slice {
-            if *size == 0 || !spec.min_member.is_multiple_of(*size) {
+            // A fast-admission gang's pods come one at a time: its slices are of all of them.
+            let (pods, field) = match spec.total.filter(|_| spec.fast_admission) {
+                Some(total) => (total, "its pod count"),
+                None => (spec.min_member, "minMember"),
+            };
+            if *size == 0 || !pods.is_multiple_of(*size) {
                 return Err(invalid(
                     "slice size",
                     format!(
-                        "{size} does not divide the gang's {} pods; use a divisor of minMember",
-                        spec.min_member
+                        "{size} does not divide the gang's {pods} pods; use a divisor of {field}"
                     ),
                 ));
             }
