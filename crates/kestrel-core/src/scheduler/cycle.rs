@@ -182,8 +182,8 @@ impl Scheduler {
                 }
                 let request = match gang {
                     Some((spec, running, _)) if spec.fast_admission && running.is_empty() => {
-                        let missing = spec.total.unwrap_or(0) as usize;
-                        self.fast_admission_request(pods, missing.saturating_sub(pods.len()))
+                        let not_created = spec.total.unwrap_or(0).saturating_sub(pods.len() as u32);
+                        self.fast_admission_request(pods, not_created)
                     }
                     _ => self.workload_request(pods),
                 };

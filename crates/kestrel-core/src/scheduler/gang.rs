@@ -259,12 +259,7 @@ impl Scheduler {
         if missing == 0 {
             return None;
         }
-        let request = self
-            .workload_request(&[first])
-            .iter()
-            .map(|(r, a)| (r.clone(), a * i64::from(missing)))
-            .collect();
-        Some((admission, request))
+        Some((admission, self.copies_request(first, missing)))
     }
 
     /// Brings every fast-admission gang's hold up to date (its members come, bind and

@@ -116,16 +116,24 @@ impl Scheduler {
 
     /// What `pods` and `missing` more pods like the first of them ask of their queue:
     /// a workload admitted before all of its pods exist.
-    pub(crate) fn fast_admission_request(&self, pods: &[PodId], missing: usize) -> QuotaRequest {
+    pub(crate) fn fast_admission_request(&self, pods: &[PodId], missing: u32) -> QuotaRequest {
         if missing == 0 {
             return self.workload_request(pods);
         }
         let mut total: BTreeMap<String, i64> =
             self.workload_request(pods).iter().cloned().collect();
-        for (r, a) in self.workload_request(&pods[..1]).iter() {
-            *total.entry(r.clone()).or_default() += a * missing as i64;
+        for (r, a) in self.copies_request(pods[0], missing) {
+            *total.entry(r).or_default() += a;
         }
         total.into_iter().collect()
+    }
+
+    /// What `copies` pods like `pod` ask of their queue: pods of a workload not created yet.
+    pub(crate) fn copies_request(&self, pod: PodId, copies: u32) -> Vec<(String, i64)> {
+        self.workload_request(&[pod])
+            .iter()
+            .map(|(r, a)| (r.clone(), a * i64::from(copies)))
+            .collect()
     }
 
     pub(super) fn link_of(&self, spec: &PodSpec) -> QueueLink {
