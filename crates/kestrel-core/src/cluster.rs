@@ -107,10 +107,14 @@ pub struct NodeState {
     /// The bucket cell the node sits in (see [`Bucket`]).
     #[serde(skip)]
     pub(crate) cell: Cell,
+    /// Its GPUs are published through DRA: claims take them, `nvidia.com/gpu` does not.
+    #[serde(skip)]
+    pub(crate) dra: bool,
 }
 
 impl NodeState {
     fn new(spec: NodeSpec, class: ClassId) -> Self {
+        let dra = spec.gpus_are_dra();
         NodeState {
             free: spec.allocatable.clone(),
             free_pods: spec.max_pods,
@@ -120,6 +124,7 @@ impl NodeState {
             class,
             slot: (0, 0),
             cell: (0, 0),
+            dra,
         }
     }
 
@@ -141,6 +146,10 @@ impl NodeState {
     }
 
     pub fn gpu_fits(&self, gpu: GpuRequest) -> bool {
+        if self.dra && gpu != GpuRequest::None {
+            // No `nvidia.com/gpu` here: the kubelet would refuse the pod.
+            return false;
+        }
         match gpu {
             GpuRequest::None => true,
             GpuRequest::Whole(n) => self.free_whole_gpus() >= n,
@@ -241,6 +250,11 @@ impl NodeState {
     /// Whether a pod fits now: its amounts, and its GPUs on one NUMA node when it asks for
     /// `single-numa-node` (static predicates aside).
     pub fn fits_pod(&self, demand: &Demand, constraints: &PlacementConstraints) -> bool {
+        if let Some(claims) = &constraints.devices {
+            return self.free_pods >= 1
+                && self.free.fits(&demand.resources)
+                && self.choose_devices(claims).is_ok();
+        }
         self.fits(&demand.resources, demand.gpu)
             && (!constraints.single_numa_node || self.choose_gpus_single_numa(demand.gpu).is_some())
     }
@@ -268,14 +282,42 @@ impl NodeState {
         if !self.fits_pod(demand, constraints) {
             return false;
         }
-        let gpus = if constraints.single_numa_node {
+        let gpus = self.choose_for_pod(demand, constraints);
+        self.reserve_free(&demand.resources, &gpus);
+        true
+    }
+
+    /// The devices a pod that fits here ([`NodeState::fits_pod`]) gets by the engine's
+    /// own choice: its claims' devices, or GPUs on one NUMA node when asked, or
+    /// [`NodeState::choose_gpus`]'s.
+    pub fn choose_for_pod(&self, demand: &Demand, constraints: &PlacementConstraints) -> GpuAssignment {
+        if let Some(claims) = &constraints.devices {
+            return self.claim_assignment(claims);
+        }
+        if constraints.single_numa_node {
             self.choose_gpus_single_numa(demand.gpu)
                 .expect("fits_pod found devices on one NUMA node")
         } else {
             self.choose_gpus(demand.gpu, None)
-        };
-        self.reserve_free(&demand.resources, &gpus);
-        true
+        }
+    }
+
+    /// The devices a pod's claims get here, as the binding records them (every device of
+    /// its claims, those already allocated too).
+    pub fn claim_assignment(&self, claims: &crate::devices::DeviceClaims) -> GpuAssignment {
+        let choice = self
+            .choose_devices(claims)
+            .expect("fits_pod found the claims' devices");
+        if choice.positions.is_empty() {
+            return GpuAssignment::None;
+        }
+        let mut indices: Vec<u32> = choice
+            .positions
+            .iter()
+            .map(|&p| self.spec.gpus[p].index)
+            .collect();
+        indices.sort_unstable();
+        GpuAssignment::Whole(indices)
     }
 
     /// What the node reports as missing, in MiB, when none of its devices has the memory
@@ -457,6 +499,11 @@ impl NodeState {
         self.apply_gpus(&free, true);
     }
 
+    /// Takes (or gives back) devices an allocated ResourceClaim holds, with no pod.
+    pub(crate) fn reserve_devices(&mut self, gpus: &GpuAssignment, take: bool) {
+        self.apply_gpus(gpus, take);
+    }
+
     fn apply_gpus(&mut self, gpus: &GpuAssignment, take: bool) {
         match gpus {
             GpuAssignment::None => {}
@@ -479,7 +526,8 @@ impl NodeState {
 pub(crate) struct ShapeKey {
     allocatable: Resources,
     max_pods: u32,
-    gpu_models: Vec<(String, u64)>,
+    /// Model, memory, and whether DRA publishes it.
+    gpu_models: Vec<(String, u64, bool)>,
 }
 
 /// What nodes of one class share. Two nodes with equal keys are interchangeable for
@@ -503,7 +551,7 @@ impl ClassKey {
                 gpu_models: spec
                     .gpus
                     .iter()
-                    .map(|g| (g.model.clone(), g.memory_mib))
+                    .map(|g| (g.model.clone(), g.memory_mib, g.dra.is_some()))
                     .collect(),
             },
             taints,
@@ -936,6 +984,7 @@ mod tests {
                 numa_node: index / 4,
                 nvlink_island: None,
                 pcie_switch: None,
+                dra: None,
             })
             .collect();
         NodeState::new(spec, ClassId(0))

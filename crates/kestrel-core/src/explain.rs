@@ -29,6 +29,12 @@ pub enum NodeReason {
     /// Its free room is promised to a preempting pod (named) of no lower priority whose
     /// victims are leaving (Kubernetes' nominated node), and this pod does not fit beside it.
     Nominated(String),
+    /// DRA: the pod's claims cannot all be allocated here now (matching devices are taken);
+    /// kube-scheduler's words.
+    ClaimsUnallocatable,
+    /// DRA: a claim cannot be allocated here at all (what is missing, the same on every
+    /// node alike: no device matches a request, or the claim is allocated elsewhere).
+    NoMatchingDevice(String),
 }
 
 /// What a node lacks when a `single-numa-node` pod's GPUs (with their NICs) cannot all sit
@@ -56,6 +62,7 @@ impl NodeReason {
                 | NodeReason::GpuFragmented
                 | NodeReason::Reserved(_)
                 | NodeReason::Nominated(_)
+                | NodeReason::ClaimsUnallocatable
         )
     }
 }
@@ -90,6 +97,10 @@ impl fmt::Display for NodeReason {
                     f,
                     "node(s) had free GPU capacity split across shared devices"
                 )
+            }
+            NodeReason::ClaimsUnallocatable => write!(f, "cannot allocate all claims"),
+            NodeReason::NoMatchingDevice(what) => {
+                write!(f, "cannot allocate all claims ({what})")
             }
             NodeReason::Nominated(preemptor) => {
                 write!(

@@ -358,6 +358,7 @@ mod tests {
                 numa_node: 0,
                 nvlink_island: None,
                 pcie_switch: None,
+                dra: None,
             })
             .collect();
         let mut index = ClusterIndex::default();

@@ -6,6 +6,7 @@
 
 pub mod cluster;
 mod constraints;
+pub mod devices;
 pub mod explain;
 pub mod fgd;
 pub mod gang;
@@ -24,6 +25,10 @@ pub mod topology;
 pub mod types;
 
 pub use cluster::{ClusterIndex, GpuUse, NodeState};
+pub use devices::{
+    ClaimAllocation, ClaimShortfall, DeviceAttribute, DeviceChoice, DeviceClaim, DeviceClaims,
+    DeviceCount, DeviceFilter, DeviceRequest, DeviceResult, DraDevice, Filter,
+};
 pub use explain::{GangProblem, NodeReason, Unschedulable, NUMA_ALIGNED_GPUS};
 pub use gang::{GangError, GangId, GangPhase, GangSpec, GangState, GangTopology};
 pub use model::*;

@@ -29,6 +29,9 @@ pub struct GpuDevice {
     pub nvlink_island: Option<u32>,
     /// The PCIe switch the GPU hangs off; NICs on the same switch serve GPUDirect RDMA.
     pub pcie_switch: Option<u32>,
+    /// Set when a DRA driver publishes the GPU (a ResourceSlice device) instead of the
+    /// device plugin: only claims take it.
+    pub dra: Option<std::sync::Arc<crate::devices::DraDevice>>,
 }
 
 /// One network interface usable for GPU traffic (RoCE / InfiniBand).
@@ -359,6 +362,8 @@ pub struct PlacementConstraints {
     /// (kubelet's `single-numa-node` Topology Manager policy); nodes that cannot do that
     /// are refused. Otherwise one NUMA node is preferred, not required.
     pub single_numa_node: bool,
+    /// The pod's ResourceClaims: it takes DRA devices, on a node that publishes them.
+    pub devices: Option<crate::devices::DeviceClaims>,
 }
 
 /// What a pod asks for.

@@ -23,6 +23,12 @@ pub(crate) fn node_shortfalls(
     if node.free_pods == 0 {
         out.push(NodeReason::TooManyPods);
     }
+    if let Some(claims) = &c.devices {
+        if let Err(short) = node.choose_devices(claims) {
+            out.push(claim_reason(short));
+        }
+        return out;
+    }
     let memory_short = match demand.gpu {
         GpuRequest::Memory { mib } if !node.has_device_memory(mib) => Some(mib),
         _ => None,
@@ -140,4 +146,23 @@ pub(crate) fn names_per_node_labels(c: &PlacementConstraints) -> bool {
             .is_some_and(|rc| rc.node_selector.keys().any(per_node_key))
         || c.affinity.required.iter().flatten().any(term_names)
         || c.affinity.preferred.iter().any(|(_, t)| term_names(t))
+}
+
+/// A node's DRA shortfall in kube-scheduler's words, with what no node alike could give.
+fn claim_reason(short: crate::devices::ClaimShortfall) -> NodeReason {
+    use crate::devices::ClaimShortfall;
+    match short {
+        ClaimShortfall::Request {
+            claim,
+            request,
+            matching: 0,
+            error,
+            ..
+        } => NodeReason::NoMatchingDevice(match error {
+            Some(e) => format!("ResourceClaim {claim} request {request}: no device matches; a selector failed: {e}"),
+            None => format!("ResourceClaim {claim} request {request}: no device matches"),
+        }),
+        ClaimShortfall::Request { .. } => NodeReason::ClaimsUnallocatable,
+        other => NodeReason::NoMatchingDevice(other.to_string()),
+    }
 }

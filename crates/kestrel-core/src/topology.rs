@@ -72,6 +72,7 @@ impl GpuTopology {
             numa_node,
             nvlink_island,
             pcie_switch,
+            dra: None,
         };
         match self {
             GpuTopology::DgxH100 => {

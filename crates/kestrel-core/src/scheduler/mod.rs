@@ -6,6 +6,7 @@
 //! was freed or nodes changed, so an idle cycle costs nothing and a busy one costs what
 //! changed. Pods with the same constraints and demand share one failure per generation.
 
+mod claims;
 mod cycle;
 mod explanation;
 mod gang;
@@ -173,6 +174,8 @@ pub struct Scheduler {
     /// The fitting nodes a placement compares, kept between placements so that none
     /// allocates.
     placement_candidates: Vec<placement::Candidate>,
+    /// Allocated ResourceClaims by `namespace/name`.
+    pub(crate) claims: BTreeMap<String, claims::HeldClaim>,
 }
 
 /// One pod of a preempting workload, promised room on a node.
@@ -260,6 +263,7 @@ impl Scheduler {
             holds: BTreeMap::new(),
             hints: Hints::default(),
             placement_candidates: Vec::new(),
+            claims: BTreeMap::new(),
         }
     }
 

@@ -28,7 +28,9 @@ impl Scheduler {
         validate_node(&spec)?;
         let max_cpu_before = self.cluster.max_node_cpu;
         let key = self.node_key();
+        let name = spec.name.clone();
         let id = self.cluster.insert(spec, &key);
+        self.rehold_claims_on(&name);
         self.nodes_changed();
         if self.config.policy.uses_max_node_cpu() && self.cluster.max_node_cpu != max_cpu_before {
             self.cluster.rekey_all(&key);
@@ -77,7 +79,11 @@ impl Scheduler {
             .collect();
         let max_cpu_before = self.cluster.max_node_cpu;
         let key = self.node_key();
+        let name = spec.name.clone();
         self.cluster.respec(id, spec, &bound, &key);
+        // A new spec starts from its bound pods: the claims' devices are taken again.
+        self.forget_claim_holds_on(id);
+        self.rehold_claims_on(&name);
         self.nodes_changed();
         if self.config.policy.uses_max_node_cpu() && self.cluster.max_node_cpu != max_cpu_before {
             self.cluster.rekey_all(&key);
@@ -96,6 +102,7 @@ impl Scheduler {
         let sizes = self.cluster.device_memory_sizes();
         let state = self.cluster.remove(id);
         self.holds.remove(&id);
+        self.forget_claim_holds_on(id);
         self.nodes_changed();
         if self.cluster.device_memory_sizes() < sizes {
             // The most a pending share by memory could take may have shrunk: it may now

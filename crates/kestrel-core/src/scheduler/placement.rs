@@ -64,12 +64,7 @@ impl Scheduler {
             .min();
         best.map(|(_, _, node)| {
             let state = self.cluster.node(node);
-            let gpus = if entry.constraints.single_numa_node {
-                state.choose_gpus_single_numa(demand.gpu)
-            } else {
-                Some(state.choose_gpus(demand.gpu, None))
-            };
-            (node, gpus.expect("the node fits the pod"))
+            (node, state.choose_for_pod(demand, &entry.constraints))
         })
     }
 
@@ -241,6 +236,9 @@ impl Scheduler {
             Some(node) => {
                 let state = self.cluster.node(node);
                 let gpus = match policy {
+                    _ if entry.constraints.devices.is_some() => {
+                        state.choose_for_pod(demand, &entry.constraints)
+                    }
                     _ if entry.constraints.single_numa_node => state
                         .choose_gpus_single_numa(demand.gpu)
                         .expect("the node fits the pod"),

@@ -78,6 +78,7 @@ impl Scheduler {
         self.cluster.reindex(node, &node_key);
         self.unaccount(id);
         self.pending += 1;
+        self.release_unconfirmed_claims_of(id);
     }
 
     /// Returns a pod's queue charge and takes it out of the preemption indexes.
@@ -316,6 +317,8 @@ impl Scheduler {
             };
             set_quota_gpu(&mut self.pods[id.0 as usize].quota_request, milli);
         }
+        // Which claim each device serves, seen before the devices are taken.
+        let fresh_claims = self.fresh_claims(id, node, &gpus);
         let record = &mut self.pods[id.0 as usize];
         self.cluster.unindex(node);
         self.cluster
@@ -328,6 +331,7 @@ impl Scheduler {
             at: now,
         };
         record.pending_reason = None;
+        self.hold_fresh_claims(fresh_claims);
         self.charge_admission(id);
         let record = &self.pods[id.0 as usize];
         self.preemption

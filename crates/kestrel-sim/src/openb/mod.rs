@@ -117,6 +117,7 @@ impl OpenbNode {
                 numa_node: 0,
                 nvlink_island: None,
                 pcie_switch: None,
+                dra: None,
             })
             .collect();
         node

@@ -1,0 +1,482 @@
+//! GPUs handed out through Dynamic Resource Allocation: devices a driver publishes in
+//! ResourceSlices, and the claims pods make for them.
+//!
+//! A published GPU is a [`GpuDevice`] of its node like any other (packing, NUMA, NVLink,
+//! racks and gangs apply unchanged), with a [`DraDevice`] saying who published it and what
+//! its attributes are. A pod's claims ([`DeviceClaims`]) replace `nvidia.com/gpu`: the engine
+//! chooses devices for each request among those its filters accept, and the driver writes
+//! the allocation. Filters are opaque here ([`DeviceFilter`]): the Kubernetes layer
+//! compiles the CEL of device classes and requests, so the engine sees no expression
+//! language and no Kubernetes type.
+
+use crate::cluster::NodeState;
+use crate::model::{GpuDevice, NodeSpec};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// One attribute value of a published device.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum DeviceAttribute {
+    Int(i64),
+    Bool(bool),
+    String(String),
+    /// A semantic version, as published.
+    Version(String),
+}
+
+/// A device as its driver published it in a ResourceSlice.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct DraDevice {
+    pub driver: String,
+    pub pool: String,
+    pub name: String,
+    /// Fully qualified names (`gpu.nvidia.com/productName`); an unqualified name in the
+    /// slice is qualified with the driver's name.
+    pub attributes: BTreeMap<String, DeviceAttribute>,
+    /// Fully qualified names, in base units (bytes for memory).
+    pub capacity: BTreeMap<String, i64>,
+    /// The device's taints (`spec.devices[].taints`): a request must tolerate them.
+    pub taints: Vec<crate::model::Taint>,
+}
+
+/// Whether a device is one a request may take: the device class's selectors and the
+/// request's, compiled once by whoever read them.
+pub trait DeviceFilter: fmt::Debug + Send + Sync {
+    /// `Err`: the selector failed on this device (a missing attribute, a type error); the
+    /// device is not taken and the text explains why.
+    fn accepts(&self, device: &DraDevice) -> Result<bool, String>;
+    /// What identifies the filter (its class and expressions): equal keys, equal filters.
+    fn key(&self) -> &str;
+}
+
+/// A filter, compared and hashed by its key so that pods with equal claims share
+/// constraints.
+#[derive(Debug, Clone)]
+pub struct Filter(pub Arc<dyn DeviceFilter>);
+
+impl PartialEq for Filter {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key() == other.0.key()
+    }
+}
+impl Eq for Filter {}
+impl Hash for Filter {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.key().hash(state)
+    }
+}
+impl Serialize for Filter {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.key())
+    }
+}
+
+/// How many devices a request takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum DeviceCount {
+    /// `allocationMode: ExactCount`.
+    Exact(u32),
+    /// `allocationMode: All`: every matching device of the node, at least one.
+    All,
+}
+
+/// One way to satisfy a request: a device class's filter, a count, tolerations.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct DeviceChoice {
+    /// The request's name, or `request/subrequest` for a `firstAvailable` alternative.
+    pub name: String,
+    pub filter: Filter,
+    pub count: DeviceCount,
+    pub tolerations: Vec<crate::model::Toleration>,
+}
+
+/// One request of a claim: alternatives tried in order (one for `exactly`, several for
+/// `firstAvailable`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct DeviceRequest {
+    pub name: String,
+    pub alternatives: Vec<DeviceChoice>,
+}
+
+/// Devices a claim already has: where and which (by device name in its pool).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct ClaimAllocation {
+    pub node: String,
+    /// (request name, driver, pool, device) per result.
+    pub results: Vec<DeviceResult>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct DeviceResult {
+    pub request: String,
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+}
+
+/// One claim a pod uses.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct DeviceClaim {
+    /// `namespace/name` of the ResourceClaim.
+    pub key: String,
+    pub requests: Vec<DeviceRequest>,
+    /// `constraints[].matchAttribute`: (attribute, requests it binds; empty: all) — the
+    /// devices chosen for those requests share one value of it.
+    pub match_attributes: Vec<(String, Vec<String>)>,
+    /// Set once the claim is allocated (by Kestrel for a pod sharing it, by an earlier
+    /// leader, or by another scheduler): the pod goes where its devices are.
+    pub allocation: Option<ClaimAllocation>,
+}
+
+/// Every claim of a pod, in `spec.resourceClaims` order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize)]
+pub struct DeviceClaims {
+    pub claims: Vec<DeviceClaim>,
+}
+
+impl DeviceClaims {
+    /// Devices the pod's unallocated claims take at least (what `All` requests take
+    /// depends on the node; each counts one).
+    pub fn to_allocate(&self) -> u32 {
+        self.claims
+            .iter()
+            .filter(|c| c.allocation.is_none())
+            .flat_map(|c| &c.requests)
+            .map(|r| {
+                r.alternatives
+                    .iter()
+                    .map(|a| match a.count {
+                        DeviceCount::Exact(n) => n,
+                        DeviceCount::All => 1,
+                    })
+                    .min()
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
+    /// The node an allocated claim pins the pod to (the first one found).
+    pub fn pinned_node(&self) -> Option<&str> {
+        self.claims
+            .iter()
+            .find_map(|c| c.allocation.as_ref().map(|a| a.node.as_str()))
+    }
+}
+
+/// Devices chosen for a pod on one node: per claim, its results (request and device
+/// position in `NodeSpec::gpus`), and all positions together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceChoiceOnNode {
+    pub per_claim: Vec<Vec<(String, usize)>>,
+    pub positions: Vec<usize>,
+}
+
+/// Why a node cannot serve a pod's claims, for explanations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimShortfall {
+    /// The claim is allocated on another node.
+    AllocatedElsewhere { claim: String, node: String },
+    /// The claim's allocation names devices the node does not publish.
+    AllocationGone { claim: String },
+    /// No alternative of the request found enough devices.
+    Request {
+        claim: String,
+        request: String,
+        /// Devices that matched (free or not) and how many were free.
+        matching: u32,
+        free: u32,
+        /// The first selector error met, if any.
+        error: Option<String>,
+    },
+}
+
+impl fmt::Display for ClaimShortfall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClaimShortfall::AllocatedElsewhere { claim, node } => {
+                write!(f, "ResourceClaim {claim} is allocated on node {node}")
+            }
+            ClaimShortfall::AllocationGone { claim } => write!(
+                f,
+                "ResourceClaim {claim} is allocated to devices the node no longer publishes"
+            ),
+            ClaimShortfall::Request {
+                claim,
+                request,
+                matching,
+                free,
+                error,
+            } => {
+                write!(
+                    f,
+                    "ResourceClaim {claim} request {request}: {matching} matching device(s), {free} free"
+                )?;
+                if let Some(e) = error {
+                    write!(f, " (selector error: {e})")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl NodeSpec {
+    /// Whether the node's GPUs are published through DRA (then it has no `nvidia.com/gpu`).
+    pub fn gpus_are_dra(&self) -> bool {
+        self.gpus.iter().any(|g| g.dra.is_some())
+    }
+
+    /// The position of the published device `(driver, pool, name)`.
+    pub fn dra_position(&self, driver: &str, pool: &str, name: &str) -> Option<usize> {
+        self.gpus.iter().position(|g| {
+            g.dra
+                .as_ref()
+                .is_some_and(|d| d.driver == driver && d.pool == pool && d.name == name)
+        })
+    }
+}
+
+fn tolerates_all(device: &GpuDevice, tolerations: &[crate::model::Toleration]) -> bool {
+    device.dra.as_ref().is_none_or(|d| {
+        d.taints.iter().all(|taint| {
+            taint.effect == crate::model::TaintEffect::PreferNoSchedule
+                || tolerations.iter().any(|t| t.tolerates(taint))
+        })
+    })
+}
+
+impl NodeState {
+    /// Devices for all of a pod's claims on this node now, or why not. Allocated claims
+    /// keep their devices (the node must be theirs); the others take free devices their
+    /// filters accept: for each request the first alternative that fits, from the NUMA
+    /// node (then NVLink island) with the fewest free matching devices that holds them
+    /// all, so that emptier ones stay whole for bigger claims; devices bound by a
+    /// `matchAttribute` share its value.
+    pub fn choose_devices(
+        &self,
+        claims: &DeviceClaims,
+    ) -> Result<DeviceChoiceOnNode, ClaimShortfall> {
+        self.choose_devices_in(claims, None)
+    }
+
+    /// [`NodeState::choose_devices`] among the given positions only: which request of
+    /// which claim each device of a binding serves.
+    pub fn choose_devices_in(
+        &self,
+        claims: &DeviceClaims,
+        only: Option<&BTreeSet<usize>>,
+    ) -> Result<DeviceChoiceOnNode, ClaimShortfall> {
+        let mut taken: BTreeSet<usize> = BTreeSet::new();
+        let mut per_claim = Vec::with_capacity(claims.claims.len());
+        for claim in &claims.claims {
+            if let Some(allocation) = &claim.allocation {
+                if allocation.node != self.spec.name {
+                    return Err(ClaimShortfall::AllocatedElsewhere {
+                        claim: claim.key.clone(),
+                        node: allocation.node.clone(),
+                    });
+                }
+                let mut results = Vec::new();
+                for r in &allocation.results {
+                    let p = self
+                        .spec
+                        .dra_position(&r.driver, &r.pool, &r.device)
+                        .ok_or_else(|| ClaimShortfall::AllocationGone {
+                            claim: claim.key.clone(),
+                        })?;
+                    taken.insert(p);
+                    results.push((r.request.clone(), p));
+                }
+                per_claim.push(results);
+                continue;
+            }
+            per_claim.push(self.choose_claim(claim, only, &mut taken)?);
+        }
+        Ok(DeviceChoiceOnNode {
+            per_claim,
+            positions: taken.into_iter().collect(),
+        })
+    }
+
+    fn choose_claim(
+        &self,
+        claim: &DeviceClaim,
+        only: Option<&BTreeSet<usize>>,
+        taken: &mut BTreeSet<usize>,
+    ) -> Result<Vec<(String, usize)>, ClaimShortfall> {
+        // Attributes that bind requests: each value of the first such attribute is tried
+        // in turn (fullest group first), the others checked on the result.
+        let bound: Vec<&(String, Vec<String>)> = claim.match_attributes.iter().collect();
+        let groups: Vec<Option<&DeviceAttribute>> = match bound.first() {
+            None => vec![None],
+            Some((attribute, _)) => {
+                let mut values: Vec<&DeviceAttribute> = self
+                    .spec
+                    .gpus
+                    .iter()
+                    .filter_map(|g| g.dra.as_ref()?.attributes.get(attribute))
+                    .collect();
+                values.sort();
+                values.dedup();
+                values.into_iter().map(Some).collect()
+            }
+        };
+        let mut last_err = None;
+        for group in &groups {
+            let mut trial = taken.clone();
+            match self.choose_requests(claim, &bound, *group, only, &mut trial) {
+                Ok(results) => {
+                    *taken = trial;
+                    return Ok(results);
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| ClaimShortfall::Request {
+            claim: claim.key.clone(),
+            request: claim
+                .requests
+                .first()
+                .map(|r| r.name.clone())
+                .unwrap_or_default(),
+            matching: 0,
+            free: 0,
+            error: None,
+        }))
+    }
+
+    fn choose_requests(
+        &self,
+        claim: &DeviceClaim,
+        bound: &[&(String, Vec<String>)],
+        group: Option<&DeviceAttribute>,
+        only: Option<&BTreeSet<usize>>,
+        taken: &mut BTreeSet<usize>,
+    ) -> Result<Vec<(String, usize)>, ClaimShortfall> {
+        let mut results = Vec::new();
+        for request in &claim.requests {
+            // The attribute value this request's devices must have, if it is bound.
+            // The attributes that bind this request's devices.
+            let binds: Vec<&str> = bound
+                .iter()
+                .filter(|(_, requests)| {
+                    requests.is_empty() || requests.iter().any(|r| *r == request.name)
+                })
+                .map(|(attribute, _)| attribute.as_str())
+                .collect();
+            let mut shortfall = None;
+            let mut chosen = None;
+            for choice in &request.alternatives {
+                let mut matching = 0u32;
+                let mut free = Vec::new();
+                let mut error = None;
+                for (p, device) in self.spec.gpus.iter().enumerate() {
+                    let Some(dra) = &device.dra else { continue };
+                    match choice.filter.0.accepts(dra) {
+                        Ok(true) => {}
+                        Ok(false) => continue,
+                        Err(e) => {
+                            error.get_or_insert(e);
+                            continue;
+                        }
+                    }
+                    if !tolerates_all(device, &choice.tolerations) {
+                        continue;
+                    }
+                    let in_group = binds.iter().enumerate().all(|(i, attribute)| {
+                        let value = dra.attributes.get(*attribute);
+                        match (i, group) {
+                            (0, Some(g)) => value == Some(g),
+                            _ => value.is_some(),
+                        }
+                    });
+                    if !in_group {
+                        continue;
+                    }
+                    matching += 1;
+                    let usable = only.is_none_or(|o| o.contains(&p));
+                    if usable && !taken.contains(&p) && self.gpus[p].free_milli == 1000 {
+                        free.push(p);
+                    }
+                }
+                let need = match choice.count {
+                    DeviceCount::Exact(n) => n as usize,
+                    DeviceCount::All if matching > 0 && free.len() == matching as usize => {
+                        free.len()
+                    }
+                    DeviceCount::All => usize::MAX,
+                };
+                if free.len() >= need {
+                    chosen = Some((choice.name.clone(), self.aligned(&free, need)));
+                    break;
+                }
+                shortfall.get_or_insert(ClaimShortfall::Request {
+                    claim: claim.key.clone(),
+                    request: request.name.clone(),
+                    matching,
+                    free: free.len() as u32,
+                    error,
+                });
+            }
+            let Some((name, positions)) = chosen else {
+                return Err(shortfall.expect("a request has an alternative"));
+            };
+            for p in positions {
+                taken.insert(p);
+                results.push((name.clone(), p));
+            }
+        }
+        // The other bound attributes: one value across their requests.
+        for (attribute, requests) in bound.iter().skip(1) {
+            let mut values = results
+                .iter()
+                .filter(|(r, _)| {
+                    let base = r.split('/').next().unwrap_or(r);
+                    requests.is_empty() || requests.iter().any(|q| q == base)
+                })
+                .map(|(_, p)| {
+                    self.spec.gpus[*p]
+                        .dra
+                        .as_ref()
+                        .and_then(|d| d.attributes.get(attribute))
+                });
+            if let Some(first) = values.next() {
+                if values.any(|v| v != first) {
+                    return Err(ClaimShortfall::Request {
+                        claim: claim.key.clone(),
+                        request: claim.requests[0].name.clone(),
+                        matching: 0,
+                        free: 0,
+                        error: Some(format!("no devices share one value of {attribute}")),
+                    });
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// `need` of the free positions, from the NUMA node (then NVLink island) with the
+    /// fewest that holds them all, else the first ones.
+    fn aligned(&self, free: &[usize], need: usize) -> Vec<usize> {
+        let group_of = |key: &dyn Fn(&GpuDevice) -> Option<u32>| {
+            let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+            for &p in free {
+                if let Some(k) = key(&self.spec.gpus[p]) {
+                    groups.entry(k).or_default().push(p);
+                }
+            }
+            groups
+                .into_values()
+                .filter(|g| g.len() >= need)
+                .min_by_key(|g| g.len())
+        };
+        let mut out = group_of(&|g| Some(g.numa_node))
+            .or_else(|| group_of(&|g| g.nvlink_island))
+            .unwrap_or_else(|| free.to_vec());
+        out.truncate(need);
+        out
+    }
+}

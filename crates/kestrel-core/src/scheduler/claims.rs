@@ -1,0 +1,278 @@
+//! ResourceClaims in the engine: an allocated claim holds its devices, whoever allocated
+//! it, until it is released; pods that share it go where its devices are.
+//!
+//! A claim's devices are held once by the claim and once by each bound pod that uses it
+//! (devices count their holders), so a device stays taken while either lasts: the claim
+//! outlives its pods until the driver releases it (live: until the API shows it
+//! deallocated; in the simulator, when its last pod ends).
+
+use super::Scheduler;
+use crate::devices::{ClaimAllocation, DeviceResult};
+use crate::types::{GpuAssignment, NodeId, PodId, PodPhase};
+use std::collections::BTreeSet;
+
+/// An allocated claim as the engine holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct HeldClaim {
+    pub(crate) allocation: ClaimAllocation,
+    /// Where the devices are held (`None`: the node or its devices are not known yet).
+    held: Option<(NodeId, GpuAssignment)>,
+    /// Reported by the driver (the API's claim status); else the engine allocated it for a
+    /// binding not confirmed yet.
+    pub(crate) confirmed: bool,
+}
+
+impl Scheduler {
+    /// The claim `key` (`namespace/name`) is allocated in the cluster as `allocation` (read
+    /// from its status): its devices are held until [`Scheduler::release_claim`], and
+    /// pending pods using it go where they are. The same allocation again changes nothing.
+    pub fn hold_claim(&mut self, key: &str, allocation: ClaimAllocation) {
+        self.set_claim(key, allocation, true);
+    }
+
+    /// The claim is no longer allocated (deallocated or deleted): its devices are free once
+    /// no bound pod uses them, and pending pods using it may take new ones.
+    pub fn release_claim(&mut self, key: &str) {
+        let Some(old) = self.claims.remove(key) else {
+            return;
+        };
+        self.unhold(&old);
+        self.repin(key, None);
+        self.capacity_may_have_grown();
+    }
+
+    /// The allocation of a claim as the engine knows it.
+    pub fn claim_allocation(&self, key: &str) -> Option<&ClaimAllocation> {
+        self.claims.get(key).map(|c| &c.allocation)
+    }
+
+    /// Keys of the claims the engine holds.
+    pub fn held_claims(&self) -> impl Iterator<Item = &str> {
+        self.claims.keys().map(String::as_str)
+    }
+
+    /// What a bound pod's claims hold: per claim (`namespace/name`), its allocation. Empty
+    /// for a pod without claims or not bound.
+    pub fn pod_claim_allocations(&self, id: PodId) -> Vec<(String, ClaimAllocation)> {
+        let record = &self.pods[id.0 as usize];
+        let Some(claims) = &record.spec.constraints.devices else {
+            return Vec::new();
+        };
+        claims
+            .claims
+            .iter()
+            .filter_map(|c| {
+                let a = c
+                    .allocation
+                    .clone()
+                    .or_else(|| self.claims.get(&c.key).map(|h| h.allocation.clone()))?;
+                Some((c.key.clone(), a))
+            })
+            .collect()
+    }
+
+    fn set_claim(&mut self, key: &str, allocation: ClaimAllocation, confirmed: bool) {
+        if let Some(held) = self.claims.get_mut(key) {
+            if held.allocation == allocation {
+                held.confirmed |= confirmed;
+                if held.held.is_some() {
+                    return;
+                }
+            }
+        }
+        if let Some(old) = self.claims.remove(key) {
+            self.unhold(&old);
+        }
+        let held = self.hold_devices(&allocation);
+        self.claims.insert(
+            key.to_string(),
+            HeldClaim {
+                allocation: allocation.clone(),
+                held,
+                confirmed,
+            },
+        );
+        self.repin(key, Some(allocation));
+    }
+
+    /// Takes the allocation's devices on its node, when the node publishes them all.
+    fn hold_devices(&mut self, allocation: &ClaimAllocation) -> Option<(NodeId, GpuAssignment)> {
+        let node = self.cluster.id_of(&allocation.node)?;
+        let spec = &self.cluster.node(node).spec;
+        let mut indices = Vec::new();
+        for r in &allocation.results {
+            let p = spec.dra_position(&r.driver, &r.pool, &r.device)?;
+            indices.push(spec.gpus[p].index);
+        }
+        indices.sort_unstable();
+        indices.dedup();
+        let gpus = GpuAssignment::Whole(indices);
+        let key = self.node_key();
+        self.cluster.unindex(node);
+        self.cluster
+            .node_mut_unindexed(node)
+            .reserve_devices(&gpus, true);
+        self.cluster.reindex(node, &key);
+        self.generation += 1;
+        Some((node, gpus))
+    }
+
+    fn unhold(&mut self, claim: &HeldClaim) {
+        if let Some((node, gpus)) = &claim.held {
+            let key = self.node_key();
+            self.cluster.unindex(*node);
+            self.cluster
+                .node_mut_unindexed(*node)
+                .reserve_devices(gpus, false);
+            self.cluster.reindex(*node, &key);
+            self.generation += 1;
+        }
+    }
+
+    /// Sets the allocation pending pods see for the claim (`None`: unallocated), so that
+    /// they are placed with it.
+    fn repin(&mut self, key: &str, allocation: Option<ClaimAllocation>) {
+        let users: Vec<PodId> = self
+            .pods
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| matches!(r.phase, PodPhase::Pending))
+            .filter(|(_, r)| {
+                r.spec
+                    .constraints
+                    .devices
+                    .as_ref()
+                    .is_some_and(|d| d.claims.iter().any(|c| c.key == key))
+            })
+            .map(|(i, _)| PodId(i as u32))
+            .collect();
+        for id in users {
+            let record = &mut self.pods[id.0 as usize];
+            let devices = record.spec.constraints.devices.as_mut().expect("filtered");
+            for claim in devices.claims.iter_mut().filter(|c| c.key == key) {
+                claim.allocation = allocation.clone();
+            }
+            let demand_gpu = crate::model::GpuRequest::Whole(devices.to_allocate());
+            record.spec.demand.gpu = match demand_gpu {
+                crate::model::GpuRequest::Whole(0) => crate::model::GpuRequest::None,
+                g => g,
+            };
+            let old_base = record.base_constraint;
+            let base = self.constraints.intern(&record.spec.constraints);
+            let record = &self.pods[id.0 as usize];
+            let constraint = if record.constraint == old_base {
+                base
+            } else {
+                let mut c = self.constraints.entries[record.constraint as usize]
+                    .constraints
+                    .clone();
+                c.devices = record.spec.constraints.devices.clone();
+                self.constraints.intern(&c)
+            };
+            let demand = record.spec.demand.clone();
+            let signature = self.constraints.intern_signature(constraint, demand);
+            let record = &mut self.pods[id.0 as usize];
+            record.base_constraint = base;
+            record.constraint = constraint;
+            record.signature = signature;
+            let queue_key = record.queue_key(id);
+            if let Some(pos) = self.parked.iter().position(|k| *k == queue_key) {
+                self.parked.remove(pos);
+                self.active.insert(queue_key);
+            }
+        }
+    }
+
+    /// The claims a pod about to be bound on `node` with `gpus` allocates, with their
+    /// results: which device serves which request.
+    pub(crate) fn fresh_claims(
+        &self,
+        id: PodId,
+        node: NodeId,
+        gpus: &GpuAssignment,
+    ) -> Vec<(String, ClaimAllocation)> {
+        let Some(claims) = &self.pods[id.0 as usize].spec.constraints.devices else {
+            return Vec::new();
+        };
+        let state = self.cluster.node(node);
+        let positions: BTreeSet<usize> = gpus
+            .indices()
+            .iter()
+            .filter_map(|&i| state.spec.gpus.iter().position(|g| g.index == i))
+            .collect();
+        let Ok(choice) = state.choose_devices_in(claims, Some(&positions)) else {
+            return Vec::new();
+        };
+        let node_name = state.spec.name.clone();
+        let mut fresh = Vec::new();
+        for (claim, results) in claims.claims.iter().zip(&choice.per_claim) {
+            if claim.allocation.is_some() || self.claims.contains_key(&claim.key) {
+                continue;
+            }
+            let results = results
+                .iter()
+                .map(|(request, p)| {
+                    let dra = state.spec.gpus[*p].dra.as_ref().expect("a DRA device");
+                    DeviceResult {
+                        request: request.clone(),
+                        driver: dra.driver.clone(),
+                        pool: dra.pool.clone(),
+                        device: dra.name.clone(),
+                    }
+                })
+                .collect();
+            fresh.push((
+                claim.key.clone(),
+                ClaimAllocation {
+                    node: node_name.clone(),
+                    results,
+                },
+            ));
+        }
+        fresh
+    }
+
+    /// Holds the claims a binding allocated, unconfirmed until the driver reports them.
+    pub(crate) fn hold_fresh_claims(&mut self, fresh: Vec<(String, ClaimAllocation)>) {
+        for (key, allocation) in fresh {
+            self.set_claim(&key, allocation, false);
+        }
+    }
+
+    /// A binding was undone: the claims the engine allocated for it and nobody confirmed
+    /// are released.
+    pub(crate) fn release_unconfirmed_claims_of(&mut self, id: PodId) {
+        let Some(claims) = self.pods[id.0 as usize].spec.constraints.devices.clone() else {
+            return;
+        };
+        for claim in &claims.claims {
+            if self.claims.get(&claim.key).is_some_and(|c| !c.confirmed) {
+                self.release_claim(&claim.key);
+            }
+        }
+    }
+
+    /// The node's devices were rebuilt or removed: what its claims held there is gone.
+    pub(crate) fn forget_claim_holds_on(&mut self, node: NodeId) {
+        for claim in self.claims.values_mut() {
+            if claim.held.as_ref().is_some_and(|(n, _)| *n == node) {
+                claim.held = None;
+            }
+        }
+    }
+
+    /// Takes the devices of the claims allocated on a node that has just come or changed.
+    pub(crate) fn rehold_claims_on(&mut self, node_name: &str) {
+        let keys: Vec<String> = self
+            .claims
+            .iter()
+            .filter(|(_, c)| c.held.is_none() && c.allocation.node == node_name)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            let allocation = self.claims[&key].allocation.clone();
+            let held = self.hold_devices(&allocation);
+            self.claims.get_mut(&key).expect("listed").held = held;
+        }
+    }
+}
