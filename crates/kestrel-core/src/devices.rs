@@ -126,6 +126,10 @@ pub struct DeviceClaim {
     /// `constraints[].matchAttribute`: (attribute, requests it binds; empty: all) — the
     /// devices chosen for those requests share one value of it.
     pub match_attributes: Vec<(String, Vec<String>)>,
+    /// Set for a claim made for each pod from a ResourceClaimTemplate: the pod's name for
+    /// it (`spec.resourceClaims[].name`). Its key is the pod's own claim's once the pod is
+    /// named ([`DeviceClaims::name_for_pod`]).
+    pub per_pod: Option<String>,
     /// Set once the claim is allocated (by Kestrel for a pod sharing it, by an earlier
     /// leader, or by another scheduler): the pod goes where its devices are.
     pub allocation: Option<ClaimAllocation>,
@@ -158,11 +162,15 @@ impl DeviceClaims {
             .sum()
     }
 
-    /// The node an allocated claim pins the pod to (the first one found).
-    pub fn pinned_node(&self) -> Option<&str> {
-        self.claims
-            .iter()
-            .find_map(|c| c.allocation.as_ref().map(|a| a.node.as_str()))
+    /// Keys the claims made from templates for pod `namespace/pod`, as the simulator names
+    /// them (`<pod>-<claim>`; a cluster's controller adds a random suffix and says the name
+    /// in the pod's status).
+    pub fn name_for_pod(&mut self, namespace: &str, pod: &str) {
+        for claim in &mut self.claims {
+            if let Some(name) = &claim.per_pod {
+                claim.key = format!("{namespace}/{pod}-{name}");
+            }
+        }
     }
 }
 

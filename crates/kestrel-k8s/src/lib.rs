@@ -10,6 +10,8 @@
 pub mod annotations;
 pub mod crds;
 pub mod documents;
+pub mod dra;
+pub mod dra_cel;
 pub mod duration;
 pub mod error;
 pub mod fields;

@@ -384,6 +384,7 @@ impl Catalog {
                 .tolerations(&format!("{sf}.tolerations"), spec.tolerations.as_ref())?,
             runtime_class: runtime.map(|rc| rc.scheduling.clone()),
             single_numa_node: numa_policy(ctx, annotations)?,
+            devices: None,
         };
         // The object's labels first (Kueue labels the Job), then its pod template's.
         let queue =

@@ -1,8 +1,8 @@
 //! A real Kubernetes control plane for Kestrel's end-to-end tests and `kestrel bench live`.
 //!
 //! [`ControlPlane::start`] runs `kestrel-testenv up` (built from `testenv/` by `.ci/run`:
-//! an embedded etcd, kube-apiserver and, on request, kube-scheduler from released
-//! Kubernetes modules), which writes an admin kubeconfig and takes fault commands on its
+//! an embedded etcd, kube-apiserver and, on request, kube-scheduler and kube-controller-manager
+//! from released Kubernetes modules), which writes an admin kubeconfig and takes fault commands on its
 //! standard input. Around it: fake GPU [`nodes`], a [`kubelet::FakeKubelet`] that runs and
 //! completes bound pods, [`install`] of Kestrel's own manifests with a ServiceAccount
 //! kubeconfig, [`Kestrel`] processes (`kestrel serve`), and a real [`MlflowServer`].
@@ -38,7 +38,8 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The directory holding `kestrel-testenv`, `kube-apiserver` and `kube-scheduler`:
+/// The directory holding `kestrel-testenv`, `kube-apiserver`, `kube-scheduler` and
+/// `kube-controller-manager`:
 /// `$KESTREL_TESTENV_BIN`, else `target/testenv` in the workspace.
 pub fn bin_dir() -> PathBuf {
     std::env::var_os("KESTREL_TESTENV_BIN")
@@ -60,7 +61,8 @@ pub fn skip_or_fail(why: &str) {
     eprintln!("\n==== SKIPPED: {why} ====\n");
 }
 
-/// One control plane: etcd, kube-apiserver (and kube-scheduler when started), supervised
+/// One control plane: etcd, kube-apiserver (and kube-scheduler or kube-controller-manager
+/// when started), supervised
 /// by a `kestrel-testenv` process that stops them all when this value is dropped or this
 /// process exits (its standard input closes).
 pub struct ControlPlane {
@@ -72,7 +74,7 @@ pub struct ControlPlane {
     pub server: String,
     /// The admin's bearer token.
     pub token: String,
-    /// The control plane's log (etcd, kube-apiserver, kube-scheduler).
+    /// The control plane's log (etcd, kube-apiserver, kube-scheduler, kube-controller-manager).
     pub log: PathBuf,
     pub dir: PathBuf,
 }
@@ -84,7 +86,12 @@ impl ControlPlane {
     pub fn start() -> Option<ControlPlane> {
         let bin = bin_dir();
         let supervisor = bin.join("kestrel-testenv");
-        for b in ["kestrel-testenv", "kube-apiserver", "kube-scheduler"] {
+        for b in [
+            "kestrel-testenv",
+            "kube-apiserver",
+            "kube-scheduler",
+            "kube-controller-manager",
+        ] {
             if !bin.join(b).exists() {
                 skip_or_fail(&format!(
                     "the test control plane is not built ({} is missing); build it with `testenv/build.sh` (what .ci/run does)",
@@ -181,6 +188,21 @@ impl ControlPlane {
 
     pub fn stop_kube_scheduler(&self) {
         self.command("stop-scheduler");
+    }
+
+    /// Starts kube-controller-manager (admin credentials, no leader election) running only
+    /// `controllers` (`--controllers` names, e.g. `resourceclaim-controller`), with extra
+    /// flags; returns once it serves `/healthz`, so an unknown name fails here.
+    pub fn start_controller_manager(&self, controllers: &[&str], flags: &[&str]) {
+        self.command(&format!(
+            "start-controller-manager {} {}",
+            controllers.join(","),
+            flags.join(" ")
+        ));
+    }
+
+    pub fn stop_controller_manager(&self) {
+        self.command("stop-controller-manager");
     }
 
     /// An admin client.

@@ -85,6 +85,8 @@ impl Explanation {
                     NodeReason::GpuFragmented => ("gpu-fragmented", None),
                     NodeReason::Reserved(holder) => ("reserved", Some(holder.clone())),
                     NodeReason::Nominated(preemptor) => ("nominated", Some(preemptor.clone())),
+                    NodeReason::ClaimsUnallocatable => ("claims", None),
+                    NodeReason::NoMatchingDevice(what) => ("no-matching-device", Some(what.clone())),
                 };
                 NodeReasonCount {
                     reason: reason.to_string(),

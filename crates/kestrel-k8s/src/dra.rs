@@ -1,0 +1,701 @@
+//! Dynamic Resource Allocation (`resource.k8s.io/v1`): DeviceClasses, ResourceSlices,
+//! ResourceClaims and ResourceClaimTemplates, and a pod's `spec.resourceClaims`, as the
+//! engine's devices and claims ([`kestrel_core::devices`]). The simulator and the live
+//! scheduler read them here alike.
+//!
+//! - **Devices**: a ResourceSlice's devices of NVIDIA's driver (`gpu.nvidia.com`) whose
+//!   `type` attribute is `gpu` (or absent) become GPUs of the slice's node, with the model
+//!   from `productName`, memory from capacity `memory`, the GPU `index` as their index, and
+//!   NVLink/NUMA/PCIe positions from the node's topology template (as for device-plugin
+//!   GPUs). Only a pool's newest generation counts, and only once all its slices are
+//!   there. Devices of other drivers and other types (MIG partitions) are not allocated by
+//!   this version: a claim that only they could serve stays pending, its reason naming the
+//!   request.
+//! - **Classes and selectors**: a DeviceClass's `spec.selectors` and a request's
+//!   `selectors` are CEL ([`crate::dra_cel`]), compiled once; a class or expression that
+//!   does not compile keeps the pods that use it pending, the reason naming the claim, the
+//!   request, the class and the expression.
+//! - **Claims**: `exactly` (ExactCount with `count`, or All) and `firstAvailable`
+//!   requests, their tolerations of device taints, `matchAttribute` constraints, and an
+//!   allocation already in the claim's status (kept as it is: the pod goes where it is).
+//!   `adminAccess`, `capacity` requests and `distinctAttribute` are refused with an error
+//!   naming the field.
+
+use crate::dra_cel::{CelSelector, DeviceValue, DeviceView};
+use crate::error::LoadError;
+use crate::fields::Ctx;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, DeviceSelector, DeviceToleration, ResourceClaim, ResourceClaimSpec,
+    ResourceSlice,
+};
+use kestrel_core::{
+    parse_quantity, ClaimAllocation, DeviceAttribute, DeviceChoice, DeviceClaim, DeviceCount,
+    DeviceFilter, DeviceRequest, DeviceResult, DraDevice, Filter, GpuDevice, NodeSpec, Taint,
+    TaintEffect, GPU_CLIQUE_LABEL,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// NVIDIA's DRA driver, whose `gpu` devices Kestrel allocates.
+pub const NVIDIA_GPU_DRIVER: &str = "gpu.nvidia.com";
+
+/// A DeviceClass's selectors, compiled.
+#[derive(Debug, Clone)]
+pub struct ClassSelectors {
+    pub name: String,
+    selectors: Vec<Arc<CelSelector>>,
+}
+
+/// Device classes by name: compiled, or why not.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceClasses {
+    classes: BTreeMap<String, Result<Arc<ClassSelectors>, String>>,
+}
+
+impl DeviceClasses {
+    /// Reads a DeviceClass; one that cannot be read is kept with its error, which the
+    /// claims naming it report.
+    pub fn insert(&mut self, ctx: &Ctx, class: &DeviceClass) -> Result<(), LoadError> {
+        let name = class.metadata.name.clone().unwrap_or_default();
+        match read_selectors(ctx, "spec.selectors", class.spec.selectors.as_ref()) {
+            Ok(selectors) => {
+                let class = ClassSelectors {
+                    name: name.clone(),
+                    selectors,
+                };
+                self.classes.insert(name, Ok(Arc::new(class)));
+                Ok(())
+            }
+            Err(e) => {
+                self.classes.insert(name, Err(e.to_string()));
+                Err(e)
+            }
+        }
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        self.classes.remove(name);
+    }
+
+    fn get(&self, name: &str) -> Result<&Arc<ClassSelectors>, String> {
+        match self.classes.get(name) {
+            Some(Ok(class)) => Ok(class),
+            Some(Err(e)) => Err(format!("DeviceClass {name} cannot be used: {e}")),
+            None => Err(format!(
+                "DeviceClass {name} does not exist; create it (apiVersion: resource.k8s.io/v1, \
+                 kind: DeviceClass) or name one of {:?}",
+                self.classes.keys().collect::<Vec<_>>()
+            )),
+        }
+    }
+}
+
+fn read_selectors(
+    ctx: &Ctx,
+    field: &str,
+    selectors: Option<&Vec<DeviceSelector>>,
+) -> Result<Vec<Arc<CelSelector>>, LoadError> {
+    let mut out = Vec::new();
+    for (i, s) in selectors.into_iter().flatten().enumerate() {
+        let Some(cel) = &s.cel else {
+            return Err(ctx.err(
+                format!("{field}[{i}]"),
+                "a selector needs cel.expression (the only kind of selector)",
+            ));
+        };
+        let compiled = CelSelector::compile(&cel.expression).map_err(|e| {
+            ctx.err(
+                format!("{field}[{i}].cel.expression"),
+                format!("{:?} does not compile: {e}", cel.expression),
+            )
+        })?;
+        out.push(Arc::new(compiled));
+    }
+    Ok(out)
+}
+
+/// A request's filter: its class's selectors, then its own.
+#[derive(Debug)]
+struct RequestFilter {
+    key: String,
+    class: Arc<ClassSelectors>,
+    own: Vec<Arc<CelSelector>>,
+    /// `ResourceClaim ns/name request r`, for errors.
+    what: String,
+}
+
+impl DeviceFilter for RequestFilter {
+    fn accepts(&self, device: &DraDevice) -> Result<bool, String> {
+        let view = DeviceView {
+            driver: &device.driver,
+            attributes: &device.attributes,
+            capacity: &device.capacity,
+        };
+        let value = DeviceValue::new(&view)?;
+        let class = self.class.selectors.iter().map(|s| (true, s));
+        for (of_class, selector) in class.chain(self.own.iter().map(|s| (false, s))) {
+            let selected = selector.matches_value(&value).map_err(|e| {
+                let whose = match of_class {
+                    true => format!("DeviceClass {}", self.class.name),
+                    false => self.what.clone(),
+                };
+                format!(
+                    "{whose}: selector {:?} on device {}/{}: {e}",
+                    selector.expression(),
+                    device.pool,
+                    device.name
+                )
+            })?;
+            if !selected {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+/// A claim's spec as the engine's claim `key` (`namespace/name`), its requests resolved
+/// against the classes. `field` is where the spec sits (`spec`, `spec.spec` in a template).
+pub fn read_claim_spec(
+    ctx: &Ctx,
+    field: &str,
+    key: String,
+    spec: &ResourceClaimSpec,
+    classes: &DeviceClasses,
+) -> Result<DeviceClaim, LoadError> {
+    let devices = spec.devices.as_ref();
+    let mut requests = Vec::new();
+    for (i, r) in devices
+        .and_then(|d| d.requests.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let rf = format!("{field}.devices.requests[{i}]");
+        let what = format!("ResourceClaim {key} request {}", r.name);
+        let mut alternatives = Vec::new();
+        match (&r.exactly, &r.first_available) {
+            (Some(exact), None) => {
+                if exact.admin_access == Some(true) {
+                    return Err(ctx.err(
+                        format!("{rf}.exactly.adminAccess"),
+                        "adminAccess is not supported by Kestrel; remove it",
+                    ));
+                }
+                if exact.capacity.is_some() {
+                    return Err(ctx.err(
+                        format!("{rf}.exactly.capacity"),
+                        "capacity requests (consumable capacity) are not supported by \
+                         Kestrel; request whole devices",
+                    ));
+                }
+                alternatives.push(read_choice(
+                    ctx,
+                    &format!("{rf}.exactly"),
+                    Choice {
+                        name: r.name.clone(),
+                        class: &exact.device_class_name,
+                        selectors: exact.selectors.as_ref(),
+                        mode: exact.allocation_mode.as_deref(),
+                        count: exact.count,
+                        tolerations: exact.tolerations.as_ref(),
+                    },
+                    &what,
+                    classes,
+                )?);
+            }
+            (None, Some(subs)) if !subs.is_empty() => {
+                for (j, sub) in subs.iter().enumerate() {
+                    let sf = format!("{rf}.firstAvailable[{j}]");
+                    if sub.capacity.is_some() {
+                        return Err(ctx.err(
+                            format!("{sf}.capacity"),
+                            "capacity requests are not supported by Kestrel; request whole devices",
+                        ));
+                    }
+                    alternatives.push(read_choice(
+                        ctx,
+                        &sf,
+                        Choice {
+                            name: format!("{}/{}", r.name, sub.name),
+                            class: &sub.device_class_name,
+                            selectors: sub.selectors.as_ref(),
+                            mode: sub.allocation_mode.as_deref(),
+                            count: sub.count,
+                            tolerations: sub.tolerations.as_ref(),
+                        },
+                        &format!("{what}/{}", sub.name),
+                        classes,
+                    )?);
+                }
+            }
+            _ => {
+                return Err(ctx.err(
+                    rf,
+                    "a request sets exactly one of exactly and firstAvailable (with at least \
+                     one subrequest)",
+                ))
+            }
+        }
+        requests.push(DeviceRequest {
+            name: r.name.clone(),
+            alternatives,
+        });
+    }
+    let names: BTreeSet<&str> = requests.iter().map(|r| r.name.as_str()).collect();
+    let mut match_attributes = Vec::new();
+    for (i, c) in devices
+        .and_then(|d| d.constraints.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let cf = format!("{field}.devices.constraints[{i}]");
+        if c.distinct_attribute.is_some() {
+            return Err(ctx.err(
+                format!("{cf}.distinctAttribute"),
+                "distinctAttribute is not supported by Kestrel; remove it",
+            ));
+        }
+        let Some(attribute) = &c.match_attribute else {
+            return Err(ctx.err(cf, "a constraint needs matchAttribute"));
+        };
+        if !attribute.contains('/') {
+            return Err(ctx.err(
+                format!("{cf}.matchAttribute"),
+                format!("{attribute:?} is not fully qualified; write domain/name, e.g. gpu.nvidia.com/{attribute}"),
+            ));
+        }
+        let bound = c.requests.clone().unwrap_or_default();
+        if let Some(unknown) = bound.iter().find(|r| !names.contains(r.as_str())) {
+            return Err(ctx.err(
+                format!("{cf}.requests"),
+                format!("no request {unknown:?} in this claim; name one of {names:?}"),
+            ));
+        }
+        match_attributes.push((attribute.clone(), bound));
+    }
+    if requests.is_empty() {
+        return Err(ctx.err(
+            format!("{field}.devices.requests"),
+            "the claim requests no device; add a request",
+        ));
+    }
+    Ok(DeviceClaim {
+        key,
+        requests,
+        match_attributes,
+        per_pod: None,
+        allocation: None,
+    })
+}
+
+struct Choice<'a> {
+    name: String,
+    class: &'a str,
+    selectors: Option<&'a Vec<DeviceSelector>>,
+    mode: Option<&'a str>,
+    count: Option<i64>,
+    tolerations: Option<&'a Vec<DeviceToleration>>,
+}
+
+fn read_choice(
+    ctx: &Ctx,
+    field: &str,
+    choice: Choice<'_>,
+    what: &str,
+    classes: &DeviceClasses,
+) -> Result<DeviceChoice, LoadError> {
+    let class = classes
+        .get(choice.class)
+        .map_err(|e| ctx.err(format!("{field}.deviceClassName"), e))?
+        .clone();
+    let own = read_selectors(ctx, &format!("{field}.selectors"), choice.selectors)?;
+    let count = match (choice.mode.unwrap_or("ExactCount"), choice.count) {
+        ("ExactCount", None) => DeviceCount::Exact(1),
+        ("ExactCount", Some(n)) if (1..=128).contains(&n) => DeviceCount::Exact(n as u32),
+        ("ExactCount", Some(n)) => {
+            return Err(ctx.err(
+                format!("{field}.count"),
+                format!("{n} is not a device count; write 1 to 128"),
+            ))
+        }
+        ("All", _) => DeviceCount::All,
+        (other, _) => {
+            return Err(ctx.err(
+                format!("{field}.allocationMode"),
+                format!("{other:?} is not an allocation mode; write ExactCount or All"),
+            ))
+        }
+    };
+    let mut tolerations = Vec::new();
+    for (i, t) in choice.tolerations.into_iter().flatten().enumerate() {
+        let as_pod = core::Toleration {
+            key: t.key.clone(),
+            operator: t.operator.clone(),
+            value: t.value.clone(),
+            effect: t.effect.clone(),
+            toleration_seconds: t.toleration_seconds,
+        };
+        tolerations.push(ctx.toleration(&format!("{field}.tolerations[{i}]"), &as_pod)?);
+    }
+    let expressions: Vec<&str> = own.iter().map(|s| s.expression()).collect();
+    Ok(DeviceChoice {
+        name: choice.name,
+        filter: Filter(Arc::new(RequestFilter {
+            key: format!("{}|{expressions:?}", choice.class),
+            class,
+            own,
+            what: what.to_string(),
+        })),
+        count,
+        tolerations,
+    })
+}
+
+/// The allocation in a claim's status: its node (kube-scheduler writes a node selector on
+/// `metadata.name`, or the hostname label) and results. `None`: not allocated.
+pub fn claim_allocation(ctx: &Ctx, claim: &ResourceClaim) -> Result<Option<ClaimAllocation>, LoadError> {
+    let Some(allocation) = claim.status.as_ref().and_then(|s| s.allocation.as_ref()) else {
+        return Ok(None);
+    };
+    let node = allocation
+        .node_selector
+        .as_ref()
+        .and_then(|s| s.node_selector_terms.first())
+        .and_then(|t| {
+            let fields = t.match_fields.iter().flatten();
+            let labels = t.match_expressions.iter().flatten();
+            fields
+                .filter(|r| r.key == "metadata.name")
+                .chain(labels.filter(|r| r.key == kestrel_core::HOSTNAME_LABEL))
+                .find(|r| r.operator == "In")
+                .and_then(|r| r.values.as_ref()?.first().cloned())
+        })
+        .ok_or_else(|| {
+            ctx.err(
+                "status.allocation.nodeSelector",
+                "the allocation names no node (devices of a network or cluster pool); \
+                 Kestrel holds only node-local devices",
+            )
+        })?;
+    let results = allocation
+        .devices
+        .as_ref()
+        .map(|d| {
+            d.results
+                .iter()
+                .flatten()
+                .map(|r| DeviceResult {
+                    request: r.request.clone(),
+                    driver: r.driver.clone(),
+                    pool: r.pool.clone(),
+                    device: r.device.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Some(ClaimAllocation { node, results }))
+}
+
+/// A pod's claim entry: its name in the pod and where the claim comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimSource {
+    /// `resourceClaimName`: a claim of the namespace, maybe shared.
+    Claim(String),
+    /// `resourceClaimTemplateName`: a claim made for the pod from the template.
+    Template(String),
+}
+
+/// `spec.resourceClaims` of a pod spec at `field`, checked against its containers'
+/// `resources.claims`.
+pub fn pod_claims(
+    ctx: &Ctx,
+    field: &str,
+    spec: &core::PodSpec,
+) -> Result<Vec<(String, ClaimSource)>, LoadError> {
+    let mut out: Vec<(String, ClaimSource)> = Vec::new();
+    for (i, c) in spec.resource_claims.iter().flatten().enumerate() {
+        let cf = format!("{field}.resourceClaims[{i}]");
+        let source = match (&c.resource_claim_name, &c.resource_claim_template_name) {
+            (Some(n), None) => ClaimSource::Claim(n.clone()),
+            (None, Some(t)) => ClaimSource::Template(t.clone()),
+            _ => {
+                return Err(ctx.err(
+                    cf,
+                    "set exactly one of resourceClaimName and resourceClaimTemplateName",
+                ))
+            }
+        };
+        if out.iter().any(|(n, _)| *n == c.name) {
+            return Err(ctx.err(
+                format!("{cf}.name"),
+                format!("a second claim is named {:?}; names must be unique", c.name),
+            ));
+        }
+        out.push((c.name.clone(), source));
+    }
+    let containers = spec.containers.iter().map(|c| ("containers", c));
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| ("initContainers", c));
+    for (list, c) in containers.chain(init) {
+        for used in c.resources.iter().flat_map(|r| r.claims.iter().flatten()) {
+            if !out.iter().any(|(n, _)| *n == used.name) {
+                return Err(ctx.err(
+                    format!("{field}.{list}[name={}].resources.claims", c.name),
+                    format!(
+                        "claim {:?} is not in spec.resourceClaims; add it there",
+                        used.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One ResourceSlice as read.
+#[derive(Debug, Clone)]
+struct Slice {
+    node: Option<String>,
+    driver: String,
+    pool: String,
+    generation: i64,
+    slice_count: i64,
+    devices: Vec<Arc<DraDevice>>,
+}
+
+/// ResourceSlices by name, and the devices they publish per node.
+#[derive(Debug, Clone, Default)]
+pub struct SliceBook {
+    slices: BTreeMap<String, Slice>,
+}
+
+impl SliceBook {
+    /// Reads (or replaces) a ResourceSlice. Refused: a slice without a node (network and
+    /// cluster-wide pools are not allocated by Kestrel), a device listed twice.
+    pub fn insert(&mut self, ctx: &Ctx, slice: &ResourceSlice) -> Result<(), LoadError> {
+        let name = slice.metadata.name.clone().unwrap_or_default();
+        let spec = &slice.spec;
+        let node = spec.node_name.clone().filter(|n| !n.is_empty());
+        let mut devices = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (i, d) in spec.devices.iter().flatten().enumerate() {
+            let df = format!("spec.devices[{i}]");
+            if !seen.insert(d.name.clone()) {
+                return Err(ctx.err(
+                    format!("{df}.name"),
+                    format!("device {:?} is listed twice; a device is published once", d.name),
+                ));
+            }
+            let qualify = |name: &str| match name.contains('/') {
+                true => name.to_string(),
+                false => format!("{}/{name}", spec.driver),
+            };
+            let mut attributes = BTreeMap::new();
+            for (k, v) in d.attributes.iter().flatten() {
+                let value = match (&v.int, &v.bool, &v.string, &v.version) {
+                    (Some(i), None, None, None) => DeviceAttribute::Int(*i),
+                    (None, Some(b), None, None) => DeviceAttribute::Bool(*b),
+                    (None, None, Some(s), None) => DeviceAttribute::String(s.clone()),
+                    (None, None, None, Some(v)) => DeviceAttribute::Version(v.clone()),
+                    _ => {
+                        return Err(ctx.err(
+                            format!("{df}.attributes[{k:?}]"),
+                            "an attribute sets exactly one of int, bool, string and version",
+                        ))
+                    }
+                };
+                attributes.insert(qualify(k), value);
+            }
+            let mut capacity = BTreeMap::new();
+            for (k, v) in d.capacity.iter().flatten() {
+                let amount = parse_quantity(&v.value.0, 1).map_err(|e| {
+                    ctx.err(format!("{df}.capacity[{k:?}].value"), e.to_string())
+                })?;
+                capacity.insert(qualify(k), amount);
+            }
+            let mut taints = Vec::new();
+            for (j, t) in d.taints.iter().flatten().enumerate() {
+                let effect = TaintEffect::parse(&t.effect).ok_or_else(|| {
+                    ctx.err(
+                        format!("{df}.taints[{j}].effect"),
+                        format!("{:?} is not a taint effect; write NoSchedule or NoExecute", t.effect),
+                    )
+                })?;
+                taints.push(Taint {
+                    key: t.key.clone(),
+                    value: t.value.clone().unwrap_or_default(),
+                    effect,
+                });
+            }
+            devices.push(Arc::new(DraDevice {
+                driver: spec.driver.clone(),
+                pool: spec.pool.name.clone(),
+                name: d.name.clone(),
+                attributes,
+                capacity,
+                taints,
+            }));
+        }
+        self.slices.insert(
+            name,
+            Slice {
+                node,
+                driver: spec.driver.clone(),
+                pool: spec.pool.name.clone(),
+                generation: spec.pool.generation,
+                slice_count: spec.pool.resource_slice_count.max(1),
+                devices,
+            },
+        );
+        Ok(())
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        self.slices.remove(name);
+    }
+
+    /// The nodes some slice publishes devices for.
+    pub fn nodes(&self) -> BTreeSet<&str> {
+        self.slices.values().filter_map(|s| s.node.as_deref()).collect()
+    }
+
+    /// The GPUs published for `node` that count: NVIDIA `gpu` devices of each pool's
+    /// newest generation once all its slices are there, by GPU index.
+    pub fn gpus_of(&self, node: &str) -> Vec<Arc<DraDevice>> {
+        // Newest generation per pool, and how many of its slices are here.
+        let mut pools: BTreeMap<(&str, &str), (i64, i64, i64)> = BTreeMap::new();
+        for s in self.slices.values() {
+            let e = pools
+                .entry((s.driver.as_str(), s.pool.as_str()))
+                .or_insert((s.generation, 0, s.slice_count));
+            if s.generation > e.0 {
+                *e = (s.generation, 0, s.slice_count);
+            }
+            if s.generation == e.0 {
+                e.1 += 1;
+            }
+        }
+        let mut out: Vec<Arc<DraDevice>> = self
+            .slices
+            .values()
+            .filter(|s| s.node.as_deref() == Some(node) && s.driver == NVIDIA_GPU_DRIVER)
+            .filter(|s| {
+                let (generation, present, count) = pools[&(s.driver.as_str(), s.pool.as_str())];
+                s.generation == generation && present >= count
+            })
+            .flat_map(|s| s.devices.iter().cloned())
+            .filter(|d| {
+                let kind = d.attributes.get(&format!("{NVIDIA_GPU_DRIVER}/type"));
+                kind.is_none_or(|t| *t == DeviceAttribute::String("gpu".to_string()))
+            })
+            .collect();
+        out.sort_by_key(|d| (gpu_index(d).unwrap_or(u32::MAX), d.name.clone()));
+        out
+    }
+}
+
+fn gpu_index(device: &DraDevice) -> Option<u32> {
+    match device.attributes.get(&format!("{NVIDIA_GPU_DRIVER}/index")) {
+        Some(DeviceAttribute::Int(i)) => u32::try_from(*i).ok(),
+        _ => None,
+    }
+}
+
+/// Gives a node the GPUs DRA publishes for it, laid out by the topology template its count
+/// and product imply ([`crate::nodes::infer_topology`]). A node whose device plugin already
+/// advertises `nvidia.com/gpu` keeps those: the same GPUs published twice would be counted
+/// twice. Returns a warning in that case.
+pub fn attach_gpus(node: &mut NodeSpec, devices: &[Arc<DraDevice>]) -> Option<String> {
+    if devices.is_empty() {
+        return None;
+    }
+    if !node.gpus.is_empty() && !node.gpus_are_dra() {
+        return Some(format!(
+            "node {} advertises nvidia.com/gpu and its GPUs are published through DRA too; \
+             Kestrel counts the device plugin's and leaves the {} DRA devices out (run one of \
+             the two)",
+            node.name,
+            devices.len()
+        ));
+    }
+    let product = |d: &DraDevice| match d.attributes.get(&format!("{NVIDIA_GPU_DRIVER}/productName")) {
+        Some(DeviceAttribute::String(s)) => s.clone(),
+        _ => "unknown".to_string(),
+    };
+    let model = product(&devices[0]);
+    let count = devices.len() as u32;
+    let topology = crate::nodes::infer_topology(count, &model, node.labels.contains_key(GPU_CLIQUE_LABEL));
+    let (layout, nics) = topology.devices(&model, 0, count);
+    let mut used = BTreeSet::new();
+    node.gpus = devices
+        .iter()
+        .zip(layout)
+        .enumerate()
+        .map(|(position, (d, slot))| {
+            let memory = d
+                .capacity
+                .get(&format!("{NVIDIA_GPU_DRIVER}/memory"))
+                .copied()
+                .unwrap_or(0);
+            // Indices are unique on a node: a device without one, or repeating one, takes
+            // the next free number past the published ones.
+            let index = gpu_index(d)
+                .filter(|i| used.insert(*i))
+                .unwrap_or_else(|| {
+                    let i = (count + position as u32..).find(|i| !used.contains(i)).expect("a free index");
+                    used.insert(i);
+                    i
+                });
+            GpuDevice {
+                index,
+                model: product(d),
+                memory_mib: (memory.max(0) as u64) / (1024 * 1024),
+                dra: Some(d.clone()),
+                ..slot
+            }
+        })
+        .collect();
+    if node.nics.is_empty() {
+        node.nics = nics;
+    }
+    None
+}
+
+/// Gives a pod its claims: it takes DRA devices, and its GPU demand (for packing and
+/// quota) is the devices its unallocated claims take. A pod that also asks for
+/// `nvidia.com/gpu` is refused: a node serves GPUs through one or the other.
+pub fn set_pod_claims(
+    ctx: &Ctx,
+    field: &str,
+    pod: &mut kestrel_core::PodSpec,
+    claims: Vec<DeviceClaim>,
+) -> Result<(), LoadError> {
+    if claims.is_empty() {
+        return Ok(());
+    }
+    if pod.demand.gpu != kestrel_core::GpuRequest::None {
+        return Err(ctx.err(
+            format!("{field}.resourceClaims"),
+            "the pod asks for nvidia.com/gpu (or a GPU share) and for ResourceClaims; a node \
+             serves its GPUs through the device plugin or through DRA, not both: ask for \
+             GPUs in one way",
+        ));
+    }
+    let devices = kestrel_core::DeviceClaims { claims };
+    pod.demand.gpu = match devices.to_allocate() {
+        0 => kestrel_core::GpuRequest::None,
+        n => kestrel_core::GpuRequest::Whole(n),
+    };
+    pod.constraints.devices = Some(devices);
+    Ok(())
+}
