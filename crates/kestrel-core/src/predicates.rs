@@ -33,7 +33,10 @@ pub(crate) fn node_shortfalls(
         GpuRequest::Memory { mib } if !node.has_device_memory(mib) => Some(mib),
         _ => None,
     };
-    if let Some(mib) = memory_short {
+    if node.dra && demand.gpu != GpuRequest::None {
+        // Its GPUs are published through DRA: it has no nvidia.com/gpu at all.
+        out.push(NodeReason::Insufficient(GPU_RESOURCE.to_string()));
+    } else if let Some(mib) = memory_short {
         out.push(NodeReason::gpu_memory_short(mib));
     } else if !node.gpu_fits(demand.gpu) {
         let enough_in_total = match demand.gpu {

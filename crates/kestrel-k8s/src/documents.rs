@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::path::Path;
 
 /// The kinds a workload file may hold (plus `List`s of them).
-pub const SUPPORTED_KINDS: [&str; 23] = [
+pub const SUPPORTED_KINDS: [&str; 26] = [
     "Pod",
     "Job",
     "Deployment",
@@ -32,11 +32,16 @@ pub const SUPPORTED_KINDS: [&str; 23] = [
     "ResourceQuota",
     "LimitRange",
     "PodDisruptionBudget",
+    "DeviceClass",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
 ];
 
 /// Kinds without a namespace, named `Kind name` rather than `Kind namespace/name`.
-const CLUSTER_SCOPED: [&str; 9] = [
+const CLUSTER_SCOPED: [&str; 11] = [
     "Node",
+    "DeviceClass",
+    "ResourceSlice",
     "Queue",
     "WorkloadPriorityClass",
     "Namespace",

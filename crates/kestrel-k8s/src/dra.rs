@@ -699,3 +699,35 @@ pub fn set_pod_claims(
     pod.constraints.devices = Some(devices);
     Ok(())
 }
+
+/// A GPU as NVIDIA's driver publishes it: device `gpu-<index>` of the pool named after its
+/// node, with `type`, `index`, `uuid`, `productName` and `memory` under the driver's
+/// domain, and the standard `pcieRoot`. The simulator's DRA pools publish their GPUs so.
+pub fn nvidia_gpu_device(node: &str, gpu: &GpuDevice) -> DraDevice {
+    let domain = |id: &str| format!("{NVIDIA_GPU_DRIVER}/{id}");
+    let mut attributes = BTreeMap::new();
+    attributes.insert(domain("type"), DeviceAttribute::String("gpu".to_string()));
+    attributes.insert(domain("index"), DeviceAttribute::Int(i64::from(gpu.index)));
+    attributes.insert(
+        domain("uuid"),
+        DeviceAttribute::String(format!("GPU-{node}-{}", gpu.index)),
+    );
+    attributes.insert(
+        domain("productName"),
+        DeviceAttribute::String(gpu.model.clone()),
+    );
+    attributes.insert(
+        "resource.kubernetes.io/pcieRoot".to_string(),
+        DeviceAttribute::String(format!("pci0000:{:02x}", gpu.pcie_switch.unwrap_or(gpu.numa_node))),
+    );
+    let mut capacity = BTreeMap::new();
+    capacity.insert(domain("memory"), (gpu.memory_mib * 1024 * 1024) as i64);
+    DraDevice {
+        driver: NVIDIA_GPU_DRIVER.to_string(),
+        pool: node.to_string(),
+        name: format!("gpu-{}", gpu.index),
+        attributes,
+        capacity,
+        taints: Vec::new(),
+    }
+}

@@ -12,12 +12,16 @@
 //!   fabric), or when its product names an SXM-class part (`A100`, `H100`, `H200`) and not
 //!   a PCIe card (`PCIE` in the product); every other node gets `none`. (An A100 DGX has
 //!   200 Gb NICs where the template says 400 Gb; annotate such nodes if that matters.)
+//! - GPUs published through DRA: the file may hold the nodes' ResourceSlices too
+//!   (`kubectl get nodes,resourceslices -o yaml`); NVIDIA's GPU devices become the nodes'
+//!   GPUs ([`crate::dra`]).
 //! - Taints from `spec.taints`, cordon from `spec.unschedulable`; the hostname label is
 //!   added when missing.
 
 use crate::documents::{read_documents, Document};
 use crate::error::LoadError;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kestrel_core::{
     parse_quantity, GpuTopology, NodeSpec, Resources, Taint, TaintEffect, GPU_CLIQUE_LABEL,
@@ -39,13 +43,20 @@ pub const GPU_TOPOLOGY_ANNOTATION: &str = "kestrel.dev/gpu-topology";
 pub fn load_kube_nodes(path: &Path, text: &str) -> Result<Vec<NodeSpec>, LoadError> {
     let mut names = BTreeSet::new();
     let mut nodes = Vec::new();
+    let mut slices = crate::dra::SliceBook::default();
     for doc in read_documents(path, text, Some("Node"))? {
         let object = doc.object();
+        if doc.kind() == "ResourceSlice" {
+            let slice: ResourceSlice = doc.typed(path)?;
+            let ctx = crate::fields::Ctx { path, object };
+            slices.insert(&ctx, &slice)?;
+            continue;
+        }
         if doc.kind() != "Node" {
             return Err(LoadError::new(
                 path,
                 format!(
-                    "a node file holds only Node objects, this is a {}; move it to a workload file",
+                    "a node file holds only Node and ResourceSlice objects, this is a {}; move it to a workload file",
                     doc.kind()
                 ),
             )
@@ -68,6 +79,18 @@ pub fn load_kube_nodes(path: &Path, text: &str) -> Result<Vec<NodeSpec>, LoadErr
             path,
             "no Node objects in the file; export them with kubectl get nodes -o yaml",
         ));
+    }
+    if let Some(unknown) = slices.nodes().into_iter().find(|n| !names.contains(*n)) {
+        return Err(LoadError::new(
+            path,
+            format!("a ResourceSlice publishes devices of node {unknown:?}, which the file does not hold; add the Node or remove its slices"),
+        ));
+    }
+    for node in &mut nodes {
+        let gpus = slices.gpus_of(&node.name);
+        if let Some(warning) = crate::dra::attach_gpus(node, &gpus) {
+            return Err(LoadError::new(path, warning).object(format!("Node {}", node.name)));
+        }
     }
     Ok(nodes)
 }

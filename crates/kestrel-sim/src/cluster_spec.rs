@@ -13,6 +13,8 @@
 //!     memory: 2Ti
 //!     gpu: {model: H100-80GB, count: 8, memoryMiB: 81559}
 //!     topology: dgx-h100
+//!     # gpu.publish: dra publishes the GPUs as NVIDIA's DRA driver does (ResourceSlices):
+//!     # pods then claim them through ResourceClaims.
 //!     racks: 4
 //!     taints: [{key: nvidia.com/gpu, value: "true", effect: NoSchedule}]
 //!   events:
@@ -162,6 +164,9 @@ struct GpuShape {
     count: u32,
     #[serde(rename = "memoryMiB")]
     memory_mib: u64,
+    /// How the node publishes its GPUs: `devicePlugin` (`nvidia.com/gpu`, the default) or
+    /// `dra` (ResourceSlices as NVIDIA's DRA driver writes them; pods claim them).
+    publish: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -218,12 +223,17 @@ impl Pool {
                 format!("{}-rack-{}", self.name, index / per_rack),
             );
         }
-        let (gpus, nics) = match &self.gpu {
+        let (mut gpus, nics) = match &self.gpu {
             Some((shape, topology)) => {
                 topology.devices(&shape.model, shape.memory_mib, shape.count)
             }
             None => (Vec::new(), Vec::new()),
         };
+        if self.gpu.as_ref().is_some_and(|(shape, _)| shape.publish.as_deref() == Some("dra")) {
+            for gpu in &mut gpus {
+                gpu.dra = Some(std::sync::Arc::new(kestrel_k8s::dra::nvidia_gpu_device(&name, gpu)));
+            }
+        }
         // The pool's labels (block, GPU Feature Discovery, user labels) come last: a user
         // label may override a generated one, except the hostname (rejected on load).
         labels.extend(self.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -523,6 +533,16 @@ fn build_pool(path: &Path, object: &str, spec: PoolSpec) -> Result<Pool, LoadErr
                 return Err(err(
                     "gpu.count",
                     "a GPU pool needs 1 or more GPUs per node; remove gpu for a CPU pool".into(),
+                ));
+            }
+            if let Some(other) = shape
+                .publish
+                .as_deref()
+                .filter(|p| !matches!(*p, "dra" | "devicePlugin"))
+            {
+                return Err(err(
+                    "gpu.publish",
+                    format!("{other:?} is not a way to publish GPUs; write devicePlugin or dra"),
                 ));
             }
             if shape.model.trim().is_empty() {

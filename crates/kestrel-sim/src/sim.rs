@@ -685,6 +685,9 @@ impl<'a> Simulation<'a> {
         let mut spec: PodSpec = job.template.clone();
         spec.namespace = job.namespace.clone();
         spec.name = name;
+        if let Some(devices) = &mut spec.constraints.devices {
+            devices.name_for_pod(&spec.namespace, &spec.name);
+        }
         if let Some(membership) = &mut spec.gang {
             membership.rank.get_or_insert(rank);
         }
@@ -736,6 +739,7 @@ impl<'a> Simulation<'a> {
         let (done, ran) = (state.done_work, self.now.saturating_sub(state.run_start));
         self.track_gpu_load(pod, -1.0);
         self.scheduler.finish(pod).expect("running pod is known");
+        self.scheduler.release_unused_claims_of(pod);
         self.namespace_quota_release(job_index);
         self.report.pods.completed += 1;
         let job = &self.workload.jobs[job_index];
@@ -1048,6 +1052,7 @@ impl<'a> Simulation<'a> {
             if job.is_some_and(|j| self.workload.jobs[j].kind == JobKind::BarePod) {
                 // A preempted Pod is deleted; without a controller nothing brings it back.
                 self.scheduler.finish(pod).expect("evicted pod is pending");
+                self.scheduler.release_unused_claims_of(pod);
                 self.report.preemption.deleted_pods += 1;
             }
         }

@@ -1,11 +1,12 @@
 //! A real Kubernetes control plane for Kestrel's end-to-end tests and `kestrel bench live`.
 //!
 //! [`ControlPlane::start`] runs `kestrel-testenv up` (built from `testenv/` by `.ci/run`:
-//! an embedded etcd, kube-apiserver and, on request, kube-scheduler and kube-controller-manager
-//! from released Kubernetes modules), which writes an admin kubeconfig and takes fault commands on its
-//! standard input. Around it: fake GPU [`nodes`], a [`kubelet::FakeKubelet`] that runs and
-//! completes bound pods, [`install`] of Kestrel's own manifests with a ServiceAccount
-//! kubeconfig, [`Kestrel`] processes (`kestrel serve`), and a real [`MlflowServer`].
+//! an embedded etcd, kube-apiserver and, on request, kube-scheduler and
+//! kube-controller-manager from released Kubernetes modules), which writes an admin
+//! kubeconfig and takes fault commands on its standard input. Around it: fake GPU
+//! [`nodes`], a [`kubelet::FakeKubelet`] that runs and completes bound pods, [`install`] of
+//! Kestrel's own manifests with a ServiceAccount kubeconfig, [`Kestrel`] processes
+//! (`kestrel serve`), and a real [`MlflowServer`].
 //!
 //! When the control plane has not been built, [`ControlPlane::start`] returns `None` after
 //! a loud message, except under `CI=true`, where it panics: CI must never pass by skipping.
@@ -62,9 +63,8 @@ pub fn skip_or_fail(why: &str) {
 }
 
 /// One control plane: etcd, kube-apiserver (and kube-scheduler or kube-controller-manager
-/// when started), supervised
-/// by a `kestrel-testenv` process that stops them all when this value is dropped or this
-/// process exits (its standard input closes).
+/// when started), supervised by a `kestrel-testenv` process that stops them all when this
+/// value is dropped or this process exits (its standard input closes).
 pub struct ControlPlane {
     io: Mutex<(ChildStdin, BufReader<ChildStdout>)>,
     child: Mutex<Child>,

@@ -275,4 +275,28 @@ impl Scheduler {
             self.claims.get_mut(&key).expect("listed").held = held;
         }
     }
+
+    /// Releases the claims of an ended pod that no other pod uses, as the claim controller
+    /// does (for drivers that play it: the simulator). A claim made for the pod from a
+    /// template is its alone.
+    pub fn release_unused_claims_of(&mut self, id: PodId) {
+        let Some(claims) = self.pods[id.0 as usize].spec.constraints.devices.clone() else {
+            return;
+        };
+        for claim in &claims.claims {
+            let shared = claim.per_pod.is_none()
+                && self.pods.iter().enumerate().any(|(i, r)| {
+                    i != id.0 as usize
+                        && !matches!(r.phase, PodPhase::Gone)
+                        && r.spec
+                            .constraints
+                            .devices
+                            .as_ref()
+                            .is_some_and(|d| d.claims.iter().any(|c| c.key == claim.key))
+                });
+            if !shared {
+                self.release_claim(&claim.key);
+            }
+        }
+    }
 }

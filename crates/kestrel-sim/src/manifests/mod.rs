@@ -41,6 +41,7 @@ use kestrel_k8s::LoadError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+mod dra;
 mod failures;
 pub use failures::{parse_failures, FAILURES_ANNOTATION};
 
@@ -77,9 +78,12 @@ pub fn load_manifests_with(
     let mut catalog = Catalog::new();
     let mut gangs = GangCollector::default();
     let mut queues = QueueCollector::default();
+    let mut dra_objects = dra::DraObjects::default();
     for (path, docs) in &parsed {
         for doc in docs {
-            if doc.is_gang_document() {
+            if dra::is_dra_kind(doc.kind()) {
+                dra_objects.add(path, doc)?;
+            } else if doc.is_gang_document() {
                 gangs.add_document(path, &doc.value)?;
             } else if is_queue_document(doc.kind()) {
                 queues.add_document(path, &doc.position(), &doc.value)?;
@@ -98,6 +102,7 @@ pub fn load_manifests_with(
         jobs: Vec::new(),
         training: Vec::new(),
         options: options.clone(),
+        dra: dra_objects,
     };
     for (path, docs) in &parsed {
         for doc in docs {
@@ -125,6 +130,7 @@ struct Builder {
     jobs: Vec<SimJob>,
     training: Vec<SimTraining>,
     options: LoadOptions,
+    dra: dra::DraObjects,
 }
 
 /// Where a pod's template sits in its object.
@@ -150,8 +156,15 @@ impl Builder {
             path,
             object: object.clone(),
         };
-        if doc.is_gang_document() || is_queue_document(doc.kind()) {
+        if doc.is_gang_document() || is_queue_document(doc.kind()) || dra::is_dra_kind(doc.kind()) {
             return Ok(());
+        }
+        if doc.kind() == "ResourceSlice" {
+            return Err(ctx.err(
+                "kind",
+                "a ResourceSlice publishes a node's devices: put it in the cluster file, \
+                 beside the Nodes (kubectl get nodes,resourceslices -o yaml)",
+            ));
         }
         if let Some(jobs) = self.role_workload(&ctx, doc)? {
             self.jobs.extend(jobs);
@@ -448,6 +461,8 @@ impl Builder {
             name.clone(),
             labels,
         )?;
+        self.dra
+            .apply(ctx, shape.spec_field, spec, &namespace, &mut template)?;
         let mut all_annotations = BTreeMap::new();
         for meta in [Some(shape.meta), shape.template_meta]
             .into_iter()

@@ -160,6 +160,7 @@ impl Simulation<'_> {
         self.scheduler
             .finish(pod)
             .expect("a pod that left is pending");
+        self.scheduler.release_unused_claims_of(pod);
         self.namespace_quota_release(self.pods[&pod].job);
         let run = Run {
             ran,
@@ -183,6 +184,7 @@ impl Simulation<'_> {
         let ran = self.now.saturating_sub(state.run_start);
         self.track_gpu_load(pod, -1.0);
         self.scheduler.finish(pod).expect("running pod is known");
+        self.scheduler.release_unused_claims_of(pod);
         self.namespace_quota_release(job);
         let saved = done + self.periodic_checkpoint(pod, ran);
         let Some(t) = self.training_of(job) else {
@@ -396,6 +398,7 @@ impl Simulation<'_> {
                 self.track_gpu_load(pod.id, -1.0);
             }
             self.scheduler.finish(pod.id).expect("a job's pod is known");
+            self.scheduler.release_unused_claims_of(pod.id);
             self.namespace_quota_release(job);
         }
     }

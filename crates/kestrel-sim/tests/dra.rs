@@ -1,0 +1,371 @@
+//! GPUs through Dynamic Resource Allocation in the simulator: pools that publish their GPUs
+//! as NVIDIA's DRA driver does, pods that claim them from templates or share one claim,
+//! claims no device matches, and the errors bad DRA objects get.
+
+use kestrel_core::*;
+use kestrel_sim::explain_view::find_pod;
+use kestrel_sim::manifests::load_manifests;
+use kestrel_sim::*;
+use std::path::PathBuf;
+
+const MIN: Millis = 60_000;
+
+const CLUSTER: &str = r#"
+apiVersion: sim.kestrel.dev/v1alpha1
+kind: SimCluster
+metadata: {name: dra}
+spec:
+  pools:
+  - name: gpu
+    count: 2
+    cpu: "64"
+    memory: 512Gi
+    gpu: {model: NVIDIA H100 80GB HBM3, count: 8, memoryMiB: 81559, publish: dra}
+    topology: dgx-h100
+"#;
+
+const CLASSES: &str = r#"
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu.nvidia.com}
+spec:
+  selectors:
+  - cel: {expression: "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: team}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: gpu.nvidia.com}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: four-big-gpus, namespace: team}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpus
+        exactly:
+          deviceClassName: gpu.nvidia.com
+          count: 4
+          selectors:
+          - cel: {expression: "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0"}
+"#;
+
+fn cluster() -> SimCluster {
+    kestrel_sim::cluster_spec::load_cluster_spec(&PathBuf::from("cluster.yaml"), CLUSTER).unwrap()
+}
+
+fn workload(extra: &str) -> Result<Workload, kestrel_k8s::LoadError> {
+    load_manifests(&[
+        (PathBuf::from("classes.yaml"), CLASSES.to_string()),
+        (PathBuf::from("work.yaml"), extra.to_string()),
+    ])
+}
+
+fn job(name: &str, pods: u32, claims: &str) -> String {
+    format!(
+        r#"
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+  namespace: team
+  annotations: {{kestrel.dev/sim-duration: 30m}}
+spec:
+  parallelism: {pods}
+  completions: {pods}
+  template:
+    spec:
+      resourceClaims: {claims}
+      containers:
+      - name: main
+        image: trainer
+        resources:
+          requests: {{cpu: "1"}}
+          claims: [{{name: gpu}}]
+---
+"#
+    )
+}
+
+fn bound_devices(sim: &Simulation, pod: &str) -> Option<(NodeId, Vec<u32>)> {
+    let id = find_pod(sim, pod).ok()?;
+    match &sim.scheduler().pod(id).phase {
+        PodPhase::Bound { node, gpus, .. } => Some((*node, gpus.indices())),
+        _ => None,
+    }
+}
+
+#[test]
+fn pods_claiming_gpus_from_templates_get_devices_of_their_node_and_none_twice() {
+    let work = job(
+        "one",
+        12,
+        "[{name: gpu, resourceClaimTemplateName: one-gpu}]",
+    ) + &job(
+        "four",
+        1,
+        "[{name: gpu, resourceClaimTemplateName: four-big-gpus}]",
+    );
+    let workload = workload(&work).unwrap();
+    let cluster = cluster();
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(MIN).unwrap();
+    let mut used = std::collections::BTreeSet::new();
+    let mut bound = 0;
+    for (id, record) in sim.scheduler().pods() {
+        if let PodPhase::Bound { node, gpus, .. } = &record.phase {
+            bound += 1;
+            for index in gpus.indices() {
+                assert!(used.insert((*node, index)), "GPU {index} given twice");
+            }
+            let claims = sim.scheduler().pod_claim_allocations(id);
+            assert_eq!(claims.len(), 1, "{}", record.spec.name);
+            let (key, allocation) = &claims[0];
+            assert!(key.starts_with("team/"), "{key}");
+            assert_eq!(allocation.results.len(), gpus.indices().len());
+            assert!(allocation.results.iter().all(|r| r.driver == "gpu.nvidia.com"));
+            assert_eq!(
+                allocation.node,
+                sim.scheduler().cluster().node(*node).spec.name
+            );
+        }
+    }
+    assert_eq!(bound, 13, "12 one-GPU pods and the 4-GPU pod fit 16 GPUs");
+    assert_eq!(used.len(), 16);
+    // The 4-GPU claim sits on one NUMA node of its DGX.
+    let (node, four) = bound_devices(&sim, "four-0").unwrap();
+    let spec = &sim.scheduler().cluster().node(node).spec;
+    let numa: std::collections::BTreeSet<u32> = four
+        .iter()
+        .map(|i| spec.gpus.iter().find(|g| g.index == *i).unwrap().numa_node)
+        .collect();
+    assert_eq!(numa.len(), 1, "{four:?}");
+    // When the pods end, their claims are released and the devices free.
+    sim.run_to(40 * MIN).unwrap();
+    let free: u32 = sim
+        .scheduler()
+        .cluster()
+        .iter()
+        .map(|(_, n)| n.free_whole_gpus())
+        .sum();
+    assert_eq!(free, 16);
+    assert_eq!(sim.scheduler().held_claims().count(), 0);
+}
+
+#[test]
+fn one_claim_shared_by_two_pods_is_allocated_once_and_both_go_where_it_is() {
+    let shared = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: shared-gpu, namespace: team}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: gpu.nvidia.com, count: 2}
+---
+"#;
+    let work = shared.to_string()
+        + &job("a", 1, "[{name: gpu, resourceClaimName: shared-gpu}]")
+        + &job("b", 1, "[{name: gpu, resourceClaimName: shared-gpu}]");
+    let workload = workload(&work).unwrap();
+    let cluster = cluster();
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(MIN).unwrap();
+    let a = bound_devices(&sim, "a-0").expect("a bound");
+    let b = bound_devices(&sim, "b-0").expect("b bound");
+    assert_eq!(a, b, "both pods use the claim's devices");
+    assert_eq!(a.1.len(), 2);
+    let free: u32 = sim
+        .scheduler()
+        .cluster()
+        .iter()
+        .map(|(_, n)| n.free_whole_gpus())
+        .sum();
+    assert_eq!(free, 14, "the shared claim holds 2 GPUs, not 4");
+}
+
+#[test]
+fn a_claim_no_device_matches_stays_pending_with_its_request_named() {
+    let work = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: b200, namespace: team}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.nvidia.com
+          selectors:
+          - cel: {expression: "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA B200')"}
+---
+"#
+    .to_string()
+        + &job("b200", 1, "[{name: gpu, resourceClaimTemplateName: b200}]");
+    let workload = workload(&work).unwrap();
+    let cluster = cluster();
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(MIN).unwrap();
+    let id = find_pod(&sim, "b200-0").unwrap();
+    let record = sim.scheduler().pod(id);
+    assert_eq!(record.phase, PodPhase::Pending);
+    let reason = record.pending_reason.as_ref().unwrap().to_string();
+    assert!(
+        reason.starts_with("0/2 nodes are available: 2 cannot allocate all claims (ResourceClaim team/b200-0-gpu request gpu: no device matches)"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn nvidia_gpu_pods_do_not_land_on_nodes_that_publish_their_gpus_through_dra() {
+    let work = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: plugin-pod, namespace: team}
+spec:
+  containers:
+  - name: main
+    image: x
+    resources: {limits: {nvidia.com/gpu: 1}}
+"#;
+    let workload = workload(work).unwrap();
+    let cluster = cluster();
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(MIN).unwrap();
+    let id = find_pod(&sim, "plugin-pod").unwrap();
+    let record = sim.scheduler().pod(id);
+    assert_eq!(record.phase, PodPhase::Pending);
+    let reason = record.pending_reason.as_ref().unwrap().to_string();
+    assert!(reason.contains("2 Insufficient nvidia.com/gpu"), "{reason}");
+}
+
+fn load_error(work: &str) -> String {
+    workload(work).map(|_| ()).unwrap_err().to_string()
+}
+
+#[test]
+fn bad_claims_are_refused_naming_the_object_field_and_fix() {
+    // A class that does not exist (read when a pod uses the claim).
+    let e = load_error(
+        &(r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: c, namespace: team}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: gpu.example.com}
+---
+"#
+        .to_string()
+            + &job("p", 1, "[{name: gpu, resourceClaimName: c}]")),
+    );
+    for part in [
+        "ResourceClaim team/c",
+        "spec.devices.requests[0].exactly.deviceClassName",
+        "DeviceClass gpu.example.com does not exist",
+    ] {
+        assert!(e.contains(part), "{part} not in: {e}");
+    }
+    // A selector that does not compile.
+    let e = load_error(
+        r#"
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: broken}
+spec:
+  selectors:
+  - cel: {expression: "device.driver == "}
+"#,
+    );
+    for part in ["DeviceClass broken", "spec.selectors[0].cel.expression", "does not compile"] {
+        assert!(e.contains(part), "{part} not in: {e}");
+    }
+    // A template that does not exist.
+    let e = load_error(&job("p", 1, "[{name: gpu, resourceClaimTemplateName: nope}]"));
+    for part in [
+        "Job team/p",
+        "resourceClaims[0].resourceClaimTemplateName",
+        "no ResourceClaimTemplate team/nope",
+    ] {
+        assert!(e.contains(part), "{part} not in: {e}");
+    }
+    // A container naming a claim the pod does not have.
+    let e = load_error(&job("p", 1, "[]"));
+    assert!(e.contains("claim \"gpu\" is not in spec.resourceClaims"), "{e}");
+    // Both nvidia.com/gpu and a claim.
+    let e = load_error(
+        &job("p", 1, "[{name: gpu, resourceClaimTemplateName: one-gpu}]")
+            .replace("requests: {cpu: \"1\"}", "limits: {nvidia.com/gpu: 1}"),
+    );
+    assert!(e.contains("not both"), "{e}");
+}
+
+#[test]
+fn a_cluster_dump_with_resource_slices_gives_nodes_their_dra_gpus() {
+    let dump = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-a, labels: {kubernetes.io/hostname: node-a}}
+  status:
+    allocatable: {cpu: "32", memory: 256Gi, pods: "110"}
+- apiVersion: resource.k8s.io/v1
+  kind: ResourceSlice
+  metadata: {name: node-a-gpu.nvidia.com-abcde}
+  spec:
+    driver: gpu.nvidia.com
+    nodeName: node-a
+    pool: {name: node-a, generation: 2, resourceSliceCount: 1}
+    devices:
+    - name: gpu-0
+      attributes:
+        type: {string: gpu}
+        index: {int: 0}
+        productName: {string: NVIDIA A100-SXM4-40GB}
+      capacity:
+        memory: {value: 40Gi}
+    - name: gpu-1
+      attributes:
+        type: {string: gpu}
+        index: {int: 1}
+        productName: {string: NVIDIA A100-SXM4-40GB}
+      capacity:
+        memory: {value: 40Gi}
+- apiVersion: resource.k8s.io/v1
+  kind: ResourceSlice
+  metadata: {name: node-a-old}
+  spec:
+    driver: gpu.nvidia.com
+    nodeName: node-a
+    pool: {name: node-a, generation: 1, resourceSliceCount: 1}
+    devices:
+    - name: gpu-9
+      attributes: {type: {string: gpu}, index: {int: 9}}
+"#;
+    let nodes = kestrel_k8s::nodes::load_kube_nodes(&PathBuf::from("dump.yaml"), dump).unwrap();
+    let gpus = &nodes[0].gpus;
+    assert_eq!(gpus.len(), 2, "only the pool's newest generation counts");
+    assert_eq!(gpus[1].index, 1);
+    assert_eq!(gpus[1].model, "NVIDIA A100-SXM4-40GB");
+    assert_eq!(gpus[1].memory_mib, 40 * 1024);
+    assert_eq!(gpus[1].dra.as_ref().unwrap().name, "gpu-1");
+
+    let twice = dump.replace("name: gpu-1", "name: gpu-0");
+    let e = kestrel_k8s::nodes::load_kube_nodes(&PathBuf::from("dump.yaml"), &twice)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("spec.devices[1].name") && e.contains("listed twice"), "{e}");
+}
