@@ -290,7 +290,11 @@ impl NodeState {
     /// The devices a pod that fits here ([`NodeState::fits_pod`]) gets by the engine's
     /// own choice: its claims' devices, or GPUs on one NUMA node when asked, or
     /// [`NodeState::choose_gpus`]'s.
-    pub fn choose_for_pod(&self, demand: &Demand, constraints: &PlacementConstraints) -> GpuAssignment {
+    pub fn choose_for_pod(
+        &self,
+        demand: &Demand,
+        constraints: &PlacementConstraints,
+    ) -> GpuAssignment {
         if let Some(claims) = &constraints.devices {
             return self.claim_assignment(claims);
         }

@@ -26,8 +26,7 @@ use crate::error::LoadError;
 use crate::fields::Ctx;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, DeviceSelector, DeviceToleration, ResourceClaim, ResourceClaimSpec,
-    ResourceSlice,
+    DeviceClass, DeviceSelector, DeviceToleration, ResourceClaim, ResourceClaimSpec, ResourceSlice,
 };
 use kestrel_core::{
     parse_quantity, ClaimAllocation, DeviceAttribute, DeviceChoice, DeviceClaim, DeviceCount,
@@ -76,6 +75,10 @@ impl DeviceClasses {
 
     pub fn remove(&mut self, name: &str) {
         self.classes.remove(name);
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.classes.keys().cloned().collect()
     }
 
     fn get(&self, name: &str) -> Result<&Arc<ClassSelectors>, String> {
@@ -360,7 +363,10 @@ fn read_choice(
 
 /// The allocation in a claim's status: its node (kube-scheduler writes a node selector on
 /// `metadata.name`, or the hostname label) and results. `None`: not allocated.
-pub fn claim_allocation(ctx: &Ctx, claim: &ResourceClaim) -> Result<Option<ClaimAllocation>, LoadError> {
+pub fn claim_allocation(
+    ctx: &Ctx,
+    claim: &ResourceClaim,
+) -> Result<Option<ClaimAllocation>, LoadError> {
     let Some(allocation) = claim.status.as_ref().and_then(|s| s.allocation.as_ref()) else {
         return Ok(None);
     };
@@ -493,7 +499,10 @@ impl SliceBook {
             if !seen.insert(d.name.clone()) {
                 return Err(ctx.err(
                     format!("{df}.name"),
-                    format!("device {:?} is listed twice; a device is published once", d.name),
+                    format!(
+                        "device {:?} is listed twice; a device is published once",
+                        d.name
+                    ),
                 ));
             }
             let qualify = |name: &str| match name.contains('/') {
@@ -518,9 +527,8 @@ impl SliceBook {
             }
             let mut capacity = BTreeMap::new();
             for (k, v) in d.capacity.iter().flatten() {
-                let amount = parse_quantity(&v.value.0, 1).map_err(|e| {
-                    ctx.err(format!("{df}.capacity[{k:?}].value"), e.to_string())
-                })?;
+                let amount = parse_quantity(&v.value.0, 1)
+                    .map_err(|e| ctx.err(format!("{df}.capacity[{k:?}].value"), e.to_string()))?;
                 capacity.insert(qualify(k), amount);
             }
             let mut taints = Vec::new();
@@ -528,7 +536,10 @@ impl SliceBook {
                 let effect = TaintEffect::parse(&t.effect).ok_or_else(|| {
                     ctx.err(
                         format!("{df}.taints[{j}].effect"),
-                        format!("{:?} is not a taint effect; write NoSchedule or NoExecute", t.effect),
+                        format!(
+                            "{:?} is not a taint effect; write NoSchedule or NoExecute",
+                            t.effect
+                        ),
                     )
                 })?;
                 taints.push(Taint {
@@ -564,9 +575,16 @@ impl SliceBook {
         self.slices.remove(name);
     }
 
+    pub fn names(&self) -> Vec<String> {
+        self.slices.keys().cloned().collect()
+    }
+
     /// The nodes some slice publishes devices for.
     pub fn nodes(&self) -> BTreeSet<&str> {
-        self.slices.values().filter_map(|s| s.node.as_deref()).collect()
+        self.slices
+            .values()
+            .filter_map(|s| s.node.as_deref())
+            .collect()
     }
 
     /// The GPUs published for `node` that count: NVIDIA `gpu` devices of each pool's
@@ -628,13 +646,17 @@ pub fn attach_gpus(node: &mut NodeSpec, devices: &[Arc<DraDevice>]) -> Option<St
             devices.len()
         ));
     }
-    let product = |d: &DraDevice| match d.attributes.get(&format!("{NVIDIA_GPU_DRIVER}/productName")) {
+    let product = |d: &DraDevice| match d
+        .attributes
+        .get(&format!("{NVIDIA_GPU_DRIVER}/productName"))
+    {
         Some(DeviceAttribute::String(s)) => s.clone(),
         _ => "unknown".to_string(),
     };
     let model = product(&devices[0]);
     let count = devices.len() as u32;
-    let topology = crate::nodes::infer_topology(count, &model, node.labels.contains_key(GPU_CLIQUE_LABEL));
+    let topology =
+        crate::nodes::infer_topology(count, &model, node.labels.contains_key(GPU_CLIQUE_LABEL));
     let (layout, nics) = topology.devices(&model, 0, count);
     let mut used = BTreeSet::new();
     node.gpus = devices
@@ -649,13 +671,13 @@ pub fn attach_gpus(node: &mut NodeSpec, devices: &[Arc<DraDevice>]) -> Option<St
                 .unwrap_or(0);
             // Indices are unique on a node: a device without one, or repeating one, takes
             // the next free number past the published ones.
-            let index = gpu_index(d)
-                .filter(|i| used.insert(*i))
-                .unwrap_or_else(|| {
-                    let i = (count + position as u32..).find(|i| !used.contains(i)).expect("a free index");
-                    used.insert(i);
-                    i
-                });
+            let index = gpu_index(d).filter(|i| used.insert(*i)).unwrap_or_else(|| {
+                let i = (count + position as u32..)
+                    .find(|i| !used.contains(i))
+                    .expect("a free index");
+                used.insert(i);
+                i
+            });
             GpuDevice {
                 index,
                 model: product(d),
@@ -718,7 +740,10 @@ pub fn nvidia_gpu_device(node: &str, gpu: &GpuDevice) -> DraDevice {
     );
     attributes.insert(
         "resource.kubernetes.io/pcieRoot".to_string(),
-        DeviceAttribute::String(format!("pci0000:{:02x}", gpu.pcie_switch.unwrap_or(gpu.numa_node))),
+        DeviceAttribute::String(format!(
+            "pci0000:{:02x}",
+            gpu.pcie_switch.unwrap_or(gpu.numa_node)
+        )),
     );
     let mut capacity = BTreeMap::new();
     capacity.insert(domain("memory"), (gpu.memory_mib * 1024 * 1024) as i64);

@@ -11,6 +11,7 @@ use crate::index::{
 use crate::limiter::Limiter;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kestrel_k8s::crds::{ClusterQueue, LocalQueue, PodGroup, API_VERSION};
@@ -108,6 +109,34 @@ impl ApiWriter {
     /// [`GpuIndicesWrite`]). `still_leader` is asked right before the binding is posted: a
     /// replica that lost its lease posts nothing.
     pub async fn bind(&self, job: &BindJob, still_leader: impl Fn() -> bool) -> BindOutcome {
+        // DRA, as kube-scheduler does it: the claims' allocation and the pod's reservation
+        // first, on the versions seen (a claim changed since is a conflict, and the pod is
+        // tried again with what the watch then shows), then the binding.
+        for claim in &job.claims {
+            if !still_leader() {
+                return BindOutcome::Retry("leadership lost before the claims were written".into());
+            }
+            let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &claim.namespace);
+            let params = PostParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..Default::default()
+            };
+            let object: ResourceClaim = match serde_json::from_str(&claim.object) {
+                Ok(object) => object,
+                Err(e) => return BindOutcome::Retry(format!("the claim to write: {e}")),
+            };
+            self.limiter.acquire().await;
+            if let Err(e) = claims.replace_status(&claim.name, &params, &object).await {
+                let what = format!("ResourceClaim {}/{}", claim.namespace, claim.name);
+                return BindOutcome::Retry(match status_code(&e) {
+                    Some(409) => {
+                        format!("{what} changed since it was read; the pod is tried again")
+                    }
+                    Some(404) => format!("{what} is gone"),
+                    _ => format!("writing the allocation of {what}: {e}"),
+                });
+            }
+        }
         let pods = self.pods(&job.namespace);
         let patch_first = self.gpu_indices == GpuIndicesWrite::Patch;
         if let Some(indices) = job.gpu_indices.as_ref().filter(|_| patch_first) {

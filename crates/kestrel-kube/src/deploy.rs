@@ -148,6 +148,11 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             rule(&["kubeflow.org"], &["pytorchjobs"], &["list", "watch"]),
             rule(&["jobset.x-k8s.io"], &["jobsets"], &["list", "watch"]),
             rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+            // DRA: the devices published, the claims pods make, and their allocation and
+            // reservation, written before a bind as kube-scheduler does.
+            rule(&["resource.k8s.io"], &["deviceclasses", "resourceslices"], &["list", "watch"]),
+            rule(&["resource.k8s.io"], &["resourceclaims"], &["get", "list", "watch"]),
+            rule(&["resource.k8s.io"], &["resourceclaims/status"], &["update", "patch"]),
             rule(&["scheduling.k8s.io"], &["priorityclasses"], &["list", "watch"]),
             rule(&["node.k8s.io"], &["runtimeclasses"], &["list", "watch"]),
             rule(&[crds::GROUP], &KESTREL_KINDS, &["get", "list", "watch"]),

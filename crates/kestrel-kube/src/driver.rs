@@ -15,8 +15,8 @@
 use crate::admission::AdmissionObject;
 use crate::api::ApiWriter;
 use crate::index::{
-    self, BindJob, BindOutcome, CheckpointJob, ClusterState, EvictJob, GroupEventJob, GroupKey,
-    GroupStatusJob, NominationJob, QueueStatusJob, StatusJob, REASON_KINDS,
+    self, BindJob, BindOutcome, CheckpointJob, ClusterState, DraEvent, EvictJob, GroupEventJob,
+    GroupKey, GroupStatusJob, NominationJob, QueueStatusJob, StatusJob, REASON_KINDS,
 };
 use crate::metrics::Metrics;
 use futures::StreamExt;
@@ -25,6 +25,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, ResourceQuota};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
@@ -120,6 +121,8 @@ pub enum Change {
         kind: &'static str,
         event: Box<Event<Owner>>,
     },
+    /// A DeviceClass, ResourceSlice or ResourceClaim changed.
+    Dra(Box<DraEvent>),
     /// The API does not serve this kind (its CRD is not installed) or does not let
     /// Kestrel read it: its listing counts as empty until a watch succeeds.
     Unserved {
@@ -292,10 +295,15 @@ pub fn other_projects_listings() -> Vec<String> {
     let priorities = WORKLOAD_PRIORITY_WATCHES
         .iter()
         .map(|(_, version)| path(KUEUE_GROUP, version, "workloadpriorityclasses"));
+    // A cluster before Kubernetes 1.34 does not serve resource.k8s.io/v1.
+    let dra = ["deviceclasses", "resourceslices", "resourceclaims"]
+        .into_iter()
+        .map(move |plural| path("resource.k8s.io", "v1", plural));
     pod_groups
         .chain(queues)
         .chain(owners)
         .chain(priorities)
+        .chain(dra)
         .collect()
 }
 
@@ -362,7 +370,13 @@ struct Synced {
     limit_ranges: bool,
     /// The owner kinds (Job, StatefulSet, ReplicaSet) listed so far.
     owners: std::collections::BTreeSet<&'static str>,
+    /// The DRA kinds listed (or not served) so far: claims' allocations must be known
+    /// before devices are given.
+    dra: std::collections::BTreeSet<&'static str>,
 }
+
+/// The DRA kinds watched.
+const DRA_KINDS: [&str; 3] = ["DeviceClass", "ResourceSlice", "ResourceClaim"];
 
 impl Synced {
     /// Notes a listing that `change` completes.
@@ -402,6 +416,18 @@ impl Synced {
             Change::Unserved { kind } if kind.ends_with("PodGroup") => {
                 self.foreign_pod_groups.insert(kind);
             }
+            Change::Dra(event) => {
+                let kind = match &**event {
+                    DraEvent::Class(Event::InitDone) => "DeviceClass",
+                    DraEvent::Slice(Event::InitDone) => "ResourceSlice",
+                    DraEvent::Claim(Event::InitDone) => "ResourceClaim",
+                    _ => return,
+                };
+                self.dra.insert(kind);
+            }
+            Change::Unserved { kind } if DRA_KINDS.contains(kind) => {
+                self.dra.insert(kind);
+            }
             Change::Queues { kind, listed: true } | Change::Unserved { kind } => {
                 self.queues.insert(kind);
             }
@@ -433,6 +459,7 @@ impl Synced {
                 .filter(|k| !self.workload_priority_classes.contains(k)),
         );
         missing.extend(QUEUE_WATCHES.iter().filter(|k| !self.queues.contains(*k)));
+        missing.extend(DRA_KINDS.iter().filter(|k| !self.dra.contains(*k)));
         missing.extend(
             LIVE_OWNER_KINDS
                 .iter()
@@ -460,6 +487,7 @@ impl Synced {
             && self.owners.len() == LIVE_OWNER_KINDS.len()
             && self.queues.len() == QUEUE_WATCHES.len()
             && self.foreign_pod_groups.len() == FOREIGN_POD_GROUPS.len()
+            && self.dra.len() == DRA_KINDS.len()
     }
 }
 
@@ -579,6 +607,47 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         tx.clone(),
         |e| Change::Pod(Box::new(e)),
         None,
+    );
+    // DRA objects live in the index (claims are as many as pods): no stores.
+    forward_events(
+        tasks,
+        "DeviceClass".to_string(),
+        watcher::watcher(
+            Api::<DeviceClass>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+        tx.clone(),
+        |e| Change::Dra(Box::new(DraEvent::Class(e))),
+        Some(Change::Unserved {
+            kind: "DeviceClass",
+        }),
+    );
+    forward_events(
+        tasks,
+        "ResourceSlice".to_string(),
+        watcher::watcher(
+            Api::<ResourceSlice>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+        tx.clone(),
+        |e| Change::Dra(Box::new(DraEvent::Slice(e))),
+        Some(Change::Unserved {
+            kind: "ResourceSlice",
+        }),
+    );
+    forward_events(
+        tasks,
+        "ResourceClaim".to_string(),
+        watcher::watcher(
+            Api::<ResourceClaim>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .modify(|c: &mut ResourceClaim| c.metadata.managed_fields = None),
+        tx.clone(),
+        |e| Change::Dra(Box::new(DraEvent::Claim(e))),
+        Some(Change::Unserved {
+            kind: "ResourceClaim",
+        }),
     );
     let nodes = spawn_watch(
         tasks,
@@ -996,6 +1065,7 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
                 tracing::warn!(error = %e, "Topology cannot be read; it is not used");
             }
         }
+        Change::Dra(event) => state.apply_dra(*event),
         Change::Queues { .. } => refresh_queues(state, stores),
         Change::ResourceQuota(event) => {
             return admission_change(state, &stores.resource_quotas, *event)

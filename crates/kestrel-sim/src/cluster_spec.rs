@@ -229,9 +229,15 @@ impl Pool {
             }
             None => (Vec::new(), Vec::new()),
         };
-        if self.gpu.as_ref().is_some_and(|(shape, _)| shape.publish.as_deref() == Some("dra")) {
+        if self
+            .gpu
+            .as_ref()
+            .is_some_and(|(shape, _)| shape.publish.as_deref() == Some("dra"))
+        {
             for gpu in &mut gpus {
-                gpu.dra = Some(std::sync::Arc::new(kestrel_k8s::dra::nvidia_gpu_device(&name, gpu)));
+                gpu.dra = Some(std::sync::Arc::new(kestrel_k8s::dra::nvidia_gpu_device(
+                    &name, gpu,
+                )));
             }
         }
         // The pool's labels (block, GPU Feature Discovery, user labels) come last: a user

@@ -130,7 +130,10 @@ fn pods_claiming_gpus_from_templates_get_devices_of_their_node_and_none_twice() 
             let (key, allocation) = &claims[0];
             assert!(key.starts_with("team/"), "{key}");
             assert_eq!(allocation.results.len(), gpus.indices().len());
-            assert!(allocation.results.iter().all(|r| r.driver == "gpu.nvidia.com"));
+            assert!(allocation
+                .results
+                .iter()
+                .all(|r| r.driver == "gpu.nvidia.com"));
             assert_eq!(
                 allocation.node,
                 sim.scheduler().cluster().node(*node).spec.name
@@ -288,11 +291,19 @@ spec:
   - cel: {expression: "device.driver == "}
 "#,
     );
-    for part in ["DeviceClass broken", "spec.selectors[0].cel.expression", "does not compile"] {
+    for part in [
+        "DeviceClass broken",
+        "spec.selectors[0].cel.expression",
+        "does not compile",
+    ] {
         assert!(e.contains(part), "{part} not in: {e}");
     }
     // A template that does not exist.
-    let e = load_error(&job("p", 1, "[{name: gpu, resourceClaimTemplateName: nope}]"));
+    let e = load_error(&job(
+        "p",
+        1,
+        "[{name: gpu, resourceClaimTemplateName: nope}]",
+    ));
     for part in [
         "Job team/p",
         "resourceClaims[0].resourceClaimTemplateName",
@@ -302,7 +313,10 @@ spec:
     }
     // A container naming a claim the pod does not have.
     let e = load_error(&job("p", 1, "[]"));
-    assert!(e.contains("claim \"gpu\" is not in spec.resourceClaims"), "{e}");
+    assert!(
+        e.contains("claim \"gpu\" is not in spec.resourceClaims"),
+        "{e}"
+    );
     // Both nvidia.com/gpu and a claim.
     let e = load_error(
         &job("p", 1, "[{name: gpu, resourceClaimTemplateName: one-gpu}]")
@@ -367,5 +381,8 @@ items:
     let e = kestrel_k8s::nodes::load_kube_nodes(&PathBuf::from("dump.yaml"), &twice)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("spec.devices[1].name") && e.contains("listed twice"), "{e}");
+    assert!(
+        e.contains("spec.devices[1].name") && e.contains("listed twice"),
+        "{e}"
+    );
 }

@@ -1,6 +1,7 @@
 // kestrel-testenv runs a real Kubernetes control plane on loopback for Kestrel's tests and
 // benchmarks: an embedded etcd, kube-apiserver (token authentication, RBAC, the admission
-// plugins a real cluster runs) and, on request, kube-scheduler. It writes a kubeconfig, prints
+// plugins a real cluster runs) and, on request, kube-scheduler and kube-controller-manager
+// (with only the controllers a test names). It writes a kubeconfig, prints
 // one JSON line describing the control plane, then takes commands on standard input (one per
 // line) so tests can inject faults. Closing standard input, SIGINT or SIGTERM stops
 // everything it started.
@@ -9,7 +10,7 @@
 //
 // Commands: stop-apiserver, kill-apiserver, start-apiserver, restart-apiserver,
 // pause-apiserver, resume-apiserver, compact, start-scheduler [FLAGS...], stop-scheduler,
-// status, quit.
+// start-controller-manager CONTROLLERS [FLAGS...], stop-controller-manager, status, quit.
 // Each is answered with one line, "ok ..." or "error ...".
 package main
 
@@ -63,6 +64,8 @@ type controlPlane struct {
 	apiDone   chan struct{}
 	scheduler *exec.Cmd
 	schedDone chan struct{}
+	kcm       *exec.Cmd
+	kcmDone   chan struct{}
 }
 
 func main() {
@@ -74,7 +77,7 @@ func main() {
 	}
 	fs := flag.NewFlagSet("up", flag.ExitOnError)
 	dir := fs.String("dir", "", "working directory for etcd data, certificates, logs and the kubeconfig (created; required)")
-	binDir := fs.String("bin-dir", "", "directory holding kube-apiserver and kube-scheduler (default: this program's directory)")
+	binDir := fs.String("bin-dir", "", "directory holding kube-apiserver, kube-scheduler and kube-controller-manager (default: this program's directory)")
 	_ = fs.Parse(os.Args[2:])
 	if *dir == "" {
 		log.Fatal("--dir is required: a directory for etcd data, certificates and the kubeconfig")
@@ -86,7 +89,7 @@ func main() {
 		}
 		*binDir = filepath.Dir(exe)
 	}
-	for _, b := range []string{"kube-apiserver", "kube-scheduler"} {
+	for _, b := range []string{"kube-apiserver", "kube-scheduler", "kube-controller-manager"} {
 		if _, err := os.Stat(filepath.Join(*binDir, b)); err != nil {
 			log.Fatalf("%s not found in %s: build it with `cd testenv && go build -o ../target/testenv/ k8s.io/kubernetes/cmd/%s` or pass --bin-dir", b, *binDir, b)
 		}
@@ -296,37 +299,45 @@ func (cp *controlPlane) startAPIServer() error {
 		"--allow-privileged=true",
 		"--v=1",
 	}
-	cmd := exec.Command(filepath.Join(cp.binDir, "kube-apiserver"), args...)
+	cmd, done, err := cp.spawn("kube-apiserver", args...)
+	if err != nil {
+		return err
+	}
+	cp.apiserver, cp.apiDone = cmd, done
+	cp.mu.Unlock()
+	err = cp.waitReady("kube-apiserver", cp.server()+"/readyz", done, 120*time.Second)
+	cp.mu.Lock()
+	return err
+}
+
+// spawn starts one of the binaries in binDir, logging into the control plane's log; done
+// closes when it exits.
+func (cp *controlPlane) spawn(name string, args ...string) (*exec.Cmd, chan struct{}, error) {
+	cmd := exec.Command(filepath.Join(cp.binDir, name), args...)
 	cmd.Stdout = cp.logs
 	cmd.Stderr = cp.logs
 	// Dies with this supervisor even if it is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting kube-apiserver: %w", err)
+		return nil, nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	cp.apiserver, cp.apiDone = cmd, done
-	cp.mu.Unlock()
-	err := cp.waitReady(done)
-	cp.mu.Lock()
-	return err
+	return cmd, done, nil
 }
 
-// waitReady polls /readyz until the API server answers ok (or it exits).
-func (cp *controlPlane) waitReady(done chan struct{}) error {
+// waitReady polls url (a /readyz or /healthz) until it answers ok, or the process exits.
+func (cp *controlPlane) waitReady(name, url string, done chan struct{}, timeout time.Duration) error {
 	client := &http.Client{
 		Timeout:   2 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
 	}
-	deadline := time.Now().Add(120 * time.Second)
+	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		select {
-		case <-done:
-			return fmt.Errorf("kube-apiserver exited while starting; see %s", cp.logs.Name())
-		default:
+		if exited(done) {
+			return fmt.Errorf("%s exited while starting; see %s", name, cp.logs.Name())
 		}
-		req, _ := http.NewRequest("GET", cp.server()+"/readyz", nil)
+		req, _ := http.NewRequest("GET", url, nil)
 		req.Header.Set("Authorization", "Bearer "+cp.adminToken)
 		if resp, err := client.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
@@ -337,7 +348,20 @@ func (cp *controlPlane) waitReady(done chan struct{}) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("kube-apiserver not ready within 120 s; see %s", cp.logs.Name())
+	return fmt.Errorf("%s not ready within %v; see %s", name, timeout, cp.logs.Name())
+}
+
+// exited says whether a process started by spawn has ended (done is nil when none was started).
+func exited(done chan struct{}) bool {
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
 }
 
 func stop(cmd *exec.Cmd, done chan struct{}, sig syscall.Signal) {
@@ -391,24 +415,19 @@ func (cp *controlPlane) startScheduler(extra []string) error {
 	if cp.scheduler != nil {
 		return errors.New("kube-scheduler is already running")
 	}
-	cmd := exec.Command(filepath.Join(cp.binDir, "kube-scheduler"),
-		"--kubeconfig="+filepath.Join(cp.dir, "kubeconfig"),
-		"--authentication-kubeconfig="+filepath.Join(cp.dir, "kubeconfig"),
-		"--authorization-kubeconfig="+filepath.Join(cp.dir, "kubeconfig"),
+	kubeconfig := filepath.Join(cp.dir, "kubeconfig")
+	cmd, done, err := cp.spawn("kube-scheduler", append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		"--secure-port=0",
 		"--v=1",
-	)
-	cmd.Args = append(cmd.Args, extra...)
-	cmd.Stdout = cp.logs
-	cmd.Stderr = cp.logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting kube-scheduler: %w", err)
+	}, extra...)...)
+	if err != nil {
+		return err
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
 	cp.scheduler, cp.schedDone = cmd, done
 	return nil
 }
@@ -425,10 +444,68 @@ func (cp *controlPlane) stopScheduler() error {
 	return nil
 }
 
+// startControllerManager starts kube-controller-manager with only the controllers named
+// (controllers is its --controllers value, e.g. resourceclaim-controller) and extra flags. It
+// uses the admin kubeconfig for every controller, and returns once it serves /healthz, so a
+// misspelt controller or flag fails this command rather than a test's wait.
+func (cp *controlPlane) startControllerManager(controllers string, extra []string) error {
+	cp.mu.Lock()
+	if cp.kcm != nil {
+		cp.mu.Unlock()
+		return errors.New("kube-controller-manager is already running")
+	}
+	port, err := freePort()
+	if err != nil {
+		cp.mu.Unlock()
+		return err
+	}
+	kubeconfig := filepath.Join(cp.dir, "kubeconfig")
+	cmd, done, err := cp.spawn("kube-controller-manager", append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		// Token reviews only: this API server has no client CA, so it publishes no
+		// extension-apiserver-authentication ConfigMap to look up.
+		"--authentication-skip-lookup=true",
+		"--controllers=" + controllers,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", port),
+		"--v=1",
+	}, extra...)...)
+	if err != nil {
+		cp.mu.Unlock()
+		return err
+	}
+	cp.kcm, cp.kcmDone = cmd, done
+	cp.mu.Unlock()
+	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
+	if err := cp.waitReady("kube-controller-manager", url, done, 60*time.Second); err != nil {
+		_ = cp.stopControllerManager()
+		return err
+	}
+	return nil
+}
+
+func (cp *controlPlane) stopControllerManager() error {
+	cp.mu.Lock()
+	cmd, done := cp.kcm, cp.kcmDone
+	cp.kcm, cp.kcmDone = nil, nil
+	cp.mu.Unlock()
+	if cmd == nil {
+		return errors.New("kube-controller-manager is not running")
+	}
+	stop(cmd, done, syscall.SIGTERM)
+	return nil
+}
+
 func (cp *controlPlane) command(line string) (string, error) {
 	words := strings.Fields(line)
 	cmd, args := words[0], words[1:]
-	if len(args) > 0 && cmd != "start-scheduler" {
+	switch {
+	case cmd == "start-controller-manager" && len(args) == 0:
+		return "", errors.New("start-controller-manager takes the controllers to run (a comma list for --controllers), then flags")
+	case len(args) > 0 && cmd != "start-scheduler" && cmd != "start-controller-manager":
 		return "", fmt.Errorf("%s takes no arguments", cmd)
 	}
 	switch cmd {
@@ -454,15 +531,23 @@ func (cp *controlPlane) command(line string) (string, error) {
 		return "kube-scheduler started", cp.startScheduler(args)
 	case "stop-scheduler":
 		return "kube-scheduler stopped", cp.stopScheduler()
+	case "start-controller-manager":
+		return "kube-controller-manager started (" + args[0] + ")", cp.startControllerManager(args[0], args[1:])
+	case "stop-controller-manager":
+		return "kube-controller-manager stopped", cp.stopControllerManager()
 	case "status":
 		cp.mu.Lock()
 		defer cp.mu.Unlock()
-		return fmt.Sprintf("apiserver=%v scheduler=%v", cp.apiserver != nil, cp.scheduler != nil), nil
+		// Alive, not merely started: one that died by itself answers false here (and still
+		// takes its stop command before it can start again).
+		return fmt.Sprintf("apiserver=%v scheduler=%v controller-manager=%v",
+			!exited(cp.apiDone), !exited(cp.schedDone), !exited(cp.kcmDone)), nil
 	}
-	return "", errors.New("unknown command; known: stop-apiserver, kill-apiserver, start-apiserver, restart-apiserver, pause-apiserver, resume-apiserver, compact, start-scheduler, stop-scheduler, status, quit")
+	return "", errors.New("unknown command; known: stop-apiserver, kill-apiserver, start-apiserver, restart-apiserver, pause-apiserver, resume-apiserver, compact, start-scheduler, stop-scheduler, start-controller-manager, stop-controller-manager, status, quit")
 }
 
 func (cp *controlPlane) shutdown() {
+	_ = cp.stopControllerManager()
 	_ = cp.stopScheduler()
 	_ = cp.stopAPIServer(syscall.SIGTERM)
 	if cp.etcd != nil {

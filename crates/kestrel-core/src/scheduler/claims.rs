@@ -246,9 +246,37 @@ impl Scheduler {
             return;
         };
         for claim in &claims.claims {
-            if self.claims.get(&claim.key).is_some_and(|c| !c.confirmed) {
-                self.release_claim(&claim.key);
+            match self.claims.get(&claim.key) {
+                Some(held) if !held.confirmed => self.release_claim(&claim.key),
+                // Allocated for real: the pod goes back to where its devices are.
+                Some(held) => {
+                    let allocation = held.allocation.clone();
+                    self.repin(&claim.key, Some(allocation));
+                }
+                None => {}
             }
+        }
+    }
+
+    /// A new pod's claims that the engine holds allocated: it goes where they are.
+    pub(crate) fn pin_to_held_claims(&self, spec: &mut crate::model::PodSpec) {
+        let Some(devices) = spec.constraints.devices.as_mut() else {
+            return;
+        };
+        let mut pinned = false;
+        for claim in &mut devices.claims {
+            if claim.allocation.is_none() {
+                if let Some(held) = self.claims.get(&claim.key) {
+                    claim.allocation = Some(held.allocation.clone());
+                    pinned = true;
+                }
+            }
+        }
+        if pinned {
+            spec.demand.gpu = match devices.to_allocate() {
+                0 => crate::model::GpuRequest::None,
+                n => crate::model::GpuRequest::Whole(n),
+            };
         }
     }
 

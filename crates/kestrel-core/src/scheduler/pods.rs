@@ -110,6 +110,8 @@ impl Scheduler {
 
     /// Adds a pod to the queue.
     pub fn submit(&mut self, spec: PodSpec, now: Millis) -> PodId {
+        let mut spec = spec;
+        self.pin_to_held_claims(&mut spec);
         let constraint = self.constraints.intern(&spec.constraints);
         let signature = self
             .constraints

@@ -17,8 +17,11 @@ pub struct BindJob {
     pub name: String,
     pub uid: String,
     pub node: String,
-    /// The [`GPU_INDICES_ANNOTATION`] value, for GPU pods.
+    /// The [`GPU_INDICES_ANNOTATION`] value, for GPU pods (not for pods whose devices
+    /// come through their ResourceClaims).
     pub gpu_indices: Option<String>,
+    /// Claim statuses to write before the binding (allocation, reservation), in order.
+    pub claims: Vec<super::ClaimWrite>,
 }
 
 /// A pod to mark `PodScheduled=False` with an explanation and a `FailedScheduling` event.
@@ -109,13 +112,17 @@ impl ClusterState {
                 self.gangs.dirty_groups.insert(g.clone());
             }
             let (namespace, name) = key.split_once('/').expect("namespace/name");
+            let uid = t.uid.clone();
+            let claims = self.claim_writes(b.pod, name, &uid);
+            let claimed = self.scheduler.pod(b.pod).spec.constraints.devices.is_some();
             out.binds.push(BindJob {
                 id: b.pod,
                 namespace: namespace.to_string(),
                 name: name.to_string(),
-                uid: t.uid.clone(),
+                uid,
                 node,
-                gpu_indices: live::format_gpu_indices(&b.gpus),
+                gpu_indices: live::format_gpu_indices(&b.gpus).filter(|_| !claimed),
+                claims,
             });
         }
         let mut explained = HashSet::new();

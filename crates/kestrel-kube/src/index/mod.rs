@@ -20,6 +20,7 @@
 //! ([`ClusterState::apply_owner`]).
 
 mod cycle;
+mod dra;
 mod evictions;
 mod groups;
 mod nodes;
@@ -29,6 +30,7 @@ mod queue_status;
 mod refusals;
 
 pub use cycle::{BindJob, BindOutcome, CycleOutput, StatusJob};
+pub use dra::{ClaimWrite, DraEvent};
 pub use evictions::{CheckpointJob, EvictJob, NominationJob};
 pub use groups::{GroupEventJob, GroupStatusJob};
 pub use queue_status::QueueStatusJob;
@@ -143,6 +145,8 @@ pub struct ClusterState {
     /// Warnings about other projects' objects not said yet
     /// ([`ClusterState::take_field_warnings`]).
     field_warnings: Vec<FieldWarning>,
+    /// DeviceClasses, ResourceSlices and ResourceClaims.
+    dra: dra::DraBook,
 }
 
 impl ClusterState {
@@ -173,6 +177,7 @@ impl ClusterState {
             refusals: Refusals::default(),
             evictions: Evictions::default(),
             field_warnings: Vec::new(),
+            dra: dra::DraBook::default(),
         }
     }
 

@@ -10,6 +10,7 @@ impl ClusterState {
     /// A Node was added or changed. An unreadable node is left as it was (and returned).
     pub fn apply_node(&mut self, node: &Node) -> Result<(), ConvertError> {
         let spec = live::node_spec(node)?;
+        let spec = self.with_dra_devices(spec);
         let name = spec.name.clone();
         self.scheduler.update_node(spec).map_err(|e| ConvertError {
             object: Some(format!("Node {name}")),
@@ -39,6 +40,7 @@ impl ClusterState {
     /// A Node was deleted: the pods bound to it stop counting and wait for it (the pod
     /// garbage collector deletes them); nothing is rescheduled that the API still binds.
     pub fn delete_node(&mut self, name: &str) {
+        self.dra.node_bases.remove(name);
         let Ok(ids) = self.scheduler.remove_node(name) else {
             return;
         };

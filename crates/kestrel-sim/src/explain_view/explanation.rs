@@ -86,7 +86,9 @@ impl Explanation {
                     NodeReason::Reserved(holder) => ("reserved", Some(holder.clone())),
                     NodeReason::Nominated(preemptor) => ("nominated", Some(preemptor.clone())),
                     NodeReason::ClaimsUnallocatable => ("claims", None),
-                    NodeReason::NoMatchingDevice(what) => ("no-matching-device", Some(what.clone())),
+                    NodeReason::NoMatchingDevice(what) => {
+                        ("no-matching-device", Some(what.clone()))
+                    }
                 };
                 NodeReasonCount {
                     reason: reason.to_string(),

@@ -15,7 +15,10 @@ use std::path::{Path, PathBuf};
 
 /// Whether a kind is one [`DraObjects`] reads.
 pub fn is_dra_kind(kind: &str) -> bool {
-    matches!(kind, "DeviceClass" | "ResourceClaim" | "ResourceClaimTemplate")
+    matches!(
+        kind,
+        "DeviceClass" | "ResourceClaim" | "ResourceClaimTemplate"
+    )
 }
 
 /// What the file set declares, collected before pods are read.

@@ -1,0 +1,390 @@
+//! DRA objects from watches: DeviceClasses and ResourceSlices shape the nodes' devices;
+//! ResourceClaims are what pods claim, and their status is the truth about what is
+//! allocated (an allocation in a claim's status is held in the engine until it is gone,
+//! whoever wrote it). A pod whose claims cannot be resolved yet (a template's claim not
+//! created, a class missing) waits outside the engine with that reason and is read again
+//! when the DRA objects change.
+
+use super::{ClusterState, PodState};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use kestrel_core::{ClaimAllocation, DeviceClaim, NodeSpec, PodId};
+use kestrel_k8s::dra::{self, ClaimSource, DeviceClasses, SliceBook};
+use kestrel_k8s::fields::Ctx;
+use kestrel_k8s::live;
+use kube::runtime::watcher::Event;
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+/// A watch event of a DRA kind.
+#[derive(Debug)]
+pub enum DraEvent {
+    Class(Event<DeviceClass>),
+    Slice(Event<ResourceSlice>),
+    Claim(Event<ResourceClaim>),
+}
+
+/// What the index knows of DRA.
+#[derive(Debug, Default)]
+pub(super) struct DraBook {
+    /// Per kind, the objects a relist in progress has listed so far: the ones it does not
+    /// list were deleted while the watch was down.
+    relisted: HashMap<&'static str, HashSet<String>>,
+    classes: DeviceClasses,
+    slices: SliceBook,
+    /// `namespace/name` -> the claim as last seen.
+    claims: HashMap<String, Arc<ResourceClaim>>,
+    /// Nodes as their Node objects say, before their DRA devices are added.
+    pub(super) node_bases: HashMap<String, NodeSpec>,
+    /// Pods with claims (`namespace/name`), for reading them again.
+    pub(super) claim_pods: HashMap<String, Arc<Pod>>,
+}
+
+/// A claim status to write before a bind: the claim's allocation (when Kestrel allocates
+/// it) and the pod among its consumers, on the version of the claim last seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimWrite {
+    pub namespace: String,
+    pub name: String,
+    /// The whole claim with its new status, `metadata.resourceVersion` included: the API
+    /// refuses it (409) if the claim changed since.
+    pub object: String,
+}
+
+fn src() -> &'static Path {
+    Path::new(live::API_SOURCE)
+}
+
+fn object_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    let name = meta.name.clone().unwrap_or_default();
+    match &meta.namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name,
+    }
+}
+
+impl ClusterState {
+    /// Applies a DRA watch event; relists drop the objects they no longer list.
+    pub fn apply_dra(&mut self, event: DraEvent) {
+        let kind = match &event {
+            DraEvent::Class(_) => "DeviceClass",
+            DraEvent::Slice(_) => "ResourceSlice",
+            DraEvent::Claim(_) => "ResourceClaim",
+        };
+        macro_rules! dispatch {
+            ($event:expr, $apply:expr, $delete:expr) => {
+                match $event {
+                    Event::Init => {
+                        self.dra.relisted.insert(kind, HashSet::new());
+                    }
+                    Event::InitApply(o) | Event::Apply(o) => {
+                        if let Some(listed) = self.dra.relisted.get_mut(kind) {
+                            listed.insert(object_key(&o.metadata));
+                        }
+                        $apply(self, &o);
+                    }
+                    Event::Delete(o) => $delete(self, object_key(&o.metadata)),
+                    Event::InitDone => {
+                        let listed = self.dra.relisted.remove(kind).unwrap_or_default();
+                        for key in self.dra_keys(kind) {
+                            if !listed.contains(&key) {
+                                $delete(self, key);
+                            }
+                        }
+                    }
+                }
+            };
+        }
+        match event {
+            DraEvent::Class(e) => dispatch!(
+                e,
+                |s: &mut Self, o: &DeviceClass| {
+                    let name = o.metadata.name.clone().unwrap_or_default();
+                    s.apply_device_class(&name, Some(o))
+                },
+                |s: &mut Self, key: String| s.apply_device_class(&key, None)
+            ),
+            DraEvent::Slice(e) => dispatch!(
+                e,
+                |s: &mut Self, o: &ResourceSlice| {
+                    let name = o.metadata.name.clone().unwrap_or_default();
+                    s.apply_resource_slice(&name, Some(o))
+                },
+                |s: &mut Self, key: String| s.apply_resource_slice(&key, None)
+            ),
+            DraEvent::Claim(e) => dispatch!(
+                e,
+                |s: &mut Self, o: &ResourceClaim| s.apply_resource_claim(o),
+                |s: &mut Self, key: String| {
+                    let (namespace, name) = key.split_once('/').unwrap_or(("default", &key));
+                    let (namespace, name) = (namespace.to_string(), name.to_string());
+                    s.delete_resource_claim(&namespace, &name)
+                }
+            ),
+        }
+    }
+
+    /// The keys of the objects of a DRA kind the index holds.
+    fn dra_keys(&self, kind: &str) -> Vec<String> {
+        match kind {
+            "DeviceClass" => self.dra.classes.names(),
+            "ResourceSlice" => self.dra.slices.names(),
+            _ => self.dra.claims.keys().cloned().collect(),
+        }
+    }
+
+    /// A DeviceClass was added, changed (`Some`) or deleted.
+    pub fn apply_device_class(&mut self, name: &str, class: Option<&DeviceClass>) {
+        match class {
+            Some(class) => {
+                let ctx = Ctx {
+                    path: src(),
+                    object: format!("DeviceClass {name}"),
+                };
+                if let Err(e) = self.dra.classes.insert(&ctx, class) {
+                    tracing::warn!(error = %e, "DeviceClass cannot be used; claims naming it wait");
+                }
+            }
+            None => self.dra.classes.remove(name),
+        }
+        self.reread_claim_pods(|_| true);
+    }
+
+    /// A ResourceSlice was added, changed (`Some`) or deleted: its node's devices change.
+    pub fn apply_resource_slice(&mut self, name: &str, slice: Option<&ResourceSlice>) {
+        let before = self
+            .dra
+            .slices
+            .nodes()
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>();
+        match slice {
+            Some(slice) => {
+                let ctx = Ctx {
+                    path: src(),
+                    object: format!("ResourceSlice {name}"),
+                };
+                if let Err(e) = self.dra.slices.insert(&ctx, slice) {
+                    tracing::warn!(error = %e, "ResourceSlice cannot be read; its devices are not used");
+                    self.dra.slices.remove(name);
+                }
+            }
+            None => self.dra.slices.remove(name),
+        }
+        let mut nodes: Vec<String> = self
+            .dra
+            .slices
+            .nodes()
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        nodes.extend(before);
+        nodes.sort();
+        nodes.dedup();
+        for node in nodes {
+            self.refresh_node_devices(&node);
+        }
+    }
+
+    /// Gives the engine a node's spec with its current DRA devices.
+    pub(super) fn refresh_node_devices(&mut self, node: &str) {
+        let Some(mut spec) = self.dra.node_bases.get(node).cloned() else {
+            return;
+        };
+        let gpus = self.dra.slices.gpus_of(node);
+        if let Some(warning) = dra::attach_gpus(&mut spec, &gpus) {
+            tracing::warn!(node, "{warning}");
+        }
+        if let Err(e) = self.scheduler.update_node(spec) {
+            tracing::warn!(node, error = %e, "node's DRA devices cannot be used");
+        }
+    }
+
+    /// A node's spec as its Node object says, with its DRA devices added.
+    pub(super) fn with_dra_devices(&mut self, mut spec: NodeSpec) -> NodeSpec {
+        self.dra.node_bases.insert(spec.name.clone(), spec.clone());
+        let gpus = self.dra.slices.gpus_of(&spec.name);
+        if let Some(warning) = dra::attach_gpus(&mut spec, &gpus) {
+            tracing::warn!(node = %spec.name, "{warning}");
+        }
+        spec
+    }
+
+    /// A ResourceClaim was added or changed: its allocation is held (or released), and pods
+    /// waiting for it are read again.
+    pub fn apply_resource_claim(&mut self, claim: &ResourceClaim) {
+        let key = format!(
+            "{}/{}",
+            claim.metadata.namespace.as_deref().unwrap_or("default"),
+            claim.metadata.name.as_deref().unwrap_or_default()
+        );
+        let ctx = Ctx {
+            path: src(),
+            object: format!("ResourceClaim {key}"),
+        };
+        match dra::claim_allocation(&ctx, claim) {
+            Ok(Some(allocation)) => self.scheduler.hold_claim(&key, allocation),
+            Ok(None) => self.scheduler.release_claim(&key),
+            Err(e) => tracing::warn!(error = %e, "claim's allocation cannot be read"),
+        }
+        let new = !self.dra.claims.contains_key(&key);
+        self.dra.claims.insert(key.clone(), Arc::new(claim.clone()));
+        if new {
+            self.reread_claim_pods(|t| matches!(t, PodState::Invalid(_)));
+        }
+    }
+
+    /// A ResourceClaim was deleted: its devices are free once no pod uses them.
+    pub fn delete_resource_claim(&mut self, namespace: &str, name: &str) {
+        let key = format!("{namespace}/{name}");
+        self.scheduler.release_claim(&key);
+        self.dra.claims.remove(&key);
+        self.reread_claim_pods(|_| true);
+    }
+
+    /// Reads again the pods with claims that wait in the queue or outside the engine and
+    /// whose state `which` selects.
+    fn reread_claim_pods(&mut self, which: impl Fn(&PodState) -> bool) {
+        let again: Vec<Arc<Pod>> = self
+            .dra
+            .claim_pods
+            .iter()
+            .filter(|(key, _)| {
+                self.pods.get(*key).is_some_and(|t| {
+                    matches!(t.state, PodState::Queued(_) | PodState::Invalid(_)) && which(&t.state)
+                })
+            })
+            .map(|(_, pod)| pod.clone())
+            .collect();
+        for pod in again {
+            let key = live::pod_key(&pod);
+            self.forget(&key);
+            self.apply_pod(&pod);
+        }
+    }
+
+    /// The claims of a pod, resolved against the claims and classes seen; `Err`: why it
+    /// waits (in kube-scheduler's words where it has some).
+    pub(super) fn pod_claims(&self, pod: &Pod) -> Result<Vec<DeviceClaim>, String> {
+        let Some(spec) = pod.spec.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let key = live::pod_key(pod);
+        let ctx = Ctx {
+            path: src(),
+            object: format!("Pod {key}"),
+        };
+        let entries = dra::pod_claims(&ctx, "spec", spec).map_err(|e| e.to_string())?;
+        let namespace = key.split_once('/').map(|(n, _)| n).unwrap_or("default");
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_ref());
+        let mut out = Vec::new();
+        for (entry, source) in entries {
+            let name = match source {
+                ClaimSource::Claim(name) => name,
+                ClaimSource::Template(template) => {
+                    let generated = statuses
+                        .into_iter()
+                        .flatten()
+                        .find(|s| s.name == entry)
+                        .and_then(|s| s.resource_claim_name.clone());
+                    match generated {
+                        Some(name) => name,
+                        None => {
+                            return Err(format!(
+                                "waiting for the ResourceClaim of pod claim {entry:?} (from \
+                                 ResourceClaimTemplate {namespace}/{template}) to be created by \
+                                 the resource claim controller"
+                            ))
+                        }
+                    }
+                }
+            };
+            let claim_key = format!("{namespace}/{name}");
+            let Some(claim) = self.dra.claims.get(&claim_key) else {
+                return Err(format!(
+                    "waiting for ResourceClaim {claim_key} to be created"
+                ));
+            };
+            let cctx = Ctx {
+                path: src(),
+                object: format!("ResourceClaim {claim_key}"),
+            };
+            let mut read =
+                dra::read_claim_spec(&cctx, "spec", claim_key, &claim.spec, &self.dra.classes)
+                    .map_err(|e| e.to_string())?;
+            read.allocation = dra::claim_allocation(&cctx, claim).map_err(|e| e.to_string())?;
+            out.push(read);
+        }
+        Ok(out)
+    }
+
+    /// The claim writes a bind of pod `id` (`namespace/name`, `uid`) needs first: for each
+    /// of its claims, the allocation the engine chose (unless the claim has one) and the pod
+    /// added to `status.reservedFor` (unless it is there).
+    pub(super) fn claim_writes(&self, id: PodId, name: &str, uid: &str) -> Vec<ClaimWrite> {
+        let mut out = Vec::new();
+        for (key, allocation) in self.scheduler.pod_claim_allocations(id) {
+            let Some(claim) = self.dra.claims.get(&key) else {
+                continue;
+            };
+            if let Some(write) = claim_write(claim, &allocation, name, uid) {
+                out.push(write);
+            }
+        }
+        out
+    }
+}
+
+/// The claim with `allocation` in its status (when it has none) and the pod reserved.
+fn claim_write(
+    claim: &ResourceClaim,
+    allocation: &ClaimAllocation,
+    pod: &str,
+    uid: &str,
+) -> Option<ClaimWrite> {
+    let mut object = serde_json::to_value(claim).ok()?;
+    let status = object
+        .as_object_mut()?
+        .entry("status")
+        .or_insert_with(|| json!({}));
+    let mut changed = false;
+    if status.get("allocation").is_none_or(|a| a.is_null()) {
+        let results: Vec<serde_json::Value> = allocation
+            .results
+            .iter()
+            .map(|r| {
+                json!({"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device})
+            })
+            .collect();
+        status["allocation"] = json!({
+            "devices": {"results": results},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [allocation.node]}
+            ]}]},
+        });
+        changed = true;
+    }
+    let reserved = status
+        .as_object_mut()?
+        .entry("reservedFor")
+        .or_insert_with(|| json!([]));
+    if reserved.is_null() {
+        *reserved = json!([]);
+    }
+    let list = reserved.as_array_mut()?;
+    if !list.iter().any(|r| r["uid"] == uid) {
+        list.push(json!({"resource": "pods", "name": pod, "uid": uid}));
+        changed = true;
+    }
+    changed.then(|| ClaimWrite {
+        namespace: claim.metadata.namespace.clone().unwrap_or_default(),
+        name: claim.metadata.name.clone().unwrap_or_default(),
+        object: object.to_string(),
+    })
+}
