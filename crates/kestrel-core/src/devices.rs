@@ -488,3 +488,224 @@ impl NodeState {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{TaintEffect, Toleration, TolerationOperator};
+    use crate::resources::Resources;
+    use crate::topology::GpuTopology;
+
+    /// Accepts devices whose `model` attribute is one of the given ones.
+    #[derive(Debug)]
+    struct Model(Vec<&'static str>, String);
+
+    impl DeviceFilter for Model {
+        fn accepts(&self, device: &DraDevice) -> Result<bool, String> {
+            match device.attributes.get("x/model") {
+                Some(DeviceAttribute::String(m)) => Ok(self.0.contains(&m.as_str())),
+                _ => Err("no such key: model".to_string()),
+            }
+        }
+        fn key(&self) -> &str {
+            &self.1
+        }
+    }
+
+    fn filter(models: &[&'static str]) -> Filter {
+        Filter(Arc::new(Model(models.to_vec(), format!("{models:?}"))))
+    }
+
+    /// A DGX-shaped node whose GPUs `0..8` are published, GPU i of model `models[i]` and
+    /// switch attribute `i / 4`.
+    fn node(models: [&str; 8]) -> NodeState {
+        let mut spec = NodeSpec::new("n", Resources::new(64_000, 512 << 30));
+        spec.gpus = GpuTopology::DgxH100.devices("H100", 81_559, 8).0;
+        for (i, g) in spec.gpus.iter_mut().enumerate() {
+            let mut attributes = BTreeMap::new();
+            attributes.insert("x/model".into(), DeviceAttribute::String(models[i].into()));
+            attributes.insert("x/switch".into(), DeviceAttribute::Int(i as i64 / 4));
+            g.dra = Some(Arc::new(DraDevice {
+                driver: "x".into(),
+                pool: "n".into(),
+                name: format!("gpu-{i}"),
+                attributes,
+                capacity: BTreeMap::new(),
+                taints: if i == 7 {
+                    vec![crate::model::Taint {
+                        key: "unhealthy".into(),
+                        value: String::new(),
+                        effect: TaintEffect::NoSchedule,
+                    }]
+                } else {
+                    Vec::new()
+                },
+            }));
+        }
+        let mut index = crate::cluster::ClusterIndex::default();
+        let id = index.insert(spec, |_: &crate::cluster::ClusterIndex, _: &NodeState| 0);
+        index.node(id).clone()
+    }
+
+    fn request(name: &str, choices: Vec<(Filter, DeviceCount)>) -> DeviceRequest {
+        DeviceRequest {
+            name: name.into(),
+            alternatives: choices
+                .into_iter()
+                .enumerate()
+                .map(|(i, (filter, count))| DeviceChoice {
+                    name: format!("{name}/{i}"),
+                    filter,
+                    count,
+                    tolerations: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    fn claims(
+        requests: Vec<DeviceRequest>,
+        match_attributes: Vec<(String, Vec<String>)>,
+    ) -> DeviceClaims {
+        DeviceClaims {
+            claims: vec![DeviceClaim {
+                key: "ns/c".into(),
+                requests,
+                match_attributes,
+                per_pod: None,
+                allocation: None,
+            }],
+        }
+    }
+
+    const MODELS: [&str; 8] = ["a", "a", "a", "b", "b", "b", "b", "b"];
+
+    #[test]
+    fn requests_take_matching_free_devices_aligned_and_never_twice() {
+        let n = node(MODELS);
+        let c = claims(
+            vec![
+                request("x", vec![(filter(&["a"]), DeviceCount::Exact(2))]),
+                request("y", vec![(filter(&["a", "b"]), DeviceCount::Exact(3))]),
+            ],
+            vec![],
+        );
+        let choice = n.choose_devices(&c).unwrap();
+        assert_eq!(choice.positions.len(), 5);
+        let x: Vec<usize> = choice.per_claim[0]
+            .iter()
+            .filter(|(r, _)| r == "x/0")
+            .map(|(_, p)| *p)
+            .collect();
+        assert!(x.iter().all(|&p| p < 3), "{x:?}");
+        // Tainted gpu-7 is never taken untolerated: 7 usable devices, not 8.
+        let c = claims(
+            vec![request(
+                "all",
+                vec![(filter(&["a", "b"]), DeviceCount::Exact(8))],
+            )],
+            vec![],
+        );
+        assert!(matches!(
+            n.choose_devices(&c),
+            Err(ClaimShortfall::Request {
+                matching: 7,
+                free: 7,
+                ..
+            })
+        ));
+        let mut tolerant = c.clone();
+        tolerant.claims[0].requests[0].alternatives[0].tolerations = vec![Toleration {
+            key: "unhealthy".into(),
+            operator: TolerationOperator::Exists,
+            value: String::new(),
+            effect: None,
+        }];
+        assert_eq!(n.choose_devices(&tolerant).unwrap().positions.len(), 8);
+    }
+
+    #[test]
+    fn first_available_falls_back_and_all_takes_every_match() {
+        let n = node(MODELS);
+        let c = claims(
+            vec![request(
+                "r",
+                vec![
+                    (filter(&["a"]), DeviceCount::Exact(4)),
+                    (filter(&["b"]), DeviceCount::Exact(4)),
+                ],
+            )],
+            vec![],
+        );
+        let choice = n.choose_devices(&c).unwrap();
+        assert!(choice.per_claim[0]
+            .iter()
+            .all(|(r, p)| r == "r/1" && *p >= 3));
+        let all = claims(
+            vec![request("r", vec![(filter(&["a"]), DeviceCount::All)])],
+            vec![],
+        );
+        assert_eq!(n.choose_devices(&all).unwrap().positions, vec![0, 1, 2]);
+        let none = claims(
+            vec![request("r", vec![(filter(&["z"]), DeviceCount::All)])],
+            vec![],
+        );
+        assert!(
+            n.choose_devices(&none).is_err(),
+            "All needs at least one device"
+        );
+    }
+
+    #[test]
+    fn match_attribute_keeps_a_claims_devices_on_one_value() {
+        let n = node(MODELS);
+        // 3 devices sharing a switch: only switch 1 (gpu-4..6 usable) or switch 0 holds 3.
+        let c = claims(
+            vec![request(
+                "r",
+                vec![(filter(&["a", "b"]), DeviceCount::Exact(4))],
+            )],
+            vec![("x/switch".into(), vec![])],
+        );
+        let choice = n.choose_devices(&c).unwrap();
+        assert_eq!(
+            choice.positions,
+            vec![0, 1, 2, 3],
+            "switch 1 has only 3 untainted"
+        );
+        let five = claims(
+            vec![request(
+                "r",
+                vec![(filter(&["a", "b"]), DeviceCount::Exact(5))],
+            )],
+            vec![("x/switch".into(), vec![])],
+        );
+        assert!(n.choose_devices(&five).is_err());
+    }
+
+    #[test]
+    fn a_selector_error_is_reported_not_panicked() {
+        let mut n = node(MODELS);
+        let mut spec = n.spec.clone();
+        for g in &mut spec.gpus {
+            let mut d = (**g.dra.as_ref().unwrap()).clone();
+            d.attributes.remove("x/model");
+            g.dra = Some(Arc::new(d));
+        }
+        n.spec = spec;
+        let c = claims(
+            vec![request("r", vec![(filter(&["a"]), DeviceCount::Exact(1))])],
+            vec![],
+        );
+        match n.choose_devices(&c) {
+            Err(ClaimShortfall::Request {
+                matching: 0,
+                error: Some(e),
+                ..
+            }) => {
+                assert!(e.contains("no such key"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

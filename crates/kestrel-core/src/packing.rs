@@ -438,6 +438,7 @@ mod tests {
             class: ClassId(0),
             slot: (0, 0),
             cell: (0, 0),
+            dra: false,
         }
     }
 

@@ -6,7 +6,7 @@
 
 use crate::index::{
     BindJob, BindOutcome, CheckpointJob, EvictJob, GroupEventJob, GroupStatusJob, NominationJob,
-    QueueStatusJob, StatusJob,
+    QueueStatusJob, StatusJob, DELETE_PROTECTION,
 };
 use crate::limiter::Limiter;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
@@ -121,13 +121,39 @@ impl ApiWriter {
                 field_manager: Some(FIELD_MANAGER.to_string()),
                 ..Default::default()
             };
-            let object: ResourceClaim = match serde_json::from_str(&claim.object) {
+            let mut object: ResourceClaim = match serde_json::from_str(&claim.object) {
                 Ok(object) => object,
                 Err(e) => return BindOutcome::Retry(format!("the claim to write: {e}")),
             };
+            let what = format!("ResourceClaim {}/{}", claim.namespace, claim.name);
+            let protected = |c: &ResourceClaim| {
+                c.metadata
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == DELETE_PROTECTION)
+            };
+            if protected(&object) && claim.adds_finalizer {
+                // The finalizer first (the status subresource ignores metadata), on the
+                // version seen; the status then goes on the version that answer gives.
+                self.limiter.acquire().await;
+                match claims.replace(&claim.name, &params, &object).await {
+                    Ok(updated) => {
+                        object.metadata.resource_version = updated.metadata.resource_version;
+                    }
+                    Err(e) => {
+                        return BindOutcome::Retry(match status_code(&e) {
+                            Some(409) => {
+                                format!("{what} changed since it was read; the pod is tried again")
+                            }
+                            Some(404) => format!("{what} is gone"),
+                            _ => format!("protecting {what}: {e}"),
+                        })
+                    }
+                }
+            }
             self.limiter.acquire().await;
             if let Err(e) = claims.replace_status(&claim.name, &params, &object).await {
-                let what = format!("ResourceClaim {}/{}", claim.namespace, claim.name);
                 return BindOutcome::Retry(match status_code(&e) {
                     Some(409) => {
                         format!("{what} changed since it was read; the pod is tried again")

@@ -151,8 +151,12 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             // DRA: the devices published, the claims pods make, and their allocation and
             // reservation, written before a bind as kube-scheduler does.
             rule(&["resource.k8s.io"], &["deviceclasses", "resourceslices"], &["list", "watch"]),
-            rule(&["resource.k8s.io"], &["resourceclaims"], &["get", "list", "watch"]),
+            // update: the delete-protection finalizer on a claim Kestrel allocates.
+            rule(&["resource.k8s.io"], &["resourceclaims"], &["get", "list", "watch", "update"]),
             rule(&["resource.k8s.io"], &["resourceclaims/status"], &["update", "patch"]),
+            // Kubernetes 1.36+: writing a claim's allocation or reservation also needs
+            // this (what kube-scheduler is granted).
+            rule(&["resource.k8s.io"], &["resourceclaims/binding"], &["update"]),
             rule(&["scheduling.k8s.io"], &["priorityclasses"], &["list", "watch"]),
             rule(&["node.k8s.io"], &["runtimeclasses"], &["list", "watch"]),
             rule(&[crds::GROUP], &KESTREL_KINDS, &["get", "list", "watch"]),

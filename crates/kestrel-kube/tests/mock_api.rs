@@ -111,6 +111,7 @@ fn job(gpus: Option<&str>) -> BindJob {
         uid: "uid-1".into(),
         node: "gpu-0".into(),
         gpu_indices: gpus.map(str::to_string),
+        claims: Vec::new(),
     }
 }
 

@@ -43,7 +43,8 @@ pub(super) struct DraBook {
 }
 
 /// A claim status to write before a bind: the claim's allocation (when Kestrel allocates
-/// it) and the pod among its consumers, on the version of the claim last seen.
+/// it, with the [`DELETE_PROTECTION`] finalizer) and the pod among its consumers, on the
+/// version of the claim last seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimWrite {
     pub namespace: String,
@@ -51,7 +52,13 @@ pub struct ClaimWrite {
     /// The whole claim with its new status, `metadata.resourceVersion` included: the API
     /// refuses it (409) if the claim changed since.
     pub object: String,
+    /// The claim did not carry [`DELETE_PROTECTION`]: the object is written first (with it),
+    /// then its status.
+    pub adds_finalizer: bool,
 }
+
+/// The finalizer an allocated claim carries while its allocation is in use.
+pub const DELETE_PROTECTION: &str = "resource.kubernetes.io/delete-protection";
 
 fn src() -> &'static Path {
     Path::new(live::API_SOURCE)
@@ -354,7 +361,8 @@ fn claim_write(
         .entry("status")
         .or_insert_with(|| json!({}));
     let mut changed = false;
-    if status.get("allocation").is_none_or(|a| a.is_null()) {
+    let fresh = status.get("allocation").is_none_or(|a| a.is_null());
+    if fresh {
         let results: Vec<serde_json::Value> = allocation
             .results
             .iter()
@@ -382,9 +390,31 @@ fn claim_write(
         list.push(json!({"resource": "pods", "name": pod, "uid": uid}));
         changed = true;
     }
+    let had_finalizer = claim
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == DELETE_PROTECTION);
+    if fresh {
+        // As kube-scheduler does: the claim controller deallocates (and lets go) only
+        // claims that carry this finalizer, and the claim cannot be deleted while allocated.
+        let finalizers = object["metadata"]
+            .as_object_mut()?
+            .entry("finalizers")
+            .or_insert_with(|| json!([]));
+        if finalizers.is_null() {
+            *finalizers = json!([]);
+        }
+        let list = finalizers.as_array_mut()?;
+        if !list.iter().any(|f| f == DELETE_PROTECTION) {
+            list.push(json!(DELETE_PROTECTION));
+        }
+    }
     changed.then(|| ClaimWrite {
         namespace: claim.metadata.namespace.clone().unwrap_or_default(),
         name: claim.metadata.name.clone().unwrap_or_default(),
         object: object.to_string(),
+        adds_finalizer: fresh && !had_finalizer,
     })
 }

@@ -30,7 +30,7 @@ mod queue_status;
 mod refusals;
 
 pub use cycle::{BindJob, BindOutcome, CycleOutput, StatusJob};
-pub use dra::{ClaimWrite, DraEvent};
+pub use dra::{ClaimWrite, DraEvent, DELETE_PROTECTION};
 pub use evictions::{CheckpointJob, EvictJob, NominationJob};
 pub use groups::{GroupEventJob, GroupStatusJob};
 pub use queue_status::QueueStatusJob;

@@ -1,0 +1,342 @@
+//! DRA on a real kube-apiserver with kube-controller-manager's resourceclaim-controller:
+//! the test plays NVIDIA's DRA driver (it publishes ResourceSlices as the driver writes
+//! them), Kestrel allocates the claims. Checked on what the API server holds: every bound
+//! pod's claims are allocated on its node and reserved for it, no device is in two claims,
+//! a claim no device matches keeps its pod pending with its reason.
+
+#![allow(clippy::await_holding_lock)]
+
+mod live;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use kube::api::{Api, DeleteParams, ListParams};
+use live::*;
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+const NS: &str = "dra";
+const SCHEDULER: &str = "kestrel-dra";
+
+fn slice(node: &str, gpus: u32) -> serde_json::Value {
+    let devices: Vec<serde_json::Value> = (0..gpus)
+        .map(|i| {
+            json!({
+                "name": format!("gpu-{i}"),
+                "attributes": {
+                    "type": {"string": "gpu"},
+                    "index": {"int": i},
+                    "uuid": {"string": format!("GPU-{node}-{i}")},
+                    "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                    "driverVersion": {"version": "580.65.6"},
+                    "resource.kubernetes.io/pcieRoot": {"string": format!("pci0000:{:02x}", i / 2)},
+                },
+                "capacity": {"memory": {"value": "81559Mi"}},
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": format!("{node}-gpu.nvidia.com")},
+        "spec": {
+            "driver": "gpu.nvidia.com", "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    })
+}
+
+fn claim_pod(name: &str, claim: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "schedulerName": SCHEDULER,
+            "nodeSelector": {POOL_LABEL: NS},
+            "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [claim],
+            "containers": [{"name": "main", "image": "trainer:1",
+                            "resources": {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}}],
+        },
+    }))
+    .expect("a Pod")
+}
+
+async fn apply(client: &kube::Client, objects: &[serde_json::Value]) {
+    let text = objects
+        .iter()
+        .map(|o| serde_json::to_string(o).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    kestrel_testenv::apply_yaml(client, &text, false)
+        .await
+        .expect("applying DRA objects");
+}
+
+async fn claims(client: &kube::Client) -> BTreeMap<String, ResourceClaim> {
+    Api::<ResourceClaim>::namespaced(client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .expect("listing claims")
+        .items
+        .into_iter()
+        .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
+        .collect()
+}
+
+/// The node an allocated claim names and its devices (`pool/device`).
+fn allocation(claim: &ResourceClaim) -> Option<(String, Vec<String>)> {
+    let a = claim.status.as_ref()?.allocation.as_ref()?;
+    let node = a.node_selector.as_ref()?.node_selector_terms[0]
+        .match_fields
+        .as_ref()?[0]
+        .values
+        .as_ref()?[0]
+        .clone();
+    let devices = a
+        .devices
+        .as_ref()?
+        .results
+        .iter()
+        .flatten()
+        .map(|r| format!("{}/{}", r.pool, r.device))
+        .collect();
+    Some((node, devices))
+}
+
+fn reserved(claim: &ResourceClaim) -> BTreeSet<String> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|r| r.name.clone())
+        .collect()
+}
+
+/// The claim names a pod uses: its own from the template (as its status says), or the one
+/// it names.
+fn pod_claim_names(pod: &Pod) -> Vec<String> {
+    let spec = pod.spec.as_ref().unwrap();
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.clone())
+        .unwrap_or_default();
+    spec.resource_claims
+        .iter()
+        .flatten()
+        .filter_map(|c| {
+            c.resource_claim_name.clone().or_else(|| {
+                statuses
+                    .iter()
+                    .find(|s| s.name == c.name)
+                    .and_then(|s| s.resource_claim_name.clone())
+            })
+        })
+        .collect()
+}
+
+/// Every bound pod's claims allocated on its node and reserved for it; no device in two
+/// claims.
+async fn assert_dra_invariants(client: &kube::Client) {
+    let claims = claims(client).await;
+    let mut owner: BTreeMap<(String, String), String> = BTreeMap::new();
+    for (name, claim) in &claims {
+        if let Some((node, devices)) = allocation(claim) {
+            for d in devices {
+                if let Some(other) = owner.insert((node.clone(), d.clone()), name.clone()) {
+                    panic!("device {node}/{d} is in claims {other} and {name}");
+                }
+            }
+        }
+    }
+    for pod in pods_in(client, NS).await {
+        let Some(node) = node_of(&pod) else { continue };
+        let name = pod.metadata.name.clone().unwrap();
+        for claim_name in pod_claim_names(&pod) {
+            let claim = &claims[&claim_name];
+            let (claim_node, _) = allocation(claim).unwrap_or_else(|| {
+                panic!("pod {name} is bound with claim {claim_name} unallocated")
+            });
+            assert_eq!(claim_node, node, "claim {claim_name} of pod {name}");
+            assert!(
+                reserved(claim).contains(&name),
+                "claim {claim_name} not reserved for {name}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_are_allocated_on_the_pods_node_before_the_bind() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    create_namespace(&client, NS).await;
+    env.cp
+        .start_controller_manager(&["resourceclaim-controller"], &[]);
+    // Two nodes with no nvidia.com/gpu: their 4 GPUs each are published through DRA.
+    let nodes = (0..2)
+        .map(|i| kestrel_testenv::gpu_node(&format!("{NS}-{i}"), 0, &[(POOL_LABEL, NS)]))
+        .collect();
+    kestrel_testenv::create_gpu_nodes(&client, nodes).await;
+    apply(
+        &client,
+        &[
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                   "metadata": {"name": "gpu.nvidia.com"},
+                   "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]}}),
+            slice(&format!("{NS}-0"), 4),
+            slice(&format!("{NS}-1"), 4),
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                   "metadata": {"name": "one-gpu", "namespace": NS},
+                   "spec": {"spec": {"devices": {"requests": [
+                       {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}}),
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                   "metadata": {"name": "shared", "namespace": NS},
+                   "spec": {"devices": {"requests": [
+                       {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]}}}),
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                   "metadata": {"name": "b200", "namespace": NS},
+                   "spec": {"devices": {"requests": [
+                       {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                        "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'"}}]}}]}}}),
+        ],
+    )
+    .await;
+    let _kestrel = env.kestrel(SCHEDULER, &["--scheduler-name", SCHEDULER]);
+
+    // Six pods with a claim each from the template, two sharing one 2-GPU claim: 8 GPUs.
+    let mut pods: Vec<Pod> = (0..6)
+        .map(|i| {
+            claim_pod(
+                &format!("one-{i}"),
+                json!({"name": "gpu", "resourceClaimTemplateName": "one-gpu"}),
+            )
+        })
+        .collect();
+    for name in ["shared-a", "shared-b"] {
+        pods.push(claim_pod(
+            name,
+            json!({"name": "gpu", "resourceClaimName": "shared"}),
+        ));
+    }
+    create_pods(&client, pods).await;
+    let bound = wait_bound(&client, NS, 8, Duration::from_secs(60)).await;
+    let node_of_pod = |name: &str| {
+        bound
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .and_then(|p| node_of(p).map(str::to_string))
+    };
+    assert_eq!(
+        node_of_pod("shared-a"),
+        node_of_pod("shared-b"),
+        "a shared claim's pods go where it is"
+    );
+    assert_dra_invariants(&client).await;
+    let all = claims(&client).await;
+    let shared = &all["shared"];
+    assert_eq!(allocation(shared).unwrap().1.len(), 2);
+    assert_eq!(
+        reserved(shared),
+        BTreeSet::from(["shared-a".to_string(), "shared-b".to_string()])
+    );
+    let allocated: usize = all
+        .values()
+        .filter_map(allocation)
+        .map(|(_, d)| d.len())
+        .sum();
+    assert_eq!(allocated, 8, "6 one-GPU claims and the shared 2-GPU claim");
+
+    // No device matches: pending, told why in kube-scheduler's words and which request.
+    create_pods(
+        &client,
+        vec![claim_pod(
+            "b200",
+            json!({"name": "gpu", "resourceClaimName": "b200"}),
+        )],
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let message =
+        kestrel_testenv::eventually(Duration::from_secs(30), "b200 explained", || async {
+            let pod = pods.get("b200").await.ok()?;
+            let condition = pod
+                .status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+            condition.message
+        })
+        .await;
+    assert!(
+        message.contains(
+            "cannot allocate all claims (ResourceClaim dra/b200 request gpu: no device matches)"
+        ),
+        "{message}"
+    );
+    // A ninth GPU pod waits too: every device is taken.
+    create_pods(
+        &client,
+        vec![claim_pod(
+            "late",
+            json!({"name": "gpu", "resourceClaimTemplateName": "one-gpu"}),
+        )],
+    )
+    .await;
+    let message =
+        kestrel_testenv::eventually(Duration::from_secs(30), "late explained", || async {
+            let pod = pods.get("late").await.ok()?;
+            pod.status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")?
+                .message
+        })
+        .await;
+    assert!(
+        message.contains("2 cannot allocate all claims"),
+        "{message}"
+    );
+
+    // One pod is deleted: its claim goes with it, and the late pod takes the device.
+    pods.delete("one-0", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("deleting one-0");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while node_of(&pods.get("late").await.expect("late")).is_none() {
+        if tokio::time::Instant::now() > deadline {
+            let state: Vec<String> = claims(&client)
+                .await
+                .iter()
+                .map(|(n, c)| format!("{n}: {:?} reserved {:?}", allocation(c), reserved(c)))
+                .collect();
+            let late = pods.get("late").await.expect("late");
+            panic!(
+                "late not bound after one-0 ended: {:?}\nclaims:\n{}",
+                late.status.and_then(|s| s.conditions),
+                state.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_dra_invariants(&client).await;
+
+    env.cp.stop_controller_manager();
+    let _ = pods
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &ListParams::default(),
+        )
+        .await;
+    let _ = Api::<ResourceClaim>::namespaced(client.clone(), NS)
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+    let _ = Api::<k8s_openapi::api::resource::v1::ResourceSlice>::all(client.clone())
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+    cleanup(&client, &format!("{NS}-"), &[NS]).await;
+}
