@@ -370,9 +370,7 @@ impl NodeState {
             // The attributes that bind this request's devices.
             let binds: Vec<&str> = bound
                 .iter()
-                .filter(|(_, requests)| {
-                    requests.is_empty() || requests.iter().any(|r| *r == request.name)
-                })
+                .filter(|(_, requests)| requests.is_empty() || requests.contains(&request.name))
                 .map(|(attribute, _)| attribute.as_str())
                 .collect();
             let mut shortfall = None;

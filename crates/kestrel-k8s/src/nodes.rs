@@ -465,7 +465,11 @@ status:
         let e = load("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n").unwrap_err();
         assert_names(
             &e.to_string(),
-            &["Pod default/p", "field kind", "only Node and ResourceSlice objects"],
+            &[
+                "Pod default/p",
+                "field kind",
+                "only Node and ResourceSlice objects",
+            ],
         );
         let e = load("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nspec: {taints: [{key: a, effect: Never}]}\nstatus: {allocatable: {cpu: 1}}\n").unwrap_err();
         assert_names(
