@@ -47,7 +47,7 @@ pub struct DraDevice {
 pub trait DeviceFilter: fmt::Debug + Send + Sync {
     /// `Err`: the selector failed on this device (a missing attribute, a type error); the
     /// device is not taken and the text explains why.
-    fn accepts(&self, device: &DraDevice) -> Result<bool, String>;
+    fn accepts(&self, device: &Arc<DraDevice>) -> Result<bool, String>;
     /// What identifies the filter (its class and expressions): equal keys, equal filters.
     fn key(&self) -> &str;
 }
@@ -499,7 +499,7 @@ mod tests {
     struct Model(Vec<&'static str>, String);
 
     impl DeviceFilter for Model {
-        fn accepts(&self, device: &DraDevice) -> Result<bool, String> {
+        fn accepts(&self, device: &Arc<DraDevice>) -> Result<bool, String> {
             match device.attributes.get("x/model") {
                 Some(DeviceAttribute::String(m)) => Ok(self.0.contains(&m.as_str())),
                 _ => Err("no such key: model".to_string()),

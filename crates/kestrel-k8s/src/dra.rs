@@ -33,8 +33,8 @@ use kestrel_core::{
     DeviceFilter, DeviceRequest, DeviceResult, DraDevice, Filter, GpuDevice, NodeSpec, Taint,
     TaintEffect, GPU_CLIQUE_LABEL,
 };
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 /// NVIDIA's DRA driver, whose `gpu` devices Kestrel allocates.
 pub const NVIDIA_GPU_DRIVER: &str = "gpu.nvidia.com";
@@ -46,10 +46,12 @@ pub struct ClassSelectors {
     selectors: Vec<Arc<CelSelector>>,
 }
 
-/// Device classes by name: compiled, or why not.
-#[derive(Debug, Clone, Default)]
+/// Device classes by name: compiled, or why not; and the requests' filters, one per class
+/// and selectors, shared by every claim alike so that each device is judged once.
+#[derive(Debug, Default)]
 pub struct DeviceClasses {
     classes: BTreeMap<String, Result<Arc<ClassSelectors>, String>>,
+    filters: Mutex<HashMap<String, Arc<RequestFilter>>>,
 }
 
 impl DeviceClasses {
@@ -118,18 +120,42 @@ fn read_selectors(
     Ok(out)
 }
 
-/// A request's filter: its class's selectors, then its own.
+/// A request's filter: its class's selectors, then its own, with what it said of each
+/// device seen (by the device's allocation, kept alive by the entry so it is never another
+/// device's; a new slice publishes new ones).
 #[derive(Debug)]
 struct RequestFilter {
     key: String,
     class: Arc<ClassSelectors>,
     own: Vec<Arc<CelSelector>>,
-    /// `ResourceClaim ns/name request r`, for errors.
-    what: String,
+    verdicts: Mutex<HashMap<usize, (Arc<DraDevice>, Result<bool, String>)>>,
 }
 
+/// Verdicts a filter keeps before it starts over (devices of replaced slices linger).
+const FILTER_VERDICTS: usize = 1 << 17;
+
 impl DeviceFilter for RequestFilter {
-    fn accepts(&self, device: &DraDevice) -> Result<bool, String> {
+    fn accepts(&self, device: &Arc<DraDevice>) -> Result<bool, String> {
+        let id = Arc::as_ptr(device) as usize;
+        let mut verdicts = self.verdicts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, verdict)) = verdicts.get(&id) {
+            return verdict.clone();
+        }
+        let verdict = self.judge(device);
+        if verdicts.len() >= FILTER_VERDICTS {
+            verdicts.clear();
+        }
+        verdicts.insert(id, (device.clone(), verdict.clone()));
+        verdict
+    }
+
+    fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl RequestFilter {
+    fn judge(&self, device: &DraDevice) -> Result<bool, String> {
         let view = DeviceView {
             driver: &device.driver,
             attributes: &device.attributes,
@@ -141,7 +167,7 @@ impl DeviceFilter for RequestFilter {
             let selected = selector.matches_value(&value).map_err(|e| {
                 let whose = match of_class {
                     true => format!("DeviceClass {}", self.class.name),
-                    false => self.what.clone(),
+                    false => "the request".to_string(),
                 };
                 format!(
                     "{whose}: selector {:?} on device {}/{}: {e}",
@@ -155,10 +181,6 @@ impl DeviceFilter for RequestFilter {
             }
         }
         Ok(true)
-    }
-
-    fn key(&self) -> &str {
-        &self.key
     }
 }
 
@@ -180,7 +202,6 @@ pub fn read_claim_spec(
         .enumerate()
     {
         let rf = format!("{field}.devices.requests[{i}]");
-        let what = format!("ResourceClaim {key} request {}", r.name);
         let mut alternatives = Vec::new();
         match (&r.exactly, &r.first_available) {
             (Some(exact), None) => {
@@ -208,7 +229,6 @@ pub fn read_claim_spec(
                         count: exact.count,
                         tolerations: exact.tolerations.as_ref(),
                     },
-                    &what,
                     classes,
                 )?);
             }
@@ -232,7 +252,6 @@ pub fn read_claim_spec(
                             count: sub.count,
                             tolerations: sub.tolerations.as_ref(),
                         },
-                        &format!("{what}/{}", sub.name),
                         classes,
                     )?);
                 }
@@ -311,7 +330,6 @@ fn read_choice(
     ctx: &Ctx,
     field: &str,
     choice: Choice<'_>,
-    what: &str,
     classes: &DeviceClasses,
 ) -> Result<DeviceChoice, LoadError> {
     let class = classes
@@ -347,15 +365,26 @@ fn read_choice(
         };
         tolerations.push(ctx.toleration(&format!("{field}.tolerations[{i}]"), &as_pod)?);
     }
+    let class_expressions: Vec<&str> = class.selectors.iter().map(|s| s.expression()).collect();
     let expressions: Vec<&str> = own.iter().map(|s| s.expression()).collect();
+    let key = format!("{}|{class_expressions:?}|{expressions:?}", choice.class);
+    let filter = {
+        let mut filters = classes.filters.lock().unwrap_or_else(|p| p.into_inner());
+        filters
+            .entry(key.clone())
+            .or_insert_with(|| {
+                Arc::new(RequestFilter {
+                    key,
+                    class: class.clone(),
+                    own,
+                    verdicts: Mutex::new(HashMap::new()),
+                })
+            })
+            .clone()
+    };
     Ok(DeviceChoice {
         name: choice.name,
-        filter: Filter(Arc::new(RequestFilter {
-            key: format!("{}|{expressions:?}", choice.class),
-            class,
-            own,
-            what: what.to_string(),
-        })),
+        filter: Filter(filter),
         count,
         tolerations,
     })
