@@ -128,8 +128,11 @@ struct RequestFilter {
     key: String,
     class: Arc<ClassSelectors>,
     own: Vec<Arc<CelSelector>>,
-    verdicts: Mutex<HashMap<usize, (Arc<DraDevice>, Result<bool, String>)>>,
+    verdicts: Mutex<HashMap<usize, Verdict>>,
 }
+
+/// A device a filter judged (held so its address stays its own) and what the filter said.
+type Verdict = (Arc<DraDevice>, Result<bool, String>);
 
 /// Verdicts a filter keeps before it starts over (devices of replaced slices linger).
 const FILTER_VERDICTS: usize = 1 << 17;
