@@ -293,3 +293,87 @@ impl Snapshot {
         Ok(out)
     }
 }
+
+/// The API server's ResourceClaims, and the bound pods that use claims, for
+/// [`crate::check_claims`]. A pod's claim from a template is the one its status names.
+pub fn claims_from_k8s(
+    claims: &[k8s_openapi::api::resource::v1::ResourceClaim],
+    pods: &[Pod],
+) -> (Vec<crate::ClaimView>, Vec<crate::ClaimUser>) {
+    let views = claims
+        .iter()
+        .map(|c| {
+            let namespace = c.metadata.namespace.clone().unwrap_or_default();
+            let name = c.metadata.name.clone().unwrap_or_default();
+            let status = c.status.as_ref();
+            let allocation = status.and_then(|s| s.allocation.as_ref());
+            let node = allocation
+                .and_then(|a| a.node_selector.as_ref())
+                .and_then(|s| s.node_selector_terms.first())
+                .and_then(|t| t.match_fields.as_ref())
+                .and_then(|f| f.iter().find(|r| r.key == "metadata.name"))
+                .and_then(|r| r.values.as_ref()?.first().cloned());
+            let devices = allocation
+                .and_then(|a| a.devices.as_ref())
+                .and_then(|d| d.results.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|r| format!("{}/{}", r.pool, r.device))
+                .collect();
+            let reserved_for = status
+                .and_then(|s| s.reserved_for.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|r| r.name.clone())
+                .collect();
+            crate::ClaimView {
+                key: format!("{namespace}/{name}"),
+                node,
+                devices,
+                reserved_for,
+            }
+        })
+        .collect();
+    let users = pods
+        .iter()
+        .filter_map(|p| {
+            let spec = p.spec.as_ref()?;
+            let node = spec.node_name.clone()?;
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            if matches!(phase, Some("Succeeded" | "Failed")) {
+                return None;
+            }
+            let namespace = p.metadata.namespace.clone().unwrap_or_default();
+            let statuses = p
+                .status
+                .as_ref()
+                .and_then(|s| s.resource_claim_statuses.clone())
+                .unwrap_or_default();
+            let claims: Vec<String> = spec
+                .resource_claims
+                .iter()
+                .flatten()
+                .filter_map(|c| {
+                    c.resource_claim_name
+                        .clone()
+                        .or_else(|| {
+                            statuses
+                                .iter()
+                                .find(|s| s.name == c.name)
+                                .and_then(|s| s.resource_claim_name.clone())
+                        })
+                        .map(|n| format!("{namespace}/{n}"))
+                })
+                .collect();
+            (!claims.is_empty()).then(|| crate::ClaimUser {
+                pod: format!(
+                    "{namespace}/{}",
+                    p.metadata.name.clone().unwrap_or_default()
+                ),
+                node,
+                claims,
+            })
+        })
+        .collect();
+    (views, users)
+}

@@ -675,3 +675,50 @@ mod k8s_adapter {
         );
     }
 }
+
+#[test]
+fn a_device_in_two_claims_and_a_bound_pod_without_its_claim_are_violations() {
+    let claim = |key: &str, node: Option<&str>, devices: &[&str], reserved: &[&str]| ClaimView {
+        key: key.into(),
+        node: node.map(Into::into),
+        devices: devices.iter().map(|d| d.to_string()).collect(),
+        reserved_for: reserved.iter().map(|r| r.to_string()).collect(),
+    };
+    let user = |pod: &str, node: &str, claims: &[&str]| ClaimUser {
+        pod: pod.into(),
+        node: node.into(),
+        claims: claims.iter().map(|c| c.to_string()).collect(),
+    };
+    let good = [
+        claim("ns/a", Some("n1"), &["n1/gpu-0"], &["p"]),
+        claim("ns/b", Some("n1"), &["n1/gpu-1"], &["q"]),
+    ];
+    assert_eq!(
+        check_claims(
+            &good,
+            &[user("ns/p", "n1", &["ns/a"]), user("ns/q", "n1", &["ns/b"])]
+        ),
+        Ok(())
+    );
+    let twice = [
+        claim("ns/a", Some("n1"), &["n1/gpu-0"], &["p"]),
+        claim("ns/b", Some("n1"), &["n1/gpu-0"], &["q"]),
+    ];
+    let v = check_claims(&twice, &[]).unwrap_err();
+    assert!(matches!(&v[0], Violation::DeviceInTwoClaims { claims, .. } if claims.len() == 2));
+    for (claims, why) in [
+        (vec![], "does not exist"),
+        (vec![claim("ns/a", None, &[], &[])], "is not allocated"),
+        (
+            vec![claim("ns/a", Some("n2"), &["n2/gpu-0"], &["p"])],
+            "is allocated on node n2",
+        ),
+        (
+            vec![claim("ns/a", Some("n1"), &["n1/gpu-0"], &["other"])],
+            "is not reserved",
+        ),
+    ] {
+        let v = check_claims(&claims, &[user("ns/p", "n1", &["ns/a"])]).unwrap_err();
+        assert!(v[0].to_string().contains(why), "{}", v[0]);
+    }
+}

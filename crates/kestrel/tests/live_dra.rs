@@ -1,8 +1,8 @@
 //! DRA on a real kube-apiserver with kube-controller-manager's resourceclaim-controller:
 //! the test plays NVIDIA's DRA driver (it publishes ResourceSlices as the driver writes
-//! them), Kestrel allocates the claims. Checked on what the API server holds: every bound
-//! pod's claims are allocated on its node and reserved for it, no device is in two claims,
-//! a claim no device matches keeps its pod pending with its reason.
+//! them), Kestrel allocates the claims. Checked on what the API server holds by the shared
+//! checker (every bound pod's claims allocated on its node and reserved for it, no device in
+//! two claims), and a claim no device matches keeps its pod pending with its reason.
 
 #![allow(clippy::await_holding_lock)]
 
@@ -116,60 +116,6 @@ fn reserved(claim: &ResourceClaim) -> BTreeSet<String> {
         .collect()
 }
 
-/// The claim names a pod uses: its own from the template (as its status says), or the one
-/// it names.
-fn pod_claim_names(pod: &Pod) -> Vec<String> {
-    let spec = pod.spec.as_ref().unwrap();
-    let statuses = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.resource_claim_statuses.clone())
-        .unwrap_or_default();
-    spec.resource_claims
-        .iter()
-        .flatten()
-        .filter_map(|c| {
-            c.resource_claim_name.clone().or_else(|| {
-                statuses
-                    .iter()
-                    .find(|s| s.name == c.name)
-                    .and_then(|s| s.resource_claim_name.clone())
-            })
-        })
-        .collect()
-}
-
-/// Every bound pod's claims allocated on its node and reserved for it; no device in two
-/// claims.
-async fn assert_dra_invariants(client: &kube::Client) {
-    let claims = claims(client).await;
-    let mut owner: BTreeMap<(String, String), String> = BTreeMap::new();
-    for (name, claim) in &claims {
-        if let Some((node, devices)) = allocation(claim) {
-            for d in devices {
-                if let Some(other) = owner.insert((node.clone(), d.clone()), name.clone()) {
-                    panic!("device {node}/{d} is in claims {other} and {name}");
-                }
-            }
-        }
-    }
-    for pod in pods_in(client, NS).await {
-        let Some(node) = node_of(&pod) else { continue };
-        let name = pod.metadata.name.clone().unwrap();
-        for claim_name in pod_claim_names(&pod) {
-            let claim = &claims[&claim_name];
-            let (claim_node, _) = allocation(claim).unwrap_or_else(|| {
-                panic!("pod {name} is bound with claim {claim_name} unallocated")
-            });
-            assert_eq!(claim_node, node, "claim {claim_name} of pod {name}");
-            assert!(
-                reserved(claim).contains(&name),
-                "claim {claim_name} not reserved for {name}"
-            );
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_are_allocated_on_the_pods_node_before_the_bind() {
     let Some((env, _serial)) = env() else { return };
@@ -236,7 +182,7 @@ async fn claims_are_allocated_on_the_pods_node_before_the_bind() {
         node_of_pod("shared-b"),
         "a shared claim's pods go where it is"
     );
-    assert_dra_invariants(&client).await;
+    assert_invariants(&client).await;
     let all = claims(&client).await;
     let shared = &all["shared"];
     assert_eq!(allocation(shared).unwrap().1.len(), 2);
@@ -323,7 +269,7 @@ async fn claims_are_allocated_on_the_pods_node_before_the_bind() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert_dra_invariants(&client).await;
+    assert_invariants(&client).await;
 
     env.cp.stop_controller_manager();
     let _ = pods

@@ -272,7 +272,22 @@ pub async fn assert_invariants(client: &kube::Client) {
     let gangs = pod_group_min_members(client).await;
     let snapshot = kestrel_invariants::Snapshot::from_k8s(&nodes, &pods, &gangs)
         .unwrap_or_else(|e| panic!("the API server's objects cannot be checked: {e}"));
-    if let Err(violations) = kestrel_invariants::check(&snapshot) {
+    let mut violations = kestrel_invariants::check(&snapshot)
+        .err()
+        .unwrap_or_default();
+    // DRA: claims as the API holds them (none where resource.k8s.io is not served).
+    let claims = Api::<k8s_openapi::api::resource::v1::ResourceClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let (claims, users) = kestrel_invariants::claims_from_k8s(&claims, &pods);
+    violations.extend(
+        kestrel_invariants::check_claims(&claims, &users)
+            .err()
+            .unwrap_or_default(),
+    );
+    if !violations.is_empty() {
         let text: Vec<String> = violations.iter().map(|v| v.to_string()).collect();
         panic!("invariants broken on the API server:\n{}", text.join("\n"));
     }
