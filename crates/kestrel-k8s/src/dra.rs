@@ -52,6 +52,8 @@ pub struct ClassSelectors {
 pub struct DeviceClasses {
     classes: BTreeMap<String, Result<Arc<ClassSelectors>, String>>,
     filters: Mutex<HashMap<String, Arc<RequestFilter>>>,
+    /// Compiled expressions by text: a claim read for every pod compiles nothing twice.
+    compiled: Mutex<HashMap<String, Arc<CelSelector>>>,
 }
 
 impl DeviceClasses {
@@ -59,7 +61,7 @@ impl DeviceClasses {
     /// claims naming it report.
     pub fn insert(&mut self, ctx: &Ctx, class: &DeviceClass) -> Result<(), LoadError> {
         let name = class.metadata.name.clone().unwrap_or_default();
-        match read_selectors(ctx, "spec.selectors", class.spec.selectors.as_ref()) {
+        match read_selectors(ctx, "spec.selectors", class.spec.selectors.as_ref(), self) {
             Ok(selectors) => {
                 let class = ClassSelectors {
                     name: name.clone(),
@@ -100,6 +102,7 @@ fn read_selectors(
     ctx: &Ctx,
     field: &str,
     selectors: Option<&Vec<DeviceSelector>>,
+    classes: &DeviceClasses,
 ) -> Result<Vec<Arc<CelSelector>>, LoadError> {
     let mut out = Vec::new();
     for (i, s) in selectors.into_iter().flatten().enumerate() {
@@ -109,13 +112,30 @@ fn read_selectors(
                 "a selector needs cel.expression (the only kind of selector)",
             ));
         };
-        let compiled = CelSelector::compile(&cel.expression).map_err(|e| {
-            ctx.err(
-                format!("{field}[{i}].cel.expression"),
-                format!("{:?} does not compile: {e}", cel.expression),
-            )
-        })?;
-        out.push(Arc::new(compiled));
+        let known = classes
+            .compiled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&cel.expression)
+            .cloned();
+        let compiled = match known {
+            Some(compiled) => compiled,
+            None => {
+                let compiled = Arc::new(CelSelector::compile(&cel.expression).map_err(|e| {
+                    ctx.err(
+                        format!("{field}[{i}].cel.expression"),
+                        format!("{:?} does not compile: {e}", cel.expression),
+                    )
+                })?);
+                let mut cache = classes.compiled.lock().unwrap_or_else(|p| p.into_inner());
+                if cache.len() >= COMPILED_EXPRESSIONS {
+                    cache.clear();
+                }
+                cache.insert(cel.expression.clone(), compiled.clone());
+                compiled
+            }
+        };
+        out.push(compiled);
     }
     Ok(out)
 }
@@ -133,6 +153,9 @@ struct RequestFilter {
 
 /// A device a filter judged (held so its address stays its own) and what the filter said.
 type Verdict = (Arc<DraDevice>, Result<bool, String>);
+
+/// Compiled expressions kept before the cache starts over (expressions written per pod).
+const COMPILED_EXPRESSIONS: usize = 4096;
 
 /// Verdicts a filter keeps before it starts over (devices of replaced slices linger).
 const FILTER_VERDICTS: usize = 1 << 17;
@@ -339,7 +362,12 @@ fn read_choice(
         .get(choice.class)
         .map_err(|e| ctx.err(format!("{field}.deviceClassName"), e))?
         .clone();
-    let own = read_selectors(ctx, &format!("{field}.selectors"), choice.selectors)?;
+    let own = read_selectors(
+        ctx,
+        &format!("{field}.selectors"),
+        choice.selectors,
+        classes,
+    )?;
     let count = match (choice.mode.unwrap_or("ExactCount"), choice.count) {
         ("ExactCount", None) => DeviceCount::Exact(1),
         ("ExactCount", Some(n)) if (1..=128).contains(&n) => DeviceCount::Exact(n as u32),
