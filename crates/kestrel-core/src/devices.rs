@@ -162,6 +162,15 @@ impl DeviceClaims {
             .sum()
     }
 
+    /// The GPU demand that stands for the claims (packing, quota, the index's buckets):
+    /// the devices still to allocate, none when every claim is allocated.
+    pub fn gpu_request(&self) -> crate::model::GpuRequest {
+        match self.to_allocate() {
+            0 => crate::model::GpuRequest::None,
+            n => crate::model::GpuRequest::Whole(n),
+        }
+    }
+
     /// Keys the claims made from templates for pod `namespace/pod`, as the simulator names
     /// them (`<pod>-<claim>`; a cluster's controller adds a random suffix and says the name
     /// in the pod's status).

@@ -774,10 +774,7 @@ pub fn set_pod_claims(
         ));
     }
     let devices = kestrel_core::DeviceClaims { claims };
-    pod.demand.gpu = match devices.to_allocate() {
-        0 => kestrel_core::GpuRequest::None,
-        n => kestrel_core::GpuRequest::Whole(n),
-    };
+    pod.demand.gpu = devices.gpu_request();
     pod.constraints.devices = Some(devices);
     Ok(())
 }

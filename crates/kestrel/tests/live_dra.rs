@@ -74,45 +74,17 @@ async fn apply(client: &kube::Client, objects: &[serde_json::Value]) {
         .expect("applying DRA objects");
 }
 
-async fn claims(client: &kube::Client) -> BTreeMap<String, ResourceClaim> {
-    Api::<ResourceClaim>::namespaced(client.clone(), NS)
+/// The namespace's claims by name, as the invariant checker reads them.
+async fn claims(client: &kube::Client) -> BTreeMap<String, kestrel_invariants::ClaimView> {
+    let items = Api::<ResourceClaim>::namespaced(client.clone(), NS)
         .list(&ListParams::default())
         .await
         .expect("listing claims")
-        .items
+        .items;
+    kestrel_invariants::claims_from_k8s(&items, &[])
+        .0
         .into_iter()
-        .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
-        .collect()
-}
-
-/// The node an allocated claim names and its devices (`pool/device`).
-fn allocation(claim: &ResourceClaim) -> Option<(String, Vec<String>)> {
-    let a = claim.status.as_ref()?.allocation.as_ref()?;
-    let node = a.node_selector.as_ref()?.node_selector_terms[0]
-        .match_fields
-        .as_ref()?[0]
-        .values
-        .as_ref()?[0]
-        .clone();
-    let devices = a
-        .devices
-        .as_ref()?
-        .results
-        .iter()
-        .flatten()
-        .map(|r| format!("{}/{}", r.pool, r.device))
-        .collect();
-    Some((node, devices))
-}
-
-fn reserved(claim: &ResourceClaim) -> BTreeSet<String> {
-    claim
-        .status
-        .as_ref()
-        .and_then(|s| s.reserved_for.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|r| r.name.clone())
+        .map(|c| (c.key.trim_start_matches("dra/").to_string(), c))
         .collect()
 }
 
@@ -185,15 +157,16 @@ async fn claims_are_allocated_on_the_pods_node_before_the_bind() {
     assert_invariants(&client).await;
     let all = claims(&client).await;
     let shared = &all["shared"];
-    assert_eq!(allocation(shared).unwrap().1.len(), 2);
+    assert!(shared.node.is_some());
+    assert_eq!(shared.devices.len(), 2);
     assert_eq!(
-        reserved(shared),
+        shared.reserved_for.iter().cloned().collect::<BTreeSet<_>>(),
         BTreeSet::from(["shared-a".to_string(), "shared-b".to_string()])
     );
     let allocated: usize = all
         .values()
-        .filter_map(allocation)
-        .map(|(_, d)| d.len())
+        .filter(|c| c.node.is_some())
+        .map(|c| c.devices.len())
         .sum();
     assert_eq!(allocated, 8, "6 one-GPU claims and the shared 2-GPU claim");
 
@@ -258,7 +231,12 @@ async fn claims_are_allocated_on_the_pods_node_before_the_bind() {
             let state: Vec<String> = claims(&client)
                 .await
                 .iter()
-                .map(|(n, c)| format!("{n}: {:?} reserved {:?}", allocation(c), reserved(c)))
+                .map(|(n, c)| {
+                    format!(
+                        "{n}: {:?} {:?} reserved {:?}",
+                        c.node, c.devices, c.reserved_for
+                    )
+                })
                 .collect();
             let late = pods.get("late").await.expect("late");
             panic!(

@@ -152,11 +152,7 @@ impl Scheduler {
             for claim in devices.claims.iter_mut().filter(|c| c.key == key) {
                 claim.allocation = allocation.clone();
             }
-            let demand_gpu = crate::model::GpuRequest::Whole(devices.to_allocate());
-            record.spec.demand.gpu = match demand_gpu {
-                crate::model::GpuRequest::Whole(0) => crate::model::GpuRequest::None,
-                g => g,
-            };
+            record.spec.demand.gpu = devices.gpu_request();
             let old_base = record.base_constraint;
             let base = self.constraints.intern(&record.spec.constraints);
             let record = &self.pods[id.0 as usize];
@@ -273,10 +269,7 @@ impl Scheduler {
             }
         }
         if pinned {
-            spec.demand.gpu = match devices.to_allocate() {
-                0 => crate::model::GpuRequest::None,
-                n => crate::model::GpuRequest::Whole(n),
-            };
+            spec.demand.gpu = devices.gpu_request();
         }
     }
 

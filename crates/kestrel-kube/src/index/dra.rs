@@ -8,7 +8,7 @@
 use super::{ClusterState, PodState};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
-use kestrel_core::{ClaimAllocation, DeviceClaim, NodeSpec, PodId};
+use kestrel_core::{ClaimAllocation, DeviceClaim, NodeSpec, PodId, PodSpec};
 use kestrel_k8s::dra::{self, ClaimSource, DeviceClasses, SliceBook};
 use kestrel_k8s::fields::Ctx;
 use kestrel_k8s::live;
@@ -40,6 +40,14 @@ pub(super) struct DraBook {
     pub(super) node_bases: HashMap<String, NodeSpec>,
     /// Pods with claims (`namespace/name`), for reading them again.
     pub(super) claim_pods: HashMap<String, Arc<Pod>>,
+}
+
+/// Why a pod's claims cannot be given to it yet.
+pub(super) enum ClaimWait {
+    /// A claim or class is missing (the pod is read again when they change).
+    Waiting(String),
+    /// The pod cannot be read with its claims.
+    Invalid(kestrel_k8s::live::ConvertError),
 }
 
 /// A claim status to write before a bind: the claim's allocation (when Kestrel allocates
@@ -273,9 +281,36 @@ impl ClusterState {
         }
     }
 
+    /// Gives a pod with `spec.resourceClaims` its claims (and keeps the pod, to read it
+    /// again when they change); a pod without claims is left as it is.
+    pub(super) fn read_pod_claims(
+        &mut self,
+        key: &str,
+        pod: &Pod,
+        spec: &mut PodSpec,
+    ) -> Result<(), ClaimWait> {
+        let has_claims = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.resource_claims.as_ref())
+            .is_some_and(|c| !c.is_empty());
+        if !has_claims {
+            return Ok(());
+        }
+        self.dra
+            .claim_pods
+            .insert(key.to_string(), Arc::new(pod.clone()));
+        let claims = self.pod_claims(pod).map_err(ClaimWait::Waiting)?;
+        let ctx = Ctx {
+            path: src(),
+            object: format!("Pod {key}"),
+        };
+        dra::set_pod_claims(&ctx, "spec", spec, claims).map_err(|e| ClaimWait::Invalid(e.into()))
+    }
+
     /// The claims of a pod, resolved against the claims and classes seen; `Err`: why it
     /// waits (in kube-scheduler's words where it has some).
-    pub(super) fn pod_claims(&self, pod: &Pod) -> Result<Vec<DeviceClaim>, String> {
+    fn pod_claims(&self, pod: &Pod) -> Result<Vec<DeviceClaim>, String> {
         let Some(spec) = pod.spec.as_ref() else {
             return Ok(Vec::new());
         };

@@ -1,6 +1,7 @@
 //! Pods in, the engine's pods out: each pod's [`PodState`], the classes pods resolve
 //! against, relists, and the reports for pods that wait outside the engine.
 
+use super::dra::ClaimWait;
 use super::groups::{not_found, Group};
 use super::{ClusterState, PodState, StatusJob, Tracked, REASON_KINDS};
 use k8s_openapi::api::core::v1::Pod;
@@ -11,7 +12,6 @@ use kestrel_k8s::live::{self, ConvertError, GPU_INDICES_ANNOTATION};
 use kestrel_k8s::pods::{Catalog, WorkloadPriorityListing};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
 
 impl ClusterState {
     /// Takes pods to have arrived at their `metadata.creationTimestamp` and bound pods to
@@ -168,19 +168,8 @@ impl ClusterState {
                         return;
                     }
                 };
-                if has_claims(pod) {
-                    // Its devices are held by its claims, as their status says.
-                    self.dra
-                        .claim_pods
-                        .insert(key.clone(), Arc::new(pod.clone()));
-                    if let Ok(claims) = self.pod_claims(pod) {
-                        let ctx = kestrel_k8s::fields::Ctx {
-                            path: std::path::Path::new(live::API_SOURCE),
-                            object: format!("Pod {key}"),
-                        };
-                        let _ = kestrel_k8s::dra::set_pod_claims(&ctx, "spec", &mut spec, claims);
-                    }
-                }
+                // Its devices are held by its claims, as their status says.
+                let _ = self.read_pod_claims(&key, pod, &mut spec);
                 if ours {
                     // A running member counts towards its gang (a gang grows around it).
                     let _ = self.gang_of(pod, &mut spec);
@@ -222,30 +211,15 @@ impl ClusterState {
                 // A pod with claims waits until they can be read (created, their classes
                 // known), then takes their devices.
                 let read = match read {
-                    Ok((mut spec, group)) if has_claims(pod) => {
-                        self.dra
-                            .claim_pods
-                            .insert(key.clone(), Arc::new(pod.clone()));
-                        match self.pod_claims(pod) {
-                            Ok(claims) => {
-                                let ctx = kestrel_k8s::fields::Ctx {
-                                    path: std::path::Path::new(live::API_SOURCE),
-                                    object: format!("Pod {key}"),
-                                };
-                                match kestrel_k8s::dra::set_pod_claims(
-                                    &ctx, "spec", &mut spec, claims,
-                                ) {
-                                    Ok(()) => Ok((spec, group)),
-                                    Err(e) => Err(e.into()),
-                                }
-                            }
-                            Err(reason) => {
-                                self.set(&key, uid, PodState::Invalid(Box::new(pod.clone())));
-                                self.report(&key, "Unschedulable", reason);
-                                return;
-                            }
+                    Ok((mut spec, group)) => match self.read_pod_claims(&key, pod, &mut spec) {
+                        Ok(()) => Ok((spec, group)),
+                        Err(ClaimWait::Invalid(e)) => Err(e),
+                        Err(ClaimWait::Waiting(reason)) => {
+                            self.set(&key, uid, PodState::Invalid(Box::new(pod.clone())));
+                            self.report(&key, "Unschedulable", reason);
+                            return;
                         }
-                    }
+                    },
                     other => other,
                 };
                 match read {
@@ -452,12 +426,4 @@ pub(super) fn reason_kind(reason: Option<&Unschedulable>) -> &'static str {
         Some(r) if r.is_capacity() => "capacity",
         Some(_) => "constraints",
     }
-}
-
-/// Whether a pod has `spec.resourceClaims`.
-fn has_claims(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.resource_claims.as_ref())
-        .is_some_and(|c| !c.is_empty())
 }
