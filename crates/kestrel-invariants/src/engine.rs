@@ -1,12 +1,113 @@
 //! Snapshots of the engine, from per-pod bindings and node capacity only.
 
 use crate::{Amount, CohortView, GangView, GpuClaim, NodeView, PodView, QueueView, QuotaView};
-use crate::{Snapshot, GPU, PODS};
+use crate::{NodeTerm, Operator, PodTerm, Requirement, SpreadRule, TaintView, TolerationView};
+use crate::{Snapshot, VolumeAffinity, GPU, PODS};
 use kestrel_core::{
-    CohortSpec, GpuAssignment, GpuRequest, PodPhase, ResourceGroup, Resources, Scheduler,
+    CohortSpec, GpuAssignment, GpuRequest, PodPhase, PodSpec, ResourceGroup, Resources, Scheduler,
     GPU_RESOURCE,
 };
 use std::collections::BTreeMap;
+
+fn requirements(rs: &[kestrel_core::Requirement]) -> Vec<Requirement> {
+    use kestrel_core::SelectorOperator as S;
+    rs.iter()
+        .map(|r| Requirement {
+            key: r.key.clone(),
+            operator: match r.operator {
+                S::In => Operator::In,
+                S::NotIn => Operator::NotIn,
+                S::Exists => Operator::Exists,
+                S::DoesNotExist => Operator::DoesNotExist,
+                S::Gt => Operator::Gt,
+                S::Lt => Operator::Lt,
+            },
+            values: r.values.clone(),
+        })
+        .collect()
+}
+
+fn node_terms(terms: &[kestrel_core::NodeSelectorTerm]) -> Vec<NodeTerm> {
+    terms
+        .iter()
+        .map(|t| NodeTerm {
+            match_expressions: requirements(&t.match_expressions),
+            match_fields: requirements(&t.match_fields),
+        })
+        .collect()
+}
+
+fn pod_terms(terms: &[kestrel_core::PodAffinityTerm]) -> Vec<PodTerm> {
+    terms
+        .iter()
+        .map(|t| PodTerm {
+            selector: t.selector.as_deref().map(requirements),
+            namespaces: t.namespaces.clone(),
+            namespace_selector: t.namespace_selector.as_deref().map(requirements),
+            topology_key: t.topology_key.clone(),
+        })
+        .collect()
+}
+
+fn effect(e: kestrel_core::TaintEffect) -> String {
+    format!("{e:?}")
+}
+
+/// The pod's rules about other pods and volumes, its labels, node selection and
+/// tolerations (its RuntimeClass's merged in, as the API server's admission does), in
+/// the checker's own types.
+fn placement(view: &mut PodView, spec: &PodSpec) {
+    let c = &spec.constraints;
+    view.labels = spec.labels.clone();
+    view.node_selector = c.node_selector.clone();
+    view.node_affinity = c.affinity.required.as_deref().map(node_terms);
+    let runtime = c.runtime_class.as_ref();
+    for (k, v) in runtime.iter().flat_map(|r| &r.node_selector) {
+        view.node_selector.insert(k.clone(), v.clone());
+    }
+    view.tolerations = c
+        .tolerations
+        .iter()
+        .chain(runtime.iter().flat_map(|r| &r.tolerations))
+        .map(|t| TolerationView {
+            key: t.key.clone(),
+            exists: t.operator == kestrel_core::TolerationOperator::Exists,
+            value: t.value.clone(),
+            effect: t.effect.map(effect),
+        })
+        .collect();
+    if let Some(rules) = &c.inter_pod {
+        view.affinity = pod_terms(&rules.affinity);
+        view.anti_affinity = pod_terms(&rules.anti_affinity);
+        view.spread = rules
+            .spread
+            .iter()
+            .filter(|s| s.hard)
+            .map(|s| SpreadRule {
+                max_skew: s.max_skew,
+                topology_key: s.topology_key.clone(),
+                selector: s.selector.as_deref().map(requirements),
+                min_domains: s.min_domains,
+                honor_node_affinity: s.honor_node_affinity,
+                honor_taints: s.honor_taints,
+            })
+            .collect();
+    }
+    if let Some(volumes) = &c.volumes {
+        view.volume_affinity = volumes
+            .topology
+            .iter()
+            .filter(|t| !t.provision)
+            .filter_map(|t| {
+                Some(VolumeAffinity {
+                    claim: t.claim.clone(),
+                    terms: node_terms(t.terms.as_deref()?),
+                })
+            })
+            .collect();
+        view.exclusive_claims = volumes.exclusive.clone();
+    }
+}
 
 /// The engine's amounts (cpu in millicores, bytes, plain counts) as milli-units.
 fn resources(r: &Resources) -> BTreeMap<String, Amount> {
@@ -62,7 +163,12 @@ impl Snapshot {
     /// that is not gone with its binding, its declared gangs, its ClusterQueues, and the
     /// `cohorts` the caller added (the engine does not list them). The engine's usage and
     /// free counters are never read. Pod keys are `namespace/name`: give pods unique
-    /// names. Gangs' `departed` counts are 0 (see [`Snapshot::set_departed`]).
+    /// names. Gangs' `departed` counts are 0 (see [`Snapshot::set_departed`]). Pods carry
+    /// their labels, required pod (anti-)affinity, DoNotSchedule spread constraints, node
+    /// selection, tolerations and volume rules from their specs (not the flavor labels and
+    /// tolerations a ResourceFlavor adds on admission). The engine does not list
+    /// namespaces' labels: fill in [`Snapshot::namespaces`] when namespace selectors read
+    /// them.
     pub fn from_engine(s: &Scheduler, cohorts: &[CohortSpec]) -> Snapshot {
         let cluster = s.cluster();
         let nodes = cluster
@@ -78,6 +184,16 @@ impl Snapshot {
                     name: spec.name.clone(),
                     allocatable,
                     gpu_devices: spec.gpus.len() as u32,
+                    labels: spec.labels.clone(),
+                    taints: spec
+                        .taints
+                        .iter()
+                        .map(|t| TaintView {
+                            key: t.key.clone(),
+                            value: t.value.clone(),
+                            effect: effect(t.effect),
+                        })
+                        .collect(),
                 }
             })
             .collect();
@@ -123,7 +239,7 @@ impl Snapshot {
                         }
                     }
                 }
-                PodView {
+                let mut view = PodView {
                     key: r.spec.key(),
                     node,
                     requests,
@@ -136,7 +252,10 @@ impl Snapshot {
                     queue: cq.map(|q| q.name.clone()),
                     flavors,
                     priority: r.spec.priority,
-                }
+                    ..PodView::default()
+                };
+                placement(&mut view, &r.spec);
+                view
             })
             .collect();
         let gangs = s
@@ -173,6 +292,7 @@ impl Snapshot {
             gangs,
             queues,
             cohorts,
+            namespaces: BTreeMap::new(),
         }
     }
 }

@@ -3,8 +3,14 @@
 
 use crate::quantity;
 use crate::{Amount, GangView, GpuClaim, NodeView, PodView, Snapshot, GPU};
-use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use crate::{NodeTerm, Operator, PodTerm, Requirement, Selector, SpreadRule, TaintView};
+use crate::{TolerationView, VolumeAffinity};
+use k8s_openapi::api::core::v1::{
+    Container, Namespace, Node, NodeSelectorRequirement, PersistentVolume, PersistentVolumeClaim,
+    Pod,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -187,7 +193,353 @@ fn gang_of(pod: &Pod) -> Option<String> {
     })
 }
 
+/// Objects beside Nodes and Pods that placement rules read: Namespaces (their labels, for
+/// namespace selectors), PersistentVolumeClaims and PersistentVolumes (bound volumes'
+/// node affinity, `ReadWriteOncePod` claims). Missing ones are taken as absent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct K8sExtras<'a> {
+    pub namespaces: &'a [Namespace],
+    pub claims: &'a [PersistentVolumeClaim],
+    pub volumes: &'a [PersistentVolume],
+}
+
+fn operator(object: &str, field: &str, op: &str) -> Result<Operator, FromK8sError> {
+    Ok(match op {
+        "In" => Operator::In,
+        "NotIn" => Operator::NotIn,
+        "Exists" => Operator::Exists,
+        "DoesNotExist" => Operator::DoesNotExist,
+        "Gt" => Operator::Gt,
+        "Lt" => Operator::Lt,
+        _ => {
+            return Err(FromK8sError {
+                object: object.to_string(),
+                field: field.to_string(),
+                message: format!("unknown operator {op:?}"),
+            })
+        }
+    })
+}
+
+/// A label selector; `None` stays `None` (no pod).
+fn selector(
+    object: &str,
+    field: &str,
+    s: Option<&LabelSelector>,
+) -> Result<Option<Selector>, FromK8sError> {
+    let Some(s) = s else { return Ok(None) };
+    let mut out: Selector = s
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| Requirement {
+            key: k.clone(),
+            operator: Operator::In,
+            values: vec![v.clone()],
+        })
+        .collect();
+    for (i, e) in s.match_expressions.iter().flatten().enumerate() {
+        out.push(Requirement {
+            key: e.key.clone(),
+            operator: operator(
+                object,
+                &format!("{field}.matchExpressions[{i}].operator"),
+                &e.operator,
+            )?,
+            values: e.values.clone().unwrap_or_default(),
+        });
+    }
+    Ok(Some(out))
+}
+
+/// `matchLabelKeys` (`In` the pod's value) and `mismatchLabelKeys` (`NotIn` it) merged into
+/// a selector, as kube-scheduler does (the API server may have merged them already; twice
+/// is the same). Keys the pod lacks are skipped; a `None` selector stays `None`.
+fn merge_label_keys(
+    selector: &mut Option<Selector>,
+    labels: &crate::Labels,
+    matching: Option<&Vec<String>>,
+    mismatching: Option<&Vec<String>>,
+) {
+    let Some(selector) = selector else { return };
+    for (keys, operator) in [(matching, Operator::In), (mismatching, Operator::NotIn)] {
+        for k in keys.into_iter().flatten() {
+            if let Some(v) = labels.get(k) {
+                selector.push(Requirement {
+                    key: k.clone(),
+                    operator,
+                    values: vec![v.clone()],
+                });
+            }
+        }
+    }
+}
+
+fn node_requirements(
+    object: &str,
+    field: &str,
+    rs: Option<&Vec<NodeSelectorRequirement>>,
+) -> Result<Vec<Requirement>, FromK8sError> {
+    rs.into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, r)| {
+            Ok(Requirement {
+                key: r.key.clone(),
+                operator: operator(object, &format!("{field}[{i}].operator"), &r.operator)?,
+                values: r.values.clone().unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+fn node_terms(
+    object: &str,
+    field: &str,
+    selector: &k8s_openapi::api::core::v1::NodeSelector,
+) -> Result<Vec<NodeTerm>, FromK8sError> {
+    selector
+        .node_selector_terms
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let field = format!("{field}.nodeSelectorTerms[{i}]");
+            Ok(NodeTerm {
+                match_expressions: node_requirements(
+                    object,
+                    &format!("{field}.matchExpressions"),
+                    t.match_expressions.as_ref(),
+                )?,
+                match_fields: node_requirements(
+                    object,
+                    &format!("{field}.matchFields"),
+                    t.match_fields.as_ref(),
+                )?,
+            })
+        })
+        .collect()
+}
+
+fn pod_terms(
+    object: &str,
+    field: &str,
+    labels: &crate::Labels,
+    terms: Option<&Vec<k8s_openapi::api::core::v1::PodAffinityTerm>>,
+) -> Result<Vec<PodTerm>, FromK8sError> {
+    terms
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, t)| {
+            let field = format!("{field}[{i}]");
+            let mut sel = selector(
+                object,
+                &format!("{field}.labelSelector"),
+                t.label_selector.as_ref(),
+            )?;
+            merge_label_keys(
+                &mut sel,
+                labels,
+                t.match_label_keys.as_ref(),
+                t.mismatch_label_keys.as_ref(),
+            );
+            Ok(PodTerm {
+                selector: sel,
+                namespaces: t.namespaces.clone().unwrap_or_default(),
+                namespace_selector: selector(
+                    object,
+                    &format!("{field}.namespaceSelector"),
+                    t.namespace_selector.as_ref(),
+                )?,
+                topology_key: t.topology_key.clone(),
+            })
+        })
+        .collect()
+}
+
+/// A pod's labels, required pod (anti-)affinity, DoNotSchedule spread constraints, node
+/// selector, required node affinity and tolerations.
+fn placement(pod: &Pod, view: &mut PodView) -> Result<(), FromK8sError> {
+    let object = object_name(pod);
+    let object = object.as_str();
+    view.labels = pod.metadata.labels.clone().unwrap_or_default();
+    let Some(spec) = &pod.spec else { return Ok(()) };
+    view.node_selector = spec.node_selector.clone().unwrap_or_default();
+    let affinity = spec.affinity.as_ref();
+    if let Some(required) = affinity
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+    {
+        view.node_affinity = Some(node_terms(
+            object,
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+            required,
+        )?);
+    }
+    view.affinity = pod_terms(
+        object,
+        "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+        &view.labels,
+        affinity
+            .and_then(|a| a.pod_affinity.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
+    )?;
+    view.anti_affinity = pod_terms(
+        object,
+        "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+        &view.labels,
+        affinity
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
+    )?;
+    for (i, c) in spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .enumerate()
+    {
+        if c.when_unsatisfiable != "DoNotSchedule" {
+            continue;
+        }
+        let field = format!("spec.topologySpreadConstraints[{i}]");
+        let mut sel = selector(
+            object,
+            &format!("{field}.labelSelector"),
+            c.label_selector.as_ref(),
+        )?;
+        merge_label_keys(&mut sel, &view.labels, c.match_label_keys.as_ref(), None);
+        view.spread.push(SpreadRule {
+            max_skew: c.max_skew.max(0) as u32,
+            topology_key: c.topology_key.clone(),
+            selector: sel,
+            min_domains: c.min_domains.map(|m| m.max(0) as u32),
+            honor_node_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
+            honor_taints: c.node_taints_policy.as_deref() == Some("Honor"),
+        });
+    }
+    view.tolerations = spec
+        .tolerations
+        .iter()
+        .flatten()
+        .map(|t| TolerationView {
+            key: t.key.clone().unwrap_or_default(),
+            exists: t.operator.as_deref() == Some("Exists"),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.clone().filter(|e| !e.is_empty()),
+        })
+        .collect();
+    Ok(())
+}
+
+/// A pod's PersistentVolumeClaims (`persistentVolumeClaim` volumes, and the claims of
+/// generic ephemeral volumes, named `<pod>-<volume>`): the node affinity of those bound to
+/// a PersistentVolume that has one, and those that are `ReadWriteOncePod`.
+fn volumes(
+    pod: &Pod,
+    view: &mut PodView,
+    claims: &BTreeMap<(&str, &str), &PersistentVolumeClaim>,
+    pvs: &BTreeMap<&str, &PersistentVolume>,
+) -> Result<(), FromK8sError> {
+    let Some(spec) = &pod.spec else { return Ok(()) };
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let pod_name = pod.metadata.name.as_deref().unwrap_or("");
+    for v in spec.volumes.iter().flatten() {
+        let name = match (&v.persistent_volume_claim, &v.ephemeral) {
+            (Some(c), _) => c.claim_name.clone(),
+            (None, Some(_)) => format!("{pod_name}-{}", v.name),
+            _ => continue,
+        };
+        let key = format!("{namespace}/{name}");
+        let Some(claim) = claims.get(&(namespace, name.as_str())) else {
+            continue;
+        };
+        let spec = claim.spec.as_ref();
+        if spec
+            .and_then(|s| s.access_modes.as_ref())
+            .is_some_and(|m| m.iter().any(|m| m == "ReadWriteOncePod"))
+            && !view.exclusive_claims.contains(&key)
+        {
+            view.exclusive_claims.push(key.clone());
+        }
+        let Some(pv) = spec
+            .and_then(|s| s.volume_name.as_deref())
+            .and_then(|n| pvs.get(n))
+        else {
+            continue;
+        };
+        if let Some(required) = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_affinity.as_ref())
+            .and_then(|a| a.required.as_ref())
+        {
+            let pv_name = pv.metadata.name.as_deref().unwrap_or("");
+            view.volume_affinity.push(VolumeAffinity {
+                claim: key,
+                terms: node_terms(
+                    &format!("PersistentVolume {pv_name}"),
+                    "spec.nodeAffinity.required",
+                    required,
+                )?,
+            });
+        }
+    }
+    Ok(())
+}
+
 impl Snapshot {
+    /// [`Snapshot::from_k8s`] with the objects of [`K8sExtras`] too: namespaces' labels,
+    /// and per pod the node affinity of its bound PersistentVolumes and its
+    /// `ReadWriteOncePod` claims.
+    pub fn from_k8s_with(
+        nodes: &[Node],
+        pods: &[Pod],
+        gang_min_members: &BTreeMap<String, u32>,
+        extras: &K8sExtras,
+    ) -> Result<Snapshot, FromK8sError> {
+        let mut out = Snapshot::from_k8s(nodes, pods, gang_min_members)?;
+        for ns in extras.namespaces {
+            out.namespaces.insert(
+                ns.metadata.name.clone().unwrap_or_default(),
+                ns.metadata.labels.clone().unwrap_or_default(),
+            );
+        }
+        let claims: BTreeMap<(&str, &str), &PersistentVolumeClaim> = extras
+            .claims
+            .iter()
+            .map(|c| {
+                (
+                    (
+                        c.metadata.namespace.as_deref().unwrap_or("default"),
+                        c.metadata.name.as_deref().unwrap_or(""),
+                    ),
+                    c,
+                )
+            })
+            .collect();
+        let pvs: BTreeMap<&str, &PersistentVolume> = extras
+            .volumes
+            .iter()
+            .map(|v| (v.metadata.name.as_deref().unwrap_or(""), v))
+            .collect();
+        let by_key: BTreeMap<String, &Pod> = pods.iter().map(|p| (pod_key(p), p)).collect();
+        for view in &mut out.pods {
+            if let Some(pod) = by_key.get(&view.key) {
+                volumes(pod, view, &claims, &pvs)?;
+            }
+        }
+        Ok(out)
+    }
+
     /// A cluster as the API server has it. Nodes: `status.allocatable` (its
     /// `nvidia.com/gpu` is the device count). Pods: `spec.nodeName`, effective requests
     /// ([`pod_requests`]), GPUs from [`GPU_INDICES_ANNOTATION`], gang from Kestrel's,
@@ -196,6 +548,9 @@ impl Snapshot {
     /// `departed`. `gang_min_members` gives each gang's minMember by `namespace/name`
     /// (from its PodGroup); a Kueue plain-pod group not in it needs its pods' total count.
     /// ClusterQueues are not read: fill in `queues`, `cohorts` and pods' `queue` if needed.
+    /// Nodes' labels and taints and pods' labels, required pod (anti-)affinity,
+    /// DoNotSchedule spread constraints, node selectors and tolerations are read;
+    /// namespaces and volumes only by [`Snapshot::from_k8s_with`].
     pub fn from_k8s(
         nodes: &[Node],
         pods: &[Pod],
@@ -214,6 +569,19 @@ impl Snapshot {
                 name,
                 allocatable,
                 gpu_devices,
+                labels: n.metadata.labels.clone().unwrap_or_default(),
+                taints: n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .map(|t| TaintView {
+                        key: t.key.clone(),
+                        value: t.value.clone().unwrap_or_default(),
+                        effect: t.effect.clone(),
+                    })
+                    .collect(),
             });
         }
         let mut gangs: BTreeMap<String, GangView> = BTreeMap::new();
@@ -269,7 +637,7 @@ impl Snapshot {
                 })?,
                 None => GpuClaim::None,
             };
-            out.pods.push(PodView {
+            let mut view = PodView {
                 key,
                 // An annotation on a pod that is not bound yet claims nothing.
                 gpu: if node.is_some() { gpu } else { GpuClaim::None },
@@ -279,7 +647,10 @@ impl Snapshot {
                 queue: None,
                 flavors: BTreeMap::new(),
                 priority: pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
-            });
+                ..PodView::default()
+            };
+            placement(pod, &mut view)?;
+            out.pods.push(view);
         }
         for (key, mut g) in gangs {
             if let Some(&min) = gang_min_members.get(&key) {

@@ -6,6 +6,13 @@
 //! free counters) and lists each rule that is broken; [`check_transition`] compares two
 //! snapshots and finds pending pods that disappeared.
 //!
+//! Placement rules that involve other pods and volumes are matched by this crate's own
+//! code (a second opinion on the engine's), from pods' labels and terms, nodes' labels and
+//! taints and namespaces' labels: [`check`] finds required pod anti-affinity broken from
+//! either side, pods on nodes their bound PersistentVolume's node affinity excludes, and
+//! `ReadWriteOncePod` claims used twice; [`check_transition`] judges pods newly bound in
+//! the step by their required pod affinity and DoNotSchedule topology spread at binding.
+//!
 //! Snapshots come from the engine ([`Snapshot::from_engine`]) or from a real API server's
 //! Nodes and Pods ([`Snapshot::from_k8s`]), so the simulator and the live scheduler are held
 //! to the same rules.
@@ -21,12 +28,18 @@
 mod engine;
 #[cfg(feature = "k8s")]
 mod k8s;
+mod placement;
 pub mod quantity;
 pub mod shared;
 
 #[cfg(feature = "k8s")]
 pub use k8s::{
-    claims_from_k8s, parse_gpu_indices, pod_requests, FromK8sError, GPU_INDICES_ANNOTATION,
+    claims_from_k8s, parse_gpu_indices, pod_requests, FromK8sError, K8sExtras,
+    GPU_INDICES_ANNOTATION,
+};
+pub use placement::{
+    selects, Labels, NodeTerm, Operator, PodTerm, Requirement, Selector, SpreadRule, TaintView,
+    TolerationView, VolumeAffinity,
 };
 pub use shared::{in_ci, shared_path};
 
@@ -51,6 +64,10 @@ pub struct NodeView {
     pub allocatable: BTreeMap<String, Amount>,
     /// GPU devices, indexed `0..gpu_devices`.
     pub gpu_devices: u32,
+    /// For topology domains, node selectors and volume node affinity.
+    pub labels: Labels,
+    /// For spread constraints with `nodeTaintsPolicy: Honor`.
+    pub taints: Vec<TaintView>,
 }
 
 /// The GPUs a bound pod holds.
@@ -95,6 +112,24 @@ pub struct PodView {
     /// first flavor of its queue that has quota for it.
     pub flavors: BTreeMap<String, String>,
     pub priority: i32,
+    /// Its labels, for other pods' affinity terms and spread constraints.
+    pub labels: Labels,
+    /// `podAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
+    pub affinity: Vec<PodTerm>,
+    /// `podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
+    pub anti_affinity: Vec<PodTerm>,
+    /// `topologySpreadConstraints` with `whenUnsatisfiable: DoNotSchedule`.
+    pub spread: Vec<SpreadRule>,
+    /// `nodeSelector`, for spread constraints that honour node affinity.
+    pub node_selector: Labels,
+    /// Required node affinity terms, ORed (`None`: any node), likewise.
+    pub node_affinity: Option<Vec<NodeTerm>>,
+    /// Its tolerations, for spread constraints that honour taints.
+    pub tolerations: Vec<TolerationView>,
+    /// The node affinity of the bound PersistentVolumes its claims mount.
+    pub volume_affinity: Vec<VolumeAffinity>,
+    /// Its `ReadWriteOncePod` claims (`namespace/name`).
+    pub exclusive_claims: Vec<String>,
 }
 
 impl PodView {
@@ -172,6 +207,9 @@ pub struct Snapshot {
     pub gangs: Vec<GangView>,
     pub queues: Vec<QueueView>,
     pub cohorts: Vec<CohortView>,
+    /// Namespaces' labels, for pod affinity terms' namespace selectors (a namespace left
+    /// out has only `kubernetes.io/metadata.name`).
+    pub namespaces: BTreeMap<String, Labels>,
 }
 
 /// A broken rule, naming the objects and the amounts.
@@ -273,6 +311,53 @@ pub enum Violation {
         claim: String,
         why: String,
     },
+    /// A bound pod's required anti-affinity term (its index) matches other bound pods in
+    /// its domain (`key=domain`).
+    AntiAffinityBroken {
+        pod: String,
+        term: usize,
+        key: String,
+        domain: String,
+        others: Vec<String>,
+    },
+    /// A newly bound pod's required pod affinity found no matching pod in its domain, and
+    /// it could not have been the first of its series.
+    AffinityUnmet {
+        pod: String,
+        node: String,
+        key: String,
+        domain: String,
+    },
+    /// A newly bound pod's node lacks the topology key of its required affinity or
+    /// DoNotSchedule spread constraint.
+    NoTopologyDomain {
+        pod: String,
+        node: String,
+        key: String,
+        rule: String,
+    },
+    /// A newly bound pod took its DoNotSchedule spread constraint over `max_skew`: its
+    /// domain holds `count` matching pods (itself included), the least-loaded eligible
+    /// domain `min`; `tolerance` pods newly bound in the same step match too.
+    SpreadOverSkew {
+        pod: String,
+        node: String,
+        key: String,
+        domain: String,
+        count: u32,
+        min: u32,
+        max_skew: u32,
+        tolerance: u32,
+    },
+    /// A bound pod is on a node that the node affinity of the PersistentVolume bound to
+    /// its claim excludes.
+    VolumeNodeConflict {
+        pod: String,
+        node: String,
+        claim: String,
+    },
+    /// A `ReadWriteOncePod` claim is used by more than one bound pod.
+    ClaimUsedTwice { claim: String, pods: Vec<String> },
 }
 
 fn amount(resource: &str, milli: Amount) -> String {
@@ -411,6 +496,58 @@ impl fmt::Display for Violation {
             Violation::ClaimNotHeld { pod, claim, why } => {
                 write!(f, "bound pod {pod}: its ResourceClaim {claim} {why}")
             }
+            Violation::AntiAffinityBroken {
+                pod,
+                term,
+                key,
+                domain,
+                others,
+            } => write!(
+                f,
+                "pod {pod}: required pod anti-affinity (term {term}) broken in {key}={domain} by {}",
+                others.join(", ")
+            ),
+            Violation::AffinityUnmet {
+                pod,
+                node,
+                key,
+                domain,
+            } => write!(
+                f,
+                "pod {pod} bound to node {node}: required pod affinity finds no matching pod in {key}={domain}, and it is not the first of its series"
+            ),
+            Violation::NoTopologyDomain {
+                pod,
+                node,
+                key,
+                rule,
+            } => write!(
+                f,
+                "pod {pod} bound to node {node}, which lacks the topology key {key} of its {rule}"
+            ),
+            Violation::SpreadOverSkew {
+                pod,
+                node,
+                key,
+                domain,
+                count,
+                min,
+                max_skew,
+                tolerance,
+            } => write!(
+                f,
+                "pod {pod} bound to node {node}: topology spread (DoNotSchedule) over {key} has {count} matching pod(s) in {key}={domain} against {min} in the least-loaded domain, skew {} over maxSkew {max_skew} (+{tolerance} for pods bound in the same step)",
+                count.saturating_sub(*min)
+            ),
+            Violation::VolumeNodeConflict { pod, node, claim } => write!(
+                f,
+                "pod {pod} is on node {node}, which the node affinity of the PersistentVolume bound to its claim {claim} excludes (volume node affinity conflict)"
+            ),
+            Violation::ClaimUsedTwice { claim, pods } => write!(
+                f,
+                "ReadWriteOncePod claim {claim} is used by bound pods {}",
+                pods.join(", ")
+            ),
         }
     }
 }
@@ -521,6 +658,8 @@ pub fn check(snapshot: &Snapshot) -> Result<(), Vec<Violation>> {
     check_nodes(snapshot, &nodes, &mut out);
     check_gangs(snapshot, &mut out);
     check_queues(snapshot, &mut out);
+    placement::check_anti_affinity(snapshot, &mut out);
+    placement::check_volumes(snapshot, &mut out);
     if out.is_empty() {
         Ok(())
     } else {
@@ -841,20 +980,35 @@ fn check_cohorts(
 }
 
 /// Checks a step from `before` to `after`: every pod pending before is still there
-/// (pending or bound) unless it is in `left` (completed or deleted during the step).
+/// (pending or bound) unless it is in `left` (completed or deleted during the step); every
+/// pod newly bound had its required pod affinity met and kept its DoNotSchedule topology
+/// spread constraints at the moment of binding, as far as the two snapshots tell. The
+/// order of the bindings between them is unknown, so what any order allows passes:
+/// - other pods newly bound in the step count as affinity partners, and a spread's skew
+///   may exceed `maxSkew` by the number of them that match the constraint (on eligible
+///   nodes): they may have been bound after the pod;
+/// - pods bound before and not after (ended, evicted, on a removed node) may have left
+///   after the binding: they count as affinity partners and in the least-loaded spread
+///   domain (never in the pod's own);
+/// - "first of a series" (a pod matching its own affinity terms may go where none match
+///   when no pod in the cluster does) is judged against the pods bound throughout the step.
+///
+/// Affinity is not checked by [`check`]: the partner may have ended since
+/// (`IgnoredDuringExecution`).
 pub fn check_transition(
     before: &Snapshot,
     after: &Snapshot,
     left: &BTreeSet<String>,
 ) -> Result<(), Vec<Violation>> {
     let present: BTreeSet<&str> = after.pods.iter().map(|p| p.key.as_str()).collect();
-    let out: Vec<Violation> = before
+    let mut out: Vec<Violation> = before
         .pods
         .iter()
         .filter(|p| p.node.is_none())
         .filter(|p| !present.contains(p.key.as_str()) && !left.contains(&p.key))
         .map(|p| Violation::PendingPodDropped { pod: p.key.clone() })
         .collect();
+    placement::check_bindings(before, after, &mut out);
     if out.is_empty() {
         Ok(())
     } else {
