@@ -35,6 +35,26 @@ pub enum NodeReason {
     /// DRA: a claim cannot be allocated here at all (what is missing, the same on every
     /// node alike: no device matches a request, or the claim is allocated elsewhere).
     NoMatchingDevice(String),
+    /// A host port the pod asks for is taken on the node.
+    HostPortsTaken,
+    /// A required pod affinity term finds no matching pod in the node's domain (or the
+    /// node lacks the term's topology key).
+    PodAffinityMismatch,
+    /// A required pod anti-affinity term finds a matching pod in the node's domain.
+    PodAntiAffinityMismatch,
+    /// A pod placed in the node's domain has a required anti-affinity term this pod matches.
+    ExistingAntiAffinity,
+    /// Placing the pod here would take a DoNotSchedule topology spread over its maxSkew.
+    SpreadSkew,
+    /// The node lacks the topology key of a DoNotSchedule spread constraint.
+    SpreadMissingLabel,
+    /// A PersistentVolume the pod's claim is bound to may not be used on the node.
+    VolumeNodeAffinityConflict,
+    /// A claim to be provisioned where the pod goes cannot be provisioned on the node (its
+    /// StorageClass's allowed topologies exclude it).
+    VolumeBindConflict,
+    /// A `ReadWriteOncePod` claim of the pod is in use by another pod.
+    VolumeInUse,
 }
 
 /// What a node lacks when a `single-numa-node` pod's GPUs (with their NICs) cannot all sit
@@ -54,6 +74,21 @@ impl NodeReason {
     }
 
     /// A shortfall of free capacity (as opposed to a node the pod may not use at all).
+    /// A refusal by the pods placed (inter-pod rules, host ports, a claim in use), which
+    /// pods placed or ended anywhere in a domain may change.
+    pub fn is_inter_pod(&self) -> bool {
+        matches!(
+            self,
+            NodeReason::HostPortsTaken
+                | NodeReason::PodAffinityMismatch
+                | NodeReason::PodAntiAffinityMismatch
+                | NodeReason::ExistingAntiAffinity
+                | NodeReason::SpreadSkew
+                | NodeReason::SpreadMissingLabel
+                | NodeReason::VolumeInUse
+        )
+    }
+
     pub fn is_capacity(&self) -> bool {
         matches!(
             self,
@@ -102,6 +137,36 @@ impl fmt::Display for NodeReason {
             NodeReason::NoMatchingDevice(what) => {
                 write!(f, "cannot allocate all claims ({what})")
             }
+            NodeReason::HostPortsTaken => write!(
+                f,
+                "node(s) didn't have free ports for the requested pod ports"
+            ),
+            NodeReason::PodAffinityMismatch => write!(f, "node(s) didn't match pod affinity rules"),
+            NodeReason::PodAntiAffinityMismatch => {
+                write!(f, "node(s) didn't match pod anti-affinity rules")
+            }
+            NodeReason::ExistingAntiAffinity => write!(
+                f,
+                "node(s) didn't satisfy existing pods anti-affinity rules"
+            ),
+            NodeReason::SpreadSkew => {
+                write!(f, "node(s) didn't match pod topology spread constraints")
+            }
+            NodeReason::SpreadMissingLabel => write!(
+                f,
+                "node(s) didn't match pod topology spread constraints (missing required label)"
+            ),
+            NodeReason::VolumeNodeAffinityConflict => {
+                write!(f, "node(s) had volume node affinity conflict")
+            }
+            NodeReason::VolumeBindConflict => write!(
+                f,
+                "node(s) didn't find available persistent volumes to bind"
+            ),
+            NodeReason::VolumeInUse => write!(
+                f,
+                "node(s) had pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
+            ),
             NodeReason::Nominated(preemptor) => {
                 write!(
                     f,

@@ -11,6 +11,7 @@ pub mod explain;
 pub mod fgd;
 pub mod gang;
 mod hints;
+pub mod inter_pod;
 pub mod model;
 pub mod outcome;
 pub mod packing;
@@ -23,6 +24,7 @@ pub mod rng;
 pub mod scheduler;
 pub mod topology;
 pub mod types;
+pub mod volumes;
 
 pub use cluster::{ClusterIndex, GpuUse, NodeState};
 pub use devices::{
@@ -31,6 +33,7 @@ pub use devices::{
 };
 pub use explain::{GangProblem, NodeReason, Unschedulable, NUMA_ALIGNED_GPUS};
 pub use gang::{GangError, GangId, GangPhase, GangSpec, GangState, GangTopology};
+pub use inter_pod::{HostPort, InterPodRules, LabelSelector, PodAffinityTerm, SpreadConstraint};
 pub use model::*;
 pub use outcome::{ClusterError, Decisions};
 pub use policy::Policy;
@@ -49,3 +52,4 @@ pub use rng::Rng;
 pub use scheduler::{PodRecord, Scheduler, SchedulerConfig, DEFAULT_GANG_BACKOFF};
 pub use topology::GpuTopology;
 pub use types::{Binding, GpuAssignment, Millis, NodeId, PodId, PodPhase};
+pub use volumes::{VolumeRules, VolumeTopology};

@@ -364,6 +364,13 @@ pub struct PlacementConstraints {
     pub single_numa_node: bool,
     /// The pod's ResourceClaims: it takes DRA devices, on a node that publishes them.
     pub devices: Option<crate::devices::DeviceClaims>,
+    /// Inter-pod affinity, anti-affinity and topology spread: where it may go by the pods
+    /// already placed.
+    pub inter_pod: Option<Box<crate::inter_pod::InterPodRules>>,
+    /// Host ports its containers take (`ports[].hostPort`), sorted.
+    pub host_ports: Vec<crate::inter_pod::HostPort>,
+    /// Its PersistentVolumeClaims: volumes that narrow its nodes, claims it may not share.
+    pub volumes: Option<Box<crate::volumes::VolumeRules>>,
 }
 
 /// What a pod asks for.

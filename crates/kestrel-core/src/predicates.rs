@@ -89,22 +89,10 @@ pub fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, No
     {
         return Err(NodeReason::Cordoned);
     }
-    let selector_ok = c
-        .node_selector
-        .iter()
-        .all(|(k, v)| node.labels.get(k) == Some(v));
-    let affinity_ok = c
-        .affinity
-        .required
-        .as_ref()
-        .is_none_or(|terms| terms.iter().any(|t| t.matches(node)));
-    if !selector_ok || !affinity_ok {
+    if !selects_node(c, node) {
         return Err(NodeReason::AffinityMismatch);
     }
-    let tolerations = || {
-        let runtime_tolerations = c.runtime_class.iter().flat_map(|rc| &rc.tolerations);
-        c.tolerations.iter().chain(runtime_tolerations)
-    };
+    let tolerations = || tolerations_of(c);
     if let Some(rc) = &c.runtime_class {
         if !rc
             .node_selector
@@ -125,6 +113,12 @@ pub fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, No
             _ => {}
         }
     }
+    if let Some(volumes) = &c.volumes {
+        volumes.allows(node).map_err(|conflict| match conflict {
+            crate::volumes::VolumeConflict::NodeAffinity => NodeReason::VolumeNodeAffinityConflict,
+            crate::volumes::VolumeConflict::Provisioning => NodeReason::VolumeBindConflict,
+        })?;
+    }
     score += c
         .affinity
         .preferred
@@ -133,6 +127,31 @@ pub fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, No
         .map(|(w, _)| *w as i64)
         .sum::<i64>();
     Ok(score)
+}
+
+/// The pod's nodeSelector and required node affinity allow the node.
+pub(crate) fn selects_node(c: &PlacementConstraints, node: &NodeSpec) -> bool {
+    c.node_selector
+        .iter()
+        .all(|(k, v)| node.labels.get(k) == Some(v))
+        && c.affinity
+            .required
+            .as_ref()
+            .is_none_or(|terms| terms.iter().any(|t| t.matches(node)))
+}
+
+/// The pod's tolerations, its RuntimeClass's included.
+fn tolerations_of(c: &PlacementConstraints) -> impl Iterator<Item = &crate::model::Toleration> {
+    let runtime_tolerations = c.runtime_class.iter().flat_map(|rc| &rc.tolerations);
+    c.tolerations.iter().chain(runtime_tolerations)
+}
+
+/// The pod tolerates every NoSchedule and NoExecute taint of the node.
+pub(crate) fn tolerates_node(c: &PlacementConstraints, node: &NodeSpec) -> bool {
+    node.taints.iter().all(|taint| {
+        matches!(taint.effect, TaintEffect::PreferNoSchedule)
+            || tolerations_of(c).any(|t| t.tolerates(taint))
+    })
 }
 
 pub(crate) fn names_per_node_labels(c: &PlacementConstraints) -> bool {
@@ -149,6 +168,7 @@ pub(crate) fn names_per_node_labels(c: &PlacementConstraints) -> bool {
             .is_some_and(|rc| rc.node_selector.keys().any(per_node_key))
         || c.affinity.required.iter().flatten().any(term_names)
         || c.affinity.preferred.iter().any(|(_, t)| term_names(t))
+        || c.volumes.iter().flat_map(|v| v.terms()).any(term_names)
 }
 
 /// A node's DRA shortfall in kube-scheduler's words, with what no node alike could give.

@@ -6,7 +6,8 @@
 //! own, one alone; some with a
 //! second flavor; reclaim, within-queue and borrow-within-cohort preemption), and 40-70
 //! steps of: single pods (whole GPUs, shares, shares by GPU memory, extended resources,
-//! queued or not, priorities), gangs (minMember below the total, rack required or
+//! queued or not, priorities, inter-pod affinity, anti-affinity, topology spread and host
+//! ports), gangs (minMember below the total, rack required or
 //! preferred, schedule timeouts, queued or not), completions of whole workloads, deletions
 //! of single pods (gang members too), nodes added, cordoned, uncordoned and removed. Each
 //! step ends with a scheduling cycle whose preemption victims are evicted at once.
@@ -16,11 +17,14 @@
 //! limits, no pending pod dropped. 1,024 cases by default; `PROPTEST_CASES=5000` for more.
 //! And the same inputs give the same decisions, in this process and in another one.
 
+mod rules;
+
 use kestrel_core::*;
 use kestrel_invariants::{check, check_transition, describe, Snapshot};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use rules::{apply_rules, rules_strategy};
 use std::collections::{BTreeMap, BTreeSet};
 
 const NAMESPACES: usize = 4;
@@ -118,8 +122,9 @@ fn pod_strategy() -> impl Strategy<Value = PodSpec> {
         0i32..4,
         proptest::option::of(0..NAMESPACES),
         any::<bool>(),
+        rules_strategy(),
     )
-        .prop_map(|(gpu, cpu, gib, priority, queue, rdma)| {
+        .prop_map(|(gpu, cpu, gib, priority, queue, rdma, rules)| {
             let mut pod = PodSpec::new(
                 "",
                 "",
@@ -141,6 +146,7 @@ fn pod_strategy() -> impl Strategy<Value = PodSpec> {
                     }
                 }
             }
+            apply_rules(&mut pod, &rules);
             pod
         })
 }

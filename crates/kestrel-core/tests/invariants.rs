@@ -3,8 +3,11 @@
 //! honour taints and selectors, the indexed search picks the policy's best node, and the
 //! same inputs and seed give the same decisions.
 
+mod rules;
+
 use kestrel_core::*;
 use proptest::prelude::*;
+use rules::{apply_rules, rules_strategy};
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone)]
@@ -105,6 +108,10 @@ fn ops_strategy() -> impl Strategy<Value = (Vec<NodeSpec>, Vec<Op>)> {
     let nodes = (1usize..=6).prop_flat_map(|n| (0..n).map(node_strategy).collect::<Vec<_>>());
     let op = prop_oneof![
         5 => pod_strategy().prop_map(|p| Op::Submit(Box::new(p))),
+        2 => (pod_strategy(), rules_strategy()).prop_map(|(mut p, r)| {
+            apply_rules(&mut p, &r);
+            Op::Submit(Box::new(p))
+        }),
         3 => Just(Op::Schedule),
         2 => (0usize..50).prop_map(Op::Finish),
         1 => (0usize..50).prop_map(Op::Unbind),
@@ -180,7 +187,7 @@ fn run_with(
                     }
                 }
                 if d.preemptions.is_empty() {
-                    check_nothing_placeable_left(&s);
+                    check_nothing_placeable_left(&mut s);
                 }
             }
             Op::Finish(i) if !live.is_empty() => {
@@ -342,22 +349,23 @@ fn check_constraints_honoured(s: &Scheduler, binding: &Binding) {
 }
 
 /// Right after a cycle, no pending pod fits any node (but those held for the head).
-fn check_nothing_placeable_left(s: &Scheduler) {
+fn check_nothing_placeable_left(s: &mut Scheduler) {
     let reserved = s
         .reservation()
         .map(|(_, nodes, _)| nodes)
         .unwrap_or_default();
     for id in s.pending() {
-        let spec = &s.pod(id).spec;
-        for (node, n) in s.cluster().iter() {
+        let spec = s.pod(id).spec.clone();
+        let nodes: Vec<NodeId> = s.cluster().iter().map(|(node, _)| node).collect();
+        for node in nodes {
             if reserved.contains(&node) {
                 continue;
             }
             assert!(
-                !s.could_place_on(spec, node),
+                !(s.could_place_on(&spec, node) && s.inter_pod_allows(id, node)),
                 "{} left pending though it fits {}",
                 spec.name,
-                n.spec.name
+                s.cluster().node(node).spec.name
             );
         }
         assert!(
@@ -484,6 +492,10 @@ fn check_indexed_choice(nodes: &[NodeSpec], ops: &[Op]) -> Result<(), TestCaseEr
         }
         for (t, op) in ops.iter().enumerate() {
             let Op::Submit(pod) = op else { continue };
+            // Inter-pod rules depend on the pods placed, which the scan does not see.
+            if pod.constraints.inter_pod.is_some() || !pod.constraints.host_ports.is_empty() {
+                continue;
+            }
             let best = s
                 .cluster()
                 .iter()

@@ -16,6 +16,7 @@ pub mod duration;
 pub mod error;
 pub mod fields;
 pub mod gangs;
+pub mod inter_pod;
 pub mod limit_range;
 pub mod live;
 pub mod nodes;
@@ -23,6 +24,7 @@ pub mod pods;
 pub mod queues;
 pub mod quota;
 pub mod training;
+pub mod volumes;
 pub mod warning;
 pub mod workloads;
 

@@ -132,8 +132,8 @@ pub fn is_running(pod: &Pod) -> bool {
 }
 
 /// Drops what no reader of a watched Pod or Node uses before it is stored and indexed, so
-/// the reflector stores hold a fraction of each object: `managedFields`; a pod's volumes,
-/// its containers' commands, env, mounts, probes and lifecycle hooks, and its container
+/// the reflector stores hold a fraction of each object: `managedFields`; a pod's volumes
+/// other than claims, its containers' commands, env, mounts, probes and lifecycle hooks, and its container
 /// statuses; a node's image list. Scheduling reads labels, annotations, owners, resources,
 /// selectors, affinity, tolerations, taints, conditions and phases, which stay.
 pub fn trim_watched<K: std::any::Any>(object: &mut K) {
@@ -141,7 +141,10 @@ pub fn trim_watched<K: std::any::Any>(object: &mut K) {
     if let Some(pod) = object.downcast_mut::<Pod>() {
         pod.metadata.managed_fields = None;
         if let Some(spec) = pod.spec.as_mut() {
-            spec.volumes = None;
+            // Volumes matter only by the claims they mount.
+            if let Some(volumes) = spec.volumes.as_mut() {
+                volumes.retain(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some());
+            }
             let containers = spec.init_containers.iter_mut().flatten();
             for c in containers.chain(spec.containers.iter_mut()) {
                 c.command = None;

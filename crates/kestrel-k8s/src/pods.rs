@@ -4,8 +4,8 @@
 //! requests (with restartable "sidecar" init containers) and the largest init container,
 //! per resource; pod-level `spec.resources` override it; `spec.overhead` or the
 //! RuntimeClass's `overhead.podFixed` is added. A container's limit stands in for a missing
-//! request, else its namespace's LimitRange default. Pod affinity, anti-affinity and
-//! topology spread constraints are not simulated.
+//! request, else its namespace's LimitRange default. Pod affinity, anti-affinity,
+//! topology spread constraints and host ports are read by [`crate::inter_pod`].
 //!
 //! A pod is submitted to the LocalQueue its labels name (on the object or else its pod
 //! template), as [`queue_name`] reads it (Kestrel's, Kueue's or KAI's label, Volcano's annotation). Its
@@ -385,6 +385,9 @@ impl Catalog {
             runtime_class: runtime.map(|rc| rc.scheduling.clone()),
             single_numa_node: numa_policy(ctx, annotations)?,
             devices: None,
+            inter_pod: crate::inter_pod::inter_pod_rules(ctx, sf, spec, &namespace, &labels)?,
+            host_ports: crate::inter_pod::host_ports(ctx, sf, spec)?,
+            volumes: None,
         };
         // The object's labels first (Kueue labels the Job), then its pod template's.
         let queue =

@@ -27,12 +27,12 @@
 
 use futures::stream::{self, StreamExt};
 use http::{Request, Response};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kestrel_core::SchedulerConfig;
 use kestrel_k8s::live;
 use kestrel_kube::api::{ApiWriter, GpuIndicesWrite};
 use kestrel_kube::driver::DriverConfig;
-use kestrel_kube::index::{self, BindOutcome, ClusterState};
+use kestrel_kube::index::{self, BindOutcome, ClusterState, VolumeEvent};
 use kestrel_kube::limiter::Limiter;
 use kube::client::Body;
 use kube::runtime::reflector::store::Writer;
@@ -311,11 +311,11 @@ fn pod(i: usize, on: Option<(usize, Option<u32>)>, managed_fields: bool) -> Pod 
         annotations["kestrel.dev/gpu-indices"] = json!(index.to_string());
     }
     let mut metadata = json!({
-        "name": name, "generateName": format!("{job}-worker-{}-", i % 8), "namespace": format!("team-{}", i % 20),
+        "name": name, "generateName": format!("{job}-worker-{}-", i % 8), "namespace": format!("team-{}", i % TEAMS),
         "uid": uid(5, i), "resourceVersion": format!("{}", 2_000_000 + i), "creationTimestamp": ts(i % 600),
         "labels": {"app.kubernetes.io/name": "llm-train", "app.kubernetes.io/part-of": "research",
                    "batch.kubernetes.io/controller-uid": job_uid, "batch.kubernetes.io/job-name": job,
-                   "controller-uid": job_uid, "job-name": job, "team": format!("team-{}", i % 20),
+                   "controller-uid": job_uid, "job-name": job, "team": format!("team-{}", i % TEAMS),
                    "batch.kubernetes.io/job-completion-index": format!("{}", i % 8)},
         "annotations": annotations,
         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": job_uid,
@@ -388,7 +388,7 @@ fn pod(i: usize, on: Option<(usize, Option<u32>)>, managed_fields: bool) -> Pod 
                 {"name": "kube-api-access", "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
             "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}],
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}},
-            {"name": "data", "persistentVolumeClaim": {"claimName": format!("team-{}-datasets", i % 20)}},
+            {"name": "data", "persistentVolumeClaim": {"claimName": format!("team-{}-datasets", i % TEAMS)}},
             {"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
                 {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
                 {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
@@ -420,6 +420,48 @@ fn pod(i: usize, on: Option<(usize, Option<u32>)>, managed_fields: bool) -> Pod 
     decode(
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": status}),
     )
+}
+
+/// Teams, each a namespace with its dataset claim.
+const TEAMS: usize = 20;
+
+/// The teams' dataset claims (`team-N/team-N-datasets`, read-only many) and the volumes
+/// they are bound to, listed by the storage watches as `kestrel serve` lists them.
+fn apply_datasets(state: &mut ClusterState) {
+    let volumes: Vec<PersistentVolume> = (0..TEAMS)
+        .map(|t| {
+            decode(json!({
+                "apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": format!("team-{t}-datasets")},
+                "spec": {"capacity": {"storage": "10Ti"}, "accessModes": ["ReadOnlyMany"],
+                    "nfs": {"server": "datasets.internal", "path": format!("/team-{t}")},
+                    "claimRef": {"namespace": format!("team-{t}"), "name": format!("team-{t}-datasets")}},
+            }))
+        })
+        .collect();
+    let claims: Vec<PersistentVolumeClaim> = (0..TEAMS)
+        .map(|t| {
+            decode(json!({
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": format!("team-{t}-datasets"), "namespace": format!("team-{t}"),
+                    "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+                "spec": {"storageClassName": "", "accessModes": ["ReadOnlyMany"],
+                    "resources": {"requests": {"storage": "10Ti"}},
+                    "volumeName": format!("team-{t}-datasets")},
+            }))
+        })
+        .collect();
+    list(state, volumes, |e| VolumeEvent::Volume(Box::new(e)));
+    list(state, claims, |e| VolumeEvent::Claim(Box::new(e)));
+}
+
+/// One watch's initial list of `objects`.
+fn list<K>(state: &mut ClusterState, objects: Vec<K>, wrap: impl Fn(Event<K>) -> VolumeEvent) {
+    state.apply_volume_event(wrap(Event::Init));
+    for o in objects {
+        state.apply_volume_event(wrap(Event::InitApply(o)));
+    }
+    state.apply_volume_event(wrap(Event::InitDone));
 }
 
 fn main() {
@@ -467,6 +509,9 @@ fn main() {
     let nodes_in = t.elapsed();
     let nodes_live = report_memory("storing and indexing the Nodes");
     let sample_node = serde_json::to_vec(&*node_store.state()[0]).unwrap().len();
+
+    // Each team's dataset claim, bound to its volume, as the storage watches list them.
+    apply_datasets(&mut state);
 
     // Running pods spread round-robin; on each node two in three take the next GPU index.
     let mut next_gpu = vec![0u32; args.nodes];

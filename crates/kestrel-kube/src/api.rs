@@ -6,16 +6,17 @@
 
 use crate::index::{
     BindJob, BindOutcome, CheckpointJob, EvictJob, GroupEventJob, GroupStatusJob, NominationJob,
-    QueueStatusJob, StatusJob, DELETE_PROTECTION,
+    ProvisionJob, QueueStatusJob, StatusJob, DELETE_PROTECTION,
 };
 use crate::limiter::Limiter;
-use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kestrel_k8s::crds::{ClusterQueue, LocalQueue, PodGroup, API_VERSION};
 use kestrel_k8s::live::{CHECKPOINT_REQUEST_ANNOTATION, GPU_INDICES_ANNOTATION};
+use kestrel_k8s::volumes::SELECTED_NODE_ANNOTATION;
 use kestrel_k8s::warning::{FieldWarning, FIELD_NOT_HONOURED};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
@@ -29,6 +30,9 @@ use std::time::Duration;
 pub const FIELD_MANAGER: &str = "kestrel";
 /// Longest event note the API server accepts (events.k8s.io/v1: 1 kB).
 const MAX_NOTE: usize = 1024;
+/// How long a bind waits for the claims it provisions to be bound (kube-scheduler's own
+/// bind timeout is 600 s).
+pub const VOLUME_BIND_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest condition message the API server accepts (metav1.Condition: 32 kB).
 const MAX_CONDITION_MESSAGE: usize = 32 * 1024;
 
@@ -98,6 +102,80 @@ impl ApiWriter {
         Api::namespaced(self.client.clone(), namespace)
     }
 
+    /// Writes `node` on a claim that waits for its first consumer, and waits until the
+    /// claim is bound (up to [`VOLUME_BIND_TIMEOUT`]); `Err`: why the pod is tried again.
+    async fn provision(&self, job: &ProvisionJob, node: &str) -> Result<(), String> {
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &job.namespace);
+        let what = format!("PersistentVolumeClaim {}/{}", job.namespace, job.claim);
+        let bound = |c: &PersistentVolumeClaim| {
+            c.spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_ref())
+                .is_some_and(|v| !v.is_empty())
+        };
+        self.limiter.acquire().await;
+        let current = claims
+            .get(&job.claim)
+            .await
+            .map_err(|e| format!("reading {what}: {e}"))?;
+        if bound(&current) {
+            return Ok(());
+        }
+        let selected = current
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SELECTED_NODE_ANNOTATION));
+        if selected.map(String::as_str) != Some(node) {
+            self.limiter.acquire().await;
+            let patch = json!({"metadata": {
+                "annotations": {SELECTED_NODE_ANNOTATION: node},
+                "resourceVersion": current.metadata.resource_version,
+            }});
+            claims
+                .patch(&job.claim, &Self::params(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| match status_code(&e) {
+                    Some(409) => {
+                        format!("{what} changed since it was read; the pod is tried again")
+                    }
+                    _ => format!("selecting node {node} for {what}: {e}"),
+                })?;
+        }
+        let deadline = tokio::time::Instant::now() + VOLUME_BIND_TIMEOUT;
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            self.limiter.acquire().await;
+            let claim = claims
+                .get(&job.claim)
+                .await
+                .map_err(|e| format!("reading {what}: {e}"))?;
+            if bound(&claim) {
+                return Ok(());
+            }
+            let still_selected = claim
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SELECTED_NODE_ANNOTATION))
+                .is_some_and(|n| n == node);
+            if !still_selected {
+                // The provisioner gave up on the node (it takes the annotation off).
+                return Err(format!(
+                    "{what} could not be provisioned on node {node}; the pod is tried again"
+                ));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "{what} was not bound within {}s of selecting node {node} (is its \
+                     StorageClass's provisioner running?); the pod is tried again",
+                    VOLUME_BIND_TIMEOUT.as_secs()
+                ));
+            }
+        }
+    }
+
     fn params() -> PatchParams {
         PatchParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
@@ -161,6 +239,19 @@ impl ApiWriter {
                     Some(404) => format!("{what} is gone"),
                     _ => format!("writing the allocation of {what}: {e}"),
                 });
+            }
+        }
+        // Volumes that wait for their first consumer: the node chosen is written on each
+        // claim, then the pod waits for the provisioner to bind them, as kube-scheduler's
+        // volume binding does.
+        for claim in &job.provision {
+            if !still_leader() {
+                return BindOutcome::Retry(
+                    "leadership lost before the volumes were provisioned".into(),
+                );
+            }
+            if let Err(why) = self.provision(claim, &job.node).await {
+                return BindOutcome::Retry(why);
             }
         }
         let pods = self.pods(&job.namespace);

@@ -157,6 +157,12 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             // Kubernetes 1.36+: writing a claim's allocation or reservation also needs
             // this (what kube-scheduler is granted).
             rule(&["resource.k8s.io"], &["resourceclaims/binding"], &["update"]),
+            // Volumes: claims, their volumes and classes narrow a pod's nodes; a claim that
+            // waits for its first consumer gets the node chosen (the selected-node
+            // annotation), as kube-scheduler writes it.
+            rule(&[""], &["persistentvolumes"], &["list", "watch"]),
+            rule(&[""], &["persistentvolumeclaims"], &["get", "list", "watch", "patch"]),
+            rule(&["storage.k8s.io"], &["storageclasses"], &["list", "watch"]),
             rule(&["scheduling.k8s.io"], &["priorityclasses"], &["list", "watch"]),
             rule(&["node.k8s.io"], &["runtimeclasses"], &["list", "watch"]),
             rule(&[crds::GROUP], &KESTREL_KINDS, &["get", "list", "watch"]),

@@ -16,17 +16,20 @@ use crate::admission::AdmissionObject;
 use crate::api::ApiWriter;
 use crate::index::{
     self, BindJob, BindOutcome, CheckpointJob, ClusterState, DraEvent, EvictJob, GroupEventJob,
-    GroupKey, GroupStatusJob, NominationJob, QueueStatusJob, StatusJob, REASON_KINDS,
+    GroupKey, GroupStatusJob, NominationJob, QueueStatusJob, StatusJob, VolumeEvent, REASON_KINDS,
 };
 use crate::metrics::Metrics;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, ResourceQuota};
+use k8s_openapi::api::core::v1::{
+    LimitRange, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ResourceQuota,
+};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
 use kestrel_k8s::crds::{PodGroup, Topology};
@@ -123,6 +126,8 @@ pub enum Change {
     },
     /// A DeviceClass, ResourceSlice or ResourceClaim changed.
     Dra(Box<DraEvent>),
+    /// A PersistentVolumeClaim, PersistentVolume or StorageClass changed.
+    Volume(Box<VolumeEvent>),
     /// The API does not serve this kind (its CRD is not installed) or does not let
     /// Kestrel read it: its listing counts as empty until a watch succeeds.
     Unserved {
@@ -373,7 +378,12 @@ struct Synced {
     /// The DRA kinds listed (or not served) so far: claims' allocations must be known
     /// before devices are given.
     dra: std::collections::BTreeSet<&'static str>,
+    /// The storage kinds listed so far: a pod's claims are judged on all of them.
+    volumes: std::collections::BTreeSet<&'static str>,
 }
+
+/// The storage kinds watched.
+const VOLUME_KINDS: [&str; 3] = ["PersistentVolumeClaim", "PersistentVolume", "StorageClass"];
 
 /// The DRA kinds watched.
 const DRA_KINDS: [&str; 3] = ["DeviceClass", "ResourceSlice", "ResourceClaim"];
@@ -428,6 +438,20 @@ impl Synced {
             Change::Unserved { kind } if DRA_KINDS.contains(kind) => {
                 self.dra.insert(kind);
             }
+            Change::Volume(event) => {
+                let kind = match &**event {
+                    VolumeEvent::Claim(e) if matches!(**e, Event::InitDone) => {
+                        "PersistentVolumeClaim"
+                    }
+                    VolumeEvent::Volume(e) if matches!(**e, Event::InitDone) => "PersistentVolume",
+                    VolumeEvent::Class(e) if matches!(**e, Event::InitDone) => "StorageClass",
+                    _ => return,
+                };
+                self.volumes.insert(kind);
+            }
+            Change::Unserved { kind } if VOLUME_KINDS.contains(kind) => {
+                self.volumes.insert(kind);
+            }
             Change::Queues { kind, listed: true } | Change::Unserved { kind } => {
                 self.queues.insert(kind);
             }
@@ -460,6 +484,7 @@ impl Synced {
         );
         missing.extend(QUEUE_WATCHES.iter().filter(|k| !self.queues.contains(*k)));
         missing.extend(DRA_KINDS.iter().filter(|k| !self.dra.contains(*k)));
+        missing.extend(VOLUME_KINDS.iter().filter(|k| !self.volumes.contains(*k)));
         missing.extend(
             LIVE_OWNER_KINDS
                 .iter()
@@ -488,6 +513,7 @@ impl Synced {
             && self.queues.len() == QUEUE_WATCHES.len()
             && self.foreign_pod_groups.len() == FOREIGN_POD_GROUPS.len()
             && self.dra.len() == DRA_KINDS.len()
+            && self.volumes.len() == VOLUME_KINDS.len()
     }
 }
 
@@ -647,6 +673,48 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         |e| Change::Dra(Box::new(DraEvent::Claim(e))),
         Some(Change::Unserved {
             kind: "ResourceClaim",
+        }),
+    );
+    // Storage objects live in the index too (claims are as many as pods).
+    forward_events(
+        tasks,
+        "PersistentVolumeClaim".to_string(),
+        watcher::watcher(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .modify(|c: &mut PersistentVolumeClaim| c.metadata.managed_fields = None),
+        tx.clone(),
+        |e| Change::Volume(Box::new(VolumeEvent::Claim(Box::new(e)))),
+        Some(Change::Unserved {
+            kind: "PersistentVolumeClaim",
+        }),
+    );
+    forward_events(
+        tasks,
+        "PersistentVolume".to_string(),
+        watcher::watcher(
+            Api::<PersistentVolume>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .modify(|v: &mut PersistentVolume| v.metadata.managed_fields = None),
+        tx.clone(),
+        |e| Change::Volume(Box::new(VolumeEvent::Volume(Box::new(e)))),
+        Some(Change::Unserved {
+            kind: "PersistentVolume",
+        }),
+    );
+    forward_events(
+        tasks,
+        "StorageClass".to_string(),
+        watcher::watcher(
+            Api::<StorageClass>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+        tx.clone(),
+        |e| Change::Volume(Box::new(VolumeEvent::Class(Box::new(e)))),
+        Some(Change::Unserved {
+            kind: "StorageClass",
         }),
     );
     let nodes = spawn_watch(
@@ -1066,6 +1134,7 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
             }
         }
         Change::Dra(event) => state.apply_dra(*event),
+        Change::Volume(event) => state.apply_volume_event(*event),
         Change::Queues { .. } => refresh_queues(state, stores),
         Change::ResourceQuota(event) => {
             return admission_change(state, &stores.resource_quotas, *event)
@@ -1134,13 +1203,17 @@ pub async fn snapshot(
     // The pods as listed, for this one reading (the scheduler keeps no store of them).
     let mut pod_writer = Writer::<Pod>::default();
     let pods = pod_writer.as_reader();
+    // DRA and storage objects have no stores: their events are replayed as they came.
+    let mut device_and_volume_events = Vec::new();
     let deadline = Instant::now() + timeout;
     while !synced.all() {
         match tokio::time::timeout_at(deadline, changes.recv()).await {
             Ok(Some(change)) => {
                 synced.note(&change);
-                if let Change::Pod(event) = &change {
-                    pod_writer.apply_watcher_event(event);
+                match change {
+                    Change::Pod(event) => pod_writer.apply_watcher_event(&event),
+                    Change::Dra(_) | Change::Volume(_) => device_and_volume_events.push(change),
+                    _ => {}
                 }
             }
             Ok(None) | Err(_) => {
@@ -1193,6 +1266,7 @@ pub async fn snapshot(
         }));
     }
     ordered.push(init("ClusterQueue"));
+    ordered.extend(device_and_volume_events);
     ordered.extend(
         stores
             .resource_quotas

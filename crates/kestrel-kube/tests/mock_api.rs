@@ -112,6 +112,7 @@ fn job(gpus: Option<&str>) -> BindJob {
         node: "gpu-0".into(),
         gpu_indices: gpus.map(str::to_string),
         claims: Vec::new(),
+        provision: Vec::new(),
     }
 }
 
@@ -600,6 +601,15 @@ async fn scripted_server(
             }
             ("GET", "/apis/apps/v1/replicasets") => {
                 json!({"apiVersion": "apps/v1", "kind": "ReplicaSetList", "metadata": {"resourceVersion": "1"}, "items": []})
+            }
+            ("GET", "/api/v1/persistentvolumeclaims") => {
+                json!({"apiVersion": "v1", "kind": "PersistentVolumeClaimList", "metadata": {"resourceVersion": "1"}, "items": []})
+            }
+            ("GET", "/api/v1/persistentvolumes") => {
+                json!({"apiVersion": "v1", "kind": "PersistentVolumeList", "metadata": {"resourceVersion": "1"}, "items": []})
+            }
+            ("GET", "/apis/storage.k8s.io/v1/storageclasses") => {
+                json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClassList", "metadata": {"resourceVersion": "1"}, "items": []})
             }
             (
                 "GET",

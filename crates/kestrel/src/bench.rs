@@ -9,7 +9,7 @@ use kestrel_core::{
 };
 use kestrel_sim::openb::derive::{derive_mix, mix_shares, Derivation};
 use kestrel_sim::openb::{self, packing_summary};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -107,6 +107,12 @@ pub struct PlacementArgs {
     /// `--pods` pending.
     #[arg(long)]
     realistic: bool,
+    /// Instead: GPUs published through DRA as NVIDIA's driver publishes them, pods with one
+    /// claim each from a ResourceClaimTemplate (a CEL class selector and a CEL `quantity`
+    /// request selector), one GPU each, `--pods` up to half the GPUs; beside the same pods
+    /// without selectors and asking `nvidia.com/gpu`, and the CEL cost on its own.
+    #[arg(long, conflicts_with = "realistic")]
+    dra: bool,
     #[arg(long)]
     json: bool,
 }
@@ -297,6 +303,9 @@ fn measure_placement(
 }
 
 fn run_placement(args: PlacementArgs) -> Result<()> {
+    if args.dra {
+        return run_dra_placement(args);
+    }
     let pods = bench_pods(args.pods, 42);
     let nodes: Vec<NodeSpec> = (0..args.nodes).map(bench_node).collect();
     let bare = measure_placement(&nodes, &pods, args.policy, args.repeat)?;
@@ -388,6 +397,223 @@ fn run_placement(args: PlacementArgs) -> Result<()> {
     Ok(())
 }
 
+/// The DeviceClass of NVIDIA's driver, with its CEL selector as the driver's chart
+/// installs it.
+const DRA_CLASS: &str =
+    "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'";
+
+/// The template's request selector: GPUs with at least 40 GiB.
+const DRA_REQUEST: &str =
+    "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0";
+
+/// [`bench_node`] with its GPUs published through DRA as NVIDIA's driver publishes them.
+fn dra_node(i: u32) -> NodeSpec {
+    let mut node = bench_node(i);
+    for gpu in &mut node.gpus {
+        gpu.dra = Some(std::sync::Arc::new(kestrel_k8s::dra::nvidia_gpu_device(
+            &node.name, gpu,
+        )));
+    }
+    node
+}
+
+/// `count` pods each with one claim from the template `one-gpu` (one GPU of class
+/// `gpu.nvidia.com`), read as the simulator and the live scheduler read them; with
+/// `selectors`, the class and the request carry [`DRA_CLASS`] and [`DRA_REQUEST`]. Each
+/// call compiles its own class, so no verdict of an earlier call is reused.
+fn dra_pods(count: u32, selectors: bool) -> Result<Vec<PodSpec>> {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimSpec};
+    let mut classes = kestrel_k8s::dra::DeviceClasses::default();
+    let path = std::path::Path::new("bench");
+    let ctx = kestrel_k8s::fields::Ctx {
+        path,
+        object: "bench".to_string(),
+    };
+    let cel = |e: &str| json!([{"cel": {"expression": e}}]);
+    let class: DeviceClass = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {"selectors": if selectors { cel(DRA_CLASS) } else { json!([]) }},
+    }))?;
+    classes.insert(&ctx, &class)?;
+    let mut exactly = json!({"deviceClassName": "gpu.nvidia.com"});
+    if selectors {
+        exactly["selectors"] = cel(DRA_REQUEST);
+    }
+    let template: ResourceClaimSpec = serde_json::from_value(json!({
+        "devices": {"requests": [{"name": "gpu", "exactly": exactly}]},
+    }))?;
+    (0..count)
+        .map(|i| {
+            let name = format!("pod-{i}");
+            let mut claim = kestrel_k8s::dra::read_claim_spec(
+                &ctx,
+                "spec.spec",
+                format!("bench/{name}-gpu"),
+                &template,
+                &classes,
+            )?;
+            claim.per_pod = Some("gpu".to_string());
+            let mut pod = PodSpec::new(
+                "bench",
+                name,
+                Demand {
+                    resources: Resources::new(4_000, 8 << 30),
+                    gpu: GpuRequest::None,
+                },
+            );
+            kestrel_k8s::dra::set_pod_claims(&ctx, "spec", &mut pod, vec![claim])?;
+            Ok(pod)
+        })
+        .collect()
+}
+
+/// Places pods made afresh by `pods` for each run (so that each run judges each device
+/// anew) on `nodes`: all queued for one cycle, and one pod per cycle; the best of `repeat`.
+/// Submitting counts: a pod's claims are interned then.
+fn measure_fresh(
+    nodes: &[NodeSpec],
+    pods: &dyn Fn() -> Result<Vec<PodSpec>>,
+    policy: Policy,
+    repeat: u32,
+) -> Result<Throughput> {
+    let mut best = Throughput {
+        index_build_seconds: 0.0,
+        placed: 0,
+        batch_seconds: f64::MAX,
+        one_pod_per_cycle_seconds: f64::MAX,
+    };
+    for _ in 0..repeat.max(1) {
+        let t = Instant::now();
+        let mut scheduler = scheduler_with_nodes(nodes, policy)?;
+        best.index_build_seconds = t.elapsed().as_secs_f64();
+        let queued = pods()?;
+        let t = Instant::now();
+        for pod in queued {
+            scheduler.submit(pod, 0);
+        }
+        best.placed = scheduler.schedule(0).bindings.len();
+        best.batch_seconds = best.batch_seconds.min(t.elapsed().as_secs_f64());
+
+        let mut scheduler = scheduler_with_nodes(nodes, policy)?;
+        let arriving = pods()?;
+        let t = Instant::now();
+        for (i, pod) in arriving.into_iter().enumerate() {
+            scheduler.submit(pod, i as u64);
+            scheduler.schedule(i as u64);
+        }
+        best.one_pod_per_cycle_seconds = best
+            .one_pod_per_cycle_seconds
+            .min(t.elapsed().as_secs_f64());
+    }
+    Ok(best)
+}
+
+/// The CEL on its own: every device of `nodes` judged by a fresh request filter (the
+/// class's selector and the request's), as a placement judges it the first time it sees
+/// the device. (devices judged, expressions evaluated, seconds)
+fn cel_cost(nodes: &[NodeSpec]) -> Result<(usize, usize, f64)> {
+    let pods = dra_pods(1, true)?;
+    let claims = pods[0].constraints.devices.as_ref().expect("a claim");
+    let filter = &claims.claims[0].requests[0].alternatives[0].filter;
+    let devices: Vec<_> = nodes
+        .iter()
+        .flat_map(|n| n.gpus.iter().filter_map(|g| g.dra.clone()))
+        .collect();
+    let t = Instant::now();
+    let mut accepted = 0;
+    for device in &devices {
+        if filter.0.accepts(device) == Ok(true) {
+            accepted += 1;
+        }
+    }
+    let seconds = t.elapsed().as_secs_f64();
+    if accepted != devices.len() {
+        bail!(
+            "the selectors accepted {accepted} of {} GPUs",
+            devices.len()
+        );
+    }
+    Ok((devices.len(), devices.len() * 2, seconds))
+}
+
+fn run_dra_placement(args: PlacementArgs) -> Result<()> {
+    let count = args.pods.min(args.nodes * 4);
+    let nodes: Vec<NodeSpec> = (0..args.nodes).map(dra_node).collect();
+    let cel = measure_fresh(&nodes, &|| dra_pods(count, true), args.policy, args.repeat)?;
+    let plain = measure_fresh(&nodes, &|| dra_pods(count, false), args.policy, args.repeat)?;
+    let plugin_nodes: Vec<NodeSpec> = (0..args.nodes).map(bench_node).collect();
+    let plugin_pods = || -> Result<Vec<PodSpec>> {
+        Ok((0..count)
+            .map(|i| {
+                PodSpec::new(
+                    "bench",
+                    format!("pod-{i}"),
+                    Demand {
+                        resources: Resources::new(4_000, 8 << 30),
+                        gpu: GpuRequest::Whole(1),
+                    },
+                )
+            })
+            .collect())
+    };
+    let plugin = measure_fresh(&plugin_nodes, &plugin_pods, args.policy, args.repeat)?;
+    let (devices, evaluations, cel_seconds) = cel_cost(&nodes)?;
+    let rate = |secs: f64| count as f64 / secs;
+    let figures = |t: &Throughput| {
+        json!({
+            "placed": t.placed,
+            "index_build_seconds": t.index_build_seconds,
+            "batch_cycle_pods_per_second": rate(t.batch_seconds),
+            "one_pod_per_cycle_pods_per_second": rate(t.one_pod_per_cycle_seconds),
+        })
+    };
+    if args.json {
+        let out = json!({
+            "nodes": args.nodes, "pods": count, "policy": args.policy.name(),
+            "dra_cel": figures(&cel),
+            "dra_without_selectors": figures(&plain),
+            "device_plugin": figures(&plugin),
+            "cel": {"devices_judged": devices, "expressions_evaluated": evaluations,
+                    "seconds": cel_seconds},
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "DRA placement: {} nodes x 8 GPUs published as gpu.nvidia.com, {} pods with one claim \
+         each from a template, policy {}",
+        args.nodes, count, args.policy
+    );
+    println!(
+        "{:<22} {:>12} {:>14} {:>14}",
+        "", "CEL", "no selectors", "nvidia.com/gpu"
+    );
+    println!(
+        "  placed:              {:>10}   {:>12}   {:>12}",
+        cel.placed, plain.placed, plugin.placed
+    );
+    println!(
+        "  one batch cycle:     {:>10.0}/s {:>12.0}/s {:>12.0}/s  pods",
+        rate(cel.batch_seconds),
+        rate(plain.batch_seconds),
+        rate(plugin.batch_seconds)
+    );
+    println!(
+        "  one pod per cycle:   {:>10.0}/s {:>12.0}/s {:>12.0}/s  pods",
+        rate(cel.one_pod_per_cycle_seconds),
+        rate(plain.one_pod_per_cycle_seconds),
+        rate(plugin.one_pod_per_cycle_seconds)
+    );
+    println!(
+        "  CEL on its own: {devices} devices judged once each ({evaluations} expressions): \
+         {:.1} ms, {:.2} us per device",
+        cel_seconds * 1000.0,
+        cel_seconds * 1e6 / devices.max(1) as f64
+    );
+    Ok(())
+}
+
 /// The zones realistic nodes are spread over.
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 
@@ -452,9 +678,9 @@ const PRIORITY_CLASSES: [(&str, i32); 3] = [
 /// example), asking for `demand`: labels, an owner reference, an image, a priority class,
 /// the GPU taint and the node lifecycle taints tolerated, a required GPU product, and by
 /// job a required zone (if `zone_required`), a preferred zone and a preferred instance
-/// type. Read by the live scheduler's conversion. (Pod affinity and anti-affinity are not
-/// simulated by the engine, so none is given.)
-fn realistic_pod(i: u32, demand: &Demand, zone_required: bool) -> Result<PodSpec> {
+/// type; with `inter_pod`, two jobs in five place their pods by each other
+/// ([`inter_pod_rules`]). Read by the live scheduler's conversion.
+fn realistic_pod(i: u32, demand: &Demand, zone_required: bool, inter_pod: bool) -> Result<PodSpec> {
     let job_index = i / 8;
     let job = format!("train-{job_index:05}");
     let team = format!("team-{}", job_index % 20);
@@ -502,6 +728,14 @@ fn realistic_pod(i: u32, demand: &Demand, zone_required: bool) -> Result<PodSpec
         affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
             json!({"nodeSelectorTerms": [{"matchExpressions": required}]});
     }
+    let (anti_affinity, spread) = if inter_pod {
+        inter_pod_rules(job_index, &job)
+    } else {
+        (None, None)
+    };
+    if let Some(anti) = anti_affinity {
+        affinity["podAntiAffinity"] = anti;
+    }
     let job_uid = format!("00000000-0000-4000-8000-{job_index:012x}");
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -519,6 +753,7 @@ fn realistic_pod(i: u32, demand: &Demand, zone_required: bool) -> Result<PodSpec
             "restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
             "nodeSelector": {"kubernetes.io/os": "linux"},
             "affinity": affinity,
+            "topologySpreadConstraints": spread.unwrap_or(json!([])),
             "containers": [{"name": "trainer", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
                             "command": ["torchrun"], "args": ["train.py"],
                             "resources": {"requests": requests.clone(), "limits": requests}}],
@@ -540,11 +775,38 @@ fn realistic_pod(i: u32, demand: &Demand, zone_required: bool) -> Result<PodSpec
     Ok(kestrel_k8s::live::pod_spec(&catalog, &pod)?)
 }
 
-/// The bare mix's demands as realistic pods; a quarter of the jobs require their zone.
+/// The pod rules of job `job_index` (named `job`) in realistic mixes: one job in five
+/// keeps its workers on distinct nodes (required pod anti-affinity on the hostname, as
+/// inference replicas do), one in five spreads them over zones (DoNotSchedule, maxSkew 1)
+/// and prefers distinct nodes; the other three have none. (podAntiAffinity,
+/// topologySpreadConstraints).
+fn inter_pod_rules(job_index: u32, job: &str) -> (Option<Value>, Option<Value>) {
+    let own = json!({"matchLabels": {"batch.kubernetes.io/job-name": job}});
+    match job_index % 5 {
+        1 => (
+            Some(json!({"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": own, "topologyKey": "kubernetes.io/hostname"}]})),
+            None,
+        ),
+        2 => (
+            Some(json!({"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 20, "podAffinityTerm":
+                    {"labelSelector": own, "topologyKey": "kubernetes.io/hostname"}}]})),
+            Some(
+                json!([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                         "whenUnsatisfiable": "DoNotSchedule", "labelSelector": own}]),
+            ),
+        ),
+        _ => (None, None),
+    }
+}
+
+/// The bare mix's demands as realistic pods; a quarter of the jobs require their zone, two
+/// in five place their pods by each other.
 fn realistic_pods(bare: &[PodSpec]) -> Result<Vec<PodSpec>> {
     bare.iter()
         .zip(0..)
-        .map(|(pod, i)| realistic_pod(i, &pod.demand, (i / 8) % 4 == 0))
+        .map(|(pod, i)| realistic_pod(i, &pod.demand, (i / 8) % 4 == 0, true))
         .collect()
 }
 
@@ -575,7 +837,7 @@ fn cycle_after_one_end(
     let (class, priority) = PRIORITY_CLASSES[1];
     let running: Vec<PodSpec> = (0..gpus)
         .map(|i| {
-            let mut pod = realistic_pod(i, &demand(1), false)?;
+            let mut pod = realistic_pod(i, &demand(1), false, false)?;
             pod.priority = priority;
             pod.priority_class = Some(class.to_string());
             Ok(pod)
@@ -586,7 +848,12 @@ fn cycle_after_one_end(
             let gpus = [1, 1, 2, 2, 4, 4, 4, 8, 8, 8][i as usize % 10];
 
             // Named after the running pods, so no name repeats.
-            realistic_pod(running.len() as u32 + i, &demand(gpus), (i / 8) % 4 == 0)
+            realistic_pod(
+                running.len() as u32 + i,
+                &demand(gpus),
+                (i / 8) % 4 == 0,
+                true,
+            )
         })
         .collect::<Result<_>>()?;
     let mut best: Option<AfterOneEnd> = None;

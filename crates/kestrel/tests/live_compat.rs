@@ -226,7 +226,7 @@ fn pod_from_template(
 
 /// The kinds the compatibility set creates (its cases' objects and what the controllers
 /// played here make), with their resource names.
-const PLURALS: [(&str, &str); 15] = [
+const PLURALS: [(&str, &str); 18] = [
     ("Pod", "pods"),
     ("Job", "jobs"),
     ("JobSet", "jobsets"),
@@ -242,6 +242,9 @@ const PLURALS: [(&str, &str); 15] = [
     ("Cohort", "cohorts"),
     ("ResourceFlavor", "resourceflavors"),
     ("Queue", "queues"),
+    ("PersistentVolumeClaim", "persistentvolumeclaims"),
+    ("PersistentVolume", "persistentvolumes"),
+    ("StorageClass", "storageclasses"),
 ];
 
 /// Applies one case's objects in Kubernetes' order (queues and classes, then workloads)
@@ -651,6 +654,20 @@ impl Case {
                 Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
                 None => Api::all_with(self.client.clone(), resource),
             };
+            if matches!(
+                resource.kind.as_str(),
+                "PersistentVolumeClaim" | "PersistentVolume"
+            ) {
+                // No volume controller runs here to take the protection finalizer off.
+                let unprotect = json!({"metadata": {"finalizers": null}});
+                let _ = api
+                    .patch(
+                        name,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(&unprotect),
+                    )
+                    .await;
+            }
             let _ = api
                 .delete(name, &DeleteParams::background().grace_period(0))
                 .await;

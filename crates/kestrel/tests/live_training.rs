@@ -57,6 +57,36 @@ fn training_job(ns: &str, name: &str, scheduler: &str, workers: i32, extra: Valu
     .expect("a TrainingJob")
 }
 
+/// The dataset every job's pods read: claim `imagenet` in `ns`, bound to a volume as the
+/// volume controller leaves it (a pod whose claim is missing or unbound stays pending).
+async fn create_dataset(client: &kube::Client, ns: &str) {
+    let volume = json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": format!("{ns}-imagenet")},
+        "spec": {
+            "capacity": {"storage": "1Ti"},
+            "accessModes": ["ReadOnlyMany"],
+            "csi": {"driver": "datasets.example.com", "volumeHandle": format!("{ns}-imagenet")},
+            "claimRef": {"namespace": ns, "name": "imagenet"},
+        },
+    });
+    let claim = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "imagenet", "namespace": ns,
+                     "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+        "spec": {
+            "storageClassName": "",
+            "accessModes": ["ReadOnlyMany"],
+            "resources": {"requests": {"storage": "1Ti"}},
+            "volumeName": format!("{ns}-imagenet"),
+        },
+    });
+    let text = format!("{volume}\n---\n{claim}");
+    kestrel_testenv::apply_yaml(client, &text, false)
+        .await
+        .unwrap_or_else(|e| panic!("creating the dataset claim in {ns}: {e}"));
+}
+
 async fn create_job(client: &kube::Client, job: &TrainingJob) {
     let ns = job.metadata.namespace.clone().unwrap();
     Api::<TrainingJob>::namespaced(client.clone(), &ns)
@@ -149,6 +179,7 @@ async fn a_training_job_starts_and_restarts_as_one_gang() {
     let client = env.client().await;
     let (ns, scheduler) = ("train", "kestrel-train");
     create_namespace(&client, ns).await;
+    create_dataset(&client, ns).await;
     create_pool_nodes(&client, ns, 0, 2).await;
     let _kubelet = FakeKubelet::start(client.clone(), "train-");
     // Without election, so that a restarted Kestrel leads at once.
@@ -307,6 +338,7 @@ async fn bad_training_jobs_are_refused_and_create_nothing() {
     let client = env.client().await;
     let (ns, scheduler) = ("badtrain", "kestrel-badtrain");
     create_namespace(&client, ns).await;
+    create_dataset(&client, ns).await;
     let mut kestrel = env.kestrel(scheduler, &["--scheduler-name", scheduler]);
     let mut no_master = training_job(ns, "no-master", scheduler, 1, json!({}));
     no_master.spec.replica_specs.remove("Master");
@@ -437,6 +469,7 @@ async fn a_training_job_is_recorded_as_an_mlflow_run() {
     let client = env.client().await;
     let (ns, scheduler) = ("tracked", "kestrel-tracked");
     create_namespace(&client, ns).await;
+    create_dataset(&client, ns).await;
     create_pool_nodes(&client, ns, 0, 2).await;
     let _kubelet = FakeKubelet::start(client.clone(), "tracked-");
     let mut kestrel = env.kestrel(

@@ -133,18 +133,12 @@ impl Scheduler {
     /// they are placed with it.
     fn repin(&mut self, key: &str, allocation: Option<ClaimAllocation>) {
         let users: Vec<PodId> = self
-            .pods
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| matches!(r.phase, PodPhase::Pending))
-            .filter(|(_, r)| {
-                r.spec
-                    .constraints
-                    .devices
-                    .as_ref()
-                    .is_some_and(|d| d.claims.iter().any(|c| c.key == key))
-            })
-            .map(|(i, _)| PodId(i as u32))
+            .claim_users
+            .get(key)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|id| matches!(self.pods[id.0 as usize].phase, PodPhase::Pending))
             .collect();
         for id in users {
             let record = &mut self.pods[id.0 as usize];
@@ -306,15 +300,14 @@ impl Scheduler {
         };
         for claim in &claims.claims {
             let shared = claim.per_pod.is_none()
-                && self.pods.iter().enumerate().any(|(i, r)| {
-                    i != id.0 as usize
-                        && !matches!(r.phase, PodPhase::Gone)
-                        && r.spec
-                            .constraints
-                            .devices
-                            .as_ref()
-                            .is_some_and(|d| d.claims.iter().any(|c| c.key == claim.key))
-                });
+                && self
+                    .claim_users
+                    .get(&claim.key)
+                    .into_iter()
+                    .flatten()
+                    .any(|&other| {
+                        other != id && !matches!(self.pods[other.0 as usize].phase, PodPhase::Gone)
+                    });
             if !shared {
                 self.release_claim(&claim.key);
             }

@@ -58,8 +58,26 @@ impl Scheduler {
             }
         }
         let mut room_looks = HashMap::new();
-        while let Some(key) = self.next_in_queue(&mut room_looks) {
-            self.consider(key, now, &mut cycle, &mut decisions);
+        let mut retried = false;
+        loop {
+            let bound = decisions.bindings.len();
+            while let Some(key) = self.next_in_queue(&mut room_looks) {
+                self.consider(key, now, &mut cycle, &mut decisions);
+            }
+            // Pods that wait on bindings (required pod affinity, a DoNotSchedule spread's
+            // least-loaded domain) may fit beside the pods this pass bound: they are tried
+            // again in this cycle, as kube-scheduler retries them on the bind. Each pass
+            // needs a binding, so the passes end.
+            if decisions.bindings.len() == bound || !self.retry_waiting_on_bindings() {
+                break;
+            }
+            retried = true;
+        }
+        if retried {
+            let pods = &self.pods;
+            decisions
+                .unschedulable
+                .retain(|(id, _)| pods[id.0 as usize].phase == PodPhase::Pending);
         }
         debug_assert!(self.room_waiting.is_empty());
         self.freed_nodes.clear();

@@ -1,5 +1,6 @@
 //! Why a pod fits no node: counted over every node, or in short when explanations are off.
 
+use super::inter_pod::InterPodCheck;
 use super::Scheduler;
 use crate::constraints::ClassVerdict;
 use crate::explain::{NodeReason, Unschedulable};
@@ -10,13 +11,15 @@ use std::collections::BTreeMap;
 
 impl Scheduler {
     /// Why this pod fits no node now (the full per-node count).
-    pub(crate) fn explain_pod(&self, id: PodId) -> Unschedulable {
+    pub(crate) fn explain_pod(&mut self, id: PodId) -> Unschedulable {
+        let check = self.inter_pod_check(id);
         let record = &self.pods[id.0 as usize];
         self.why_not(
             id,
             record.constraint,
             &record.spec.demand,
             self.may_use_reserved(id),
+            check.as_ref(),
         )
     }
 
@@ -36,9 +39,12 @@ impl Scheduler {
         constraint: u32,
         demand: &Demand,
         access: bool,
+        check: Option<&InterPodCheck>,
     ) -> Unschedulable {
-        if self.full_explanations {
-            return self.explain(id, constraint, demand, access);
+        // Inter-pod reasons are not capacity ones: the short form, which takes every node
+        // that passes the static predicates for one short of room, does not hold for them.
+        if self.full_explanations || check.is_some() {
+            return self.explain(id, constraint, demand, access, check);
         }
         // Every reason a node that passes the static predicates gives is one of capacity
         // (resources, pod count, fragmentation, reservation, nomination): the short form
@@ -73,7 +79,14 @@ impl Scheduler {
     }
 
     /// Counts, over all nodes, why a pod with these constraints and demand fits none.
-    fn explain(&self, id: PodId, constraint: u32, demand: &Demand, access: bool) -> Unschedulable {
+    fn explain(
+        &self,
+        id: PodId,
+        constraint: u32,
+        demand: &Demand,
+        access: bool,
+        check: Option<&InterPodCheck>,
+    ) -> Unschedulable {
         let entry = &self.constraints.entries[constraint as usize];
         let reserved = self.reservation.as_ref().filter(|_| !access);
         let mut reasons: BTreeMap<NodeReason, u32> = BTreeMap::new();
@@ -97,6 +110,12 @@ impl Scheduler {
                             continue;
                         }
                     }
+                    // kube-scheduler's order: NodePorts before the room, PodTopologySpread
+                    // and InterPodAffinity after it.
+                    if check.is_some_and(|c| !c.ports_free(node_id)) {
+                        *reasons.entry(NodeReason::HostPortsTaken).or_default() += 1;
+                        continue;
+                    }
                     if let Some(r) = reserved.filter(|r| r.nodes.contains(&node_id)) {
                         let holder = NodeReason::Reserved(r.holder_name.clone());
                         *reasons.entry(holder).or_default() += 1;
@@ -106,6 +125,12 @@ impl Scheduler {
                     eligible_free_whole += free_whole;
                     best_free_whole = best_free_whole.max(free_whole);
                     let short = node_shortfalls(node, demand, &entry.constraints);
+                    if let (true, Some(Err(reason))) =
+                        (short.is_empty(), check.map(|c| c.judge(node_id)))
+                    {
+                        *reasons.entry(reason).or_default() += 1;
+                        continue;
+                    }
                     if short.is_empty() && !self.fits_beside_holds(id, node_id) {
                         let preemptor =
                             self.holds_against(id, node_id)

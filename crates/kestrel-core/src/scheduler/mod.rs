@@ -11,6 +11,7 @@ mod cycle;
 mod explanation;
 mod gang;
 mod holds;
+mod inter_pod;
 mod nodes;
 mod placement;
 mod pods;
@@ -176,6 +177,10 @@ pub struct Scheduler {
     placement_candidates: Vec<placement::Candidate>,
     /// Allocated ResourceClaims by `namespace/name`.
     pub(crate) claims: BTreeMap<String, claims::HeldClaim>,
+    /// The pods that use each claim (by `namespace/name`), whatever their phase.
+    pub(crate) claim_users: HashMap<String, Vec<crate::types::PodId>>,
+    /// Bound pods as inter-pod rules look them up.
+    pub(crate) inter_pod: inter_pod::InterPodIndex,
 }
 
 /// One pod of a preempting workload, promised room on a node.
@@ -264,6 +269,8 @@ impl Scheduler {
             hints: Hints::default(),
             placement_candidates: Vec::new(),
             claims: BTreeMap::new(),
+            claim_users: HashMap::new(),
+            inter_pod: inter_pod::InterPodIndex::default(),
         }
     }
 

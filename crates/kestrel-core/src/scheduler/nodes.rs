@@ -19,6 +19,7 @@ impl Scheduler {
     /// Nodes came, went or changed labels: topology domains are recomputed.
     fn nodes_changed(&mut self) {
         self.domain_cache.clear();
+        self.inter_pod_nodes_changed();
     }
 
     pub fn add_node(&mut self, spec: NodeSpec) -> Result<NodeId, ClusterError> {
@@ -112,6 +113,8 @@ impl Scheduler {
         let evicted: Vec<PodId> = state.pods.iter().copied().collect();
         for &pod in &evicted {
             self.unaccount(pod);
+            self.inter_pod_unbound(pod);
+            self.inter_pod_pending(pod);
             let record = &mut self.pods[pod.0 as usize];
             record.phase = PodPhase::Pending;
             self.active.insert(record.queue_key(pod));
@@ -120,7 +123,8 @@ impl Scheduler {
         Ok(evicted)
     }
 
-    /// Whether a pod with this spec could go on this node now (static and amounts).
+    /// Whether a pod with this spec could go on this node now (static and amounts; not
+    /// its inter-pod rules, see [`Scheduler::inter_pod_allows`]).
     pub fn could_place_on(&self, spec: &PodSpec, node: NodeId) -> bool {
         let node = self.cluster.node(node);
         static_check(&spec.constraints, &node.spec).is_ok()

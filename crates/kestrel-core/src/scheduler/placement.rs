@@ -37,6 +37,7 @@ impl Scheduler {
         nodes: &[NodeId],
     ) -> Option<(NodeId, GpuAssignment)> {
         let constraint = self.pods[id.0 as usize].constraint;
+        let check = self.inter_pod_check(id);
         self.constraints.verdicts(constraint, &self.cluster);
         self.constraints.plan_sources(constraint, &self.cluster);
         let reserved = match &self.reservation {
@@ -50,7 +51,7 @@ impl Scheduler {
             .filter(|n| !reserved.is_some_and(|r| r.contains(n)))
             .filter_map(|&n| {
                 let node = self.cluster.node(n);
-                let score = if entry.per_node {
+                let mut score = if entry.per_node {
                     static_check(&entry.constraints, &node.spec).ok()?
                 } else {
                     match &entry.verdicts[node.class.0 as usize] {
@@ -58,6 +59,12 @@ impl Scheduler {
                         ClassVerdict::Infeasible(_) => return None,
                     }
                 };
+                if let Some(check) = &check {
+                    if !check.ports_free(n) {
+                        return None;
+                    }
+                    score += check.judge(n).ok()?;
+                }
                 (node.fits_pod(demand, &entry.constraints) && self.fits_beside_holds(id, n))
                     .then_some((-score, node.slot.1, n))
             })
@@ -76,7 +83,10 @@ impl Scheduler {
         let record = &self.pods[id.0 as usize];
         let (constraint, signature) = (record.constraint, record.signature);
         let access = self.may_use_reserved(id);
-        let cacheable = !self.probing && !self.held_against(id);
+        // Verdicts under inter-pod rules depend on the pod's labels and namespace too,
+        // which its signature does not hold: they are not shared.
+        let check = self.inter_pod_check(id);
+        let cacheable = !self.probing && !self.held_against(id) && check.is_none();
         if let Some((generation, had_access, reason)) = &self.constraints.failed[signature as usize]
         {
             if *generation == self.generation && *had_access == access && cacheable {
@@ -93,6 +103,8 @@ impl Scheduler {
         let demand = &record.spec.demand;
         let entry = &self.constraints.entries[constraint as usize];
         let policy = self.config.policy;
+        // Node by node when scores vary from node to node.
+        let per_node = entry.per_node || check.as_ref().is_some_and(|c| c.scores);
         // How many fitting nodes each bucket contributes: the first fit for key-ranked
         // policies, a shortlist for the packing scorer, all of them for Random and FGD.
         let per_bucket = match policy {
@@ -108,7 +120,7 @@ impl Scheduler {
         // less never wins, so sources (best score first) that score less are not visited.
         // Random draws among all fitting nodes whatever their score.
         let mut top: Option<i64> = None;
-        let skip_worse = policy != Policy::Random && !entry.per_node;
+        let skip_worse = policy != Policy::Random && !per_node;
         let first_bucket = first_bucket_for(demand.gpu);
         // Visits one class's or shape's buckets; `only_score`: skip nodes whose class
         // the constraints do not allow with this score (a shape mixes classes).
@@ -132,9 +144,19 @@ impl Scheduler {
                     {
                         continue;
                     }
+                    // Scores that vary only with inter-pod rules keep the class verdict.
                     if entry.per_node {
                         match static_check(&entry.constraints, &node.spec) {
                             Ok(s) => score = s,
+                            Err(_) => continue,
+                        }
+                    }
+                    if let Some(check) = &check {
+                        if !check.ports_free(node_id) {
+                            continue;
+                        }
+                        match check.judge(node_id) {
+                            Ok(s) => score += s,
                             Err(_) => continue,
                         }
                     }
@@ -145,7 +167,7 @@ impl Scheduler {
                     };
                     // Later entries in this bucket only have larger keys: stop when they
                     // cannot beat the best (unless scores vary node by node).
-                    if per_bucket == 1 && !entry.per_node && best.is_some_and(|b| b <= candidate) {
+                    if per_bucket == 1 && !per_node && best.is_some_and(|b| b <= candidate) {
                         break;
                     }
                     if !node.fits_pod(demand, &entry.constraints)
@@ -159,7 +181,7 @@ impl Scheduler {
                     if per_bucket > 1 {
                         found.push(candidate);
                         taken += 1;
-                        if taken >= per_bucket && !entry.per_node {
+                        if taken >= per_bucket && !per_node {
                             break;
                         }
                         continue;
@@ -167,18 +189,19 @@ impl Scheduler {
                     if best.is_none_or(|b| candidate < b) {
                         best = Some(candidate);
                     }
-                    if !entry.per_node {
+                    if !per_node {
                         break;
                     }
                 }
             }
         };
-        if entry.per_node {
+        if per_node {
             for (ci, class) in self.cluster.classes.iter().enumerate() {
                 if class.len > 0 {
                     let score = match &entry.verdicts[ci] {
                         ClassVerdict::Feasible { score } => *score,
-                        ClassVerdict::Infeasible(_) => 0,
+                        ClassVerdict::Infeasible(_) if entry.per_node => 0,
+                        ClassVerdict::Infeasible(_) => continue,
                     };
                     visit(&class.buckets, score, false);
                 }
@@ -264,7 +287,9 @@ impl Scheduler {
                 )))
             }
             None => {
-                let reason = Arc::new(self.why_not(id, constraint, &demand.clone(), access));
+                let demand = demand.clone();
+                let reason =
+                    Arc::new(self.why_not(id, constraint, &demand, access, check.as_ref()));
                 if cacheable {
                     self.constraints.failed[signature as usize] =
                         Some((self.generation, access, reason.clone()));

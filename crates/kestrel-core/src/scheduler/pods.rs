@@ -77,6 +77,8 @@ impl Scheduler {
         let node_key = self.node_key();
         self.cluster.reindex(node, &node_key);
         self.unaccount(id);
+        self.inter_pod_unbound(id);
+        self.inter_pod_pending(id);
         self.pending += 1;
         self.release_unconfirmed_claims_of(id);
     }
@@ -178,7 +180,16 @@ impl Scheduler {
                 self.active.extend(parked_peers);
             }
         }
+        if let Some(devices) = &record.spec.constraints.devices {
+            for claim in &devices.claims {
+                self.claim_users
+                    .entry(claim.key.clone())
+                    .or_default()
+                    .push(id);
+            }
+        }
         self.pods.push(record);
+        self.inter_pod_pending(id);
         self.pending += 1;
         id
     }
@@ -240,6 +251,7 @@ impl Scheduler {
                     self.parked.retain(|k| *k != key);
                 }
                 self.pending -= 1;
+                self.inter_pod_not_pending(id);
             }
             PodPhase::Bound { node, gpus, .. } => {
                 let resources = record.spec.demand.resources.clone();
@@ -252,7 +264,23 @@ impl Scheduler {
                 let key = self.node_key();
                 self.cluster.reindex(node, &key);
                 self.unaccount(id);
+                self.inter_pod_unbound(id);
                 self.log_release(node, cq, gang);
+            }
+        }
+        let record = &self.pods[id.0 as usize];
+        for claim in record
+            .spec
+            .constraints
+            .devices
+            .iter()
+            .flat_map(|d| &d.claims)
+        {
+            if let Some(users) = self.claim_users.get_mut(&claim.key) {
+                users.retain(|&u| u != id);
+                if users.is_empty() {
+                    self.claim_users.remove(&claim.key);
+                }
             }
         }
         Ok(())
@@ -343,6 +371,8 @@ impl Scheduler {
             record.admission.as_ref().map(|a| a.cq),
             record.spec.priority,
         );
+        self.inter_pod_not_pending(id);
+        self.inter_pod_bound(id);
         self.log_bind(node, cq, priority);
         self.pending -= 1;
     }

@@ -66,6 +66,11 @@ impl Scheduler {
 
     /// A pod of `priority` was bound on `node`, charged to `cq` (if queued).
     pub(crate) fn log_bind(&mut self, node: NodeId, cq: Option<CqId>, priority: i32) {
+        if !self.inter_pod.waiting.is_empty() {
+            // A pod waits for company (required affinity) or for its spread's least
+            // loaded domain to grow: bindings may let it in.
+            self.generation += 1;
+        }
         if self.hints.off {
             return;
         }
@@ -80,6 +85,23 @@ impl Scheduler {
         if self.hints.off
             || self.config().head_reservation > 0
             || self.config().fair_share_half_life > 0
+        {
+            return WakeOn::Any;
+        }
+        // Inter-pod rules and host ports change with pods placed anywhere in a domain; but a
+        // single pod that no rule refused anywhere (every node that passed its static
+        // predicates lacked room) waits for room like any other: its rules are judged
+        // again where room frees.
+        let refused_by_rules =
+            pods.len() > 1 || reason.reasons.iter().any(|(r, _)| r.is_inter_pod());
+        if refused_by_rules
+            && pods.iter().any(|&p| {
+                let c = self.constraint_of(self.pods[p.0 as usize].base_constraint);
+                c.inter_pod.is_some()
+                    || !c.host_ports.is_empty()
+                    || super::inter_pod::has_exclusive_claims(c)
+                    || self.repelled(p)
+            })
         {
             return WakeOn::Any;
         }

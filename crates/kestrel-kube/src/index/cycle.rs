@@ -22,6 +22,9 @@ pub struct BindJob {
     pub gpu_indices: Option<String>,
     /// Claim statuses to write before the binding (allocation, reservation), in order.
     pub claims: Vec<super::ClaimWrite>,
+    /// PersistentVolumeClaims to provision on the node first: the node is written on each,
+    /// and the pod is bound once they are bound.
+    pub provision: Vec<super::ProvisionJob>,
 }
 
 /// A pod to mark `PodScheduled=False` with an explanation and a `FailedScheduling` event.
@@ -115,6 +118,7 @@ impl ClusterState {
             let uid = t.uid.clone();
             let claims = self.claim_writes(b.pod, name, &uid);
             let claimed = self.scheduler.pod(b.pod).spec.constraints.devices.is_some();
+            let provision = self.provision_jobs(b.pod, namespace);
             out.binds.push(BindJob {
                 id: b.pod,
                 namespace: namespace.to_string(),
@@ -123,6 +127,7 @@ impl ClusterState {
                 node,
                 gpu_indices: live::format_gpu_indices(&b.gpus).filter(|_| !claimed),
                 claims,
+                provision,
             });
         }
         let mut explained = HashSet::new();

@@ -28,12 +28,14 @@ mod owners;
 mod pods;
 mod queue_status;
 mod refusals;
+mod volumes;
 
 pub use cycle::{BindJob, BindOutcome, CycleOutput, StatusJob};
 pub use dra::{ClaimWrite, DraEvent, DELETE_PROTECTION};
 pub use evictions::{CheckpointJob, EvictJob, NominationJob};
 pub use groups::{GroupEventJob, GroupStatusJob};
 pub use queue_status::QueueStatusJob;
+pub use volumes::{ProvisionJob, VolumeEvent};
 
 use evictions::Evictions;
 use groups::GroupBook;
@@ -147,6 +149,8 @@ pub struct ClusterState {
     field_warnings: Vec<FieldWarning>,
     /// DeviceClasses, ResourceSlices and ResourceClaims.
     dra: dra::DraBook,
+    /// PersistentVolumeClaims, PersistentVolumes and StorageClasses.
+    volumes: volumes::VolumeBook,
 }
 
 impl ClusterState {
@@ -178,6 +182,7 @@ impl ClusterState {
             evictions: Evictions::default(),
             field_warnings: Vec::new(),
             dra: dra::DraBook::default(),
+            volumes: volumes::VolumeBook::default(),
         }
     }
 

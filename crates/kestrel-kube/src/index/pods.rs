@@ -168,8 +168,10 @@ impl ClusterState {
                         return;
                     }
                 };
-                // Its devices are held by its claims, as their status says.
+                // Its devices are held by its claims, as their status says; its
+                // ReadWriteOncePod claims are in use.
                 let _ = self.read_pod_claims(&key, pod, &mut spec);
+                let _ = self.read_pod_volumes(&key, pod, &mut spec);
                 if ours {
                     // A running member counts towards its gang (a gang grows around it).
                     let _ = self.gang_of(pod, &mut spec);
@@ -211,15 +213,20 @@ impl ClusterState {
                 // A pod with claims waits until they can be read (created, their classes
                 // known), then takes their devices.
                 let read = match read {
-                    Ok((mut spec, group)) => match self.read_pod_claims(&key, pod, &mut spec) {
-                        Ok(()) => Ok((spec, group)),
-                        Err(ClaimWait::Invalid(e)) => Err(e),
-                        Err(ClaimWait::Waiting(reason)) => {
-                            self.set(&key, uid, PodState::Invalid(Box::new(pod.clone())));
-                            self.report(&key, "Unschedulable", reason);
-                            return;
+                    Ok((mut spec, group)) => {
+                        match self.read_pod_claims(&key, pod, &mut spec).and_then(|()| {
+                            self.read_pod_volumes(&key, pod, &mut spec)
+                                .map_err(ClaimWait::Waiting)
+                        }) {
+                            Ok(()) => Ok((spec, group)),
+                            Err(ClaimWait::Invalid(e)) => Err(e),
+                            Err(ClaimWait::Waiting(reason)) => {
+                                self.set(&key, uid, PodState::Invalid(Box::new(pod.clone())));
+                                self.report(&key, "Unschedulable", reason);
+                                return;
+                            }
                         }
-                    },
+                    }
                     other => other,
                 };
                 match read {
@@ -372,6 +379,7 @@ impl ClusterState {
     pub(super) fn drop_pod(&mut self, key: &str) {
         self.forget(key);
         self.dra.claim_pods.remove(key);
+        self.volumes.volume_pods.remove(key);
         self.reported.remove(key);
     }
 

@@ -157,6 +157,13 @@ async fn scripted_server(
             ("GET", "/apis/batch/v1/jobs") => Some(list("batch/v1", "Job", vec![])),
             ("GET", "/apis/apps/v1/statefulsets") => Some(list("apps/v1", "StatefulSet", vec![])),
             ("GET", "/apis/apps/v1/replicasets") => Some(list("apps/v1", "ReplicaSet", vec![])),
+            ("GET", "/api/v1/persistentvolumeclaims") => {
+                Some(list("v1", "PersistentVolumeClaim", vec![]))
+            }
+            ("GET", "/api/v1/persistentvolumes") => Some(list("v1", "PersistentVolume", vec![])),
+            ("GET", "/apis/storage.k8s.io/v1/storageclasses") => {
+                Some(list("storage.k8s.io/v1", "StorageClass", vec![]))
+            }
             // Other projects' kinds: not served, as on a cluster without them.
             ("GET", p)
                 if kestrel_kube::driver::other_projects_listings().contains(&p.to_string()) =>

@@ -89,6 +89,15 @@ impl Explanation {
                     NodeReason::NoMatchingDevice(what) => {
                         ("no-matching-device", Some(what.clone()))
                     }
+                    NodeReason::HostPortsTaken => ("host-ports", None),
+                    NodeReason::PodAffinityMismatch => ("pod-affinity", None),
+                    NodeReason::PodAntiAffinityMismatch => ("pod-anti-affinity", None),
+                    NodeReason::ExistingAntiAffinity => ("existing-anti-affinity", None),
+                    NodeReason::SpreadSkew => ("topology-spread", None),
+                    NodeReason::SpreadMissingLabel => ("topology-spread-label", None),
+                    NodeReason::VolumeNodeAffinityConflict => ("volume-node-affinity", None),
+                    NodeReason::VolumeBindConflict => ("volume-binding", None),
+                    NodeReason::VolumeInUse => ("volume-in-use", None),
                 };
                 NodeReasonCount {
                     reason: reason.to_string(),

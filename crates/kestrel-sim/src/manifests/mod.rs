@@ -43,6 +43,7 @@ use std::path::{Path, PathBuf};
 
 mod dra;
 mod failures;
+mod volumes;
 pub use failures::{parse_failures, FAILURES_ANNOTATION};
 
 /// When the object is created, from the simulation's start (default `0`).
@@ -79,10 +80,13 @@ pub fn load_manifests_with(
     let mut gangs = GangCollector::default();
     let mut queues = QueueCollector::default();
     let mut dra_objects = dra::DraObjects::default();
+    let mut volume_objects = volumes::VolumeObjects::default();
     for (path, docs) in &parsed {
         for doc in docs {
             if dra::is_dra_kind(doc.kind()) {
                 dra_objects.add(path, doc)?;
+            } else if volumes::is_volume_kind(doc.kind()) {
+                volume_objects.add(path, doc)?;
             } else if doc.is_gang_document() {
                 gangs.add_document(path, &doc.value)?;
             } else if is_queue_document(doc.kind()) {
@@ -93,6 +97,7 @@ pub fn load_manifests_with(
         }
     }
     catalog.set_container_defaults(queues.container_defaults());
+    volume_objects.provision_immediate();
     let mut builder = Builder {
         catalog,
         gangs,
@@ -103,6 +108,7 @@ pub fn load_manifests_with(
         training: Vec::new(),
         options: options.clone(),
         dra: dra_objects,
+        volumes: volume_objects,
     };
     for (path, docs) in &parsed {
         for doc in docs {
@@ -131,6 +137,7 @@ struct Builder {
     training: Vec<SimTraining>,
     options: LoadOptions,
     dra: dra::DraObjects,
+    volumes: volumes::VolumeObjects,
 }
 
 /// Where a pod's template sits in its object.
@@ -156,7 +163,11 @@ impl Builder {
             path,
             object: object.clone(),
         };
-        if doc.is_gang_document() || is_queue_document(doc.kind()) || dra::is_dra_kind(doc.kind()) {
+        if doc.is_gang_document()
+            || is_queue_document(doc.kind())
+            || dra::is_dra_kind(doc.kind())
+            || volumes::is_volume_kind(doc.kind())
+        {
             return Ok(());
         }
         if doc.kind() == "ResourceSlice" {
@@ -462,6 +473,8 @@ impl Builder {
             labels,
         )?;
         self.dra
+            .apply(ctx, shape.spec_field, spec, &namespace, &mut template)?;
+        self.volumes
             .apply(ctx, shape.spec_field, spec, &namespace, &mut template)?;
         let mut all_annotations = BTreeMap::new();
         for meta in [Some(shape.meta), shape.template_meta]

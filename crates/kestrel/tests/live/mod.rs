@@ -256,8 +256,9 @@ pub async fn pod_group_min_members(client: &kube::Client) -> BTreeMap<String, u3
     out
 }
 
-/// The invariant checker on what the API server holds: every node, every pod and every
-/// PodGroup of the cluster. Panics with every violation.
+/// The invariant checker on what the API server holds: every node, pod, PodGroup,
+/// namespace, PersistentVolumeClaim and PersistentVolume of the cluster. Panics with every
+/// violation.
 pub async fn assert_invariants(client: &kube::Client) {
     let nodes: Vec<Node> = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
@@ -270,7 +271,29 @@ pub async fn assert_invariants(client: &kube::Client) {
         .expect("listing pods")
         .items;
     let gangs = pod_group_min_members(client).await;
-    let snapshot = kestrel_invariants::Snapshot::from_k8s(&nodes, &pods, &gangs)
+    // Namespaces (namespace selectors), claims and volumes (volume node affinity,
+    // ReadWriteOncePod claims).
+    let namespaces = Api::<Namespace>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("listing namespaces")
+        .items;
+    let claims = Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("listing persistent volume claims")
+        .items;
+    let volumes = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("listing persistent volumes")
+        .items;
+    let extras = kestrel_invariants::K8sExtras {
+        namespaces: &namespaces,
+        claims: &claims,
+        volumes: &volumes,
+    };
+    let snapshot = kestrel_invariants::Snapshot::from_k8s_with(&nodes, &pods, &gangs, &extras)
         .unwrap_or_else(|e| panic!("the API server's objects cannot be checked: {e}"));
     let mut violations = kestrel_invariants::check(&snapshot)
         .err()

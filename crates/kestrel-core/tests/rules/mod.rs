@@ -1,0 +1,68 @@
+//! Inter-pod rules drawn for property tests: pods labelled app0..app2 with required and
+//! preferred (anti-)affinity, spread over hostnames or racks, and host ports.
+
+use kestrel_core::*;
+use proptest::prelude::*;
+
+/// Inter-pod rules on app labels a, b and c: required and preferred (anti-)affinity and
+/// spread over hostnames and racks, and host ports.
+#[derive(Debug, Clone)]
+pub struct Rules {
+    app: u8,
+    /// (kind 0..6, other app, over racks, max skew)
+    rule: Option<(u8, u8, bool, u32)>,
+    port: Option<u16>,
+}
+
+pub fn rules_strategy() -> impl Strategy<Value = Rules> {
+    (
+        0u8..3,
+        proptest::option::weighted(0.3, (0u8..6, 0u8..3, any::<bool>(), 1u32..=2)),
+        proptest::option::weighted(0.1, 8080u16..8082),
+    )
+        .prop_map(|(app, rule, port)| Rules { app, rule, port })
+}
+
+pub fn apply_rules(pod: &mut PodSpec, r: &Rules) {
+    let app = |a: u8| format!("app{a}");
+    pod.labels.insert("app".into(), app(r.app));
+    if let Some(port) = r.port {
+        pod.constraints.host_ports = vec![HostPort {
+            protocol: "TCP".into(),
+            ip: String::new(),
+            port,
+        }];
+    }
+    let Some((kind, other, racks, max_skew)) = r.rule else {
+        return;
+    };
+    let key = if racks { RACK_LABEL } else { HOSTNAME_LABEL }.to_string();
+    let selector = vec![Requirement {
+        key: "app".into(),
+        operator: SelectorOperator::In,
+        values: vec![app(other)],
+    }];
+    let term = PodAffinityTerm {
+        selector: Some(selector.clone()),
+        namespaces: vec![pod.namespace.clone()],
+        namespace_selector: if kind == 5 { Some(vec![]) } else { None },
+        topology_key: key.clone(),
+    };
+    let mut rules = InterPodRules::default();
+    match kind {
+        0 | 5 => rules.anti_affinity.push(term),
+        1 => rules.affinity.push(term),
+        2 => rules.preferred_anti_affinity.push((50, term)),
+        3 | 4 => rules.spread.push(SpreadConstraint {
+            max_skew,
+            topology_key: key,
+            hard: kind == 3,
+            selector: Some(selector),
+            min_domains: None,
+            honor_node_affinity: true,
+            honor_taints: false,
+        }),
+        _ => unreachable!(),
+    }
+    pod.constraints.inter_pod = Some(Box::new(rules));
+}
