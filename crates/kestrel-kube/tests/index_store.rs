@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kestrel_core::SchedulerConfig;
-use kestrel_kube::index::{self, BindOutcome, ClusterState, PodState};
+use kestrel_kube::index::{self, BindOutcome, ClusterState, PodState, VolumeEvent};
 use kube::runtime::reflector::store;
 use kube::runtime::watcher::Event;
 use serde_json::json;
@@ -507,4 +507,92 @@ fn admission_warnings_are_said_once_while_they_last() {
     assert!(!state.delete_admission("ResourceQuota", "ml", "gpus"));
     state.apply_admission(&quota("Sometimes"));
     assert_eq!(state.take_field_warnings().len(), 1, "deleted and back");
+}
+
+fn with_claim(mut p: Pod, claim: &str) -> Pod {
+    let spec = p.spec.as_mut().unwrap();
+    spec.volumes = Some(vec![serde_json::from_value(
+        json!({"name": "data", "persistentVolumeClaim": {"claimName": claim}}),
+    )
+    .unwrap()]);
+    p
+}
+
+fn claim_event(name: &str, volume: &str) -> VolumeEvent {
+    let claim = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ml",
+                     "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+        "spec": {"accessModes": ["ReadWriteMany"], "volumeName": volume,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .unwrap();
+    VolumeEvent::Claim(Box::new(Event::Apply(claim)))
+}
+
+fn volume_event(name: &str, claim: &str, zone: &str) -> VolumeEvent {
+    let pv = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                 "csi": {"driver": "disk.example.com", "volumeHandle": name},
+                 "claimRef": {"namespace": "ml", "name": claim},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}}},
+    }))
+    .unwrap();
+    VolumeEvent::Volume(Box::new(Event::Apply(pv)))
+}
+
+fn zoned(mut n: Node, zone: &str) -> Node {
+    n.metadata.labels = Some([("topology.kubernetes.io/zone".to_string(), zone.to_string())].into());
+    n
+}
+
+/// Pods wait on their claims outside the engine with kube-scheduler's reason; each storage
+/// change reads again the pods of the claims it touches (the claim itself, its volume);
+/// a pod whose claim is settled goes where its volume is.
+#[test]
+fn pods_wait_on_their_claims_and_are_read_again_when_those_change() {
+    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    state.apply_node(&zoned(node("gpu-a", 8), "a")).unwrap();
+    state.apply_node(&zoned(node("gpu-b", 8), "b")).unwrap();
+    state.apply_pod(&with_claim(pod("one", 1, None), "one-data"));
+    state.apply_pod(&with_claim(pod("two", 1, None), "two-data"));
+    let waiting = |state: &ClusterState, key: &str| {
+        assert!(
+            matches!(state.pod_state(key), Some(PodState::Invalid(_))),
+            "{key} waits outside the engine: {:?}",
+            state.pod_state(key)
+        );
+    };
+    let out = state.cycle(0);
+    assert_eq!(out.binds.len(), 0);
+    let message = |name: &str| {
+        out.unschedulable
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.message.clone())
+            .unwrap_or_default()
+    };
+    assert!(
+        message("one").contains("persistentvolumeclaim \"one-data\" not found"),
+        "{:?}",
+        out.unschedulable
+    );
+    assert!(message("two").contains("\"two-data\" not found"));
+
+    // one's claim arrives, bound to a volume not listed yet: it still waits, as two does.
+    state.apply_volume_event(claim_event("one-data", "pv-one"));
+    waiting(&state, "ml/one");
+    waiting(&state, "ml/two");
+    // The volume arrives, in zone b: one goes there; two still waits for its claim.
+    state.apply_volume_event(volume_event("pv-one", "one-data", "b"));
+    let out = state.cycle(1);
+    assert_eq!(out.binds.len(), 1, "{:?}", out.unschedulable);
+    assert_eq!((out.binds[0].name.as_str(), out.binds[0].node.as_str()), ("one", "gpu-b"));
+    waiting(&state, "ml/two");
+    state.apply_volume_event(claim_event("two-data", "pv-two"));
+    state.apply_volume_event(volume_event("pv-two", "two-data", "a"));
+    let out = state.cycle(2);
+    assert_eq!(out.binds.len(), 1, "{:?}", out.unschedulable);
+    assert_eq!((out.binds[0].name.as_str(), out.binds[0].node.as_str()), ("two", "gpu-a"));
 }
