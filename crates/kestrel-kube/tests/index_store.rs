@@ -543,7 +543,8 @@ fn volume_event(name: &str, claim: &str, zone: &str) -> VolumeEvent {
 }
 
 fn zoned(mut n: Node, zone: &str) -> Node {
-    n.metadata.labels = Some([("topology.kubernetes.io/zone".to_string(), zone.to_string())].into());
+    n.metadata.labels =
+        Some([("topology.kubernetes.io/zone".to_string(), zone.to_string())].into());
     n
 }
 
@@ -588,11 +589,17 @@ fn pods_wait_on_their_claims_and_are_read_again_when_those_change() {
     state.apply_volume_event(volume_event("pv-one", "one-data", "b"));
     let out = state.cycle(1);
     assert_eq!(out.binds.len(), 1, "{:?}", out.unschedulable);
-    assert_eq!((out.binds[0].name.as_str(), out.binds[0].node.as_str()), ("one", "gpu-b"));
+    assert_eq!(
+        (out.binds[0].name.as_str(), out.binds[0].node.as_str()),
+        ("one", "gpu-b")
+    );
     waiting(&state, "ml/two");
     state.apply_volume_event(claim_event("two-data", "pv-two"));
     state.apply_volume_event(volume_event("pv-two", "two-data", "a"));
     let out = state.cycle(2);
     assert_eq!(out.binds.len(), 1, "{:?}", out.unschedulable);
-    assert_eq!((out.binds[0].name.as_str(), out.binds[0].node.as_str()), ("two", "gpu-a"));
+    assert_eq!(
+        (out.binds[0].name.as_str(), out.binds[0].node.as_str()),
+        ("two", "gpu-a")
+    );
 }

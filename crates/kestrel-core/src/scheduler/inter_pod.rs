@@ -171,7 +171,11 @@ impl InterPodCheck {
         if self.anti.iter().any(|domains| domains.holds(node)) {
             return Err(NodeReason::PodAntiAffinityMismatch);
         }
-        if self.existing_anti.iter().any(|(_, domains)| domains.holds(node)) {
+        if self
+            .existing_anti
+            .iter()
+            .any(|(_, domains)| domains.holds(node))
+        {
             return Err(NodeReason::ExistingAntiAffinity);
         }
         let mut score = 0;
@@ -678,9 +682,7 @@ impl Scheduler {
     pub fn inter_pod_allows(&mut self, id: PodId, node: NodeId) -> bool {
         match self.inter_pod_check(id) {
             None => true,
-            Some(check) => {
-                check.ports_free(node) && check.judge(node).is_ok()
-            }
+            Some(check) => check.ports_free(node) && check.judge(node).is_ok(),
         }
     }
 

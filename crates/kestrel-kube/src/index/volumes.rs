@@ -177,25 +177,24 @@ impl ClusterState {
                     .is_some_and(|c| c.storage_class.as_ref() == Some(class)),
             }
         };
-        let again: Vec<Arc<Pod>> = self
-            .volumes
-            .volume_pods
-            .iter()
-            .filter(|(key, pod)| {
-                let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
-                let waiting = self
-                    .pods
-                    .get(*key)
-                    .is_some_and(|t| matches!(t.state, PodState::Queued(_) | PodState::Invalid(_)));
-                waiting
-                    && pod.spec.as_ref().is_some_and(|spec| {
-                        pod_claim_names(name, spec)
-                            .iter()
-                            .any(|(_, claim)| touched(namespace, claim))
-                    })
-            })
-            .map(|(_, pod)| pod.clone())
-            .collect();
+        let again: Vec<Arc<Pod>> =
+            self.volumes
+                .volume_pods
+                .iter()
+                .filter(|(key, pod)| {
+                    let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
+                    let waiting = self.pods.get(*key).is_some_and(|t| {
+                        matches!(t.state, PodState::Queued(_) | PodState::Invalid(_))
+                    });
+                    waiting
+                        && pod.spec.as_ref().is_some_and(|spec| {
+                            pod_claim_names(name, spec)
+                                .iter()
+                                .any(|(_, claim)| touched(namespace, claim))
+                        })
+                })
+                .map(|(_, pod)| pod.clone())
+                .collect();
         for pod in again {
             let key = live::pod_key(&pod);
             self.forget(&key);
