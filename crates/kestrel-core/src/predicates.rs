@@ -76,8 +76,8 @@ static CORDON_TAINT_VIEW: std::sync::LazyLock<crate::model::Taint> =
         effect: TaintEffect::NoSchedule,
     });
 
-/// Static predicates in kube-scheduler's order (NodeUnschedulable, NodeAffinity,
-/// TaintToleration), plus the RuntimeClass's own selector. On success, the node's
+/// Static predicates in kube-scheduler's order (NodeUnschedulable, TaintToleration,
+/// NodeAffinity), plus the RuntimeClass's own selector. On success, the node's
 /// preference score: matched preferred-affinity weights, minus 100 per untolerated
 /// PreferNoSchedule taint.
 pub fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, NodeReason> {
@@ -89,19 +89,9 @@ pub fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, No
     {
         return Err(NodeReason::Cordoned);
     }
-    if !selects_node(c, node) {
-        return Err(NodeReason::AffinityMismatch);
-    }
+    // kube-scheduler's filter order: TaintToleration before NodeAffinity, so a node failing
+    // both is counted under its taint.
     let tolerations = || tolerations_of(c);
-    if let Some(rc) = &c.runtime_class {
-        if !rc
-            .node_selector
-            .iter()
-            .all(|(k, v)| node.labels.get(k) == Some(v))
-        {
-            return Err(NodeReason::RuntimeClassMismatch(rc.name.clone()));
-        }
-    }
     let mut score = 0i64;
     for taint in &node.taints {
         let tolerated = tolerations().any(|t| t.tolerates(taint));
@@ -111,6 +101,18 @@ pub fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, No
             }
             TaintEffect::PreferNoSchedule if !tolerated => score -= 100,
             _ => {}
+        }
+    }
+    if !selects_node(c, node) {
+        return Err(NodeReason::AffinityMismatch);
+    }
+    if let Some(rc) = &c.runtime_class {
+        if !rc
+            .node_selector
+            .iter()
+            .all(|(k, v)| node.labels.get(k) == Some(v))
+        {
+            return Err(NodeReason::RuntimeClassMismatch(rc.name.clone()));
         }
     }
     if let Some(volumes) = &c.volumes {

@@ -582,10 +582,8 @@ async fn sync(client: &kube::Client, scheduler: &str, nodes: usize, gone_label: 
 /// How many nodes each reason of a "0/N nodes are available: ..." message refused (a
 /// node may count under two resources), in kube-scheduler's words. Not compared: the
 /// order of the reasons, kube-scheduler's preemption sentence, and the taint Kestrel names
-/// where kube-scheduler says "untolerated taint(s)". A node that both has an untolerated
-/// taint and fails the pod's node selector or affinity is counted under one of the two by
-/// each scheduler: kube-scheduler tries TaintToleration first, Kestrel NodeAffinity first
-/// (`predicates::static_check`), so these two are compared as their sum.
+/// where kube-scheduler says "untolerated taint(s)". Both try taints before node affinity,
+/// so a node failing both counts under its taint in each.
 fn node_reasons(message: &str) -> BTreeMap<String, u32> {
     let Some((_, list)) = message.split_once("nodes are available: ") else {
         return BTreeMap::from([(message.to_string(), 0)]);
@@ -595,10 +593,8 @@ fn node_reasons(message: &str) -> BTreeMap<String, u32> {
     let mut out = BTreeMap::new();
     for item in list.split(", ") {
         let (count, reason) = item.split_once(' ').unwrap_or(("0", item));
-        let reason = match reason.starts_with("node(s) had untolerated taint")
-            || reason == "node(s) didn't match Pod's node affinity/selector"
-        {
-            true => "node(s) had untolerated taint(s) or didn't match Pod's node affinity/selector",
+        let reason = match reason.starts_with("node(s) had untolerated taint") {
+            true => "node(s) had untolerated taint(s)",
             false => reason,
         };
         *out.entry(reason.to_string()).or_default() += count.parse::<u32>().unwrap_or(0);
