@@ -2,30 +2,10 @@
 //! users write them, simulated; and the pod specs the API server would refuse, refused
 //! with the object, the field and the fix.
 
-use kestrel_core::{NodeSpec, Resources, HOSTNAME_LABEL};
-use kestrel_sim::manifests::load_manifests;
-use kestrel_sim::{SimCluster, SimConfig, Simulation, Workload};
+mod zoned;
+
 use std::collections::BTreeMap;
-
-const ZONE: &str = "topology.kubernetes.io/zone";
-
-/// CPU nodes `n0..`, each in the zone given.
-fn cluster(zones: &[&str]) -> SimCluster {
-    let mut cluster = SimCluster::default();
-    for (i, zone) in zones.iter().enumerate() {
-        let name = format!("n{i}");
-        let mut n = NodeSpec::new(&name, Resources::new(16_000, 64 << 30));
-        n.labels.insert(HOSTNAME_LABEL.into(), name.clone());
-        n.labels.insert(ZONE.into(), zone.to_string());
-        cluster.nodes.push(n);
-    }
-    cluster
-}
-
-fn read(yaml: &str) -> Result<Workload, String> {
-    load_manifests(&[(std::path::PathBuf::from("w.yaml"), yaml.to_string())])
-        .map_err(|e| e.to_string())
-}
+use zoned::{read, run};
 
 /// A Deployment of `replicas` pods labelled app=web, with `extra` under the pod spec.
 fn deployment(replicas: u32, extra: &str) -> String {
@@ -47,25 +27,6 @@ spec:
         resources: {{requests: {{cpu: 500m}}}}
 {extra}"
     )
-}
-
-/// Pod name -> node name after the first minute, and the pending pods' reasons.
-fn run(zones: &[&str], yaml: &str) -> (BTreeMap<String, String>, Vec<String>) {
-    let cluster = cluster(zones);
-    let workload = read(yaml).unwrap();
-    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
-    sim.run_to(60_000).unwrap();
-    let placed = sim
-        .placements()
-        .into_iter()
-        .map(|(pod, node, _)| (pod, node))
-        .collect();
-    let reasons = sim
-        .scheduler()
-        .pods()
-        .filter_map(|(_, r)| r.pending_reason.as_ref().map(|u| u.to_string()))
-        .collect();
-    (placed, reasons)
 }
 
 fn zone_counts(placed: &BTreeMap<String, String>, zones: &[&str]) -> BTreeMap<String, usize> {

@@ -262,11 +262,14 @@ struct Throughput {
     one_pod_per_cycle_seconds: f64,
 }
 
-/// Places `pods` on `nodes` twice per repeat: all queued for one cycle, and one pod per
-/// cycle as pods trickle in.
+/// Places pods made afresh by `pods` for each run (so that each run judges each device
+/// anew) on `nodes` twice per repeat: all queued for one cycle, and one pod per cycle as
+/// pods trickle in; the best of `repeat`. Making the pods is not the scheduler's work; with
+/// `submit_timed`, queueing the batch is (DRA pods' claims are interned then).
 fn measure_placement(
     nodes: &[NodeSpec],
-    pods: &[PodSpec],
+    pods: &dyn Fn() -> Result<Vec<PodSpec>>,
+    submit_timed: bool,
     policy: Policy,
     repeat: u32,
 ) -> Result<Throughput> {
@@ -280,16 +283,21 @@ fn measure_placement(
         let t = Instant::now();
         let mut scheduler = scheduler_with_nodes(nodes, policy)?;
         best.index_build_seconds = t.elapsed().as_secs_f64();
-        for pod in pods {
-            scheduler.submit(pod.clone(), 0);
+        let queued = pods()?;
+        let submitted = Instant::now();
+        for pod in queued {
+            scheduler.submit(pod, 0);
         }
-        let t = Instant::now();
+        let t = if submit_timed {
+            submitted
+        } else {
+            Instant::now()
+        };
         best.placed = scheduler.schedule(0).bindings.len();
         best.batch_seconds = best.batch_seconds.min(t.elapsed().as_secs_f64());
 
         let mut scheduler = scheduler_with_nodes(nodes, policy)?;
-        // Pods come as a driver hands them over: copying them is not the scheduler's work.
-        let arriving = pods.to_vec();
+        let arriving = pods()?;
         let t = Instant::now();
         for (i, pod) in arriving.into_iter().enumerate() {
             scheduler.submit(pod, i as u64);
@@ -308,13 +316,25 @@ fn run_placement(args: PlacementArgs) -> Result<()> {
     }
     let pods = bench_pods(args.pods, 42);
     let nodes: Vec<NodeSpec> = (0..args.nodes).map(bench_node).collect();
-    let bare = measure_placement(&nodes, &pods, args.policy, args.repeat)?;
+    let bare = measure_placement(
+        &nodes,
+        &|| Ok(pods.clone()),
+        false,
+        args.policy,
+        args.repeat,
+    )?;
     let realistic = if args.realistic {
         let nodes = (0..args.nodes)
             .map(realistic_node)
             .collect::<Result<Vec<_>>>()?;
         let pods = realistic_pods(&pods)?;
-        let throughput = measure_placement(&nodes, &pods, args.policy, args.repeat)?;
+        let throughput = measure_placement(
+            &nodes,
+            &|| Ok(pods.clone()),
+            false,
+            args.policy,
+            args.repeat,
+        )?;
         let after_end = cycle_after_one_end(&nodes, args.pods, args.policy, args.repeat)?;
         Some((throughput, after_end))
     } else {
@@ -468,47 +488,6 @@ fn dra_pods(count: u32, selectors: bool) -> Result<Vec<PodSpec>> {
         .collect()
 }
 
-/// Places pods made afresh by `pods` for each run (so that each run judges each device
-/// anew) on `nodes`: all queued for one cycle, and one pod per cycle; the best of `repeat`.
-/// Submitting counts: a pod's claims are interned then.
-fn measure_fresh(
-    nodes: &[NodeSpec],
-    pods: &dyn Fn() -> Result<Vec<PodSpec>>,
-    policy: Policy,
-    repeat: u32,
-) -> Result<Throughput> {
-    let mut best = Throughput {
-        index_build_seconds: 0.0,
-        placed: 0,
-        batch_seconds: f64::MAX,
-        one_pod_per_cycle_seconds: f64::MAX,
-    };
-    for _ in 0..repeat.max(1) {
-        let t = Instant::now();
-        let mut scheduler = scheduler_with_nodes(nodes, policy)?;
-        best.index_build_seconds = t.elapsed().as_secs_f64();
-        let queued = pods()?;
-        let t = Instant::now();
-        for pod in queued {
-            scheduler.submit(pod, 0);
-        }
-        best.placed = scheduler.schedule(0).bindings.len();
-        best.batch_seconds = best.batch_seconds.min(t.elapsed().as_secs_f64());
-
-        let mut scheduler = scheduler_with_nodes(nodes, policy)?;
-        let arriving = pods()?;
-        let t = Instant::now();
-        for (i, pod) in arriving.into_iter().enumerate() {
-            scheduler.submit(pod, i as u64);
-            scheduler.schedule(i as u64);
-        }
-        best.one_pod_per_cycle_seconds = best
-            .one_pod_per_cycle_seconds
-            .min(t.elapsed().as_secs_f64());
-    }
-    Ok(best)
-}
-
 /// The CEL on its own: every device of `nodes` judged by a fresh request filter (the
 /// class's selector and the request's), as a placement judges it the first time it sees
 /// the device. (devices judged, expressions evaluated, seconds)
@@ -540,8 +519,20 @@ fn cel_cost(nodes: &[NodeSpec]) -> Result<(usize, usize, f64)> {
 fn run_dra_placement(args: PlacementArgs) -> Result<()> {
     let count = args.pods.min(args.nodes * 4);
     let nodes: Vec<NodeSpec> = (0..args.nodes).map(dra_node).collect();
-    let cel = measure_fresh(&nodes, &|| dra_pods(count, true), args.policy, args.repeat)?;
-    let plain = measure_fresh(&nodes, &|| dra_pods(count, false), args.policy, args.repeat)?;
+    let cel = measure_placement(
+        &nodes,
+        &|| dra_pods(count, true),
+        true,
+        args.policy,
+        args.repeat,
+    )?;
+    let plain = measure_placement(
+        &nodes,
+        &|| dra_pods(count, false),
+        true,
+        args.policy,
+        args.repeat,
+    )?;
     let plugin_nodes: Vec<NodeSpec> = (0..args.nodes).map(bench_node).collect();
     let plugin_pods = || -> Result<Vec<PodSpec>> {
         Ok((0..count)
@@ -557,7 +548,7 @@ fn run_dra_placement(args: PlacementArgs) -> Result<()> {
             })
             .collect())
     };
-    let plugin = measure_fresh(&plugin_nodes, &plugin_pods, args.policy, args.repeat)?;
+    let plugin = measure_placement(&plugin_nodes, &plugin_pods, true, args.policy, args.repeat)?;
     let (devices, evaluations, cel_seconds) = cel_cost(&nodes)?;
     let rate = |secs: f64| count as f64 / secs;
     let figures = |t: &Throughput| {

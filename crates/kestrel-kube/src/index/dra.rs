@@ -268,17 +268,11 @@ impl ClusterState {
             .claim_pods
             .iter()
             .filter(|(key, _)| {
-                self.pods.get(*key).is_some_and(|t| {
-                    matches!(t.state, PodState::Queued(_) | PodState::Invalid(_)) && which(&t.state)
-                })
+                self.waits_for_a_node(key) && self.pods.get(*key).is_some_and(|t| which(&t.state))
             })
             .map(|(_, pod)| pod.clone())
             .collect();
-        for pod in again {
-            let key = live::pod_key(&pod);
-            self.forget(&key);
-            self.apply_pod(&pod);
-        }
+        self.read_again(again);
     }
 
     /// Gives a pod with `spec.resourceClaims` its claims (and keeps the pod, to read it

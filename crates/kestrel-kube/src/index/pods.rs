@@ -12,6 +12,7 @@ use kestrel_k8s::live::{self, ConvertError, GPU_INDICES_ANNOTATION};
 use kestrel_k8s::pods::{Catalog, WorkloadPriorityListing};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 impl ClusterState {
     /// Takes pods to have arrived at their `metadata.creationTimestamp` and bound pods to
@@ -356,6 +357,24 @@ impl ClusterState {
         self.reported.insert(key.to_string(), message.clone());
         self.invalid_reports
             .push(StatusJob::of(key, &t.uid, reason, message));
+    }
+
+    /// Whether a tracked pod waits to be placed, in the engine's queue or outside it
+    /// (unreadable as yet): a change to what it depends on may let it in.
+    pub(super) fn waits_for_a_node(&self, key: &str) -> bool {
+        self.pods
+            .get(key)
+            .is_some_and(|t| matches!(t.state, PodState::Queued(_) | PodState::Invalid(_)))
+    }
+
+    /// Reads pods again from their objects, as if they had just arrived: what they
+    /// depend on changed.
+    pub(super) fn read_again(&mut self, pods: Vec<Arc<Pod>>) {
+        for pod in pods {
+            let key = live::pod_key(&pod);
+            self.forget(&key);
+            self.apply_pod(&pod);
+        }
     }
 
     /// Drops a pod, releasing what it held in the engine.

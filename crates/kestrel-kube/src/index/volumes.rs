@@ -4,7 +4,7 @@
 //! deleted, unbound with `Immediate` binding) waits outside the engine with kube-
 //! scheduler's reason and is read again when the storage objects change.
 
-use super::{ClusterState, PodState};
+use super::ClusterState;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kestrel_core::{PodId, PodSpec};
@@ -177,29 +177,22 @@ impl ClusterState {
                     .is_some_and(|c| c.storage_class.as_ref() == Some(class)),
             }
         };
-        let again: Vec<Arc<Pod>> =
-            self.volumes
-                .volume_pods
-                .iter()
-                .filter(|(key, pod)| {
-                    let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
-                    let waiting = self.pods.get(*key).is_some_and(|t| {
-                        matches!(t.state, PodState::Queued(_) | PodState::Invalid(_))
-                    });
-                    waiting
-                        && pod.spec.as_ref().is_some_and(|spec| {
-                            pod_claim_names(name, spec)
-                                .iter()
-                                .any(|(_, claim)| touched(namespace, claim))
-                        })
-                })
-                .map(|(_, pod)| pod.clone())
-                .collect();
-        for pod in again {
-            let key = live::pod_key(&pod);
-            self.forget(&key);
-            self.apply_pod(&pod);
-        }
+        let again: Vec<Arc<Pod>> = self
+            .volumes
+            .volume_pods
+            .iter()
+            .filter(|(key, pod)| {
+                let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
+                self.waits_for_a_node(key)
+                    && pod.spec.as_ref().is_some_and(|spec| {
+                        pod_claim_names(name, spec)
+                            .iter()
+                            .any(|(_, claim)| touched(namespace, claim))
+                    })
+            })
+            .map(|(_, pod)| pod.clone())
+            .collect();
+        self.read_again(again);
     }
 
     /// Gives a pod that mounts claims its volume rules (and keeps the pod, to read it again
