@@ -88,6 +88,10 @@ pub enum DeviceCount {
 pub struct DeviceChoice {
     /// The request's name, or `request/subrequest` for a `firstAvailable` alternative.
     pub name: String,
+    /// The DeviceClass it names.
+    pub class: String,
+    /// The queue quota resource its devices count as (its class's).
+    pub quota_resource: String,
     pub filter: Filter,
     pub count: DeviceCount,
     pub tolerations: Vec<crate::model::Toleration>,
@@ -162,7 +166,60 @@ impl DeviceClaims {
             .sum()
     }
 
-    /// The GPU demand that stands for the claims (packing, quota, the index's buckets):
+    /// What the claims count against queue quota, per resource, in the quota's units
+    /// (`scale(resource)` per device). An allocated claim counts its devices, each under
+    /// the class resource of the request (or `firstAvailable` alternative) it serves; an
+    /// unallocated one the most each request may take: per resource, its largest
+    /// alternative, an `All` request `most_per_node` devices.
+    pub fn quota(&self, most_per_node: u32, scale: fn(&str) -> i64) -> Vec<(String, i64)> {
+        let mut out: BTreeMap<String, i64> = BTreeMap::new();
+        for claim in &self.claims {
+            match &claim.allocation {
+                Some(allocation) => {
+                    for result in &allocation.results {
+                        let choice = claim
+                            .requests
+                            .iter()
+                            .flat_map(|r| &r.alternatives)
+                            .find(|a| a.name == result.request);
+                        if let Some(choice) = choice {
+                            *out.entry(choice.quota_resource.clone()).or_default() +=
+                                scale(&choice.quota_resource);
+                        }
+                    }
+                }
+                None => {
+                    for request in &claim.requests {
+                        let mut most: BTreeMap<&str, i64> = BTreeMap::new();
+                        for a in &request.alternatives {
+                            let devices = match a.count {
+                                DeviceCount::Exact(n) => n,
+                                DeviceCount::All => most_per_node.max(1),
+                            };
+                            let amount = i64::from(devices) * scale(&a.quota_resource);
+                            let e = most.entry(a.quota_resource.as_str()).or_default();
+                            *e = (*e).max(amount);
+                        }
+                        for (resource, amount) in most {
+                            *out.entry(resource.to_string()).or_default() += amount;
+                        }
+                    }
+                }
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// Whether some request may take every matching device of a node (`All`).
+    pub fn takes_all(&self) -> bool {
+        self.claims
+            .iter()
+            .flat_map(|c| &c.requests)
+            .flat_map(|r| &r.alternatives)
+            .any(|a| a.count == DeviceCount::All)
+    }
+
+    /// The GPU demand that stands for the claims (packing, the index's buckets):
     /// the devices still to allocate, none when every claim is allocated.
     pub fn gpu_request(&self) -> crate::model::GpuRequest {
         match self.to_allocate() {
@@ -562,6 +619,8 @@ mod tests {
                 .enumerate()
                 .map(|(i, (filter, count))| DeviceChoice {
                     name: format!("{name}/{i}"),
+                    class: "gpu.nvidia.com".into(),
+                    quota_resource: crate::resources::GPU_RESOURCE.into(),
                     filter,
                     count,
                     tolerations: Vec::new(),
@@ -586,6 +645,46 @@ mod tests {
     }
 
     const MODELS: [&str; 8] = ["a", "a", "a", "b", "b", "b", "b", "b"];
+
+    #[test]
+    fn quota_counts_the_most_a_pending_claim_may_take_and_exactly_what_it_holds() {
+        let scale = |r: &str| if r == "nvidia.com/gpu" { 1000 } else { 1 };
+        let mut x = request(
+            "x",
+            vec![
+                (filter(&["a"]), DeviceCount::Exact(2)),
+                (filter(&["b"]), DeviceCount::Exact(3)),
+            ],
+        );
+        x.alternatives[1].quota_resource = "small-gpus".into();
+        let y = request("y", vec![(filter(&["a"]), DeviceCount::All)]);
+        let mut c = claims(vec![x, y], vec![]);
+        // Pending: each resource its largest alternative; All the most one node has.
+        assert_eq!(
+            c.quota(8, scale),
+            vec![("nvidia.com/gpu".into(), 10_000), ("small-gpus".into(), 3)]
+        );
+        // Allocated: the devices each alternative got.
+        let result = |request: &str, device: &str| DeviceResult {
+            request: request.into(),
+            driver: "x".into(),
+            pool: "n".into(),
+            device: device.into(),
+        };
+        c.claims[0].allocation = Some(ClaimAllocation {
+            node: "n".into(),
+            results: vec![
+                result("x/1", "3"),
+                result("x/1", "4"),
+                result("x/1", "5"),
+                result("y/0", "0"),
+            ],
+        });
+        assert_eq!(
+            c.quota(8, scale),
+            vec![("nvidia.com/gpu".into(), 1000), ("small-gpus".into(), 3)]
+        );
+    }
 
     #[test]
     fn requests_take_matching_free_devices_aligned_and_never_twice() {

@@ -145,6 +145,10 @@ pub(crate) struct PreemptionBook {
     /// Victims still to leave, per preemptor.
     pub(crate) awaiting: HashMap<WorkloadKey, u32>,
     pub(crate) preemptor_of: HashMap<PodId, WorkloadKey>,
+    /// Victims' claims (`namespace/name`) whose devices the preemptor waits for, with the
+    /// preemptor and the victim: a victim's claim outlives its pod until the claim
+    /// controller releases it.
+    pub(crate) victim_claims: HashMap<String, (WorkloadKey, PodId)>,
     /// Preemptors whose victims are all gone: they go first in the next cycle, so the room
     /// made for them is not taken by others.
     pub(crate) ready_preemptors: Vec<WorkloadKey>,

@@ -4,8 +4,8 @@ use crate::{Amount, CohortView, GangView, GpuClaim, NodeView, PodView, QueueView
 use crate::{NodeTerm, Operator, PodTerm, Requirement, SpreadRule, TaintView, TolerationView};
 use crate::{Snapshot, VolumeAffinity, GPU, PODS};
 use kestrel_core::{
-    CohortSpec, GpuAssignment, GpuRequest, PodPhase, PodSpec, ResourceGroup, Resources, Scheduler,
-    GPU_RESOURCE,
+    CohortSpec, GpuAssignment, GpuRequest, PodId, PodPhase, PodSpec, ResourceGroup, Resources,
+    Scheduler, GPU_RESOURCE,
 };
 use std::collections::BTreeMap;
 
@@ -132,6 +132,32 @@ fn resources(r: &Resources) -> BTreeMap<String, Amount> {
     out
 }
 
+/// What a bound pod's claims hold, per quota resource: one device per allocation result,
+/// under the quota resource of the class its request (or alternative) names.
+fn device_quota(s: &Scheduler, id: PodId, spec: &PodSpec) -> BTreeMap<String, Amount> {
+    let mut out = BTreeMap::new();
+    let Some(devices) = &spec.constraints.devices else {
+        return out;
+    };
+    for (key, allocation) in s.pod_claim_allocations(id) {
+        let Some(claim) = devices.claims.iter().find(|c| c.key == key) else {
+            continue;
+        };
+        for result in &allocation.results {
+            let choice = claim
+                .requests
+                .iter()
+                .flat_map(|r| &r.alternatives)
+                .find(|a| a.name == result.request);
+            if let Some(choice) = choice {
+                // One device, in milli-units.
+                *out.entry(choice.quota_resource.clone()).or_default() += 1000;
+            }
+        }
+    }
+    out
+}
+
 /// A quota amount in the engine's units (cpu and GPUs in thousandths, the rest plain)
 /// as milli-units.
 fn quota(resource: &str, v: i64) -> Amount {
@@ -203,7 +229,9 @@ impl Snapshot {
             .filter(|(_, r)| r.phase != PodPhase::Gone)
             .map(|(id, r)| {
                 let mut requests = resources(&r.spec.demand.resources);
-                if let GpuRequest::Whole(n) = r.spec.demand.gpu {
+                if let (GpuRequest::Whole(n), None) =
+                    (r.spec.demand.gpu, &r.spec.constraints.devices)
+                {
                     if n > 0 {
                         requests.insert(GPU.to_string(), Amount::from(n) * 1000);
                     }
@@ -255,6 +283,9 @@ impl Snapshot {
                     ..PodView::default()
                 };
                 placement(&mut view, &r.spec);
+                if matches!(r.phase, PodPhase::Bound { .. }) {
+                    view.device_quota = device_quota(s, id, &r.spec);
+                }
                 view
             })
             .collect();

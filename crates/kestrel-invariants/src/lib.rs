@@ -130,11 +130,15 @@ pub struct PodView {
     pub volume_affinity: Vec<VolumeAffinity>,
     /// Its `ReadWriteOncePod` claims (`namespace/name`).
     pub exclusive_claims: Vec<String>,
+    /// What the devices its ResourceClaims hold count against its queue, per quota
+    /// resource (its classes'): set, its GPUs are DRA devices and count only here.
+    pub device_quota: BTreeMap<String, Amount>,
 }
 
 impl PodView {
     /// What the pod counts against its queue per resource: its requests, one pod, and
-    /// for `nvidia.com/gpu` the thousandths its devices hold when it holds any.
+    /// for `nvidia.com/gpu` the thousandths its devices hold when it holds any (DRA
+    /// devices: their [`PodView::device_quota`]).
     pub fn quota_amounts(&self) -> BTreeMap<String, Amount> {
         let mut out: BTreeMap<String, Amount> = self
             .requests
@@ -143,7 +147,11 @@ impl PodView {
             .map(|(r, a)| (r.clone(), *a))
             .collect();
         *out.entry(PODS.to_string()).or_default() += 1000;
-        if self.gpu != GpuClaim::None {
+        if !self.device_quota.is_empty() {
+            for (resource, a) in &self.device_quota {
+                *out.entry(resource.clone()).or_default() += a;
+            }
+        } else if self.gpu != GpuClaim::None {
             out.insert(GPU.to_string(), self.gpu.milli());
         }
         out

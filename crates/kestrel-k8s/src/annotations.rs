@@ -1,4 +1,5 @@
-//! The annotations Kestrel reads on pods (its own and KAI Scheduler's), in one place.
+//! The annotations Kestrel reads on pods (its own and KAI Scheduler's) and on
+//! DeviceClasses, in one place.
 
 use kestrel_core::Millis;
 
@@ -22,5 +23,9 @@ pub const CHECKPOINT_INTERVAL_ANNOTATION: &str = "kestrel.dev/checkpoint-interva
 pub const CHECKPOINT_GRACE_ANNOTATION: &str = "kestrel.dev/checkpoint-grace";
 /// How long it is expected to run (`6h`), for backfill and start-time predictions.
 pub const RUNTIME_ESTIMATE_ANNOTATION: &str = "kestrel.dev/runtime-estimate";
+/// On a DeviceClass: the queue quota resource its devices count as (`whole-gpus`), as
+/// Kueue's `deviceClassMappings` map a class to a resource. Without it a class counts as its
+/// `spec.extendedResourceName`, else as `nvidia.com/gpu` (Kestrel's DRA devices are GPUs).
+pub const QUOTA_RESOURCE_ANNOTATION: &str = "kestrel.dev/quota-resource";
 /// `spec.terminationGracePeriodSeconds` when a pod does not set it (Kubernetes' default).
 pub const DEFAULT_TERMINATION_GRACE: Millis = 30_000;

@@ -21,6 +21,7 @@
 //!   `adminAccess`, `capacity` requests and `distinctAttribute` are refused with an error
 //!   naming the field.
 
+use crate::annotations::QUOTA_RESOURCE_ANNOTATION;
 use crate::dra_cel::{CelSelector, DeviceValue, DeviceView};
 use crate::error::LoadError;
 use crate::fields::Ctx;
@@ -44,6 +45,8 @@ pub const NVIDIA_GPU_DRIVER: &str = "gpu.nvidia.com";
 pub struct ClassSelectors {
     pub name: String,
     selectors: Vec<Arc<CelSelector>>,
+    /// The queue quota resource its devices count as.
+    pub quota_resource: String,
 }
 
 /// Device classes by name: compiled, or why not; and the requests' filters, one per class
@@ -61,11 +64,14 @@ impl DeviceClasses {
     /// claims naming it report.
     pub fn insert(&mut self, ctx: &Ctx, class: &DeviceClass) -> Result<(), LoadError> {
         let name = class.metadata.name.clone().unwrap_or_default();
-        match read_selectors(ctx, "spec.selectors", class.spec.selectors.as_ref(), self) {
-            Ok(selectors) => {
+        let read = read_selectors(ctx, "spec.selectors", class.spec.selectors.as_ref(), self)
+            .and_then(|selectors| Ok((selectors, quota_resource(ctx, class)?)));
+        match read {
+            Ok((selectors, quota_resource)) => {
                 let class = ClassSelectors {
                     name: name.clone(),
                     selectors,
+                    quota_resource,
                 };
                 self.classes.insert(name, Ok(Arc::new(class)));
                 Ok(())
@@ -96,6 +102,44 @@ impl DeviceClasses {
             )),
         }
     }
+}
+
+/// The queue quota resource a class's devices count as: its
+/// [`QUOTA_RESOURCE_ANNOTATION`], else its `spec.extendedResourceName`, else
+/// `nvidia.com/gpu`.
+fn quota_resource(ctx: &Ctx, class: &DeviceClass) -> Result<String, LoadError> {
+    let annotation = class
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(QUOTA_RESOURCE_ANNOTATION));
+    let (field, name) = match (annotation, &class.spec.extended_resource_name) {
+        (Some(name), _) => (
+            format!("metadata.annotations[{QUOTA_RESOURCE_ANNOTATION:?}]"),
+            name,
+        ),
+        (None, Some(name)) => ("spec.extendedResourceName".to_string(), name),
+        (None, None) => return Ok(kestrel_core::GPU_RESOURCE.to_string()),
+    };
+    let reserved = ["cpu", "memory", "ephemeral-storage", "pods"];
+    let valid = !name.is_empty()
+        && !reserved.contains(&name.as_str())
+        && !name.starts_with("hugepages-")
+        && name.split('/').count() <= 2
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._/".contains(c));
+    if !valid {
+        return Err(ctx.err(
+            field,
+            format!(
+                "{name:?} is not a quota resource for devices; write a resource name such as \
+                 nvidia.com/gpu or whole-gpus (not cpu, memory, ephemeral-storage, pods or \
+                 hugepages-*)"
+            ),
+        ));
+    }
+    Ok(name.clone())
 }
 
 fn read_selectors(
@@ -447,10 +491,45 @@ fn read_choice(
     };
     Ok(DeviceChoice {
         name: choice.name,
+        class: choice.class.to_string(),
+        quota_resource: class.quota_resource.clone(),
         filter: Filter(filter),
         count,
         tolerations,
     })
+}
+
+/// Most devices one request's results may hold (`AllocationResultsMaxSize`): what the API
+/// server's quota counts for an `All` request.
+const ALLOCATION_RESULTS_MAX: i64 = 32;
+
+/// What the claims a pod's creation makes (those from its ResourceClaimTemplates) count
+/// against namespace ResourceQuotas, as the API server counts a new claim: one
+/// `count/resourceclaims.resource.k8s.io` each, and per request the devices of its class
+/// under `<class>.deviceclass.resource.k8s.io/devices` (`All`: the most a request may
+/// hold; `firstAvailable`: per class, its largest alternative).
+pub fn claim_quota(devices: &kestrel_core::DeviceClaims) -> Vec<(String, i64)> {
+    let mut out: BTreeMap<String, i64> = BTreeMap::new();
+    for claim in devices.claims.iter().filter(|c| c.per_pod.is_some()) {
+        *out.entry(crate::quota::CLAIM_COUNT.to_string())
+            .or_default() += 1;
+        for request in &claim.requests {
+            let mut most: BTreeMap<&str, i64> = BTreeMap::new();
+            for a in &request.alternatives {
+                let n = match a.count {
+                    DeviceCount::Exact(n) => i64::from(n),
+                    DeviceCount::All => ALLOCATION_RESULTS_MAX,
+                };
+                let e = most.entry(a.class.as_str()).or_default();
+                *e = (*e).max(n);
+            }
+            for (class, n) in most {
+                *out.entry(format!("{class}{}", crate::quota::DEVICE_CLASS_SUFFIX))
+                    .or_default() += n;
+            }
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// The allocation in a claim's status: its node (kube-scheduler writes a node selector on

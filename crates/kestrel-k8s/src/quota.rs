@@ -97,9 +97,18 @@ impl PodUsage {
         .map(|(k, v)| (k.to_string(), v))
         .chain(r.extended.iter().cloned())
         .collect();
-        // Shares (`gpu-milli`, `gpu-fraction`, `gpu-memory`) ask for no `nvidia.com/gpu`.
-        if let GpuRequest::Whole(n) = spec.demand.gpu {
-            *requests.entry(GPU_RESOURCE.to_string()).or_default() += i64::from(n);
+        // Shares (`gpu-milli`, `gpu-fraction`, `gpu-memory`) ask for no `nvidia.com/gpu`,
+        // and neither do claims: their devices count under their classes.
+        match (&spec.constraints.devices, spec.demand.gpu) {
+            (Some(devices), _) => {
+                for (key, n) in crate::dra::claim_quota(devices) {
+                    *requests.entry(key).or_default() += n;
+                }
+            }
+            (None, GpuRequest::Whole(n)) => {
+                *requests.entry(GPU_RESOURCE.to_string()).or_default() += i64::from(n);
+            }
+            (None, _) => {}
         }
         requests.retain(|_, v| *v > 0);
         PodUsage {
@@ -147,14 +156,27 @@ impl fmt::Display for Refusal {
     }
 }
 
+/// A ResourceQuota key counting ResourceClaims.
+pub const CLAIM_COUNT: &str = "count/resourceclaims.resource.k8s.io";
+/// How a ResourceQuota key counting a DeviceClass's devices ends
+/// (`gpu.nvidia.com.deviceclass.resource.k8s.io/devices`).
+pub const DEVICE_CLASS_SUFFIX: &str = ".deviceclass.resource.k8s.io/devices";
+
 /// What a quota's resource name counts, for the names that count pods (the one rule the
 /// simulator's namespace quotas and the live explanations share): `pods`,
-/// `count/pods`, `cpu`, `memory`, `ephemeral-storage` and `requests.<resource>`. Limits
+/// `count/pods`, `cpu`, `memory`, `ephemeral-storage`, `requests.<resource>`, and DRA's
+/// [`CLAIM_COUNT`] and `<class>`[`DEVICE_CLASS_SUFFIX`] (counted for the claims made from
+/// a pod's templates, [`crate::dra::claim_quota`]). Limits
 /// (`limits.*`) and other objects (`services`, `count/jobs.batch`, ...) are not read.
 pub fn counted(key: &str) -> Option<Counted> {
     match key {
         "pods" | "count/pods" => Some(Counted::Pods),
         "cpu" | "memory" | "ephemeral-storage" => Some(Counted::Request(key.to_string())),
+        // DRA: the claims a pod's templates make, and their devices per class.
+        CLAIM_COUNT => Some(Counted::Request(key.to_string())),
+        _ if key.ends_with(DEVICE_CLASS_SUFFIX) && !key.starts_with("requests.") => {
+            Some(Counted::Request(key.to_string()))
+        }
         _ => key
             .strip_prefix("requests.")
             .filter(|r| !r.is_empty() && *r != "storage")
@@ -403,6 +425,54 @@ mod tests {
                 .contains("requests.nvidia.com/gpu 6 of 8 used and a pod of the gang asks for 4,"),
             "{r}"
         );
+    }
+
+    #[test]
+    fn claims_from_templates_count_under_their_class_not_as_nvidia_gpus() {
+        let path = std::path::PathBuf::from("classes.yaml");
+        let ctx = crate::fields::Ctx {
+            path: &path,
+            object: "DeviceClass gpu.nvidia.com".into(),
+        };
+        let mut classes = crate::dra::DeviceClasses::default();
+        let class: k8s_openapi::api::resource::v1::DeviceClass = serde_json::from_value(json!({
+            "metadata": {"name": "gpu.nvidia.com"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+        }))
+        .unwrap();
+        classes.insert(&ctx, &class).unwrap();
+        let spec: k8s_openapi::api::resource::v1::ResourceClaimSpec =
+            serde_json::from_value(json!({"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]}}))
+            .unwrap();
+        let mut claim =
+            crate::dra::read_claim_spec(&ctx, "spec", "ml/c".into(), &spec, &classes).unwrap();
+        claim.per_pod = Some("gpu".into());
+        let mut pod = PodSpec::new(
+            "ml",
+            "train-0",
+            Demand {
+                resources: Resources::new(1000, 1 << 30),
+                gpu: GpuRequest::None,
+            },
+        );
+        crate::dra::set_pod_claims(&ctx, "spec", &mut pod, vec![claim]).unwrap();
+        let usage = PodUsage::of(&pod);
+        assert_eq!(usage.requests.get(GPU_RESOURCE), None);
+        assert_eq!(usage.requests[CLAIM_COUNT], 1);
+        let devices = format!("gpu.nvidia.com{DEVICE_CLASS_SUFFIX}");
+        assert_eq!(usage.requests[&devices], 2);
+        let q = read(&quota(json!({
+            "metadata": {"name": "dra", "namespace": "ml"},
+            "spec": {"hard": {&devices: "4"}},
+            "status": {"hard": {&devices: "4"}, "used": {&devices: "3"}},
+        })));
+        let r = refusal([&q], &usage).expect("3 + 2 > 4");
+        assert!(
+            r.to_string().contains(&format!("{devices} 3 of 4 used")),
+            "{r}"
+        );
+        assert_eq!(refusal([&read(&gpu_quota("8", "8"))], &usage), None);
     }
 
     #[test]

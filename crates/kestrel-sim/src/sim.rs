@@ -913,19 +913,24 @@ impl<'a> Simulation<'a> {
 
     /// What a pod of this job counts against namespace ResourceQuotas.
     fn namespace_request(&self, job_index: usize) -> Vec<(String, i64)> {
-        let d = &self.workload.jobs[job_index].template.demand;
+        let template = &self.workload.jobs[job_index].template;
+        let d = &template.demand;
+        // Only whole GPUs are requested as `nvidia.com/gpu`: a share by annotation is
+        // invisible to the API server's quota, and claims count under their classes.
+        let whole_gpus = match template.constraints.devices {
+            Some(_) => 0,
+            None => d.gpu.whole() as i64,
+        };
         let mut out = vec![
             ("pods".to_string(), 1),
             ("cpu".to_string(), d.resources.cpu_milli),
             ("memory".to_string(), d.resources.memory_bytes),
-            // Only whole GPUs are requested as `nvidia.com/gpu`: a share by annotation is
-            // invisible to the API server's quota.
-            (
-                kestrel_core::GPU_RESOURCE.to_string(),
-                1000 * d.gpu.whole() as i64,
-            ),
+            (kestrel_core::GPU_RESOURCE.to_string(), 1000 * whole_gpus),
         ];
         out.extend(d.resources.extended.iter().cloned());
+        if let Some(devices) = &template.constraints.devices {
+            out.extend(kestrel_k8s::dra::claim_quota(devices));
+        }
         out
     }
 

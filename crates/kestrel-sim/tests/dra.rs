@@ -386,3 +386,188 @@ items:
         "{e}"
     );
 }
+
+/// A class whose devices count as `whole-gpus` in queue quota, a template of 2 of them,
+/// and a Kueue ClusterQueue with 6 `whole-gpus`.
+const COUNTED: &str = r#"
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: counted-gpus
+  annotations: {kestrel.dev/quota-resource: whole-gpus}
+spec:
+  selectors:
+  - cel: {expression: "device.driver == 'gpu.nvidia.com'"}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: two-counted, namespace: team}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: counted-gpus, count: 2}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: team}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, whole-gpus]
+    flavors:
+    - name: default
+      resources:
+      - {name: cpu, nominalQuota: 100}
+      - {name: whole-gpus, nominalQuota: 6}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: main, namespace: team}
+spec: {clusterQueue: team}
+---
+"#;
+
+fn queued_job(name: &str, claims: &str) -> String {
+    job(name, 1, claims).replacen(
+        "  namespace: team\n",
+        "  namespace: team\n  labels: {kueue.x-k8s.io/queue-name: main}\n",
+        1,
+    )
+}
+
+#[test]
+fn claims_count_against_queue_quota_as_their_class_says() {
+    let mut work = COUNTED.to_string();
+    for i in 0..5 {
+        work += &queued_job(
+            &format!("j{i}"),
+            "[{name: gpu, resourceClaimTemplateName: two-counted}]",
+        );
+    }
+    let queued = workload(&work).unwrap();
+    let cluster = cluster();
+    let mut sim = Simulation::new(&cluster, &queued, SimConfig::default()).unwrap();
+    sim.run_to(MIN).unwrap();
+    let bound: Vec<String> = (0..5)
+        .filter(|i| bound_devices(&sim, &format!("j{i}-0")).is_some())
+        .map(|i| format!("j{i}"))
+        .collect();
+    let id = find_pod(&sim, "j0-0").unwrap();
+    let first = format!("{:?}", sim.scheduler().pod(id).pending_reason);
+    assert_eq!(
+        bound,
+        ["j0", "j1", "j2"],
+        "6 whole-gpus hold three 2-GPU claims; j0: {first}"
+    );
+    let id = find_pod(&sim, "j3-0").unwrap();
+    let reason = sim
+        .scheduler()
+        .pod(id)
+        .pending_reason
+        .as_ref()
+        .unwrap()
+        .to_string();
+    assert!(
+        reason.contains("needs 2 more whole-gpus: 6 in use of nominal 6"),
+        "{reason}"
+    );
+    let (cq, _) = sim.scheduler().cluster_queues().next().unwrap();
+    let usage = sim.scheduler().queue_usage(cq);
+    let whole = usage
+        .iter()
+        .find(|u| u.resource == "whole-gpus")
+        .expect("whole-gpus usage");
+    assert_eq!(whole.used, 6);
+    assert!(
+        usage
+            .iter()
+            .all(|u| u.resource != GPU_RESOURCE || u.used == 0),
+        "the devices count as whole-gpus only: {usage:?}"
+    );
+    // A claim whose class the queue has no quota for waits, the resource named.
+    let work = COUNTED.to_string()
+        + &queued_job("plain", "[{name: gpu, resourceClaimTemplateName: one-gpu}]");
+    let workload = workload(&work).unwrap();
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(MIN).unwrap();
+    let id = find_pod(&sim, "plain-0").unwrap();
+    let reason = sim
+        .scheduler()
+        .pod(id)
+        .pending_reason
+        .as_ref()
+        .unwrap()
+        .to_string();
+    assert!(
+        reason.contains("ClusterQueue team has no quota for nvidia.com/gpu"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn namespace_resource_quotas_count_the_claims_pods_make_and_their_devices() {
+    for (key, hard, created) in [
+        ("gpu.nvidia.com.deviceclass.resource.k8s.io/devices", 5, 2),
+        ("count/resourceclaims.resource.k8s.io", 3, 3),
+    ] {
+        let work = format!(
+            "apiVersion: v1\nkind: ResourceQuota\nmetadata: {{name: dra, namespace: team}}\n\
+             spec: {{hard: {{{key}: \"{hard}\"}}}}\n---\n"
+        ) + &job(
+            "two",
+            4,
+            "[{name: gpu, resourceClaimTemplateName: two-gpus}]",
+        ) + r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: two-gpus, namespace: team}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: gpu.nvidia.com, count: 2}
+"#;
+        let workload = workload(&work).unwrap();
+        let cluster = cluster();
+        let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+        sim.run_to(MIN).unwrap();
+        let bound = (0..4)
+            .filter(|i| bound_devices(&sim, &format!("two-{i}")).is_some())
+            .count();
+        assert_eq!(bound, created, "{key}: {hard}");
+        sim.run_to(300 * MIN).unwrap();
+        let report = sim.finish();
+        assert_eq!(
+            report.pods.completed, 4,
+            "{key}: refused creations are retried"
+        );
+    }
+}
+
+#[test]
+fn a_bad_quota_resource_on_a_class_is_refused_naming_the_field() {
+    let e = load_error(
+        r#"
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: wrong
+  annotations: {kestrel.dev/quota-resource: cpu}
+spec: {}
+"#,
+    );
+    for part in [
+        "DeviceClass wrong",
+        "kestrel.dev/quota-resource",
+        "\"cpu\" is not a quota resource for devices",
+    ] {
+        assert!(e.contains(part), "{part} not in: {e}");
+    }
+}

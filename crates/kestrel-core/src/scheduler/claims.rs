@@ -39,6 +39,13 @@ impl Scheduler {
         self.unhold(&old);
         self.repin(key, None);
         self.capacity_may_have_grown();
+        // A preemption victim's claim: its preemptor may go once its victims are gone and
+        // their devices free.
+        if let Some((preemptor, _)) = self.preemption.victim_claims.remove(key) {
+            if self.victims_left(preemptor).is_none() {
+                self.preemption.ready_preemptors.push(preemptor);
+            }
+        }
     }
 
     /// The allocation of a claim as the engine knows it.
@@ -115,6 +122,55 @@ impl Scheduler {
         self.cluster.reindex(node, &key);
         self.generation += 1;
         Some((node, gpus))
+    }
+
+    /// The held claims of `pods` that no bound pod outside them uses, each with the first
+    /// of `pods` that uses it: once those pods are gone, the claim controller releases them
+    /// (deletes a claim made for its pod, deallocates a claim reserved for nobody), as
+    /// kube-scheduler's preemption counts on.
+    pub(crate) fn claims_freed_by(&self, pods: &[PodId]) -> Vec<(String, PodId)> {
+        let mut out: Vec<(String, PodId)> = Vec::new();
+        for &id in pods {
+            let record = &self.pods[id.0 as usize];
+            for claim in record
+                .spec
+                .constraints
+                .devices
+                .iter()
+                .flat_map(|d| &d.claims)
+            {
+                let key = &claim.key;
+                if out.iter().any(|(k, _)| k == key)
+                    || !self.claims.get(key).is_some_and(|c| c.held.is_some())
+                {
+                    continue;
+                }
+                let used_by_others = self.claim_users.get(key).into_iter().flatten().any(|u| {
+                    !pods.contains(u)
+                        && matches!(self.pods[u.0 as usize].phase, PodPhase::Bound { .. })
+                });
+                if !used_by_others {
+                    out.push((key.clone(), id));
+                }
+            }
+        }
+        out
+    }
+
+    /// Gives back (`take` false) or takes again the devices of held claims, the claims
+    /// kept: preemption's what-if, undone before it returns.
+    pub(crate) fn take_claim_devices(&mut self, keys: &[String], take: bool) {
+        for key in keys {
+            let Some((node, gpus)) = self.claims.get(key).and_then(|c| c.held.clone()) else {
+                continue;
+            };
+            let node_key = self.node_key();
+            self.cluster.unindex(node);
+            self.cluster
+                .node_mut_unindexed(node)
+                .reserve_devices(&gpus, take);
+            self.cluster.reindex(node, &node_key);
+        }
     }
 
     fn unhold(&mut self, claim: &HeldClaim) {

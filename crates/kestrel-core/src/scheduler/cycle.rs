@@ -165,7 +165,7 @@ impl Scheduler {
             |p: QueueProblem| Attempt::Failed(Arc::new(Unschedulable::queue_only(p, total_nodes)));
         // Victims already leave for it: no second round of preemption, but it may start
         // earlier if room turns up elsewhere.
-        let waiting = self.preemption.awaiting.get(&workload).copied();
+        let waiting = self.victims_left(workload);
         let waiting_failure = |victims| queue_failure(QueueProblem::WaitingForVictims { victims });
         let mut pods = pods;
         let rep = pods[0];

@@ -2,6 +2,7 @@
 //! unbound back to pending, finished.
 
 use super::{PodRecord, QueueKey, QueueLink, QuotaRequest, Scheduler};
+use crate::devices::ClaimAllocation;
 use crate::hints::WakeOn;
 use crate::model::{Demand, GpuRequest, PodSpec};
 use crate::outcome::ClusterError;
@@ -12,6 +13,48 @@ use crate::types::{GpuAssignment, Millis, NodeId, PodId, PodPhase};
 use std::collections::{BTreeMap, BTreeSet};
 
 impl Scheduler {
+    /// What the pod counts against queue quota now: an `All` device request the most
+    /// DRA devices one node publishes (exactly what it got once bound).
+    pub(super) fn quota_request_of(&self, spec: &PodSpec) -> QuotaRequest {
+        let most = match &spec.constraints.devices {
+            Some(d) if d.takes_all() => self
+                .cluster
+                .iter()
+                .filter(|(_, n)| n.spec.gpus_are_dra())
+                .map(|(_, n)| n.spec.gpus.len() as u32)
+                .max()
+                .unwrap_or(0),
+            _ => 0,
+        };
+        let devices = spec
+            .constraints
+            .devices
+            .as_ref()
+            .map_or_else(Vec::new, |d| d.quota(most, crate::queue::quota_scale));
+        quota_request(spec, &devices)
+    }
+
+    /// A binding's exact queue charge for a pod with claims: what the claims allocated
+    /// (`fresh`, or held before) hold.
+    fn bound_quota_request(&self, id: PodId, fresh: &[(String, ClaimAllocation)]) -> QuotaRequest {
+        let spec = &self.pods[id.0 as usize].spec;
+        let Some(devices) = &spec.constraints.devices else {
+            return self.pods[id.0 as usize].quota_request.clone();
+        };
+        let mut exact = devices.clone();
+        for claim in exact.claims.iter_mut().filter(|c| c.allocation.is_none()) {
+            claim.allocation = fresh
+                .iter()
+                .find(|(key, _)| *key == claim.key)
+                .map(|(_, a)| a.clone())
+                .or_else(|| self.claims.get(&claim.key).map(|h| h.allocation.clone()));
+        }
+        if exact.claims.iter().any(|c| c.allocation.is_none()) {
+            return self.pods[id.0 as usize].quota_request.clone();
+        }
+        quota_request(spec, &exact.quota(0, crate::queue::quota_scale))
+    }
+
     /// Accounts a pod that is already bound (by an earlier leader, another scheduler, or
     /// before a restart). Reality wins over capacity: the pod is counted even if the node
     /// looks full. `gpus`: the devices recorded on the pod; `None` picks free ones.
@@ -95,6 +138,11 @@ impl Scheduler {
         if let GpuRequest::Memory { .. } = record.spec.demand.gpu {
             set_quota_gpu(&mut record.quota_request, 0);
         }
+        if record.spec.constraints.devices.is_some() {
+            let pending = self.quota_request_of(&self.pods[id.0 as usize].spec);
+            self.pods[id.0 as usize].quota_request = pending;
+        }
+        let record = &mut self.pods[id.0 as usize];
         self.preemption
             .bound_by_priority
             .remove(&(record.spec.priority, id));
@@ -140,7 +188,7 @@ impl Scheduler {
         }
         let id = PodId(self.pods.len() as u32);
         let link = self.link_of(&spec);
-        let quota_request = quota_request(&spec);
+        let quota_request = self.quota_request_of(&spec);
         let seq = self.queue_seq(&spec);
         let record = PodRecord {
             spec,
@@ -349,6 +397,8 @@ impl Scheduler {
         }
         // Which claim each device serves, seen before the devices are taken.
         let fresh_claims = self.fresh_claims(id, node, &gpus);
+        let charge = self.bound_quota_request(id, &fresh_claims);
+        self.pods[id.0 as usize].quota_request = charge;
         let record = &mut self.pods[id.0 as usize];
         self.cluster.unindex(node);
         self.cluster
@@ -393,27 +443,29 @@ impl Scheduler {
 
 /// What a pod counts against queue quota: each resource it requests, and one pod, by name.
 /// A share by GPU memory gets its `nvidia.com/gpu` amount when bound (see
-/// [`set_quota_gpu`]).
-fn quota_request(spec: &PodSpec) -> QuotaRequest {
+/// [`set_quota_gpu`]); DRA devices count under their classes' quota resources
+/// ([`crate::DeviceClaims::quota`]), exactly once bound.
+fn quota_request(spec: &PodSpec, devices: &[(String, i64)]) -> QuotaRequest {
     let r = &spec.demand.resources;
     let mut out: BTreeMap<String, i64> = BTreeMap::from([(PODS_RESOURCE.to_string(), 1)]);
+    let gpu_milli = match (spec.demand.gpu, &spec.constraints.devices) {
+        (_, Some(_)) | (GpuRequest::Memory { .. }, _) => 0,
+        (gpu, None) => gpu.milli() as i64,
+    };
     for (name, amount) in [
         ("cpu", r.cpu_milli),
         ("memory", r.memory_bytes),
         ("ephemeral-storage", r.ephemeral_storage_bytes),
-        (
-            GPU_RESOURCE,
-            match spec.demand.gpu {
-                GpuRequest::Memory { .. } => 0,
-                gpu => gpu.milli() as i64,
-            },
-        ),
+        (GPU_RESOURCE, gpu_milli),
     ] {
         if amount > 0 {
             *out.entry(name.to_string()).or_default() += amount;
         }
     }
     for (name, amount) in r.extended.iter().filter(|(_, a)| *a > 0) {
+        *out.entry(name.clone()).or_default() += amount;
+    }
+    for (name, amount) in devices {
         *out.entry(name.clone()).or_default() += amount;
     }
     out.into_iter().collect()

@@ -598,6 +598,11 @@ impl Scheduler {
             self.pods[v.0 as usize].evicting = true;
             self.preemption.preemptor_of.insert(v, workload);
         }
+        for (key, victim) in self.claims_freed_by(&victims) {
+            self.preemption
+                .victim_claims
+                .insert(key, (workload, victim));
+        }
         let count = victims.len() as u32;
         self.preemption.awaiting.insert(workload, count);
         decisions
@@ -634,6 +639,14 @@ impl Scheduler {
         }
         let admission = admission?;
         let detached = self.detach(chosen.iter().flat_map(|c| c.pods.iter().copied()));
+        // Their claims that nobody else uses are released once they are gone.
+        let pods_out: Vec<PodId> = detached.iter().map(|d| d.0).collect();
+        let claims_out: Vec<String> = self
+            .claims_freed_by(&pods_out)
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+        self.take_claim_devices(&claims_out, false);
         self.probing = true;
         let placed = self.place_workload(pods, gang, admission.as_ref(), now);
         self.probing = false;
@@ -645,8 +658,29 @@ impl Scheduler {
             }
             Err(_) => None,
         };
+        self.take_claim_devices(&claims_out, true);
         self.reattach(detached);
         placement
+    }
+
+    /// How many of a preemptor's victims have yet to leave: their pods, and the pods gone
+    /// whose claims still hold their devices (`None`: none, or not a preemptor).
+    pub(crate) fn victims_left(&self, workload: WorkloadKey) -> Option<u32> {
+        let pods = self
+            .preemption
+            .awaiting
+            .get(&workload)
+            .copied()
+            .unwrap_or(0);
+        let holding: std::collections::BTreeSet<PodId> = self
+            .preemption
+            .victim_claims
+            .values()
+            .filter(|(w, v)| *w == workload && !self.preemption.preemptor_of.contains_key(v))
+            .map(|(_, v)| *v)
+            .collect();
+        let left = pods + holding.len() as u32;
+        (left > 0).then_some(left)
     }
 
     fn detach(&mut self, pods: impl Iterator<Item = PodId>) -> Vec<Detached> {
