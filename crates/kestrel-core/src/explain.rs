@@ -55,6 +55,9 @@ pub enum NodeReason {
     VolumeBindConflict,
     /// A `ReadWriteOncePod` claim of the pod is in use by another pod.
     VolumeInUse,
+    /// Attaching the pod's CSI volumes would take the node past its CSINode's limit for
+    /// their driver.
+    VolumeLimit,
 }
 
 /// What a node lacks when a `single-numa-node` pod's GPUs (with their NICs) cannot all sit
@@ -86,6 +89,7 @@ impl NodeReason {
                 | NodeReason::SpreadSkew
                 | NodeReason::SpreadMissingLabel
                 | NodeReason::VolumeInUse
+                | NodeReason::VolumeLimit
         )
     }
 
@@ -167,6 +171,7 @@ impl fmt::Display for NodeReason {
                 f,
                 "node(s) had pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
             ),
+            NodeReason::VolumeLimit => write!(f, "node(s) exceed max volume count"),
             NodeReason::Nominated(preemptor) => {
                 write!(
                     f,

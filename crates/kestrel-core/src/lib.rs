@@ -52,4 +52,4 @@ pub use rng::Rng;
 pub use scheduler::{PodRecord, Scheduler, SchedulerConfig, DEFAULT_GANG_BACKOFF};
 pub use topology::GpuTopology;
 pub use types::{Binding, GpuAssignment, Millis, NodeId, PodId, PodPhase};
-pub use volumes::{VolumeRules, VolumeTopology};
+pub use volumes::{AttachedVolume, VolumeRules, VolumeTopology};

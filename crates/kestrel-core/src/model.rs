@@ -128,6 +128,9 @@ pub struct NodeSpec {
     pub max_pods: u32,
     pub gpus: Vec<GpuDevice>,
     pub nics: Vec<Nic>,
+    /// Most volumes each CSI driver may attach to the node (its CSINode's
+    /// `spec.drivers[].allocatable.count`); a driver not listed: no limit.
+    pub volume_limits: BTreeMap<String, u32>,
 }
 
 impl NodeSpec {
@@ -145,6 +148,7 @@ impl NodeSpec {
             max_pods: 110,
             gpus: Vec::new(),
             nics: Vec::new(),
+            volume_limits: BTreeMap::new(),
         }
     }
 

@@ -13,6 +13,9 @@
 //!   claim is bound.
 //! - A `ReadWriteOncePod` claim is used by one pod at a time: while a placed pod uses it,
 //!   no other pod using it may be placed anywhere.
+//! - NodeVolumeLimits: a node attaches at most its CSINode's `allocatable.count` volumes of
+//!   each CSI driver; a volume used by several pods of the node counts once ("node(s)
+//!   exceed max volume count").
 //!
 //! Claims that are missing, being deleted, or unbound with `Immediate` binding keep the
 //! pod out of the engine altogether (the readers say why); they are not rules here.
@@ -27,6 +30,21 @@ pub struct VolumeRules {
     pub topology: Vec<VolumeTopology>,
     /// `ReadWriteOncePod` claims (`namespace/name`), sorted.
     pub exclusive: Vec<String>,
+    /// The CSI volumes it attaches to its node, sorted: they count against the node's
+    /// limit for their driver ([`NodeSpec::volume_limits`]).
+    pub attach: Vec<AttachedVolume>,
+    /// The claims that are the pod's own (generic ephemeral volumes, `<pod>-<volume>`),
+    /// named again for each pod made from one template ([`VolumeRules::name_for_pod`]).
+    pub own_claims: Vec<String>,
+}
+
+/// A volume a CSI driver attaches to the node: one per node however many pods use it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct AttachedVolume {
+    pub driver: String,
+    /// The PersistentVolume's name; for a claim not bound yet, the claim's
+    /// `namespace/name`.
+    pub volume: String,
 }
 
 /// Where one claim's volume is, or may be provisioned.
@@ -52,7 +70,7 @@ pub enum VolumeConflict {
 
 impl VolumeRules {
     pub fn is_empty(&self) -> bool {
-        self.topology.is_empty() && self.exclusive.is_empty()
+        self.topology.is_empty() && self.exclusive.is_empty() && self.attach.is_empty()
     }
 
     /// Whether every volume of the pod allows the node; bound volumes are judged first,
@@ -70,6 +88,37 @@ impl VolumeRules {
             return Err(VolumeConflict::Provisioning);
         }
         Ok(())
+    }
+
+    /// Names the pod's own claims for pod `namespace/pod` made from a template read as
+    /// `template`: `<template>-<volume>` becomes `<pod>-<volume>`.
+    pub fn name_for_pod(&mut self, namespace: &str, template: &str, pod: &str) {
+        let (from, to) = (
+            format!("{namespace}/{template}-"),
+            format!("{namespace}/{pod}-"),
+        );
+        let rename = |key: &mut String| {
+            if let Some(volume) = key.strip_prefix(&from) {
+                *key = format!("{to}{volume}");
+            }
+        };
+        let own = std::mem::take(&mut self.own_claims);
+        for mut key in own {
+            let old = key.clone();
+            rename(&mut key);
+            for t in self.topology.iter_mut().filter(|t| t.claim == old) {
+                t.claim = key.clone();
+            }
+            for c in self.exclusive.iter_mut().filter(|c| **c == old) {
+                *c = key.clone();
+            }
+            for a in self.attach.iter_mut().filter(|a| a.volume == old) {
+                a.volume = key.clone();
+            }
+            self.own_claims.push(key);
+        }
+        self.exclusive.sort();
+        self.attach.sort();
     }
 
     /// The claims to be provisioned on the node chosen.
@@ -125,7 +174,7 @@ mod tests {
                     terms: Some(vec![term("kubernetes.io/hostname", "n1")]),
                 },
             ],
-            exclusive: vec![],
+            ..VolumeRules::default()
         };
         assert_eq!(rules.allows(&node("n1", "a")), Ok(()));
         assert_eq!(
@@ -144,8 +193,30 @@ mod tests {
                 provision: true,
                 terms: None,
             }],
-            exclusive: vec![],
+            ..VolumeRules::default()
         };
         assert_eq!(anywhere.allows(&node("n9", "c")), Ok(()));
+    }
+
+    #[test]
+    fn a_pods_own_claims_are_named_after_each_pod_of_its_template() {
+        let mut rules = VolumeRules {
+            topology: vec![VolumeTopology {
+                claim: "ns/train-scratch".into(),
+                provision: true,
+                terms: None,
+            }],
+            exclusive: vec!["ns/train-scratch".into(), "ns/train-shared".into()],
+            attach: vec![crate::AttachedVolume {
+                driver: "csi.example.com".into(),
+                volume: "ns/train-scratch".into(),
+            }],
+            own_claims: vec!["ns/train-scratch".into()],
+        };
+        rules.name_for_pod("ns", "train", "train-3");
+        assert_eq!(rules.topology[0].claim, "ns/train-3-scratch");
+        assert_eq!(rules.exclusive, ["ns/train-3-scratch", "ns/train-shared"]);
+        assert_eq!(rules.attach[0].volume, "ns/train-3-scratch");
+        assert_eq!(rules.own_claims, ["ns/train-3-scratch"]);
     }
 }

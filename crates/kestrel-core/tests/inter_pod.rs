@@ -455,3 +455,69 @@ fn a_spread_with_an_empty_selector_counts_no_placed_pod_as_kube_scheduler_does()
         assert_eq!(node_of(&s, p).as_deref(), Some("a"), "{}", reason(&s, p));
     }
 }
+
+#[test]
+fn csi_volume_limits_count_each_volume_once_per_node_and_free_when_pods_end() {
+    let attach = |volumes: &[&str]| {
+        Some(Box::new(VolumeRules {
+            attach: volumes
+                .iter()
+                .map(|v| AttachedVolume {
+                    driver: "ebs.csi.aws.com".into(),
+                    volume: (*v).into(),
+                })
+                .collect(),
+            ..VolumeRules::default()
+        }))
+    };
+    let mut limited = node("a", "z1");
+    limited.volume_limits.insert("ebs.csi.aws.com".into(), 2);
+    let mut s = scheduler(vec![limited]);
+    let mut ids = Vec::new();
+    for (name, volumes) in [
+        ("one", &["pv-1"][..]),
+        ("shares-one", &["pv-1"][..]),
+        ("two", &["pv-2"][..]),
+        ("three", &["pv-3"][..]),
+        ("big", &["pv-4", "pv-5", "pv-6"][..]),
+    ] {
+        let mut p = pod(name, "x");
+        p.constraints.volumes = attach(volumes);
+        ids.push(s.submit(p, 0));
+    }
+    s.schedule(0);
+    let bound: Vec<bool> = ids.iter().map(|&id| node_of(&s, id).is_some()).collect();
+    assert_eq!(
+        bound,
+        [true, true, true, false, false],
+        "pv-1 counts once; pv-3 would be the third"
+    );
+    assert_eq!(
+        reason(&s, ids[3]),
+        "0/1 nodes are available: 1 node(s) exceed max volume count."
+    );
+    // Ending a pod whose volume another pod still uses frees nothing; ending the last
+    // user does.
+    s.finish(ids[0]).unwrap();
+    s.schedule(1);
+    assert!(node_of(&s, ids[3]).is_none());
+    s.finish(ids[1]).unwrap();
+    s.schedule(2);
+    assert!(node_of(&s, ids[3]).is_some());
+    // Three volumes never fit a node that attaches two.
+    assert!(node_of(&s, ids[4]).is_none());
+    assert_eq!(
+        reason(&s, ids[4]),
+        "0/1 nodes are available: 1 node(s) exceed max volume count."
+    );
+    // A CSINode that allows more lets it in.
+    let mut raised = s
+        .cluster()
+        .node(s.cluster().id_of("a").unwrap())
+        .spec
+        .clone();
+    raised.volume_limits.insert("ebs.csi.aws.com".into(), 5);
+    s.update_node(raised).unwrap();
+    s.schedule(3);
+    assert!(node_of(&s, ids[4]).is_some(), "{}", reason(&s, ids[4]));
+}

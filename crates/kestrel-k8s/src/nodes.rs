@@ -15,6 +15,9 @@
 //! - GPUs published through DRA: the file may hold the nodes' ResourceSlices too
 //!   (`kubectl get nodes,resourceslices -o yaml`); NVIDIA's GPU devices become the nodes'
 //!   GPUs ([`crate::dra`]).
+//! - CSI volume limits: the file may hold the nodes' CSINodes too (`kubectl get
+//!   nodes,csinodes -o yaml`); each driver's `allocatable.count` limits the volumes it
+//!   attaches to the node of the same name.
 //! - Taints from `spec.taints`, cordon from `spec.unschedulable`; the hostname label is
 //!   added when missing.
 
@@ -22,6 +25,7 @@ use crate::documents::{read_documents, Document};
 use crate::error::LoadError;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::api::storage::v1::CSINode;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kestrel_core::{
     parse_quantity, GpuTopology, NodeSpec, Resources, Taint, TaintEffect, GPU_CLIQUE_LABEL,
@@ -44,8 +48,15 @@ pub fn load_kube_nodes(path: &Path, text: &str) -> Result<Vec<NodeSpec>, LoadErr
     let mut names = BTreeSet::new();
     let mut nodes = Vec::new();
     let mut slices = crate::dra::SliceBook::default();
+    let mut limits: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
     for doc in read_documents(path, text, Some("Node"))? {
         let object = doc.object();
+        if doc.kind() == "CSINode" {
+            let csi: CSINode = doc.typed(path)?;
+            let name = csi.metadata.name.clone().unwrap_or_default();
+            limits.insert(name, crate::volumes::csi_limits(&csi));
+            continue;
+        }
         if doc.kind() == "ResourceSlice" {
             let slice: ResourceSlice = doc.typed(path)?;
             let ctx = crate::fields::Ctx { path, object };
@@ -56,7 +67,7 @@ pub fn load_kube_nodes(path: &Path, text: &str) -> Result<Vec<NodeSpec>, LoadErr
             return Err(LoadError::new(
                 path,
                 format!(
-                    "a node file holds only Node and ResourceSlice objects, this is a {}; move it to a workload file",
+                    "a node file holds only Node, ResourceSlice and CSINode objects, this is a {}; move it to a workload file",
                     doc.kind()
                 ),
             )
@@ -86,7 +97,15 @@ pub fn load_kube_nodes(path: &Path, text: &str) -> Result<Vec<NodeSpec>, LoadErr
             format!("a ResourceSlice publishes devices of node {unknown:?}, which the file does not hold; add the Node or remove its slices"),
         ));
     }
+    if let Some(unknown) = limits.keys().find(|n| !names.contains(*n)) {
+        return Err(LoadError::new(
+            path,
+            format!("a CSINode names node {unknown:?}, which the file does not hold; add the Node or remove its CSINode"),
+        )
+        .object(format!("CSINode {unknown}")));
+    }
     for node in &mut nodes {
+        node.volume_limits = limits.remove(&node.name).unwrap_or_default();
         let gpus = slices.gpus_of(&node.name);
         if let Some(warning) = crate::dra::attach_gpus(node, &gpus) {
             return Err(LoadError::new(path, warning).object(format!("Node {}", node.name)));
@@ -246,6 +265,8 @@ fn node_spec_of(path: &Path, object: &str, node: &Node) -> Result<NodeSpec, Load
         max_pods,
         gpus,
         nics,
+        // From the node's CSINode, a separate object, where one is known.
+        volume_limits: Default::default(),
     })
 }
 

@@ -10,8 +10,9 @@
 use crate::fields::Ctx;
 use crate::LoadError;
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::storage::v1::CSINode;
 use k8s_openapi::api::storage::v1::StorageClass;
-use kestrel_core::{NodeSelectorTerm, VolumeRules, VolumeTopology};
+use kestrel_core::{AttachedVolume, NodeSelectorTerm, VolumeRules, VolumeTopology};
 use std::collections::BTreeMap;
 
 /// The StorageClass annotation that makes a class the default for claims naming none.
@@ -80,7 +81,22 @@ pub struct VolumeCatalog {
     pub claims: BTreeMap<String, ClaimInfo>,
     /// PersistentVolume name -> its required node affinity (`None`: none).
     pub volumes: BTreeMap<String, Option<Vec<NodeSelectorTerm>>>,
+    /// PersistentVolume name -> the CSI driver that attaches it (`spec.csi.driver`).
+    pub drivers: BTreeMap<String, String>,
     pub classes: BTreeMap<String, ClassInfo>,
+}
+
+/// A CSINode's per-driver volume limits (`spec.drivers[].allocatable.count`), for the node
+/// of the same name; drivers without a count set no limit.
+pub fn csi_limits(node: &CSINode) -> BTreeMap<String, u32> {
+    node.spec
+        .drivers
+        .iter()
+        .filter_map(|d| {
+            let count = d.allocatable.as_ref()?.count?;
+            Some((d.name.clone(), u32::try_from(count).unwrap_or(0)))
+        })
+        .collect()
 }
 
 /// The claims a pod spec names: (pod volume name, claim name).
@@ -126,8 +142,18 @@ impl VolumeCatalog {
             ),
             None => None,
         };
+        match pv.spec.as_ref().and_then(|s| s.csi.as_ref()) {
+            Some(csi) => self.drivers.insert(name.clone(), csi.driver.clone()),
+            None => self.drivers.remove(&name),
+        };
         self.volumes.insert(name, terms);
         Ok(())
+    }
+
+    /// Forgets a PersistentVolume.
+    pub fn remove_volume(&mut self, name: &str) {
+        self.volumes.remove(name);
+        self.drivers.remove(name);
     }
 
     /// Reads a StorageClass; `allowedTopologies` become node selector terms.
@@ -199,10 +225,16 @@ impl VolumeCatalog {
         spec: &core::PodSpec,
     ) -> Result<Option<VolumeRules>, String> {
         let names = pod_claim_names(pod_name, spec);
-        if names.is_empty() {
-            return Ok(None);
-        }
         let mut rules = VolumeRules::default();
+        // Inline CSI volumes are attached too, each its own.
+        for v in spec.volumes.iter().flatten() {
+            if let Some(csi) = &v.csi {
+                rules.attach.push(AttachedVolume {
+                    driver: csi.driver.clone(),
+                    volume: format!("{namespace}/{pod_name}/{}", v.name),
+                });
+            }
+        }
         for (_, name) in names {
             if name.contains('/') {
                 return Err(format!(
@@ -212,6 +244,14 @@ impl VolumeCatalog {
                 ));
             }
             let key = format!("{namespace}/{name}");
+            if spec
+                .volumes
+                .iter()
+                .flatten()
+                .any(|v| v.ephemeral.is_some() && name == format!("{pod_name}-{}", v.name))
+            {
+                rules.own_claims.push(key.clone());
+            }
             let Some(claim) = self.claims.get(&key) else {
                 return Err(format!("persistentvolumeclaim \"{name}\" not found"));
             };
@@ -231,6 +271,12 @@ impl VolumeCatalog {
                             .to_string(),
                     );
                 };
+                if let Some(driver) = self.drivers.get(volume) {
+                    rules.attach.push(AttachedVolume {
+                        driver: driver.clone(),
+                        volume: volume.clone(),
+                    });
+                }
                 if terms.is_some() {
                     rules.topology.push(VolumeTopology {
                         claim: key,
@@ -263,6 +309,11 @@ impl VolumeCatalog {
                         }]),
                         None => class.allowed.clone(),
                     };
+                    // Counted against the provisioner's limit, as the volume it will be.
+                    rules.attach.push(AttachedVolume {
+                        driver: class.provisioner.clone(),
+                        volume: key.clone(),
+                    });
                     rules.topology.push(VolumeTopology {
                         claim: key,
                         provision: true,
@@ -285,6 +336,8 @@ impl VolumeCatalog {
         }
         rules.exclusive.sort();
         rules.exclusive.dedup();
+        rules.attach.sort();
+        rules.attach.dedup();
         Ok((!rules.is_empty()).then_some(rules))
     }
 }
@@ -420,6 +473,63 @@ mod tests {
             c.pod_rules("ns", "p", &pod(json!([{"name": "e", "emptyDir": {}}])))
                 .unwrap(),
             None
+        );
+    }
+
+    #[test]
+    fn csi_volumes_count_by_driver_and_csinodes_give_the_limits() {
+        let mut c = catalog();
+        let ctx = Ctx {
+            path: std::path::Path::new("test.yaml"),
+            object: "PersistentVolume disk-1".into(),
+        };
+        let pv: core::PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "disk-1"},
+            "spec": {"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"}}
+        }))
+        .unwrap();
+        c.add_volume(&ctx, &pv).unwrap();
+        c.claims.get_mut("ns/data").unwrap().volume = Some("disk-1".into());
+        let rules = c
+            .pod_rules(
+                "ns",
+                "p",
+                &pod(json!([
+                    {"name": "a", "persistentVolumeClaim": {"claimName": "data"}},
+                    {"name": "b", "persistentVolumeClaim": {"claimName": "scratch"}},
+                    {"name": "i", "csi": {"driver": "secrets.csi.k8s.io"}}
+                ])),
+            )
+            .unwrap()
+            .unwrap();
+        let attach: Vec<(&str, &str)> = rules
+            .attach
+            .iter()
+            .map(|a| (a.driver.as_str(), a.volume.as_str()))
+            .collect();
+        assert_eq!(
+            attach,
+            [
+                ("csi.example.com", "ns/scratch"),
+                ("ebs.csi.aws.com", "disk-1"),
+                ("secrets.csi.k8s.io", "ns/p/i"),
+            ],
+            "a bound volume by its PV, a claim to provision by its class's provisioner, an \
+             inline volume of its own"
+        );
+        c.remove_volume("disk-1");
+        assert!(c.drivers.is_empty());
+        let node: CSINode = serde_json::from_value(json!({
+            "metadata": {"name": "n1"},
+            "spec": {"drivers": [
+                {"name": "ebs.csi.aws.com", "nodeID": "i-1", "allocatable": {"count": 25}},
+                {"name": "secrets.csi.k8s.io", "nodeID": "n1"}
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(
+            csi_limits(&node),
+            BTreeMap::from([("ebs.csi.aws.com".to_string(), 25)])
         );
     }
 }

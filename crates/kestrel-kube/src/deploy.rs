@@ -162,7 +162,7 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             // annotation), as kube-scheduler writes it.
             rule(&[""], &["persistentvolumes"], &["list", "watch"]),
             rule(&[""], &["persistentvolumeclaims"], &["get", "list", "watch", "patch"]),
-            rule(&["storage.k8s.io"], &["storageclasses"], &["list", "watch"]),
+            rule(&["storage.k8s.io"], &["storageclasses", "csinodes"], &["list", "watch"]),
             rule(&["scheduling.k8s.io"], &["priorityclasses"], &["list", "watch"]),
             rule(&["node.k8s.io"], &["runtimeclasses"], &["list", "watch"]),
             rule(&[crds::GROUP], &KESTREL_KINDS, &["get", "list", "watch"]),

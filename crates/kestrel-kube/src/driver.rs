@@ -29,7 +29,7 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
 use kestrel_k8s::crds::{PodGroup, Topology};
@@ -126,7 +126,7 @@ pub enum Change {
     },
     /// A DeviceClass, ResourceSlice or ResourceClaim changed.
     Dra(Box<DraEvent>),
-    /// A PersistentVolumeClaim, PersistentVolume or StorageClass changed.
+    /// A PersistentVolumeClaim, PersistentVolume, StorageClass or CSINode changed.
     Volume(Box<VolumeEvent>),
     /// The API does not serve this kind (its CRD is not installed) or does not let
     /// Kestrel read it: its listing counts as empty until a watch succeeds.
@@ -383,7 +383,12 @@ struct Synced {
 }
 
 /// The storage kinds watched.
-const VOLUME_KINDS: [&str; 3] = ["PersistentVolumeClaim", "PersistentVolume", "StorageClass"];
+const VOLUME_KINDS: [&str; 4] = [
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "StorageClass",
+    "CSINode",
+];
 
 /// The DRA kinds watched.
 const DRA_KINDS: [&str; 3] = ["DeviceClass", "ResourceSlice", "ResourceClaim"];
@@ -445,6 +450,7 @@ impl Synced {
                     }
                     VolumeEvent::Volume(e) if matches!(**e, Event::InitDone) => "PersistentVolume",
                     VolumeEvent::Class(e) if matches!(**e, Event::InitDone) => "StorageClass",
+                    VolumeEvent::CsiNode(e) if matches!(**e, Event::InitDone) => "CSINode",
                     _ => return,
                 };
                 self.volumes.insert(kind);
@@ -716,6 +722,18 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         Some(Change::Unserved {
             kind: "StorageClass",
         }),
+    );
+    forward_events(
+        tasks,
+        "CSINode".to_string(),
+        watcher::watcher(
+            Api::<CSINode>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .modify(|n: &mut CSINode| n.metadata.managed_fields = None),
+        tx.clone(),
+        |e| Change::Volume(Box::new(VolumeEvent::CsiNode(Box::new(e)))),
+        Some(Change::Unserved { kind: "CSINode" }),
     );
     let nodes = spawn_watch(
         tasks,

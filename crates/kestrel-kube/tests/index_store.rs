@@ -603,3 +603,46 @@ fn pods_wait_on_their_claims_and_are_read_again_when_those_change() {
         ("two", "gpu-a")
     );
 }
+
+fn csi_node_event(node: &str, count: u32) -> VolumeEvent {
+    let csi = serde_json::from_value(json!({
+        "metadata": {"name": node},
+        "spec": {"drivers": [{"name": "disk.example.com", "nodeID": node,
+                              "allocatable": {"count": count}}]},
+    }))
+    .unwrap();
+    VolumeEvent::CsiNode(Box::new(Event::Apply(csi)))
+}
+
+/// A node's CSINode limits the volumes of its driver the node attaches; a CSINode that
+/// allows more lets the waiting pod in.
+#[test]
+fn csinode_limits_hold_pods_until_the_node_may_attach_their_volumes() {
+    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    state.apply_node(&zoned(node("gpu-b", 8), "b")).unwrap();
+    state.apply_volume_event(csi_node_event("gpu-b", 1));
+    for name in ["one", "two"] {
+        state.apply_volume_event(claim_event(&format!("{name}-data"), &format!("pv-{name}")));
+        state.apply_volume_event(volume_event(
+            &format!("pv-{name}"),
+            &format!("{name}-data"),
+            "b",
+        ));
+    }
+    state.apply_pod(&with_claim(pod("one", 1, None), "one-data"));
+    let out = state.cycle(0);
+    assert_eq!(out.binds.len(), 1, "{:?}", out.unschedulable);
+    state.apply_pod(&with_claim(pod("two", 1, None), "two-data"));
+    let out = state.cycle(1);
+    assert_eq!(out.binds.len(), 0);
+    assert!(
+        out.unschedulable[0]
+            .message
+            .contains("1 node(s) exceed max volume count"),
+        "{:?}",
+        out.unschedulable
+    );
+    state.apply_volume_event(csi_node_event("gpu-b", 2));
+    let out = state.cycle(2);
+    assert_eq!(out.binds.len(), 1, "{:?}", out.unschedulable);
+}

@@ -16,6 +16,7 @@
 //!     # gpu.publish: dra publishes the GPUs as NVIDIA's DRA driver does (ResourceSlices):
 //!     # pods then claim them through ResourceClaims.
 //!     racks: 4
+//!     volumeLimits: {ebs.csi.aws.com: 25}   # CSI volumes each driver attaches per node
 //!     taints: [{key: nvidia.com/gpu, value: "true", effect: NoSchedule}]
 //!   events:
 //!   - {at: "2h", cordon: gpu-03}
@@ -155,6 +156,10 @@ struct PoolSpec {
     taints: Vec<TaintSpec>,
     #[serde(default)]
     extended_resources: BTreeMap<String, Scalar>,
+    /// Most volumes each CSI driver attaches to a node (its CSINode's
+    /// `allocatable.count`).
+    #[serde(default)]
+    volume_limits: BTreeMap<String, u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -206,6 +211,7 @@ struct Pool {
     labels: Labels,
     taints: Vec<Taint>,
     gpu: Option<(GpuShape, GpuTopology)>,
+    volume_limits: BTreeMap<String, u32>,
     /// The index the next node gets (initial nodes, then nodes added by events).
     next_index: u32,
 }
@@ -252,6 +258,7 @@ impl Pool {
             max_pods: self.max_pods,
             gpus,
             nics,
+            volume_limits: self.volume_limits.clone(),
         }
     }
 }
@@ -652,6 +659,7 @@ fn build_pool(path: &Path, object: &str, spec: PoolSpec) -> Result<Pool, LoadErr
         labels,
         taints,
         gpu,
+        volume_limits: spec.volume_limits,
         next_index: 0,
     })
 }

@@ -688,6 +688,9 @@ impl<'a> Simulation<'a> {
         if let Some(devices) = &mut spec.constraints.devices {
             devices.name_for_pod(&spec.namespace, &spec.name);
         }
+        if let Some(volumes) = &mut spec.constraints.volumes {
+            volumes.name_for_pod(&spec.namespace, &job.template.name, &spec.name);
+        }
         if let Some(membership) = &mut spec.gang {
             membership.rank.get_or_insert(rank);
         }

@@ -193,3 +193,48 @@ spec:
         "{err}"
     );
 }
+
+#[test]
+fn csi_volume_limits_cap_the_volumes_a_node_attaches() {
+    let yaml = format!(
+        "apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: block
+  annotations: {{storageclass.kubernetes.io/is-default-class: 'true'}}
+provisioner: ebs.csi.aws.com
+volumeBindingMode: WaitForFirstConsumer
+---
+{}",
+        job(
+            3,
+            "[{name: s, ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}}}}]"
+        )
+    );
+    let mut cluster = cluster(&["a", "a"]);
+    for n in &mut cluster.nodes {
+        n.volume_limits.insert("ebs.csi.aws.com".into(), 1);
+    }
+    let workload = read(&yaml).unwrap();
+    let mut sim = kestrel_sim::Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(60_000).unwrap();
+    let placed = sim.placements();
+    let nodes: std::collections::BTreeSet<&str> =
+        placed.iter().map(|(_, n, _)| n.as_str()).collect();
+    assert_eq!(placed.len(), 2, "one volume per node");
+    assert_eq!(nodes.len(), 2);
+    let reasons: Vec<String> = sim
+        .scheduler()
+        .pods()
+        .filter_map(|(_, r)| r.pending_reason.as_ref().map(|u| u.to_string()))
+        .collect();
+    assert_eq!(
+        reasons,
+        ["0/2 nodes are available: 2 node(s) exceed max volume count."]
+    );
+    // When a pod ends, its volume is detached and the third pod goes.
+    sim.run_to(3_700_000).unwrap();
+    assert_eq!(sim.placements().len(), 1);
+    sim.run_to(8_000_000).unwrap();
+    assert_eq!(sim.finish().pods.completed, 3);
+}

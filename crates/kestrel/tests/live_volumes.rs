@@ -4,7 +4,8 @@
 //! volume keeps its pod in the zone; a WaitForFirstConsumer claim gets the node Kestrel
 //! chose (`volume.kubernetes.io/selected-node`) and the pod is bound only once the claim
 //! is; a missing claim, an unbound `Immediate` claim and a ReadWriteOncePod claim in use
-//! keep their pods pending with kube-scheduler's reasons, until that changes.
+//! keep their pods pending with kube-scheduler's reasons, until that changes; a node's
+//! CSINode limits the volumes of its driver it attaches.
 
 #![allow(clippy::await_holding_lock)]
 
@@ -271,6 +272,38 @@ async fn pods_go_where_their_volumes_are_and_wait_for_claims_to_be_provisioned()
         .expect("deleting solo-1");
     node_when_bound(&client, "solo-2").await;
 
+    // CSI volume limits: zone b's node may attach one volume of the driver, and reader's
+    // already is there (other pods' may be too); a second zonal-b pod waits until the
+    // CSINode allows more.
+    let csi_node = |count: u32| {
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+               "metadata": {"name": zone_b},
+               "spec": {"drivers": [{"name": PROVISIONER, "nodeID": zone_b,
+                                     "allocatable": {"count": count}}]}})
+    };
+    apply(
+        &client,
+        &[
+            csi_node(1),
+            volume(
+                "volumes-zonal-b2",
+                "dataset-2",
+                Some(("topology.kubernetes.io/zone", "b")),
+            ),
+            claim(
+                "dataset-2",
+                "volumes-immediate",
+                &["ReadWriteOnce"],
+                Some("volumes-zonal-b2"),
+            ),
+        ],
+    )
+    .await;
+    create_pods(&client, vec![pod("second-b", "dataset-2")]).await;
+    pending_because(&client, "second-b", "1 node(s) exceed max volume count").await;
+    apply(&client, &[csi_node(8)]).await;
+    assert_eq!(node_when_bound(&client, "second-b").await, zone_b);
+
     // A claim being deleted (held by its protection finalizer): pending.
     claims
         .delete("dataset", &DeleteParams::default())
@@ -293,13 +326,14 @@ async fn pods_go_where_their_volumes_are_and_wait_for_claims_to_be_provisioned()
         .await;
     // No volume controllers run here to take the protection finalizers off.
     let unprotect = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-    for pvc in ["dataset", "scratch", "later", "solo", "nope"] {
+    for pvc in ["dataset", "dataset-2", "scratch", "later", "solo", "nope"] {
         let _ = claims.patch(pvc, &PatchParams::default(), &unprotect).await;
         let _ = claims.delete(pvc, &DeleteParams::default()).await;
     }
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     for pv in [
         "volumes-zonal-b",
+        "volumes-zonal-b2",
         "volumes-zonal-a",
         "volumes-solo",
         "volumes-scratch",
@@ -307,5 +341,8 @@ async fn pods_go_where_their_volumes_are_and_wait_for_claims_to_be_provisioned()
         let _ = volumes.patch(pv, &PatchParams::default(), &unprotect).await;
         let _ = volumes.delete(pv, &DeleteParams::default()).await;
     }
+    let _ = Api::<k8s_openapi::api::storage::v1::CSINode>::all(client.clone())
+        .delete(&zone_b, &DeleteParams::default())
+        .await;
     cleanup(&client, &format!("{NS}-"), &[NS]).await;
 }

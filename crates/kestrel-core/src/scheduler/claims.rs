@@ -141,7 +141,7 @@ impl Scheduler {
             {
                 let key = &claim.key;
                 if out.iter().any(|(k, _)| k == key)
-                    || !self.claims.get(key).is_some_and(|c| c.held.is_some())
+                    || self.claims.get(key).is_none_or(|c| c.held.is_none())
                 {
                     continue;
                 }

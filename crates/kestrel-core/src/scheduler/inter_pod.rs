@@ -11,7 +11,7 @@ use crate::inter_pod::{selector_anchor, selector_matches, LabelSelector};
 use crate::model::{Labels, PlacementConstraints, PodSpec};
 use crate::predicates::{selects_node, tolerates_node};
 use crate::types::{NodeId, PodId, PodPhase};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// A label's key and value.
@@ -31,6 +31,10 @@ pub(crate) struct InterPodIndex {
     port_holders: BTreeSet<PodId>,
     /// `ReadWriteOncePod` claims in use: claim -> the bound pods using it.
     exclusive_claims: HashMap<String, BTreeSet<PodId>>,
+    /// CSI volumes attached per node: driver -> volume -> bound pods using it there.
+    attached: HashMap<NodeId, BTreeMap<String, BTreeMap<String, u32>>>,
+    /// Where each bound pod with CSI volumes attached them.
+    attached_by: HashMap<PodId, NodeId>,
     /// Pending pods a binding elsewhere may let in (required affinity, DoNotSchedule
     /// spread): while there are any, every binding counts as a change that may help.
     pub(crate) waiting: BTreeSet<PodId>,
@@ -105,6 +109,8 @@ struct SpreadNodes {
 pub(crate) struct InterPodCheck {
     /// A `ReadWriteOncePod` claim of the pod is in use by another pod: no node will do.
     volume_in_use: bool,
+    /// Nodes its CSI volumes would take past their driver's limit.
+    volume_limited: HashSet<NodeId>,
     /// Nodes where a host port the pod asks for is taken.
     ports_taken: HashSet<NodeId>,
     spread: Vec<SpreadView>,
@@ -151,6 +157,9 @@ impl InterPodCheck {
     pub(crate) fn judge(&self, node: NodeId) -> Result<i64, NodeReason> {
         if self.volume_in_use {
             return Err(NodeReason::VolumeInUse);
+        }
+        if self.volume_limited.contains(&node) {
+            return Err(NodeReason::VolumeLimit);
         }
         for s in self.spread.iter().filter(|s| s.hard) {
             let Some(domain) = s.key.of(node) else {
@@ -223,7 +232,7 @@ impl Scheduler {
         let c = self.constraint_of(self.pods[id.0 as usize].base_constraint);
         let (rules, ports) = (
             c.inter_pod.is_some(),
-            !c.host_ports.is_empty() || has_exclusive_claims(c),
+            !c.host_ports.is_empty() || volumes_depend_on_pods(c),
         );
         let waits = c.inter_pod.as_ref().is_some_and(|r| r.waits_on_bindings());
         if (rules || ports) && !self.inter_pod.on {
@@ -301,6 +310,19 @@ impl Scheduler {
                 .or_default()
                 .insert(id);
         }
+        if let (Some(v), PodPhase::Bound { node, .. }) = (&c.volumes, &record.phase) {
+            if !v.attach.is_empty() {
+                index.attached_by.insert(id, *node);
+                let on_node = index.attached.entry(*node).or_default();
+                for a in &v.attach {
+                    *on_node
+                        .entry(a.driver.clone())
+                        .or_default()
+                        .entry(a.volume.clone())
+                        .or_default() += 1;
+                }
+            }
+        }
         for (i, term) in c
             .inter_pod
             .iter()
@@ -343,6 +365,25 @@ impl Scheduler {
                 }
             }
         }
+        if let Some(node) = index.attached_by.remove(&id) {
+            let on_node = index.attached.entry(node).or_default();
+            for a in c.volumes.iter().flat_map(|v| &v.attach) {
+                if let Some(volumes) = on_node.get_mut(&a.driver) {
+                    if let Some(users) = volumes.get_mut(&a.volume) {
+                        *users -= 1;
+                        if *users == 0 {
+                            volumes.remove(&a.volume);
+                        }
+                    }
+                    if volumes.is_empty() {
+                        on_node.remove(&a.driver);
+                    }
+                }
+            }
+            if on_node.is_empty() {
+                index.attached.remove(&node);
+            }
+        }
         for (i, term) in c
             .inter_pod
             .iter()
@@ -355,6 +396,36 @@ impl Scheduler {
                 }
             }
         }
+    }
+
+    /// The nodes where attaching the pod's CSI volumes would pass a driver's limit: the
+    /// volumes already attached there, and the pod's others, over
+    /// [`crate::NodeSpec::volume_limits`].
+    fn volume_limited(&self, volumes: Option<&crate::VolumeRules>) -> HashSet<NodeId> {
+        let mut out = HashSet::new();
+        let Some(attach) = volumes.map(|v| &v.attach).filter(|a| !a.is_empty()) else {
+            return out;
+        };
+        for (id, node) in self.cluster.iter() {
+            let limits = &node.spec.volume_limits;
+            if limits.is_empty() {
+                continue;
+            }
+            let on_node = self.inter_pod.attached.get(&id);
+            let over = limits.iter().any(|(driver, &limit)| {
+                let attached = on_node.and_then(|n| n.get(driver));
+                let new = attach
+                    .iter()
+                    .filter(|a| a.driver == *driver)
+                    .filter(|a| attached.is_none_or(|v| !v.contains_key(&a.volume)))
+                    .count();
+                new > 0 && attached.map_or(0, |v| v.len()) + new > limit as usize
+            });
+            if over {
+                out.insert(id);
+            }
+        }
+        out
     }
 
     /// Nodes came, went or changed: which nodes count toward spreads is judged again.
@@ -476,7 +547,7 @@ impl Scheduler {
         let repelling = self.repelling_terms(spec);
         if c.inter_pod.is_none()
             && c.host_ports.is_empty()
-            && !has_exclusive_claims(c)
+            && !volumes_depend_on_pods(c)
             && repelling.is_empty()
         {
             return None;
@@ -488,6 +559,7 @@ impl Scheduler {
                     .get(claim)
                     .is_some_and(|users| users.iter().any(|&u| u != id))
             }),
+            volume_limited: self.volume_limited(c.volumes.as_deref()),
             ..InterPodCheck::default()
         };
         for &holder in &self.inter_pod.port_holders {
@@ -696,9 +768,13 @@ impl Scheduler {
     }
 }
 
-/// The pod uses a `ReadWriteOncePod` claim, which no other pod may use at the same time.
-pub(crate) fn has_exclusive_claims(c: &PlacementConstraints) -> bool {
-    c.volumes.as_ref().is_some_and(|v| !v.exclusive.is_empty())
+/// Whether the pods placed decide where the pod's volumes may go: a `ReadWriteOncePod`
+/// claim, which no other pod may use at the same time, or CSI volumes, which count against
+/// their node's limit.
+pub(crate) fn volumes_depend_on_pods(c: &PlacementConstraints) -> bool {
+    c.volumes
+        .as_ref()
+        .is_some_and(|v| !v.exclusive.is_empty() || !v.attach.is_empty())
 }
 
 /// The index keys of a term by its selector's anchor (none for a term that matches no pod).

@@ -99,7 +99,7 @@ impl Scheduler {
                 let c = self.constraint_of(self.pods[p.0 as usize].base_constraint);
                 c.inter_pod.is_some()
                     || !c.host_ports.is_empty()
-                    || super::inter_pod::has_exclusive_claims(c)
+                    || super::inter_pod::volumes_depend_on_pods(c)
                     || self.repelled(p)
             })
         {

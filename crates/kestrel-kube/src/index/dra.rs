@@ -204,11 +204,12 @@ impl ClusterState {
         }
     }
 
-    /// Gives the engine a node's spec with its current DRA devices.
+    /// Gives the engine a node's spec with its current DRA devices and CSI volume limits.
     pub(super) fn refresh_node_devices(&mut self, node: &str) {
         let Some(mut spec) = self.dra.node_bases.get(node).cloned() else {
             return;
         };
+        spec.volume_limits = self.volume_limits_of(node);
         let gpus = self.dra.slices.gpus_of(node);
         if let Some(warning) = dra::attach_gpus(&mut spec, &gpus) {
             tracing::warn!(node, "{warning}");
@@ -218,9 +219,11 @@ impl ClusterState {
         }
     }
 
-    /// A node's spec as its Node object says, with its DRA devices added.
+    /// A node's spec as its Node object says, with its DRA devices and CSI volume limits
+    /// added.
     pub(super) fn with_dra_devices(&mut self, mut spec: NodeSpec) -> NodeSpec {
         self.dra.node_bases.insert(spec.name.clone(), spec.clone());
+        spec.volume_limits = self.volume_limits_of(&spec.name);
         let gpus = self.dra.slices.gpus_of(&spec.name);
         if let Some(warning) = dra::attach_gpus(&mut spec, &gpus) {
             tracing::warn!(node = %spec.name, "{warning}");

@@ -6,13 +6,13 @@
 
 use super::ClusterState;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kestrel_core::{PodId, PodSpec};
 use kestrel_k8s::fields::Ctx;
 use kestrel_k8s::live;
-use kestrel_k8s::volumes::{pod_claim_names, ClaimInfo, VolumeCatalog};
+use kestrel_k8s::volumes::{csi_limits, pod_claim_names, ClaimInfo, VolumeCatalog};
 use kube::runtime::watcher::Event;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -22,6 +22,8 @@ pub enum VolumeEvent {
     Claim(Box<Event<PersistentVolumeClaim>>),
     Volume(Box<Event<PersistentVolume>>),
     Class(Box<Event<StorageClass>>),
+    /// A node's CSI volume limits.
+    CsiNode(Box<Event<CSINode>>),
 }
 
 /// What the index knows of storage.
@@ -33,6 +35,10 @@ pub(super) struct VolumeBook {
     /// Unbound pods that mount claims (`namespace/name`), for reading them again when
     /// their claims change.
     pub(super) volume_pods: HashMap<String, Arc<Pod>>,
+    /// Per node, its CSINode's volume limits by driver.
+    pub(super) csi_limits: HashMap<String, BTreeMap<String, u32>>,
+    /// CSINodes a relist in progress has listed so far.
+    csi_relisted: Option<HashSet<String>>,
 }
 
 /// The storage objects an event changed, to find the pods to read again.
@@ -64,6 +70,7 @@ impl ClusterState {
     /// Applies a storage watch event; relists drop the objects they no longer list.
     pub fn apply_volume_event(&mut self, event: VolumeEvent) {
         let (kind, event) = match event {
+            VolumeEvent::CsiNode(e) => return self.apply_csi_node_event(*e),
             VolumeEvent::Claim(e) => (
                 "PersistentVolumeClaim",
                 stored(*e, |c| Stored::Claim(Box::new(c))),
@@ -112,6 +119,58 @@ impl ClusterState {
         self.reread_volume_pods(&changed);
     }
 
+    /// A CSINode changed: its node's volume limits change (pods are not read again: the
+    /// limits are judged per node when pods are placed).
+    fn apply_csi_node_event(&mut self, event: Event<CSINode>) {
+        let mut changed = Vec::new();
+        match event {
+            Event::Init => self.volumes.csi_relisted = Some(HashSet::new()),
+            Event::InitApply(node) | Event::Apply(node) => {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                if let Some(listed) = self.volumes.csi_relisted.as_mut() {
+                    listed.insert(name.clone());
+                }
+                let limits = csi_limits(&node);
+                if self.volumes.csi_limits.get(&name) != Some(&limits) {
+                    self.volumes.csi_limits.insert(name.clone(), limits);
+                    changed.push(name);
+                }
+            }
+            Event::Delete(node) => {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                if self.volumes.csi_limits.remove(&name).is_some() {
+                    changed.push(name);
+                }
+            }
+            Event::InitDone => {
+                let listed = self.volumes.csi_relisted.take().unwrap_or_default();
+                let gone: Vec<String> = self
+                    .volumes
+                    .csi_limits
+                    .keys()
+                    .filter(|n| !listed.contains(*n))
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    self.volumes.csi_limits.remove(&name);
+                    changed.push(name);
+                }
+            }
+        }
+        for node in changed {
+            self.refresh_node_devices(&node);
+        }
+    }
+
+    /// A node's volume limits as its CSINode says (none without one).
+    pub(super) fn volume_limits_of(&self, node: &str) -> BTreeMap<String, u32> {
+        self.volumes
+            .csi_limits
+            .get(node)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     fn volume_keys(&self, kind: &str) -> Vec<String> {
         let c = &self.volumes.catalog;
         match kind {
@@ -135,7 +194,7 @@ impl ClusterState {
                 };
                 if let Err(e) = c.add_volume(&ctx, pv) {
                     tracing::warn!(error = %e, "PersistentVolume cannot be read; claims bound to it wait");
-                    c.volumes.remove(&object.key());
+                    c.remove_volume(&object.key());
                 }
             }
             Stored::Class(class) => c.add_class(class),
@@ -148,9 +207,7 @@ impl ClusterState {
             "PersistentVolumeClaim" => {
                 c.claims.remove(key);
             }
-            "PersistentVolume" => {
-                c.volumes.remove(key);
-            }
+            "PersistentVolume" => c.remove_volume(key),
             _ => {
                 c.classes.remove(key);
             }
@@ -206,11 +263,9 @@ impl ClusterState {
         let Some(pod_spec) = pod.spec.as_ref() else {
             return Ok(());
         };
-        let mounts_claims = pod_spec
-            .volumes
-            .iter()
-            .flatten()
-            .any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some());
+        let mounts_claims = pod_spec.volumes.iter().flatten().any(|v| {
+            v.persistent_volume_claim.is_some() || v.ephemeral.is_some() || v.csi.is_some()
+        });
         if !mounts_claims {
             return Ok(());
         }

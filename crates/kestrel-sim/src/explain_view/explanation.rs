@@ -98,6 +98,7 @@ impl Explanation {
                     NodeReason::VolumeNodeAffinityConflict => ("volume-node-affinity", None),
                     NodeReason::VolumeBindConflict => ("volume-binding", None),
                     NodeReason::VolumeInUse => ("volume-in-use", None),
+                    NodeReason::VolumeLimit => ("volume-limit", None),
                 };
                 NodeReasonCount {
                     reason: reason.to_string(),

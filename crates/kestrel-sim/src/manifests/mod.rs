@@ -177,6 +177,13 @@ impl Builder {
                  beside the Nodes (kubectl get nodes,resourceslices -o yaml)",
             ));
         }
+        if doc.kind() == "CSINode" {
+            return Err(ctx.err(
+                "kind",
+                "a CSINode gives a node's volume limits: put it in the cluster file, beside \
+                 the Nodes (kubectl get nodes,csinodes -o yaml)",
+            ));
+        }
         if let Some(jobs) = self.role_workload(&ctx, doc)? {
             self.jobs.extend(jobs);
             return Ok(());
