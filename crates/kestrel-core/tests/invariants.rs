@@ -7,7 +7,7 @@ mod rules;
 
 use kestrel_core::*;
 use proptest::prelude::*;
-use rules::{apply_rules, rules_strategy};
+use rules::{apply_rules, limit_volumes, rules_strategy};
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone)]
@@ -39,6 +39,7 @@ fn node_strategy(i: usize) -> impl Strategy<Value = NodeSpec> {
         .prop_map(move |(gpus, cpu, tainted, zone, max_pods, memory)| {
             let mut node = NodeSpec::new(format!("n{i}"), Resources::new(cpu * 1000, cpu << 30));
             node.max_pods = max_pods;
+            limit_volumes(&mut node);
             node.labels.insert("zone".into(), zone.into());
             node.labels.insert(RACK_LABEL.into(), format!("r{}", i % 3));
             node.gpus = GpuTopology::Flat.devices("H100", memory, gpus).0;

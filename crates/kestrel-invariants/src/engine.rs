@@ -106,6 +106,11 @@ fn placement(view: &mut PodView, spec: &PodSpec) {
             })
             .collect();
         view.exclusive_claims = volumes.exclusive.clone();
+        view.attached_volumes = volumes
+            .attach
+            .iter()
+            .map(|a| (a.driver.clone(), a.volume.clone()))
+            .collect();
     }
 }
 
@@ -211,6 +216,7 @@ impl Snapshot {
                     allocatable,
                     gpu_devices: spec.gpus.len() as u32,
                     labels: spec.labels.clone(),
+                    volume_limits: spec.volume_limits.clone(),
                     taints: spec
                         .taints
                         .iter()

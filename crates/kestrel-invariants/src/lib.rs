@@ -68,6 +68,9 @@ pub struct NodeView {
     pub labels: Labels,
     /// For spread constraints with `nodeTaintsPolicy: Honor`.
     pub taints: Vec<TaintView>,
+    /// Most volumes each CSI driver may attach to it (its CSINode); a driver left out: no
+    /// limit.
+    pub volume_limits: BTreeMap<String, u32>,
 }
 
 /// The GPUs a bound pod holds.
@@ -130,6 +133,8 @@ pub struct PodView {
     pub volume_affinity: Vec<VolumeAffinity>,
     /// Its `ReadWriteOncePod` claims (`namespace/name`).
     pub exclusive_claims: Vec<String>,
+    /// The CSI volumes it attaches to its node: (driver, volume).
+    pub attached_volumes: Vec<(String, String)>,
     /// What the devices its ResourceClaims hold count against its queue, per quota
     /// resource (its classes'): set, its GPUs are DRA devices and count only here.
     pub device_quota: BTreeMap<String, Amount>,
@@ -366,6 +371,13 @@ pub enum Violation {
     },
     /// A `ReadWriteOncePod` claim is used by more than one bound pod.
     ClaimUsedTwice { claim: String, pods: Vec<String> },
+    /// A node attaches more volumes of a CSI driver than its CSINode allows.
+    VolumeLimitExceeded {
+        node: String,
+        driver: String,
+        volumes: usize,
+        limit: u32,
+    },
 }
 
 fn amount(resource: &str, milli: Amount) -> String {
@@ -555,6 +567,15 @@ impl fmt::Display for Violation {
                 f,
                 "ReadWriteOncePod claim {claim} is used by bound pods {}",
                 pods.join(", ")
+            ),
+            Violation::VolumeLimitExceeded {
+                node,
+                driver,
+                volumes,
+                limit,
+            } => write!(
+                f,
+                "node {node} attaches {volumes} volumes of CSI driver {driver}, over its limit of {limit}"
             ),
         }
     }

@@ -284,14 +284,22 @@ pub(crate) fn check_anti_affinity(snapshot: &Snapshot, out: &mut Vec<Violation>)
 }
 
 /// Bound pods' volumes: every bound PersistentVolume's node affinity selects the pod's
-/// node; no `ReadWriteOncePod` claim used by two bound pods.
+/// node; no `ReadWriteOncePod` claim used by two bound pods; no node attaching more
+/// distinct volumes of a CSI driver than its limit.
 pub(crate) fn check_volumes(snapshot: &Snapshot, out: &mut Vec<Violation>) {
     let nodes = by_name(snapshot);
     let mut users: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut attached: BTreeMap<(&str, &str), BTreeSet<&str>> = BTreeMap::new();
     for p in &snapshot.pods {
         let Some(name) = &p.node else { continue };
         for claim in &p.exclusive_claims {
             users.entry(claim).or_default().push(p.key.clone());
+        }
+        for (driver, volume) in &p.attached_volumes {
+            attached
+                .entry((name.as_str(), driver.as_str()))
+                .or_default()
+                .insert(volume);
         }
         let Some(node) = nodes.get(name.as_str()) else {
             continue;
@@ -311,6 +319,19 @@ pub(crate) fn check_volumes(snapshot: &Snapshot, out: &mut Vec<Violation>) {
             out.push(Violation::ClaimUsedTwice {
                 claim: claim.to_string(),
                 pods,
+            });
+        }
+    }
+    for ((node, driver), volumes) in attached {
+        let limit = nodes
+            .get(node)
+            .and_then(|n| n.volume_limits.get(driver).copied());
+        if let Some(limit) = limit.filter(|l| volumes.len() > *l as usize) {
+            out.push(Violation::VolumeLimitExceeded {
+                node: node.to_string(),
+                driver: driver.to_string(),
+                volumes: volumes.len(),
+                limit,
             });
         }
     }

@@ -1275,4 +1275,33 @@ mod placement_rules {
             &["ReadWriteOncePod", "ml/ckpt", "ml/a", "ml/b"],
         );
     }
+
+    #[test]
+    fn a_node_attaches_no_more_csi_volumes_than_its_limit() {
+        let mut nodes = labelled(&[("n1", Some("a")), ("n2", Some("b"))]);
+        nodes[0].volume_limits.insert("ebs".into(), 2);
+        let user = |key: &str, node: Option<&str>, volume: &str| {
+            let mut p = pod(key, node, 1);
+            p.attached_volumes = vec![("ebs".into(), volume.into())];
+            p
+        };
+        // Two pods on one volume count once.
+        let ok = snapshot(
+            nodes,
+            vec![
+                user("ml/a", Some("n1"), "v1"),
+                user("ml/b", Some("n1"), "v1"),
+                user("ml/c", Some("n1"), "v2"),
+                user("ml/d", Some("n2"), "v3"),
+            ],
+        );
+        let mut broken = ok.clone();
+        broken.pods[3].node = Some("n1".into());
+        holds_then_breaks(
+            ok,
+            broken,
+            |v| matches!(v, Violation::VolumeLimitExceeded { .. }),
+            &["node n1", "3 volumes", "ebs", "limit of 2"],
+        );
+    }
 }

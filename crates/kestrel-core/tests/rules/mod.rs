@@ -1,5 +1,6 @@
 //! Inter-pod rules drawn for property tests: pods labelled app0..app2 with required and
-//! preferred (anti-)affinity, spread over hostnames or racks, and host ports.
+//! preferred (anti-)affinity, spread over hostnames or racks, host ports, and volumes
+//! (ReadWriteOncePod claims, CSI volumes against nodes' limits).
 
 use kestrel_core::*;
 use proptest::prelude::*;
@@ -12,6 +13,17 @@ pub struct Rules {
     /// (kind 0..6, other app, over racks, max skew)
     rule: Option<(u8, u8, bool, u32)>,
     port: Option<u16>,
+    /// (ReadWriteOncePod claim, else a CSI volume; which of three)
+    volume: Option<(bool, u8)>,
+}
+
+/// The CSI driver of drawn volumes, and how many of them a node attaches.
+pub const DISK_DRIVER: &str = "disk.csi.example.com";
+pub const DISK_LIMIT: u32 = 2;
+
+/// Gives a node the CSI limit drawn pods' volumes count against.
+pub fn limit_volumes(node: &mut NodeSpec) {
+    node.volume_limits.insert(DISK_DRIVER.into(), DISK_LIMIT);
 }
 
 pub fn rules_strategy() -> impl Strategy<Value = Rules> {
@@ -19,8 +31,14 @@ pub fn rules_strategy() -> impl Strategy<Value = Rules> {
         0u8..3,
         proptest::option::weighted(0.3, (0u8..6, 0u8..3, any::<bool>(), 1u32..=2)),
         proptest::option::weighted(0.1, 8080u16..8082),
+        proptest::option::weighted(0.15, (any::<bool>(), 0u8..3)),
     )
-        .prop_map(|(app, rule, port)| Rules { app, rule, port })
+        .prop_map(|(app, rule, port, volume)| Rules {
+            app,
+            rule,
+            port,
+            volume,
+        })
 }
 
 pub fn apply_rules(pod: &mut PodSpec, r: &Rules) {
@@ -32,6 +50,20 @@ pub fn apply_rules(pod: &mut PodSpec, r: &Rules) {
             ip: String::new(),
             port,
         }];
+    }
+    if let Some((exclusive, id)) = r.volume {
+        let mut volumes = VolumeRules::default();
+        if exclusive {
+            volumes
+                .exclusive
+                .push(format!("{}/solo{id}", pod.namespace));
+        } else {
+            volumes.attach.push(AttachedVolume {
+                driver: DISK_DRIVER.into(),
+                volume: format!("disk{id}"),
+            });
+        }
+        pod.constraints.volumes = Some(Box::new(volumes));
     }
     let Some((kind, other, racks, max_skew)) = r.rule else {
         return;
