@@ -32,6 +32,12 @@ pub struct LiveArgs {
     /// Run only this scheduler: `kestrel` or `kube-scheduler`.
     #[arg(long)]
     only: Option<String>,
+    /// Give 40% of the pods inter-pod rules, as `bench placement --realistic` does: half
+    /// of them a required anti-affinity on the hostname among the 10 pods of their app,
+    /// half a DoNotSchedule spread over 4 zones (maxSkew 1) among the 10 of their app and a
+    /// preferred anti-affinity on the hostname.
+    #[arg(long)]
+    inter_pod: bool,
     /// Give up on a scheduler that has not bound every pod after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
@@ -81,7 +87,14 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
     let burst = args.burst.unwrap_or(crate::serve::DEFAULT_BURST);
     let t = Instant::now();
     let nodes = (0..args.nodes)
-        .map(|i| kestrel_testenv::gpu_node(&format!("bench-{i:05}"), 8, &[]))
+        .map(|i| {
+            let zone = format!("z{}", i % 4);
+            kestrel_testenv::gpu_node(
+                &format!("bench-{i:05}"),
+                8,
+                &[("topology.kubernetes.io/zone", zone.as_str())],
+            )
+        })
         .collect();
     kestrel_testenv::create_gpu_nodes(&client, nodes).await;
     eprintln!(
@@ -106,7 +119,7 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
             .create(&PostParams::default(), &namespace)
             .await?;
         let t = Instant::now();
-        create_pods(&client, &ns, scheduler_name, args.pods).await?;
+        create_pods(&client, &ns, scheduler_name, args.pods, args.inter_pod).await?;
         eprintln!(
             "{scheduler}: {} pods created in {:.1} s",
             args.pods,
@@ -193,14 +206,21 @@ fn report(args: &LiveArgs, qps: f64, burst: u32, runs: &[Run]) {
                        "seconds_binding": r.binding.as_secs_f64(), "peak_rss_mib": r.peak_rss_mib})
             })
             .collect();
-        let out = json!({"nodes": args.nodes, "pods": args.pods, "qps": qps, "burst": burst,
+        let out = json!({"nodes": args.nodes, "pods": args.pods, "inter_pod": args.inter_pod,
+                         "qps": qps, "burst": burst,
                          "runs": runs, "kestrel_over_kube_scheduler": ratio});
         println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
         return;
     }
     println!(
-        "{} nodes x 8 GPUs, {} one-GPU pods, client limits qps {qps} burst {burst}",
-        args.nodes, args.pods
+        "{} nodes x 8 GPUs, {} one-GPU pods{}, client limits qps {qps} burst {burst}",
+        args.nodes,
+        args.pods,
+        if args.inter_pod {
+            " (40% with inter-pod rules)"
+        } else {
+            ""
+        }
     );
     println!(
         "{:<16} {:>10} {:>14} {:>12} {:>14}",
@@ -223,17 +243,60 @@ fn report(args: &LiveArgs, qps: f64, burst: u32, runs: &[Run]) {
     }
 }
 
-async fn create_pods(client: &kube::Client, ns: &str, scheduler: &str, count: u32) -> Result<()> {
+/// The inter-pod rules of pod `i` under `--inter-pod` (see [`LiveArgs::inter_pod`]), with
+/// the label its rules select.
+fn inter_pod_rules(i: u32) -> Option<(serde_json::Value, serde_json::Value)> {
+    let app = |kind: &str| format!("{kind}-{}", i / 50);
+    match i % 5 {
+        0 => {
+            let labels = json!({"app": app("apart")});
+            let affinity = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}]}});
+            Some((labels, json!({"affinity": affinity})))
+        }
+        1 => {
+            let labels = json!({"app": app("spread")});
+            Some((
+                labels.clone(),
+                json!({
+                    "topologySpreadConstraints": [{"maxSkew": 1,
+                        "topologyKey": "topology.kubernetes.io/zone",
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": labels}}],
+                    "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 50, "podAffinityTerm": {"labelSelector": {"matchLabels": labels},
+                                                           "topologyKey": "kubernetes.io/hostname"}}]}},
+                }),
+            ))
+        }
+        _ => None,
+    }
+}
+
+async fn create_pods(
+    client: &kube::Client,
+    ns: &str,
+    scheduler: &str,
+    count: u32,
+    inter_pod: bool,
+) -> Result<()> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..count {
-        let pod: Pod = serde_json::from_value(json!({
+        let mut pod = json!({
             "metadata": {"name": format!("p{i:06}"), "namespace": ns},
             "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
                      "containers": [{"name": "main", "image": "trainer:1", "resources": {
                         "requests": {"cpu": "100m", "memory": "256Mi", "nvidia.com/gpu": "1"},
                         "limits": {"nvidia.com/gpu": "1"}}}]},
-        }))?;
+        });
+        if let Some((labels, rules)) = inter_pod.then(|| inter_pod_rules(i)).flatten() {
+            pod["metadata"]["labels"] = labels;
+            for (k, v) in rules.as_object().expect("an object") {
+                pod["spec"][k] = v.clone();
+            }
+        }
+        let pod: Pod = serde_json::from_value(pod)?;
         let api = api.clone();
         tasks.spawn(async move { api.create(&PostParams::default(), &pod).await.map(|_| ()) });
         while tasks.len() >= 32 {
