@@ -231,6 +231,13 @@ pub async fn wait_bound(
 /// `namespace/name` -> `minMember` of every PodGroup (Kestrel's, scheduler-plugins',
 /// Volcano's) the API server holds; kinds it does not serve have none.
 pub async fn pod_group_min_members(client: &kube::Client) -> BTreeMap<String, u32> {
+    pod_group_min_members_at(client, &ListParams::default()).await
+}
+
+async fn pod_group_min_members_at(
+    client: &kube::Client,
+    params: &ListParams,
+) -> BTreeMap<String, u32> {
     let mut out = BTreeMap::new();
     for (group, version) in [
         ("scheduling.kestrel.dev", "v1alpha1"),
@@ -240,7 +247,7 @@ pub async fn pod_group_min_members(client: &kube::Client) -> BTreeMap<String, u3
         let gvk = kube::api::GroupVersionKind::gvk(group, version, "PodGroup");
         let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "podgroups");
         let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
-        let Ok(list) = api.list(&ListParams::default()).await else {
+        let Ok(list) = api.list(params).await else {
             continue;
         };
         for pg in list.items {
@@ -257,34 +264,41 @@ pub async fn pod_group_min_members(client: &kube::Client) -> BTreeMap<String, u3
 }
 
 /// The invariant checker on what the API server holds: every node, pod, PodGroup,
-/// namespace, PersistentVolumeClaim and PersistentVolume of the cluster. Panics with every
+/// namespace, PersistentVolumeClaim, PersistentVolume and ResourceClaim of the cluster,
+/// all read at one resourceVersion (one etcd revision), so that a sample taken while
+/// schedulers and controllers write is one moment, not lists taken in turn (a pod read
+/// just before it went and its claim just after it was released). Panics with every
 /// violation.
 pub async fn assert_invariants(client: &kube::Client) {
-    let nodes: Vec<Node> = Api::<Node>::all(client.clone())
+    let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
-        .expect("listing nodes")
-        .items;
+        .expect("listing nodes");
+    let revision = nodes.metadata.resource_version.clone().unwrap_or_default();
+    let at = ListParams::default()
+        .at(&revision)
+        .matching(kube::api::VersionMatch::Exact);
+    let nodes: Vec<Node> = nodes.items;
     let pods: Vec<Pod> = Api::<Pod>::all(client.clone())
-        .list(&ListParams::default())
+        .list(&at)
         .await
         .expect("listing pods")
         .items;
-    let gangs = pod_group_min_members(client).await;
+    let gangs = pod_group_min_members_at(client, &at).await;
     // Namespaces (namespace selectors), claims and volumes (volume node affinity,
     // ReadWriteOncePod claims).
     let namespaces = Api::<Namespace>::all(client.clone())
-        .list(&ListParams::default())
+        .list(&at)
         .await
         .expect("listing namespaces")
         .items;
     let claims = Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::all(client.clone())
-        .list(&ListParams::default())
+        .list(&at)
         .await
         .expect("listing persistent volume claims")
         .items;
     let volumes = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone())
-        .list(&ListParams::default())
+        .list(&at)
         .await
         .expect("listing persistent volumes")
         .items;
@@ -300,10 +314,14 @@ pub async fn assert_invariants(client: &kube::Client) {
         .unwrap_or_default();
     // DRA: claims as the API holds them (none where resource.k8s.io is not served).
     let claims = Api::<k8s_openapi::api::resource::v1::ResourceClaim>::all(client.clone())
-        .list(&ListParams::default())
+        .list(&at)
         .await
         .map(|l| l.items)
-        .unwrap_or_default();
+        .or_else(|e| match e {
+            kube::Error::Api(s) if s.code == 404 => Ok(Vec::new()),
+            e => Err(e),
+        })
+        .expect("listing resource claims");
     let (claims, users) = kestrel_invariants::claims_from_k8s(&claims, &pods);
     violations.extend(
         kestrel_invariants::check_claims(&claims, &users)
@@ -312,7 +330,10 @@ pub async fn assert_invariants(client: &kube::Client) {
     );
     if !violations.is_empty() {
         let text: Vec<String> = violations.iter().map(|v| v.to_string()).collect();
-        panic!("invariants broken on the API server:\n{}", text.join("\n"));
+        panic!(
+            "invariants broken on the API server at resourceVersion {revision}:\n{}",
+            text.join("\n")
+        );
     }
 }
 
