@@ -489,7 +489,7 @@ status:
             &[
                 "Pod default/p",
                 "field kind",
-                "only Node and ResourceSlice objects",
+                "only Node, ResourceSlice and CSINode objects",
             ],
         );
         let e = load("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nspec: {taints: [{key: a, effect: Never}]}\nstatus: {allocatable: {cpu: 1}}\n").unwrap_err();
