@@ -611,6 +611,9 @@ async fn scripted_server(
             ("GET", "/apis/storage.k8s.io/v1/storageclasses") => {
                 json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClassList", "metadata": {"resourceVersion": "1"}, "items": []})
             }
+            ("GET", "/apis/storage.k8s.io/v1/csinodes") => {
+                json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINodeList", "metadata": {"resourceVersion": "1"}, "items": []})
+            }
             (
                 "GET",
                 "/apis/scheduling.kestrel.dev/v1alpha1/podgroups"

@@ -164,6 +164,9 @@ async fn scripted_server(
             ("GET", "/apis/storage.k8s.io/v1/storageclasses") => {
                 Some(list("storage.k8s.io/v1", "StorageClass", vec![]))
             }
+            ("GET", "/apis/storage.k8s.io/v1/csinodes") => {
+                Some(list("storage.k8s.io/v1", "CSINode", vec![]))
+            }
             // Other projects' kinds: not served, as on a cluster without them.
             ("GET", p)
                 if kestrel_kube::driver::other_projects_listings().contains(&p.to_string()) =>
