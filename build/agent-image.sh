@@ -5,7 +5,10 @@
 # taken from this machine. No base image, registry or container daemon: the Rust
 # toolchain, binutils (readelf), ldd and python3.
 #
-#   build/agent-image.sh
+#   build/agent-image.sh                  release build, then the image
+#   build/agent-image.sh --binary PATH    the image of a `kestrel` built already (CI packs
+#                                         the one its test build made, stripped, so that
+#                                         the dependencies compile once)
 #
 # Writes target/image/kestrel-glibc (the binary), target/image/kestrel-agent-oci/ (an OCI
 # image layout) and target/image/kestrel-agent-VERSION.oci.tar (under $CARGO_TARGET_DIR
@@ -30,10 +33,20 @@ nvidia_dirs=(/usr/lib/x86_64-linux-gnu /usr/lib64)
 # What libnvidia-ml.so.1 itself links against (its DT_NEEDED), all part of glibc.
 nvml_needs=(libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1)
 
-# Dynamically linked: a RUSTFLAGS with crt-static would make an agent that cannot dlopen.
-release_build
 bin="$out/kestrel-glibc"
-cp "$tdir/release/kestrel" "$bin"
+if [[ "${1:-}" == "--binary" ]]; then
+    [[ -f "${2:-}" ]] || {
+        echo "agent-image.sh: --binary needs the path of a built kestrel (got '${2:-}')" >&2
+        exit 2
+    }
+    cp "$2" "$bin"
+    # The image ships no symbols, as a release build's.
+    strip --strip-all "$bin"
+else
+    # Dynamically linked: a RUSTFLAGS with crt-static would make an agent that cannot dlopen.
+    release_build
+    cp "$tdir/release/kestrel" "$bin"
+fi
 
 interp="$(readelf -lW "$bin" | sed -n 's/.*Requesting program interpreter: \(.*\)]$/\1/p')"
 if [[ -z "$interp" ]]; then
