@@ -343,7 +343,9 @@ impl NodeState {
         claims: &DeviceClaims,
         only: Option<&BTreeSet<usize>>,
     ) -> Result<DeviceChoiceOnNode, ClaimShortfall> {
-        let mut taken: BTreeSet<usize> = BTreeSet::new();
+        // By position: a node's devices are few, and this runs for every node a placement
+        // looks at.
+        let mut taken = vec![false; self.spec.gpus.len()];
         let mut per_claim = Vec::with_capacity(claims.claims.len());
         for claim in &claims.claims {
             if let Some(allocation) = &claim.allocation {
@@ -361,7 +363,7 @@ impl NodeState {
                         .ok_or_else(|| ClaimShortfall::AllocationGone {
                             claim: claim.key.clone(),
                         })?;
-                    taken.insert(p);
+                    taken[p] = true;
                     results.push((r.request.clone(), p));
                 }
                 per_claim.push(results);
@@ -371,7 +373,7 @@ impl NodeState {
         }
         Ok(DeviceChoiceOnNode {
             per_claim,
-            positions: taken.into_iter().collect(),
+            positions: (0..taken.len()).filter(|&p| taken[p]).collect(),
         })
     }
 
@@ -379,11 +381,15 @@ impl NodeState {
         &self,
         claim: &DeviceClaim,
         only: Option<&BTreeSet<usize>>,
-        taken: &mut BTreeSet<usize>,
+        taken: &mut Vec<bool>,
     ) -> Result<Vec<(String, usize)>, ClaimShortfall> {
         // Attributes that bind requests: each value of the first such attribute is tried
         // in turn (fullest group first), the others checked on the result.
         let bound: Vec<&(String, Vec<String>)> = claim.match_attributes.iter().collect();
+        if bound.is_empty() {
+            // One try: a failure fails the whole choice, so what it took is dropped anyway.
+            return self.choose_requests(claim, &bound, None, only, taken);
+        }
         let groups: Vec<Option<&DeviceAttribute>> = match bound.first() {
             None => vec![None],
             Some((attribute, _)) => {
@@ -428,7 +434,7 @@ impl NodeState {
         bound: &[&(String, Vec<String>)],
         group: Option<&DeviceAttribute>,
         only: Option<&BTreeSet<usize>>,
-        taken: &mut BTreeSet<usize>,
+        taken: &mut [bool],
     ) -> Result<Vec<(String, usize)>, ClaimShortfall> {
         let mut results = Vec::new();
         for request in &claim.requests {
@@ -442,38 +448,57 @@ impl NodeState {
             let mut shortfall = None;
             let mut chosen = None;
             for choice in &request.alternatives {
-                let mut matching = 0u32;
-                let mut free = Vec::new();
-                let mut error = None;
-                for (p, device) in self.spec.gpus.iter().enumerate() {
-                    let Some(dra) = &device.dra else { continue };
-                    match choice.filter.0.accepts(dra) {
-                        Ok(true) => {}
-                        Ok(false) => continue,
-                        Err(e) => {
-                            error.get_or_insert(e);
+                // Which devices the alternative may take: with `free_only`, free ones alone
+                // (devices taken need not be judged); else all, for the count of matching
+                // ones an `All` request and a shortfall need.
+                let scan = |free_only: bool| {
+                    let mut matching = 0u32;
+                    let mut free = Vec::new();
+                    let mut error = None;
+                    for (p, device) in self.spec.gpus.iter().enumerate() {
+                        let Some(dra) = &device.dra else { continue };
+                        let is_free = only.is_none_or(|o| o.contains(&p))
+                            && !taken[p]
+                            && self.gpus[p].free_milli == 1000;
+                        if free_only && !is_free {
                             continue;
                         }
-                    }
-                    if !tolerates_all(device, &choice.tolerations) {
-                        continue;
-                    }
-                    let in_group = binds.iter().enumerate().all(|(i, attribute)| {
-                        let value = dra.attributes.get(*attribute);
-                        match (i, group) {
-                            (0, Some(g)) => value == Some(g),
-                            _ => value.is_some(),
+                        match choice.filter.0.accepts(dra) {
+                            Ok(true) => {}
+                            Ok(false) => continue,
+                            Err(e) => {
+                                error.get_or_insert(e);
+                                continue;
+                            }
                         }
-                    });
-                    if !in_group {
-                        continue;
+                        if !tolerates_all(device, &choice.tolerations) {
+                            continue;
+                        }
+                        let in_group = binds.iter().enumerate().all(|(i, attribute)| {
+                            let value = dra.attributes.get(*attribute);
+                            match (i, group) {
+                                (0, Some(g)) => value == Some(g),
+                                _ => value.is_some(),
+                            }
+                        });
+                        if !in_group {
+                            continue;
+                        }
+                        matching += 1;
+                        if is_free {
+                            free.push(p);
+                        }
                     }
-                    matching += 1;
-                    let usable = only.is_none_or(|o| o.contains(&p));
-                    if usable && !taken.contains(&p) && self.gpus[p].free_milli == 1000 {
-                        free.push(p);
+                    (matching, free, error)
+                };
+                if let DeviceCount::Exact(n) = choice.count {
+                    let (_, free, _) = scan(true);
+                    if free.len() >= n as usize {
+                        chosen = Some((choice.name.clone(), self.aligned(free, n as usize)));
+                        break;
                     }
                 }
+                let (matching, free, error) = scan(false);
                 let need = match choice.count {
                     DeviceCount::Exact(n) => n as usize,
                     DeviceCount::All if matching > 0 && free.len() == matching as usize => {
@@ -482,7 +507,7 @@ impl NodeState {
                     DeviceCount::All => usize::MAX,
                 };
                 if free.len() >= need {
-                    chosen = Some((choice.name.clone(), self.aligned(&free, need)));
+                    chosen = Some((choice.name.clone(), self.aligned(free, need)));
                     break;
                 }
                 shortfall.get_or_insert(ClaimShortfall::Request {
@@ -497,7 +522,7 @@ impl NodeState {
                 return Err(shortfall.expect("a request has an alternative"));
             };
             for p in positions {
-                taken.insert(p);
+                taken[p] = true;
                 results.push((name.clone(), p));
             }
         }
@@ -532,24 +557,41 @@ impl NodeState {
 
     /// `need` of the free positions, from the NUMA node (then NVLink island) with the
     /// fewest that holds them all, else the first ones.
-    fn aligned(&self, free: &[usize], need: usize) -> Vec<usize> {
-        let group_of = |key: &dyn Fn(&GpuDevice) -> Option<u32>| {
-            let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-            for &p in free {
-                if let Some(k) = key(&self.spec.gpus[p]) {
-                    groups.entry(k).or_default().push(p);
+    fn aligned(&self, mut free: Vec<usize>, need: usize) -> Vec<usize> {
+        // The group (by `key`) with the fewest free positions that still holds `need`,
+        // lowest key first among equals.
+        let group_of = |free: &[usize], key: &dyn Fn(&GpuDevice) -> Option<u32>| {
+            let mut best: Option<(usize, u32)> = None;
+            for (i, &p) in free.iter().enumerate() {
+                let Some(k) = key(&self.spec.gpus[p]) else {
+                    continue;
+                };
+                // Counted once per group, at its first position.
+                if free[..i]
+                    .iter()
+                    .any(|&q| key(&self.spec.gpus[q]) == Some(k))
+                {
+                    continue;
+                }
+                let len = free[i..]
+                    .iter()
+                    .filter(|&&q| key(&self.spec.gpus[q]) == Some(k))
+                    .count();
+                if len >= need && best.is_none_or(|(l, bk)| (len, k) < (l, bk)) {
+                    best = Some((len, k));
                 }
             }
-            groups
-                .into_values()
-                .filter(|g| g.len() >= need)
-                .min_by_key(|g| g.len())
+            best.map(|(_, k)| k)
         };
-        let mut out = group_of(&|g| Some(g.numa_node))
-            .or_else(|| group_of(&|g| g.nvlink_island))
-            .unwrap_or_else(|| free.to_vec());
-        out.truncate(need);
-        out
+        let numa = |g: &GpuDevice| Some(g.numa_node);
+        let island = |g: &GpuDevice| g.nvlink_island;
+        if let Some(k) = group_of(&free, &numa) {
+            free.retain(|&p| numa(&self.spec.gpus[p]) == Some(k));
+        } else if let Some(k) = group_of(&free, &island) {
+            free.retain(|&p| island(&self.spec.gpus[p]) == Some(k));
+        }
+        free.truncate(need);
+        free
     }
 }
 

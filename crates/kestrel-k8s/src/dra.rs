@@ -193,6 +193,44 @@ struct RequestFilter {
     class: Arc<ClassSelectors>,
     own: Vec<Arc<CelSelector>>,
     verdicts: Mutex<HashMap<usize, Verdict, BuildAddressHasher>>,
+    /// What all its selectors read of a device, when their trees tell
+    /// ([`crate::dra_cel::Reads`]), with full attribute and capacity names.
+    reads: Option<FullReads>,
+    /// Verdicts by those parts: devices alike in them are selected alike. Only selections
+    /// are kept here; an error names its device, so it is judged device by device.
+    alike: Mutex<HashMap<Vec<Part>, bool>>,
+}
+
+/// [`crate::dra_cel::Reads`] with each (domain, id) as the name a [`DraDevice`] keys it by.
+#[derive(Debug)]
+struct FullReads {
+    driver: bool,
+    /// (full name, domain, id).
+    attributes: Vec<(String, String, String)>,
+    capacity: Vec<(String, String, String)>,
+}
+
+/// The value of `full` (`domain/id`) in `map`, where an unqualified `id` is in the driver's
+/// domain as CEL sees it; `Err` when the map holds both names (then CEL decides).
+fn part_of<'a, V>(
+    map: &'a BTreeMap<String, V>,
+    driver: &str,
+    (full, domain, id): &(String, String, String),
+) -> Result<Option<&'a V>, ()> {
+    let qualified = map.get(full);
+    let bare = if domain == driver { map.get(id) } else { None };
+    match (qualified, bare) {
+        (Some(_), Some(_)) => Err(()),
+        (q, b) => Ok(q.or(b)),
+    }
+}
+
+/// One part of a device a filter reads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Part {
+    Driver(String),
+    Attribute(Option<DeviceAttribute>),
+    Capacity(Option<i64>),
 }
 
 /// Hashes a device's address (a `usize`) by one multiplication: the verdict cache is
@@ -243,7 +281,7 @@ impl DeviceFilter for RequestFilter {
         if let Some((_, verdict)) = verdicts.get(&id) {
             return verdict.clone();
         }
-        let verdict = self.judge(device);
+        let verdict = self.judge_alike(device);
         if verdicts.len() >= FILTER_VERDICTS {
             verdicts.clear();
         }
@@ -257,6 +295,79 @@ impl DeviceFilter for RequestFilter {
 }
 
 impl RequestFilter {
+    fn new(key: String, class: Arc<ClassSelectors>, own: Vec<Arc<CelSelector>>) -> Self {
+        let reads = class
+            .selectors
+            .iter()
+            .chain(&own)
+            .try_fold(crate::dra_cel::Reads::default(), |all, s| {
+                s.reads().map(|r| all.union(r))
+            })
+            .map(|r| {
+                let full = |parts: Vec<(String, String)>| {
+                    parts
+                        .into_iter()
+                        .map(|(d, id)| (format!("{d}/{id}"), d, id))
+                        .collect()
+                };
+                FullReads {
+                    driver: r.driver,
+                    attributes: full(r.attributes),
+                    capacity: full(r.capacity),
+                }
+            });
+        RequestFilter {
+            key,
+            class,
+            own,
+            verdicts: Mutex::new(HashMap::default()),
+            reads,
+            alike: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// [`RequestFilter::judge`], or the verdict of a device alike in what the selectors
+    /// read. A device with a version attribute that is not a semantic version is always
+    /// judged: CEL fails on it whatever the selectors read.
+    fn judge_alike(&self, device: &DraDevice) -> Result<bool, String> {
+        let Some(reads) = &self.reads else {
+            return self.judge(device);
+        };
+        if !crate::dra_cel::versions_parse(&device.attributes) {
+            return self.judge(device);
+        }
+        let mut parts = Vec::with_capacity(
+            usize::from(reads.driver) + reads.attributes.len() + reads.capacity.len(),
+        );
+        if reads.driver {
+            parts.push(Part::Driver(device.driver.clone()));
+        }
+        for name in &reads.attributes {
+            match part_of(&device.attributes, &device.driver, name) {
+                Ok(value) => parts.push(Part::Attribute(value.cloned())),
+                Err(()) => return self.judge(device),
+            }
+        }
+        for name in &reads.capacity {
+            match part_of(&device.capacity, &device.driver, name) {
+                Ok(value) => parts.push(Part::Capacity(value.copied())),
+                Err(()) => return self.judge(device),
+            }
+        }
+        let mut alike = self.alike.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&selected) = alike.get(&parts) {
+            return Ok(selected);
+        }
+        let verdict = self.judge(device);
+        if let Ok(selected) = verdict {
+            if alike.len() >= FILTER_VERDICTS {
+                alike.clear();
+            }
+            alike.insert(parts, selected);
+        }
+        verdict
+    }
+
     fn judge(&self, device: &DraDevice) -> Result<bool, String> {
         let view = DeviceView {
             driver: &device.driver,
@@ -479,14 +590,7 @@ fn read_choice(
         let mut filters = classes.filters.lock().unwrap_or_else(|p| p.into_inner());
         filters
             .entry(key.clone())
-            .or_insert_with(|| {
-                Arc::new(RequestFilter {
-                    key,
-                    class: class.clone(),
-                    own,
-                    verdicts: Mutex::new(HashMap::default()),
-                })
-            })
+            .or_insert_with(|| Arc::new(RequestFilter::new(key, class.clone(), own)))
             .clone()
     };
     Ok(DeviceChoice {
@@ -922,5 +1026,114 @@ pub fn nvidia_gpu_device(node: &str, gpu: &GpuDevice) -> DraDevice {
         attributes,
         capacity,
         taints: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The filter of a one-request claim of class `gpu.nvidia.com` (selector `class`) with
+    /// its own selector `request`.
+    fn filter(class: &str, request: &str) -> Filter {
+        let path = std::path::PathBuf::from("claims.yaml");
+        let ctx = Ctx {
+            path: &path,
+            object: "ResourceClaim ml/c".into(),
+        };
+        let mut classes = DeviceClasses::default();
+        let class: DeviceClass = serde_json::from_value(json!({
+            "metadata": {"name": "gpu.nvidia.com"},
+            "spec": {"selectors": [{"cel": {"expression": class}}]},
+        }))
+        .unwrap();
+        classes.insert(&ctx, &class).unwrap();
+        let spec: ResourceClaimSpec = serde_json::from_value(json!({"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com",
+             "selectors": [{"cel": {"expression": request}}]}}]}}))
+        .unwrap();
+        let claim = read_claim_spec(&ctx, "spec", "ml/c".into(), &spec, &classes).unwrap();
+        claim.requests[0].alternatives[0].filter.clone()
+    }
+
+    fn gpu(name: &str, attributes: &[(&str, DeviceAttribute)], memory_gib: i64) -> Arc<DraDevice> {
+        Arc::new(DraDevice {
+            driver: NVIDIA_GPU_DRIVER.into(),
+            pool: "node-a".into(),
+            name: name.into(),
+            attributes: attributes
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+            capacity: BTreeMap::from([("gpu.nvidia.com/memory".into(), memory_gib << 30)]),
+            taints: Vec::new(),
+        })
+    }
+
+    fn s(v: &str) -> DeviceAttribute {
+        DeviceAttribute::String(v.into())
+    }
+
+    const TYPE_IS_GPU: &str = "device.attributes['gpu.nvidia.com'].type == 'gpu'";
+    const FORTY_GIB: &str =
+        "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0";
+
+    #[test]
+    fn devices_alike_in_what_the_selectors_read_share_a_verdict_and_no_other_does() {
+        let f = filter(TYPE_IS_GPU, FORTY_GIB);
+        let version = |v: &str| DeviceAttribute::Version(v.into());
+        let h100 = |name: &str, uuid: &str| {
+            gpu(
+                name,
+                &[
+                    ("gpu.nvidia.com/type", s("gpu")),
+                    ("gpu.nvidia.com/uuid", s(uuid)),
+                    ("gpu.nvidia.com/driverVersion", version("550.54.15")),
+                ],
+                80,
+            )
+        };
+        // Alike but for what no selector reads.
+        assert_eq!(f.0.accepts(&h100("gpu-0", "GPU-a")), Ok(true));
+        assert_eq!(f.0.accepts(&h100("gpu-1", "GPU-b")), Ok(true));
+        // A part read differs: capacity, then an attribute.
+        let small = gpu("gpu-2", &[("gpu.nvidia.com/type", s("gpu"))], 24);
+        assert_eq!(f.0.accepts(&small), Ok(false));
+        let nic = gpu("nic-0", &[("gpu.nvidia.com/type", s("nic"))], 80);
+        assert_eq!(f.0.accepts(&nic), Ok(false));
+        // An unqualified name is in the driver's domain, as CEL reads it.
+        let bare = gpu("gpu-3", &[("type", s("nic"))], 80);
+        assert_eq!(f.0.accepts(&bare), Ok(false));
+        let bare = gpu("gpu-4", &[("type", s("gpu"))], 80);
+        assert_eq!(f.0.accepts(&bare), Ok(true));
+        // Errors are the device's own: a missing attribute, a version that does not parse
+        // (CEL fails on it, read or not), though an alike device was selected.
+        let missing = gpu("gpu-5", &[], 80);
+        let e = f.0.accepts(&missing).unwrap_err();
+        assert!(e.contains("gpu-5"), "{e}");
+        let broken = gpu(
+            "gpu-6",
+            &[
+                ("gpu.nvidia.com/type", s("gpu")),
+                ("gpu.nvidia.com/driverVersion", version("not-a-version")),
+            ],
+            80,
+        );
+        let e = f.0.accepts(&broken).unwrap_err();
+        assert!(e.contains("not-a-version"), "{e}");
+    }
+
+    #[test]
+    fn a_selector_reading_a_whole_domain_judges_each_device() {
+        let f = filter("'type' in device.attributes['gpu.nvidia.com']", "true");
+        let with = gpu("gpu-0", &[("gpu.nvidia.com/type", s("gpu"))], 80);
+        let without = gpu(
+            "gpu-1",
+            &[("gpu.nvidia.com/index", DeviceAttribute::Int(1))],
+            80,
+        );
+        assert_eq!(f.0.accepts(&with), Ok(true));
+        assert_eq!(f.0.accepts(&without), Ok(false));
     }
 }

@@ -52,6 +52,119 @@ pub const MAX_EXPRESSION_LEN: usize = 10 * 1024;
 pub struct CelSelector {
     expression: String,
     program: Program,
+    /// What of a device it reads, when its tree tells.
+    reads: Option<Reads>,
+}
+
+/// The parts of a device a selector reads, when every use of `device` in it names one:
+/// `device.driver`, `device.attributes['domain'].id` (or `['domain']['id']`) and the same of
+/// `device.capacity`. Devices alike in these parts get the same verdict, so a cluster of
+/// one GPU model needs its selectors evaluated once, not once per GPU.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reads {
+    pub driver: bool,
+    /// (domain, id) pairs read from `device.attributes`, sorted.
+    pub attributes: Vec<(String, String)>,
+    /// (domain, id) pairs read from `device.capacity`, sorted.
+    pub capacity: Vec<(String, String)>,
+}
+
+impl Reads {
+    /// The parts `expr` reads, or `None` when it uses `device` in another way (a whole
+    /// domain's map, `device` itself, a variable of a macro named `device`).
+    fn of(expr: &IdedExpr) -> Option<Reads> {
+        let mut reads = Reads::default();
+        if !reads.visit(expr) {
+            return None;
+        }
+        reads.attributes.sort();
+        reads.attributes.dedup();
+        reads.capacity.sort();
+        reads.capacity.dedup();
+        Some(reads)
+    }
+
+    /// Both selectors' reads together.
+    pub fn union(mut self, other: &Reads) -> Reads {
+        self.driver |= other.driver;
+        self.attributes.extend(other.attributes.iter().cloned());
+        self.attributes.sort();
+        self.attributes.dedup();
+        self.capacity.extend(other.capacity.iter().cloned());
+        self.capacity.sort();
+        self.capacity.dedup();
+        self
+    }
+
+    fn visit(&mut self, expr: &IdedExpr) -> bool {
+        let is_device = |e: &IdedExpr| matches!(&e.expr, Expr::Ident(n) if n == "device");
+        // device.attributes['domain'] or device.capacity['domain']: (is capacity, domain).
+        let domain = |e: &IdedExpr| -> Option<(bool, String)> {
+            let Expr::Call(call) = &e.expr else {
+                return None;
+            };
+            if call.func_name != "_[_]" || call.target.is_some() || call.args.len() != 2 {
+                return None;
+            }
+            let Expr::Select(select) = &call.args[0].expr else {
+                return None;
+            };
+            let capacity = match select.field.as_str() {
+                "attributes" => false,
+                "capacity" => true,
+                _ => return None,
+            };
+            match (&call.args[1].expr, is_device(&select.operand), select.test) {
+                (Expr::Literal(LiteralValue::String(d)), true, false) => {
+                    Some((capacity, d.inner().to_string()))
+                }
+                _ => None,
+            }
+        };
+        let read = |capacity: bool, domain: String, id: &str, reads: &mut Reads| {
+            let list = if capacity {
+                &mut reads.capacity
+            } else {
+                &mut reads.attributes
+            };
+            list.push((domain, id.to_string()));
+        };
+        match &expr.expr {
+            Expr::Ident(name) => name != "device",
+            Expr::Select(select) if is_device(&select.operand) => match select.field.as_str() {
+                "driver" => {
+                    self.driver = true;
+                    !select.test
+                }
+                "allowMultipleAllocations" => !select.test,
+                _ => false,
+            },
+            Expr::Select(select) => match domain(&select.operand) {
+                Some((capacity, d)) => {
+                    read(capacity, d, &select.field, self);
+                    true
+                }
+                None => self.visit(&select.operand),
+            },
+            Expr::Call(call) if call.func_name == "_[_]" && call.args.len() == 2 => {
+                match (domain(&call.args[0]), &call.args[1].expr) {
+                    (Some((capacity, d)), Expr::Literal(LiteralValue::String(id))) => {
+                        read(capacity, d, id.inner(), self);
+                        true
+                    }
+                    _ => call.args.iter().all(|a| self.visit(a)),
+                }
+            }
+            Expr::Comprehension(c)
+                if c.iter_var == "device"
+                    || c.accu_var == "device"
+                    || c.iter_var2.as_deref() == Some("device") =>
+            {
+                false
+            }
+            _ => children(expr).into_iter().all(|c| self.visit(c)),
+        }
+    }
 }
 
 impl CelSelector {
@@ -73,10 +186,17 @@ impl CelSelector {
                 .join()
                 .map_err(|_| "the CEL parser failed".to_owned())?
         })?;
+        let reads = Reads::of(program.expression());
         Ok(CelSelector {
             expression: expression.to_owned(),
             program,
+            reads,
         })
+    }
+
+    /// What of a device it reads, when every use of `device` names one part ([`Reads`]).
+    pub fn reads(&self) -> Option<&Reads> {
+        self.reads.as_ref()
     }
 
     pub fn expression(&self) -> &str {
@@ -156,6 +276,15 @@ fn parse(expression: &str) -> Result<Program, String> {
 
 /// How many levels deep the tree of `expr` is.
 fn tree_depth(expr: &IdedExpr) -> usize {
+    1 + children(expr)
+        .into_iter()
+        .map(tree_depth)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The expressions right below `expr`.
+fn children(expr: &IdedExpr) -> Vec<&IdedExpr> {
     let mut children: Vec<&IdedExpr> = Vec::new();
     match &expr.expr {
         Expr::Call(call) => {
@@ -181,7 +310,7 @@ fn tree_depth(expr: &IdedExpr) -> usize {
         Expr::Select(select) => children.push(&select.operand),
         Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
     }
-    1 + children.into_iter().map(tree_depth).max().unwrap_or(0)
+    children
 }
 
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
@@ -260,6 +389,15 @@ fn bind(
         result: body,
     };
     Ok(Some(helper.next_expr(Expr::Comprehension(Box::new(bound)))))
+}
+
+/// Whether every version attribute is a semantic version, which [`DeviceValue::new`]
+/// requires.
+pub fn versions_parse(attributes: &BTreeMap<String, AttributeValue>) -> bool {
+    attributes.values().all(|v| match v {
+        AttributeValue::Version(v) => Semver::parse(v).is_ok(),
+        _ => true,
+    })
 }
 
 /// `device` as CEL sees it, built once from a [`DeviceView`] so that several selectors can be
@@ -872,6 +1010,56 @@ mod tests {
 
     fn eval(expression: &str) -> Result<bool, String> {
         CelSelector::compile(expression)?.matches(&h100().view())
+    }
+
+    fn reads(expression: &str) -> Option<Reads> {
+        CelSelector::compile(expression).unwrap().reads().cloned()
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(d, id)| (d.to_string(), id.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn reads_name_the_parts_of_a_device_a_selector_uses() {
+        let r = reads(
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == \
+             'gpu' && device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0",
+        )
+        .unwrap();
+        assert!(r.driver);
+        assert_eq!(r.attributes, pairs(&[("gpu.nvidia.com", "type")]));
+        assert_eq!(r.capacity, pairs(&[("gpu.nvidia.com", "memory")]));
+        // Index form, has(), macros over other variables, cel.bind.
+        let r = reads(
+            "has(device.attributes['a.example.com'].x) && \
+             device.attributes['a.example.com']['y'] > 1 && \
+             [1, 2].all(i, i > 0) && cel.bind(v, device.attributes['b.example.com'].z, v)",
+        )
+        .unwrap();
+        assert!(!r.driver);
+        assert_eq!(
+            r.attributes,
+            pairs(&[
+                ("a.example.com", "x"),
+                ("a.example.com", "y"),
+                ("b.example.com", "z")
+            ])
+        );
+        // Uses that are not one part: a whole domain, all attributes, `device` itself, a
+        // macro variable named `device`.
+        for whole in [
+            "'x' in device.attributes['a.example.com']",
+            "device.attributes['a.example.com'].size() > 0",
+            "device.attributes.size() > 0",
+            "device != null",
+            "[1].all(device, device > 0)",
+            "device.attributes[device.driver].x == 1",
+        ] {
+            assert_eq!(reads(whole), None, "{whole}");
+        }
     }
 
     #[track_caller]
