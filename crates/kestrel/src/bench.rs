@@ -419,11 +419,11 @@ fn run_placement(args: PlacementArgs) -> Result<()> {
 
 /// The DeviceClass of NVIDIA's driver, with its CEL selector as the driver's chart
 /// installs it.
-const DRA_CLASS: &str =
+pub(crate) const DRA_CLASS: &str =
     "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'";
 
 /// The template's request selector: GPUs with at least 40 GiB.
-const DRA_REQUEST: &str =
+pub(crate) const DRA_REQUEST: &str =
     "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0";
 
 /// [`bench_node`] with its GPUs published through DRA as NVIDIA's driver publishes them.

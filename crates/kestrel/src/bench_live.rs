@@ -1,13 +1,16 @@
 //! `kestrel bench live`: bind throughput on a real API server. Starts the test control
 //! plane (testenv/), creates fake 8-GPU nodes, then lets kube-scheduler and `kestrel serve`
 //! bind the same number of pending one-GPU pods, one after the other, with the same client
-//! limits; prints binds/s of each, the ratio, and Kestrel's peak RSS.
+//! limits; prints binds/s of each, the ratio, and Kestrel's peak RSS. With `--dra` the GPUs
+//! are published through DRA and each pod claims one from a template; a plain client
+//! doing the writes each pod needs, unthrottled, measures what the API server takes.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use serde_json::json;
@@ -29,7 +32,8 @@ pub struct LiveArgs {
     /// Burst above --qps for both; default: Kestrel's default.
     #[arg(long)]
     burst: Option<u32>,
-    /// Run only this scheduler: `kestrel` or `kube-scheduler`.
+    /// Run only this scheduler: `kestrel` or `kube-scheduler` (or, with --dra, `plain
+    /// client`).
     #[arg(long)]
     only: Option<String>,
     /// Give 40% of the pods inter-pod rules, as `bench placement --realistic` does: half
@@ -38,6 +42,14 @@ pub struct LiveArgs {
     /// preferred anti-affinity on the hostname.
     #[arg(long)]
     inter_pod: bool,
+    /// GPUs published through DRA as NVIDIA's driver publishes them (one ResourceSlice per
+    /// node, no `nvidia.com/gpu`; its DeviceClass with a CEL selector), each pod claiming one
+    /// GPU of at least 40 GiB from a ResourceClaimTemplate; kube-controller-manager's
+    /// resourceclaim-controller creates the claims before a scheduler starts. A third run,
+    /// a plain client with no limit, writes what each pod needs (the claim's finalizer, its
+    /// allocation, the binding) to measure what the API server takes.
+    #[arg(long, conflicts_with = "inter_pod")]
+    dra: bool,
     /// Give up on a scheduler that has not bound every pod after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
@@ -60,8 +72,11 @@ impl Run {
 
 pub fn run_live(args: LiveArgs) -> Result<()> {
     if let Some(only) = &args.only {
-        if only != "kestrel" && only != "kube-scheduler" {
-            bail!("--only {only:?}: write `kestrel` or `kube-scheduler`");
+        if only != "kestrel" && only != "kube-scheduler" && only != PLAIN_CLIENT {
+            bail!("--only {only:?}: write `kestrel`, `kube-scheduler` or `plain client`");
+        }
+        if only == PLAIN_CLIENT && !args.dra {
+            bail!("--only {only:?} measures DRA writes: add --dra");
         }
     }
     if args.nodes == 0 || args.pods == 0 {
@@ -86,32 +101,47 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
     let qps = args.qps.unwrap_or(crate::serve::DEFAULT_QPS);
     let burst = args.burst.unwrap_or(crate::serve::DEFAULT_BURST);
     let t = Instant::now();
+    // DRA nodes publish their GPUs in ResourceSlices only.
+    let plugin_gpus = if args.dra { 0 } else { 8 };
     let nodes = (0..args.nodes)
         .map(|i| {
             let zone = format!("z{}", i % 4);
             kestrel_testenv::gpu_node(
-                &format!("bench-{i:05}"),
-                8,
+                &node_name(i),
+                plugin_gpus,
                 &[("topology.kubernetes.io/zone", zone.as_str())],
             )
         })
         .collect();
     kestrel_testenv::create_gpu_nodes(&client, nodes).await;
+    if args.dra {
+        publish_dra_gpus(&client, args.nodes).await?;
+        // Claims for 5,000 pods at the controller's default 20 writes/s would take minutes.
+        cp.start_controller_manager(
+            &["resourceclaim-controller"],
+            &["--kube-api-qps=5000", "--kube-api-burst=10000"],
+        );
+    }
     eprintln!(
         "{} nodes created in {:.1} s",
         args.nodes,
         t.elapsed().as_secs_f64()
     );
     let mut runs = Vec::new();
-    for scheduler in ["kube-scheduler", "kestrel"] {
+    let mut schedulers = vec!["kube-scheduler", "kestrel"];
+    if args.dra {
+        schedulers.push(PLAIN_CLIENT);
+    }
+    for scheduler in schedulers {
         if args.only.as_deref().is_some_and(|o| o != scheduler) {
             continue;
         }
-        let ns = format!("bench-{scheduler}");
-        let scheduler_name = if scheduler == "kestrel" {
-            "kestrel"
-        } else {
-            "default-scheduler"
+        let ns = format!("bench-{}", scheduler.replace(' ', "-"));
+        let scheduler_name = match scheduler {
+            "kestrel" => "kestrel",
+            "kube-scheduler" => "default-scheduler",
+            // Nobody's: the bench binds them itself.
+            _ => "bench-plain-client",
         };
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
@@ -119,16 +149,38 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
             .create(&PostParams::default(), &namespace)
             .await?;
         let t = Instant::now();
-        create_pods(&client, &ns, scheduler_name, args.pods, args.inter_pod).await?;
+        if args.dra {
+            create_template(&client, &ns).await?;
+        }
+        create_pods(
+            &client,
+            &ns,
+            scheduler_name,
+            args.pods,
+            args.inter_pod,
+            args.dra,
+        )
+        .await?;
         eprintln!(
             "{scheduler}: {} pods created in {:.1} s",
             args.pods,
             t.elapsed().as_secs_f64()
         );
+        if args.dra {
+            let t = Instant::now();
+            wait_for_claims(&client, &ns, args.pods).await?;
+            eprintln!(
+                "{scheduler}: their claims created in {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+        }
         let counter = tokio::spawn(count_binds(client.clone(), ns.clone(), args.pods as usize));
         let started = Instant::now();
         let mut kestrel = None;
-        if scheduler == "kestrel" {
+        let mut plain = None;
+        if scheduler == PLAIN_CLIENT {
+            plain = Some(tokio::spawn(plain_client_binds(client.clone(), ns.clone())));
+        } else if scheduler == "kestrel" {
             let exe = std::env::current_exe().context("finding the kestrel binary")?;
             let (q, b) = (format!("--qps={qps}"), format!("--burst={burst}"));
             kestrel = Some(kestrel_testenv::Kestrel::start(
@@ -148,6 +200,8 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
         let peak_rss_mib = kestrel.as_ref().and_then(|k| k.peak_rss_mib());
         if let Some(mut k) = kestrel {
             k.terminate(Duration::from_secs(20));
+        } else if let Some(plain) = plain {
+            plain.await??;
         } else {
             cp.stop_kube_scheduler();
         }
@@ -175,6 +229,15 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
             run.binds_per_second(args.pods)
         );
         runs.push(run);
+        if args.dra {
+            let allocated = allocated_claims(&client, &ns).await?;
+            if allocated != args.pods as usize {
+                bail!(
+                    "{scheduler}: {} pods bound but {allocated} claims allocated",
+                    args.pods
+                );
+            }
+        }
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         pods.delete_collection(
             &DeleteParams::default().grace_period(0),
@@ -182,8 +245,182 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
         )
         .await?;
         wait_empty(&pods).await?;
+        if args.dra {
+            // The controller deallocates the ended pods' claims (their GPUs are free for the
+            // next run); the garbage collector, which does not run here, would delete them.
+            let mut left = allocated_claims(&client, &ns).await?;
+            for _ in 0..600 {
+                if left == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                left = allocated_claims(&client, &ns).await?;
+            }
+            if left > 0 {
+                bail!("{scheduler}: {left} claims still allocated 120 s after their pods ended");
+            }
+            let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
+            claims
+                .delete_collection(&DeleteParams::default(), &ListParams::default())
+                .await?;
+            wait_empty(&claims).await?;
+        }
+    }
+    if args.dra {
+        cp.stop_controller_manager();
     }
     report(args, qps, burst, &runs);
+    Ok(())
+}
+
+/// The run that binds with a plain client: no scheduling, no limit.
+const PLAIN_CLIENT: &str = "plain client";
+
+fn node_name(i: u32) -> String {
+    format!("bench-{i:05}")
+}
+
+/// NVIDIA's DeviceClass (with the selector its chart installs) and each node's 8 GPUs in a
+/// ResourceSlice as NVIDIA's driver writes them.
+async fn publish_dra_gpus(client: &kube::Client, nodes: u32) -> Result<()> {
+    let class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {"selectors": [{"cel": {"expression": crate::bench::DRA_CLASS}}]}});
+    kestrel_testenv::apply_yaml(client, &class.to_string(), false)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let api: Api<k8s_openapi::api::resource::v1::ResourceSlice> = Api::all(client.clone());
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..nodes {
+        let node = node_name(i);
+        let devices: Vec<serde_json::Value> = (0..8)
+            .map(|g| {
+                json!({"name": format!("gpu-{g}"), "attributes": {
+                    "type": {"string": "gpu"}, "index": {"int": g},
+                    "uuid": {"string": format!("GPU-{node}-{g}")},
+                    "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                    "architecture": {"string": "Hopper"},
+                    "driverVersion": {"version": "580.65.6"},
+                    "resource.kubernetes.io/pcieRoot": {"string": format!("pci0000:{:02x}", g / 2)}},
+                 "capacity": {"memory": {"value": "81559Mi"}}})
+            })
+            .collect();
+        let slice = serde_json::from_value(json!({
+            "metadata": {"name": format!("{node}-gpu.nvidia.com")},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devices}}))?;
+        let api = api.clone();
+        tasks.spawn(async move { api.create(&PostParams::default(), &slice).await.map(|_| ()) });
+        while tasks.len() >= 32 {
+            tasks.join_next().await.expect("a task")??;
+        }
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    Ok(())
+}
+
+/// The namespace's template `one-gpu`: one GPU of NVIDIA's class with at least 40 GiB.
+async fn create_template(client: &kube::Client, ns: &str) -> Result<()> {
+    let template = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": ns},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.nvidia.com",
+            "selectors": [{"cel": {"expression": crate::bench::DRA_REQUEST}}]}}]}}}});
+    kestrel_testenv::apply_yaml(client, &template.to_string(), false)
+        .await
+        .map_err(anyhow::Error::msg)
+}
+
+/// Waits until the namespace holds `count` claims (the controller made one per pod).
+async fn wait_for_claims(client: &kube::Client, ns: &str, count: u32) -> Result<()> {
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
+    for _ in 0..1200 {
+        let made = claims
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .len();
+        if made >= count as usize {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    bail!("the resourceclaim-controller did not create {count} claims in {ns} within 600 s")
+}
+
+async fn allocated_claims(client: &kube::Client, ns: &str) -> Result<usize> {
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
+    Ok(claims
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|c| c.status.as_ref().is_some_and(|s| s.allocation.is_some()))
+        .count())
+}
+
+/// Binds the namespace's pods as a scheduler would, with no scheduling and no client
+/// limit (32 pods at a time): per pod its claim's finalizer, the claim's allocation (the
+/// pod's own GPU, pod `i` on node `i / 8`) with the pod reserved, and the binding.
+async fn plain_client_binds(client: kube::Client, ns: String) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
+    let mut list = pods.list(&ListParams::default()).await?.items;
+    list.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, pod) in list.into_iter().enumerate() {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let claim = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_ref())
+            .and_then(|c| c.first())
+            .and_then(|c| c.resource_claim_name.clone())
+            .with_context(|| format!("pod {ns}/{name} names no generated claim"))?;
+        let node = node_name(i as u32 / 8);
+        let device = format!("gpu-{}", i % 8);
+        let (pods, claims) = (pods.clone(), claims.clone());
+        tasks.spawn(async move {
+            let params = PatchParams::default();
+            claims
+                .patch(
+                    &claim,
+                    &params,
+                    &Patch::Merge(json!({"metadata": {"finalizers":
+                        ["resource.kubernetes.io/delete-protection"]}})),
+                )
+                .await?;
+            claims
+                .patch_status(
+                    &claim,
+                    &params,
+                    &Patch::Merge(json!({"status": {
+                        "allocation": {
+                            "devices": {"results": [{"request": "gpu",
+                                "driver": "gpu.nvidia.com", "pool": node, "device": device}]},
+                            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}},
+                        "reservedFor": [{"resource": "pods", "name": name, "uid": uid}]}})),
+                )
+                .await?;
+            let binding = json!({"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name}, "target": {"kind": "Node", "name": node}});
+            let _: serde_json::Value = pods
+                .create_subresource("binding", &name, &PostParams::default(), &binding)
+                .await?;
+            anyhow::Ok(())
+        });
+        while tasks.len() >= 32 {
+            tasks.join_next().await.expect("a task")??;
+        }
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
     Ok(())
 }
 
@@ -197,6 +434,10 @@ fn report(args: &LiveArgs, qps: f64, burst: u32, runs: &[Run]) {
         (Some(k), Some(d)) => Some(k / d),
         _ => None,
     };
+    let of_ceiling = match (rate("kestrel"), rate(PLAIN_CLIENT)) {
+        (Some(k), Some(c)) => Some(k / c),
+        _ => None,
+    };
     if args.json {
         let runs: Vec<_> = runs
             .iter()
@@ -207,17 +448,21 @@ fn report(args: &LiveArgs, qps: f64, burst: u32, runs: &[Run]) {
             })
             .collect();
         let out = json!({"nodes": args.nodes, "pods": args.pods, "inter_pod": args.inter_pod,
-                         "qps": qps, "burst": burst,
-                         "runs": runs, "kestrel_over_kube_scheduler": ratio});
+                         "dra": args.dra, "qps": qps, "burst": burst,
+                         "runs": runs, "kestrel_over_kube_scheduler": ratio,
+                         "kestrel_over_plain_client": of_ceiling});
         println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
         return;
     }
     println!(
-        "{} nodes x 8 GPUs, {} one-GPU pods{}, client limits qps {qps} burst {burst}",
+        "{} nodes x 8 GPUs{}, {} one-GPU pods{}, client limits qps {qps} burst {burst}",
         args.nodes,
+        if args.dra { " (DRA)" } else { "" },
         args.pods,
         if args.inter_pod {
             " (40% with inter-pod rules)"
+        } else if args.dra {
+            " (one claim each from a template)"
         } else {
             ""
         }
@@ -240,6 +485,12 @@ fn report(args: &LiveArgs, qps: f64, burst: u32, runs: &[Run]) {
     }
     if let Some(ratio) = ratio {
         println!("kestrel / kube-scheduler: {ratio:.2}x");
+    }
+    if let Some(share) = of_ceiling {
+        println!(
+            "kestrel / plain client (no limit, 3 writes a pod): {:.0}%",
+            share * 100.0
+        );
     }
 }
 
@@ -279,6 +530,7 @@ async fn create_pods(
     scheduler: &str,
     count: u32,
     inter_pod: bool,
+    dra: bool,
 ) -> Result<()> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let mut tasks = tokio::task::JoinSet::new();
@@ -290,6 +542,12 @@ async fn create_pods(
                         "requests": {"cpu": "100m", "memory": "256Mi", "nvidia.com/gpu": "1"},
                         "limits": {"nvidia.com/gpu": "1"}}}]},
         });
+        if dra {
+            pod["spec"]["resourceClaims"] =
+                json!([{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]);
+            pod["spec"]["containers"][0]["resources"] = json!({
+                "requests": {"cpu": "100m", "memory": "256Mi"}, "claims": [{"name": "gpu"}]});
+        }
         if let Some((labels, rules)) = inter_pod.then(|| inter_pod_rules(i)).flatten() {
             pod["metadata"]["labels"] = labels;
             for (k, v) in rules.as_object().expect("an object") {
@@ -344,10 +602,14 @@ async fn count_binds(
     Err("the watch ended".into())
 }
 
-async fn wait_empty(pods: &Api<Pod>) -> Result<()> {
+async fn wait_empty<K>(objects: &Api<K>) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
     for _ in 0..600 {
-        if pods
-            .list(&ListParams::default().limit(1))
+        if objects
+            .list_metadata(&ListParams::default().limit(1))
             .await?
             .items
             .is_empty()
@@ -356,5 +618,8 @@ async fn wait_empty(pods: &Api<Pod>) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    bail!("the benchmark's pods were not deleted within 120 s")
+    bail!(
+        "the benchmark's {} were not deleted within 120 s",
+        K::plural(&Default::default())
+    )
 }
