@@ -14,7 +14,7 @@ use kestrel_k8s::fields::Ctx;
 use kestrel_k8s::live;
 use kube::runtime::watcher::Event;
 use serde_json::json;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -39,7 +39,42 @@ pub(super) struct DraBook {
     /// Nodes as their Node objects say, before their DRA devices are added.
     pub(super) node_bases: HashMap<String, NodeSpec>,
     /// Pods with claims (`namespace/name`), for reading them again.
-    pub(super) claim_pods: HashMap<String, Arc<Pod>>,
+    claim_pods: HashMap<String, Arc<Pod>>,
+    /// Claim key -> the pods that name it (as far as their specs and statuses name them
+    /// yet): the pods a claim's arrival or removal concerns, so that thousands of claims
+    /// listed at a start do not each read every pod again.
+    users: HashMap<String, BTreeSet<String>>,
+    /// Pod key -> the claim keys it names, for taking it out of [`DraBook::users`].
+    names: HashMap<String, Vec<String>>,
+}
+
+impl DraBook {
+    /// The pod `key` names these claims now (or is gone: none).
+    fn set_names(&mut self, key: &str, claims: Vec<String>) {
+        for old in self.names.remove(key).into_iter().flatten() {
+            if let Some(users) = self.users.get_mut(&old) {
+                users.remove(key);
+                if users.is_empty() {
+                    self.users.remove(&old);
+                }
+            }
+        }
+        for claim in &claims {
+            self.users
+                .entry(claim.clone())
+                .or_default()
+                .insert(key.to_string());
+        }
+        if !claims.is_empty() {
+            self.names.insert(key.to_string(), claims);
+        }
+    }
+
+    /// A pod is gone for good.
+    pub(super) fn forget_pod(&mut self, key: &str) {
+        self.claim_pods.remove(key);
+        self.set_names(key, Vec::new());
+    }
 }
 
 /// Why a pod's claims cannot be given to it yet.
@@ -164,7 +199,7 @@ impl ClusterState {
             }
             None => self.dra.classes.remove(name),
         }
-        self.reread_claim_pods(|_| true);
+        self.reread_claim_pods(None, |_| true);
     }
 
     /// A ResourceSlice was added, changed (`Some`) or deleted: its node's devices change.
@@ -251,7 +286,7 @@ impl ClusterState {
         let new = !self.dra.claims.contains_key(&key);
         self.dra.claims.insert(key.clone(), Arc::new(claim.clone()));
         if new {
-            self.reread_claim_pods(|t| matches!(t, PodState::Invalid(_)));
+            self.reread_claim_pods(Some(&key), |t| matches!(t, PodState::Invalid(_)));
         }
     }
 
@@ -260,20 +295,23 @@ impl ClusterState {
         let key = format!("{namespace}/{name}");
         self.scheduler.release_claim(&key);
         self.dra.claims.remove(&key);
-        self.reread_claim_pods(|_| true);
+        self.reread_claim_pods(Some(&key), |_| true);
     }
 
-    /// Reads again the pods with claims that wait in the queue or outside the engine and
-    /// whose state `which` selects.
-    fn reread_claim_pods(&mut self, which: impl Fn(&PodState) -> bool) {
-        let again: Vec<Arc<Pod>> = self
-            .dra
-            .claim_pods
-            .iter()
-            .filter(|(key, _)| {
-                self.waits_for_a_node(key) && self.pods.get(*key).is_some_and(|t| which(&t.state))
+    /// Reads again the pods with claims (those naming `claim`, when given) that wait in the
+    /// queue or outside the engine and whose state `which` selects.
+    fn reread_claim_pods(&mut self, claim: Option<&str>, which: impl Fn(&PodState) -> bool) {
+        let candidates: Vec<&String> = match claim {
+            Some(claim) => self.dra.users.get(claim).into_iter().flatten().collect(),
+            None => self.dra.claim_pods.keys().collect(),
+        };
+        let again: Vec<Arc<Pod>> = candidates
+            .into_iter()
+            .filter(|key| {
+                self.waits_for_a_node(key)
+                    && self.pods.get(key.as_str()).is_some_and(|t| which(&t.state))
             })
-            .map(|(_, pod)| pod.clone())
+            .filter_map(|key| self.dra.claim_pods.get(key).cloned())
             .collect();
         self.read_again(again);
     }
@@ -297,6 +335,12 @@ impl ClusterState {
         self.dra
             .claim_pods
             .insert(key.to_string(), Arc::new(pod.clone()));
+        let names = self
+            .claim_names(pod)
+            .into_iter()
+            .filter_map(Result::ok)
+            .collect();
+        self.dra.set_names(key, names);
         let claims = self.pod_claims(pod).map_err(ClaimWait::Waiting)?;
         let ctx = Ctx {
             path: src(),
@@ -307,44 +351,54 @@ impl ClusterState {
 
     /// The claims of a pod, resolved against the claims and classes seen; `Err`: why it
     /// waits (in kube-scheduler's words where it has some).
-    fn pod_claims(&self, pod: &Pod) -> Result<Vec<DeviceClaim>, String> {
+    /// The keys (`namespace/name`) of the claims a pod names, in `spec.resourceClaims`
+    /// order; `Err` for one made from a template whose name the pod's status does not
+    /// give yet (or a spec that cannot be read), saying what the pod waits for.
+    fn claim_names(&self, pod: &Pod) -> Vec<Result<String, String>> {
         let Some(spec) = pod.spec.as_ref() else {
-            return Ok(Vec::new());
+            return Vec::new();
         };
         let key = live::pod_key(pod);
         let ctx = Ctx {
             path: src(),
             object: format!("Pod {key}"),
         };
-        let entries = dra::pod_claims(&ctx, "spec", spec).map_err(|e| e.to_string())?;
+        let entries = match dra::pod_claims(&ctx, "spec", spec) {
+            Ok(entries) => entries,
+            Err(e) => return vec![Err(e.to_string())],
+        };
         let namespace = key.split_once('/').map(|(n, _)| n).unwrap_or("default");
         let statuses = pod
             .status
             .as_ref()
             .and_then(|s| s.resource_claim_statuses.as_ref());
-        let mut out = Vec::new();
-        for (entry, source) in entries {
-            let name = match source {
-                ClaimSource::Claim(name) => name,
-                ClaimSource::Template(template) => {
-                    let generated = statuses
+        entries
+            .into_iter()
+            .map(|(entry, source)| {
+                let name = match source {
+                    ClaimSource::Claim(name) => name,
+                    ClaimSource::Template(template) => statuses
                         .into_iter()
                         .flatten()
                         .find(|s| s.name == entry)
-                        .and_then(|s| s.resource_claim_name.clone());
-                    match generated {
-                        Some(name) => name,
-                        None => {
-                            return Err(format!(
+                        .and_then(|s| s.resource_claim_name.clone())
+                        .ok_or_else(|| {
+                            format!(
                                 "waiting for the ResourceClaim of pod claim {entry:?} (from \
                                  ResourceClaimTemplate {namespace}/{template}) to be created by \
                                  the resource claim controller"
-                            ))
-                        }
-                    }
-                }
-            };
-            let claim_key = format!("{namespace}/{name}");
+                            )
+                        })?,
+                };
+                Ok(format!("{namespace}/{name}"))
+            })
+            .collect()
+    }
+
+    fn pod_claims(&self, pod: &Pod) -> Result<Vec<DeviceClaim>, String> {
+        let mut out = Vec::new();
+        for claim_key in self.claim_names(pod) {
+            let claim_key = claim_key?;
             let Some(claim) = self.dra.claims.get(&claim_key) else {
                 return Err(format!(
                     "waiting for ResourceClaim {claim_key} to be created"

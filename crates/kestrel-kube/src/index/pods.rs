@@ -397,7 +397,7 @@ impl ClusterState {
     /// A pod is gone for good (deleted or finished).
     pub(super) fn drop_pod(&mut self, key: &str) {
         self.forget(key);
-        self.dra.claim_pods.remove(key);
+        self.dra.forget_pod(key);
         self.volumes.volume_pods.remove(key);
         self.reported.remove(key);
     }
