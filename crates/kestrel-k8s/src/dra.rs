@@ -854,6 +854,21 @@ impl SliceBook {
         self.slices.keys().cloned().collect()
     }
 
+    /// The nodes whose devices may change with slice `name`: those of every slice of its
+    /// pool (a pool's newest generation decides which of its slices count), its own node
+    /// included. Empty when no such slice is held.
+    pub fn nodes_of_pool_of(&self, name: &str) -> BTreeSet<String> {
+        let Some(slice) = self.slices.get(name) else {
+            return BTreeSet::new();
+        };
+        self.slices
+            .values()
+            .filter(|s| s.driver == slice.driver && s.pool == slice.pool)
+            .chain([slice])
+            .filter_map(|s| s.node.clone())
+            .collect()
+    }
+
     /// The nodes some slice publishes devices for.
     pub fn nodes(&self) -> BTreeSet<&str> {
         self.slices
@@ -1122,6 +1137,34 @@ mod tests {
         );
         let e = f.0.accepts(&broken).unwrap_err();
         assert!(e.contains("not-a-version"), "{e}");
+    }
+
+    #[test]
+    fn a_slice_changes_the_devices_of_its_pools_nodes_only() {
+        let path = std::path::PathBuf::from("slices.yaml");
+        let ctx = Ctx {
+            path: &path,
+            object: "ResourceSlice".into(),
+        };
+        let mut book = SliceBook::default();
+        for (name, node, pool) in [
+            ("a", "node-a", "p"),
+            ("b", "node-b", "p"),
+            ("c", "node-c", "q"),
+        ] {
+            let slice: ResourceSlice = serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"driver": NVIDIA_GPU_DRIVER, "nodeName": node,
+                         "pool": {"name": pool, "generation": 1, "resourceSliceCount": 2},
+                         "devices": [{"name": "gpu-0"}]}}))
+            .unwrap();
+            book.insert(&ctx, &slice).unwrap();
+        }
+        let nodes =
+            |name: &str| -> Vec<String> { book.nodes_of_pool_of(name).into_iter().collect() };
+        assert_eq!(nodes("a"), ["node-a", "node-b"]);
+        assert_eq!(nodes("c"), ["node-c"]);
+        assert!(nodes("gone").is_empty());
     }
 
     #[test]
