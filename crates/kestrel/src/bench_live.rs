@@ -10,6 +10,7 @@ use clap::Args;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
+use kestrel_kube::index::DELETE_PROTECTION;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -273,6 +274,35 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
     Ok(())
 }
 
+/// The bench's own API calls, at most 32 in flight; the first error ends the run.
+struct InFlight(tokio::task::JoinSet<Result<()>>);
+
+impl InFlight {
+    fn new() -> Self {
+        InFlight(tokio::task::JoinSet::new())
+    }
+
+    /// Starts `call`, first waiting for room.
+    async fn start(
+        &mut self,
+        call: impl std::future::Future<Output = Result<()>> + Send + 'static,
+    ) -> Result<()> {
+        while self.0.len() >= 32 {
+            self.0.join_next().await.expect("a task")??;
+        }
+        self.0.spawn(call);
+        Ok(())
+    }
+
+    /// Waits for every call started.
+    async fn finish(mut self) -> Result<()> {
+        while let Some(r) = self.0.join_next().await {
+            r??;
+        }
+        Ok(())
+    }
+}
+
 /// The run that binds with a plain client: no scheduling, no limit.
 const PLAIN_CLIENT: &str = "plain client";
 
@@ -290,7 +320,7 @@ async fn publish_dra_gpus(client: &kube::Client, nodes: u32) -> Result<()> {
         .await
         .map_err(anyhow::Error::msg)?;
     let api: Api<k8s_openapi::api::resource::v1::ResourceSlice> = Api::all(client.clone());
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut calls = InFlight::new();
     for i in 0..nodes {
         let node = node_name(i);
         let devices: Vec<serde_json::Value> = (0..8)
@@ -311,15 +341,14 @@ async fn publish_dra_gpus(client: &kube::Client, nodes: u32) -> Result<()> {
                      "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
                      "devices": devices}}))?;
         let api = api.clone();
-        tasks.spawn(async move { api.create(&PostParams::default(), &slice).await.map(|_| ()) });
-        while tasks.len() >= 32 {
-            tasks.join_next().await.expect("a task")??;
-        }
+        calls
+            .start(async move {
+                api.create(&PostParams::default(), &slice).await?;
+                Ok(())
+            })
+            .await?;
     }
-    while let Some(r) = tasks.join_next().await {
-        r??;
-    }
-    Ok(())
+    calls.finish().await
 }
 
 /// The namespace's template `one-gpu`: one GPU of NVIDIA's class with at least 40 GiB.
@@ -370,7 +399,7 @@ async fn plain_client_binds(client: kube::Client, ns: String) -> Result<()> {
     let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
     let mut list = pods.list(&ListParams::default()).await?.items;
     list.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut calls = InFlight::new();
     for (i, pod) in list.into_iter().enumerate() {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -384,44 +413,39 @@ async fn plain_client_binds(client: kube::Client, ns: String) -> Result<()> {
         let node = node_name(i as u32 / 8);
         let device = format!("gpu-{}", i % 8);
         let (pods, claims) = (pods.clone(), claims.clone());
-        tasks.spawn(async move {
-            let params = PatchParams::default();
-            claims
-                .patch(
-                    &claim,
-                    &params,
-                    &Patch::Merge(json!({"metadata": {"finalizers":
-                        ["resource.kubernetes.io/delete-protection"]}})),
-                )
-                .await?;
-            claims
-                .patch_status(
-                    &claim,
-                    &params,
-                    &Patch::Merge(json!({"status": {
+        calls
+            .start(async move {
+                let params = PatchParams::default();
+                claims
+                    .patch(
+                        &claim,
+                        &params,
+                        &Patch::Merge(json!({"metadata": {"finalizers": [DELETE_PROTECTION]}})),
+                    )
+                    .await?;
+                claims
+                    .patch_status(
+                        &claim,
+                        &params,
+                        &Patch::Merge(json!({"status": {
                         "allocation": {
                             "devices": {"results": [{"request": "gpu",
                                 "driver": "gpu.nvidia.com", "pool": node, "device": device}]},
                             "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
                                 {"key": "metadata.name", "operator": "In", "values": [node]}]}]}},
                         "reservedFor": [{"resource": "pods", "name": name, "uid": uid}]}})),
-                )
-                .await?;
-            let binding = json!({"apiVersion": "v1", "kind": "Binding",
+                    )
+                    .await?;
+                let binding = json!({"apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": name}, "target": {"kind": "Node", "name": node}});
-            let _: serde_json::Value = pods
-                .create_subresource("binding", &name, &PostParams::default(), &binding)
-                .await?;
-            anyhow::Ok(())
-        });
-        while tasks.len() >= 32 {
-            tasks.join_next().await.expect("a task")??;
-        }
+                let _: serde_json::Value = pods
+                    .create_subresource("binding", &name, &PostParams::default(), &binding)
+                    .await?;
+                Ok(())
+            })
+            .await?;
     }
-    while let Some(r) = tasks.join_next().await {
-        r??;
-    }
-    Ok(())
+    calls.finish().await
 }
 
 fn report(args: &LiveArgs, qps: f64, burst: u32, runs: &[Run]) {
@@ -533,7 +557,7 @@ async fn create_pods(
     dra: bool,
 ) -> Result<()> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut calls = InFlight::new();
     for i in 0..count {
         let mut pod = json!({
             "metadata": {"name": format!("p{i:06}"), "namespace": ns},
@@ -556,15 +580,14 @@ async fn create_pods(
         }
         let pod: Pod = serde_json::from_value(pod)?;
         let api = api.clone();
-        tasks.spawn(async move { api.create(&PostParams::default(), &pod).await.map(|_| ()) });
-        while tasks.len() >= 32 {
-            tasks.join_next().await.expect("a task")??;
-        }
+        calls
+            .start(async move {
+                api.create(&PostParams::default(), &pod).await?;
+                Ok(())
+            })
+            .await?;
     }
-    while let Some(r) = tasks.join_next().await {
-        r??;
-    }
-    Ok(())
+    calls.finish().await
 }
 
 /// Watches the namespace's pods until `count` have a node: (first bind, last bind).

@@ -103,6 +103,50 @@ pub struct ClaimWrite {
 /// The finalizer an allocated claim carries while its allocation is in use.
 pub const DELETE_PROTECTION: &str = "resource.kubernetes.io/delete-protection";
 
+/// The keys (`namespace/name`) of the claims a pod names, in `spec.resourceClaims`
+/// order; `Err` for one made from a template whose name the pod's status does not
+/// give yet (or a spec that cannot be read), saying what the pod waits for.
+fn claim_names(pod: &Pod) -> Vec<Result<String, String>> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let key = live::pod_key(pod);
+    let ctx = Ctx {
+        path: src(),
+        object: format!("Pod {key}"),
+    };
+    let entries = match dra::pod_claims(&ctx, "spec", spec) {
+        Ok(entries) => entries,
+        Err(e) => return vec![Err(e.to_string())],
+    };
+    let namespace = key.split_once('/').map(|(n, _)| n).unwrap_or("default");
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref());
+    entries
+        .into_iter()
+        .map(|(entry, source)| {
+            let name = match source {
+                ClaimSource::Claim(name) => name,
+                ClaimSource::Template(template) => statuses
+                    .into_iter()
+                    .flatten()
+                    .find(|s| s.name == entry)
+                    .and_then(|s| s.resource_claim_name.clone())
+                    .ok_or_else(|| {
+                        format!(
+                            "waiting for the ResourceClaim of pod claim {entry:?} (from \
+                             ResourceClaimTemplate {namespace}/{template}) to be created by \
+                             the resource claim controller"
+                        )
+                    })?,
+            };
+            Ok(format!("{namespace}/{name}"))
+        })
+        .collect()
+}
+
 fn src() -> &'static Path {
     Path::new(live::API_SOURCE)
 }
@@ -322,13 +366,13 @@ impl ClusterState {
         self.dra
             .claim_pods
             .insert(key.to_string(), Arc::new(pod.clone()));
-        let names = self
-            .claim_names(pod)
-            .into_iter()
-            .filter_map(Result::ok)
+        let names = claim_names(pod);
+        let known = names
+            .iter()
+            .filter_map(|n| n.as_ref().ok().cloned())
             .collect();
-        self.dra.set_names(key, names);
-        let claims = self.pod_claims(pod).map_err(ClaimWait::Waiting)?;
+        self.dra.set_names(key, known);
+        let claims = self.claims_named(names).map_err(ClaimWait::Waiting)?;
         let ctx = Ctx {
             path: src(),
             object: format!("Pod {key}"),
@@ -336,55 +380,11 @@ impl ClusterState {
         dra::set_pod_claims(&ctx, "spec", spec, claims).map_err(|e| ClaimWait::Invalid(e.into()))
     }
 
-    /// The claims of a pod, resolved against the claims and classes seen; `Err`: why it
-    /// waits (in kube-scheduler's words where it has some).
-    /// The keys (`namespace/name`) of the claims a pod names, in `spec.resourceClaims`
-    /// order; `Err` for one made from a template whose name the pod's status does not
-    /// give yet (or a spec that cannot be read), saying what the pod waits for.
-    fn claim_names(&self, pod: &Pod) -> Vec<Result<String, String>> {
-        let Some(spec) = pod.spec.as_ref() else {
-            return Vec::new();
-        };
-        let key = live::pod_key(pod);
-        let ctx = Ctx {
-            path: src(),
-            object: format!("Pod {key}"),
-        };
-        let entries = match dra::pod_claims(&ctx, "spec", spec) {
-            Ok(entries) => entries,
-            Err(e) => return vec![Err(e.to_string())],
-        };
-        let namespace = key.split_once('/').map(|(n, _)| n).unwrap_or("default");
-        let statuses = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.resource_claim_statuses.as_ref());
-        entries
-            .into_iter()
-            .map(|(entry, source)| {
-                let name = match source {
-                    ClaimSource::Claim(name) => name,
-                    ClaimSource::Template(template) => statuses
-                        .into_iter()
-                        .flatten()
-                        .find(|s| s.name == entry)
-                        .and_then(|s| s.resource_claim_name.clone())
-                        .ok_or_else(|| {
-                            format!(
-                                "waiting for the ResourceClaim of pod claim {entry:?} (from \
-                                 ResourceClaimTemplate {namespace}/{template}) to be created by \
-                                 the resource claim controller"
-                            )
-                        })?,
-                };
-                Ok(format!("{namespace}/{name}"))
-            })
-            .collect()
-    }
-
-    fn pod_claims(&self, pod: &Pod) -> Result<Vec<DeviceClaim>, String> {
+    /// The claims named (see [`claim_names`]), resolved against the claims and classes
+    /// seen; `Err`: why the pod waits (in kube-scheduler's words where it has some).
+    fn claims_named(&self, names: Vec<Result<String, String>>) -> Result<Vec<DeviceClaim>, String> {
         let mut out = Vec::new();
-        for claim_key in self.claim_names(pod) {
+        for claim_key in names {
             let claim_key = claim_key?;
             let Some(claim) = self.dra.claims.get(&claim_key) else {
                 return Err(format!(
