@@ -1,5 +1,6 @@
 //! Fake GPU nodes: Node objects with capacity, allocatable and a Ready condition, as a
-//! kubelet with NVIDIA's device plugin registers them.
+//! kubelet with NVIDIA's device plugin registers them, and the ResourceSlices NVIDIA's DRA
+//! driver publishes for a node's GPUs.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -34,6 +35,29 @@ pub fn gpu_node(name: &str, gpus: u32, labels: &[(&str, &str)]) -> Node {
         },
     }))
     .expect("a Node")
+}
+
+/// The ResourceSlice NVIDIA's DRA driver (`gpu.nvidia.com`) writes for `node`'s `gpus`
+/// H100s: one pool named after the node, generation 1, devices `gpu-N` with the driver's
+/// attributes and two GPUs per PCIe root.
+pub fn nvidia_gpu_slice(node: &str, gpus: u32) -> serde_json::Value {
+    let devices: Vec<serde_json::Value> = (0..gpus)
+        .map(|i| {
+            json!({"name": format!("gpu-{i}"), "attributes": {
+                "type": {"string": "gpu"}, "index": {"int": i},
+                "uuid": {"string": format!("GPU-{node}-{i}")},
+                "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                "architecture": {"string": "Hopper"},
+                "driverVersion": {"version": "580.65.6"},
+                "resource.kubernetes.io/pcieRoot": {"string": format!("pci0000:{:02x}", i / 2)}},
+             "capacity": {"memory": {"value": "81559Mi"}}})
+        })
+        .collect();
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": format!("{node}-gpu.nvidia.com")},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices}})
 }
 
 /// Creates the nodes (their status as a kubelet registers it) and sets their taints back

@@ -323,23 +323,7 @@ async fn publish_dra_gpus(client: &kube::Client, nodes: u32) -> Result<()> {
     let mut calls = InFlight::new();
     for i in 0..nodes {
         let node = node_name(i);
-        let devices: Vec<serde_json::Value> = (0..8)
-            .map(|g| {
-                json!({"name": format!("gpu-{g}"), "attributes": {
-                    "type": {"string": "gpu"}, "index": {"int": g},
-                    "uuid": {"string": format!("GPU-{node}-{g}")},
-                    "productName": {"string": "NVIDIA H100 80GB HBM3"},
-                    "architecture": {"string": "Hopper"},
-                    "driverVersion": {"version": "580.65.6"},
-                    "resource.kubernetes.io/pcieRoot": {"string": format!("pci0000:{:02x}", g / 2)}},
-                 "capacity": {"memory": {"value": "81559Mi"}}})
-            })
-            .collect();
-        let slice = serde_json::from_value(json!({
-            "metadata": {"name": format!("{node}-gpu.nvidia.com")},
-            "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
-                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                     "devices": devices}}))?;
+        let slice = serde_json::from_value(kestrel_testenv::nodes::nvidia_gpu_slice(&node, 8))?;
         let api = api.clone();
         calls
             .start(async move {

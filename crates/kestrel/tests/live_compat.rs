@@ -13,6 +13,10 @@
 //! - The controllers: batch Jobs keep `min(parallelism, completions left)` pods and write
 //!   `status.succeeded`; a JobSet gets one Job per replica; a PyTorchJob one pod per
 //!   replica (the training operator's labels); a Volcano Job a PodGroup and its pods.
+//!   kube-controller-manager's resourceclaim controller runs for real: it makes the
+//!   claims of pods from templates and releases those of ended pods.
+//! - Pools that publish their GPUs through DRA get ResourceSlices as NVIDIA's driver
+//!   writes them, and no `nvidia.com/gpu`.
 //! - A case whose header expects an error is the simulator's reader refusing a file;
 //!   it has nothing to run live.
 
@@ -51,16 +55,19 @@ fn faster(value: &str) -> String {
     format!("{}ms", (ms / SPEED_UP).max(1))
 }
 
-/// The cluster of `tests/compat/cluster.yaml`, named after `prefix`.
-fn compat_nodes(prefix: &str) -> Vec<Node> {
+/// The cluster of `tests/compat/cluster.yaml`, named after `prefix`: its nodes, and the
+/// ResourceSlices of the pools whose GPUs are published through DRA (`publish: dra`; such
+/// nodes have no `nvidia.com/gpu`).
+fn compat_nodes(prefix: &str) -> (Vec<Node>, Vec<Value>) {
     let text = std::fs::read_to_string(compat_dir().join("cluster.yaml")).unwrap();
     let cluster = read_documents(Path::new("cluster.yaml"), &text, None).unwrap()[0]
         .value
         .clone();
-    let mut nodes = Vec::new();
+    let (mut nodes, mut slices) = (Vec::new(), Vec::new());
     for pool in cluster["spec"]["pools"].as_array().expect("pools") {
         let name = pool["name"].as_str().unwrap();
         let gpus = pool["gpu"]["count"].as_u64().unwrap_or(0) as u32;
+        let dra = pool["gpu"]["publish"] == "dra";
         let labels: Vec<(String, String)> = pool["labels"]
             .as_object()
             .map(|l| {
@@ -74,7 +81,12 @@ fn compat_nodes(prefix: &str) -> Vec<Node> {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         for i in 0..pool["count"].as_u64().unwrap_or(1) {
-            let mut node = kestrel_testenv::gpu_node(&format!("{prefix}{name}-{i}"), gpus, &labels);
+            let node_name = format!("{prefix}{name}-{i}");
+            let device_plugin_gpus = if dra { 0 } else { gpus };
+            let mut node = kestrel_testenv::gpu_node(&node_name, device_plugin_gpus, &labels);
+            if dra {
+                slices.push(kestrel_testenv::nodes::nvidia_gpu_slice(&node_name, gpus));
+            }
             if let Some(taints) = pool.get("taints") {
                 node.spec.get_or_insert_with(Default::default).taints =
                     Some(serde_json::from_value(taints.clone()).unwrap());
@@ -82,7 +94,7 @@ fn compat_nodes(prefix: &str) -> Vec<Node> {
             nodes.push(node);
         }
     }
-    nodes
+    (nodes, slices)
 }
 
 /// Kueue's CRDs (every served version), Volcano's, KAI's, Kubeflow's and JobSet's, as
@@ -226,7 +238,7 @@ fn pod_from_template(
 
 /// The kinds the compatibility set creates (its cases' objects and what the controllers
 /// played here make), with their resource names.
-const PLURALS: [(&str, &str); 18] = [
+const PLURALS: [(&str, &str); 21] = [
     ("Pod", "pods"),
     ("Job", "jobs"),
     ("JobSet", "jobsets"),
@@ -245,6 +257,9 @@ const PLURALS: [(&str, &str); 18] = [
     ("PersistentVolumeClaim", "persistentvolumeclaims"),
     ("PersistentVolume", "persistentvolumes"),
     ("StorageClass", "storageclasses"),
+    ("DeviceClass", "deviceclasses"),
+    ("ResourceClaim", "resourceclaims"),
+    ("ResourceClaimTemplate", "resourceclaimtemplates"),
 ];
 
 /// Applies one case's objects in Kubernetes' order (queues and classes, then workloads)
@@ -711,6 +726,10 @@ fn as_kestrels(mut object: Value, warnings: &[String]) -> Value {
 async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane() {
     let Some((env, _serial)) = env() else { return };
     let client = env.client().await;
+    // Claims from templates are kube-controller-manager's: it creates them for the pods
+    // and releases those of ended pods.
+    env.cp
+        .start_controller_manager(&["resourceclaim-controller"], &[]);
     kestrel_testenv::apply_yaml(&client, &other_projects_crds(), false)
         .await
         .unwrap();
@@ -731,7 +750,12 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
         ran += 1;
         let prefix = format!("compat{index}-");
         let scheduler = format!("kestrel-compat{index}");
-        kestrel_testenv::create_gpu_nodes(&client, compat_nodes(&prefix)).await;
+        let (nodes, slices) = compat_nodes(&prefix);
+        kestrel_testenv::create_gpu_nodes(&client, nodes).await;
+        let slices: Vec<String> = slices.iter().map(Value::to_string).collect();
+        kestrel_testenv::apply_yaml(&client, &slices.join("\n---\n"), false)
+            .await
+            .unwrap();
         let _kubelet = kestrel_testenv::FakeKubelet::start(client.clone(), &prefix);
         let mut case = Case {
             client: client.clone(),
@@ -850,5 +874,6 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
         case.clean(&prefix).await;
         eprintln!("{state}: as stated");
     }
+    env.cp.stop_controller_manager();
     assert!(ran >= 10, "only {ran} cases ran");
 }

@@ -25,34 +25,6 @@ use std::time::{Duration, Instant};
 const NS: &str = "dra";
 const SCHEDULER: &str = "kestrel-dra";
 
-fn slice(node: &str, gpus: u32) -> serde_json::Value {
-    let devices: Vec<serde_json::Value> = (0..gpus)
-        .map(|i| {
-            json!({
-                "name": format!("gpu-{i}"),
-                "attributes": {
-                    "type": {"string": "gpu"},
-                    "index": {"int": i},
-                    "uuid": {"string": format!("GPU-{node}-{i}")},
-                    "productName": {"string": "NVIDIA H100 80GB HBM3"},
-                    "driverVersion": {"version": "580.65.6"},
-                    "resource.kubernetes.io/pcieRoot": {"string": format!("pci0000:{:02x}", i / 2)},
-                },
-                "capacity": {"memory": {"value": "81559Mi"}},
-            })
-        })
-        .collect();
-    json!({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-        "metadata": {"name": format!("{node}-gpu.nvidia.com")},
-        "spec": {
-            "driver": "gpu.nvidia.com", "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    })
-}
-
 /// A pod of namespace `ns` for `scheduler` (staying on the namespace's nodes) whose one
 /// container uses its one claim, named `gpu`; no termination grace period.
 fn pod_in(ns: &str, scheduler: &str, name: &str, claim: serde_json::Value) -> serde_json::Value {
@@ -166,55 +138,10 @@ async fn dra_cluster(client: &kube::Client, ns: &str, nodes: usize, gpus: u32) {
         gpu_template(ns, "one-gpu", 1),
         gpu_template(ns, "two-gpu", 2),
     ];
-    objects.extend((0..nodes).map(|i| slice(&format!("{ns}-{i}"), gpus)));
+    objects.extend(
+        (0..nodes).map(|i| kestrel_testenv::nodes::nvidia_gpu_slice(&format!("{ns}-{i}"), gpus)),
+    );
     apply(client, &objects).await;
-}
-
-/// Removes what [`dra_cluster`] and the test made: pods, claims, slices, nodes.
-async fn dra_teardown(client: &kube::Client, ns: &str) {
-    let _ = Api::<Pod>::namespaced(client.clone(), ns)
-        .delete_collection(
-            &DeleteParams::default().grace_period(0),
-            &ListParams::default(),
-        )
-        .await;
-    // Claims allocated by a scheduler carry the delete-protection finalizer, which only
-    // the claim controller takes off: it goes here, with the claims.
-    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
-    for claim in claims
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-    {
-        let name = claim.metadata.name.clone().unwrap_or_default();
-        let _ = claims
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-            )
-            .await;
-        let _ = claims.delete(&name, &DeleteParams::default()).await;
-    }
-    let slices = Api::<k8s_openapi::api::resource::v1::ResourceSlice>::all(client.clone());
-    for slice in slices
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-    {
-        if slice
-            .spec
-            .node_name
-            .as_deref()
-            .is_some_and(|n| n.starts_with(&format!("{ns}-")))
-        {
-            let name = slice.metadata.name.unwrap_or_default();
-            let _ = slices.delete(&name, &DeleteParams::default()).await;
-        }
-    }
-    cleanup(client, &format!("{ns}-"), &[ns]).await;
 }
 
 /// The namespace's claims by name, as the invariant checker reads them.
@@ -474,7 +401,7 @@ async fn claims_are_allocated_on_the_pods_node_before_the_bind() {
     }
     assert_invariants(&client).await;
 
-    dra_teardown(&client, NS).await;
+    cleanup(&client, &format!("{NS}-"), &[NS]).await;
 }
 
 /// Preemption of pods that hold devices through claims from a template: four low-priority
@@ -701,7 +628,7 @@ async fn a_preemptor_gets_the_devices_of_its_victims_once_they_are_gone() {
         "preemption with claims: {window_samples} samples with the victims' devices held, {:.1} s",
         started_at.elapsed().as_secs_f64()
     );
-    dra_teardown(&client, NS).await;
+    cleanup(&client, &format!("{NS}-"), &[NS]).await;
 }
 
 /// What the ValidatingAdmissionPolicy of [`kestrel_restarts_between_an_allocation_and_its_bind`]
@@ -956,7 +883,7 @@ async fn kestrel_restarts_between_an_allocation_and_its_bind() {
         "restart between allocation and bind: {:.1} s",
         started_at.elapsed().as_secs_f64()
     );
-    dra_teardown(&client, NS).await;
+    cleanup(&client, &format!("{NS}-"), &[NS]).await;
 }
 
 /// The namespace's pods: bound ones by name with their nodes, and the names of the others.
@@ -1212,5 +1139,5 @@ async fn kube_scheduler_and_kestrel_share_dra_nodes() {
         "kube-scheduler and Kestrel: {:.1} s",
         started_at.elapsed().as_secs_f64()
     );
-    dra_teardown(&client, NS).await;
+    cleanup(&client, &format!("{NS}-"), &[NS]).await;
 }

@@ -6,8 +6,9 @@
 #![allow(dead_code)]
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kestrel_testenv::{ControlPlane, Kestrel};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -337,7 +338,8 @@ pub async fn assert_invariants(client: &kube::Client) {
     }
 }
 
-/// Removes a test's nodes (by name prefix) and pods, so the next test starts clean.
+/// Removes a test's nodes (by name prefix) with their ResourceSlices, and its namespaces'
+/// pods and ResourceClaims, so the next test starts clean.
 pub async fn cleanup(client: &kube::Client, node_prefix: &str, namespaces: &[&str]) {
     for ns in namespaces {
         let api: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -347,6 +349,42 @@ pub async fn cleanup(client: &kube::Client, node_prefix: &str, namespaces: &[&st
                 &ListParams::default(),
             )
             .await;
+        // Claims allocated by a scheduler carry the delete-protection finalizer, which only
+        // the claim controller takes off once their pods are gone: it goes here.
+        let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
+        for claim in claims
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let name = claim.metadata.name.clone().unwrap_or_default();
+            let _ = claims
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                )
+                .await;
+            let _ = claims.delete(&name, &DeleteParams::default()).await;
+        }
+    }
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    for slice in slices
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        if slice
+            .spec
+            .node_name
+            .as_deref()
+            .is_some_and(|n| n.starts_with(node_prefix))
+        {
+            let name = slice.metadata.name.unwrap_or_default();
+            let _ = slices.delete(&name, &DeleteParams::default()).await;
+        }
     }
     let nodes: Api<Node> = Api::all(client.clone());
     for node in nodes
