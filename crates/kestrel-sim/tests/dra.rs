@@ -571,3 +571,67 @@ spec: {}
         assert!(e.contains(part), "{part} not in: {e}");
     }
 }
+
+#[test]
+fn a_preemptor_with_a_claim_takes_the_devices_its_victims_claims_held() {
+    let classes = r#"
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: urgent}
+value: 1000
+---
+"#;
+    // 16 one-GPU pods fill both nodes' DRA GPUs for 30 minutes; at 10 minutes an urgent
+    // pod claims 4 GPUs on one NUMA node.
+    let urgent = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: urgent
+  namespace: team
+  annotations: {kestrel.dev/sim-arrival: 10m, kestrel.dev/sim-duration: 30m}
+spec:
+  priorityClassName: urgent
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: four-big-gpus}]
+  containers:
+  - name: main
+    image: trainer
+    resources:
+      requests: {cpu: "1"}
+      claims: [{name: gpu}]
+---
+"#;
+    let work = classes.to_string()
+        + &job(
+            "fill",
+            16,
+            "[{name: gpu, resourceClaimTemplateName: one-gpu}]",
+        )
+        + urgent;
+    let workload = workload(&work).unwrap();
+    let cluster = cluster();
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(5 * MIN).unwrap();
+    assert_eq!(sim.scheduler().held_claims().count(), 16);
+    sim.run_to(12 * MIN).unwrap();
+    let (node, gpus) = bound_devices(&sim, "urgent").expect("the urgent pod runs");
+    assert_eq!(gpus.len(), 4);
+    // Its victims are gone and their claims released: every device is held once, by
+    // the claims of the pods still bound.
+    let mut held = std::collections::BTreeSet::new();
+    let mut bound_fill = 0;
+    for (id, record) in sim.scheduler().pods() {
+        if let PodPhase::Bound { node, gpus, .. } = &record.phase {
+            if record.spec.name.starts_with("fill-") {
+                bound_fill += 1;
+            }
+            for index in gpus.indices() {
+                assert!(held.insert((*node, index)), "GPU {index} given twice");
+            }
+            assert_eq!(sim.scheduler().pod_claim_allocations(id).len(), 1);
+        }
+    }
+    assert_eq!(bound_fill, 12, "four one-GPU pods made room, no more");
+    assert_eq!(sim.scheduler().held_claims().count(), 13);
+    assert!(held.contains(&(node, gpus[0])));
+}
