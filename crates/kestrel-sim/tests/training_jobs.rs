@@ -263,13 +263,15 @@ spec: {containers: [{name: c, image: x}]}
     assert!(!json.contains("training_jobs"), "{json}");
 }
 
-/// The README's worked example ("TrainingJobs in the simulator") runs as it says.
+/// The worked example of docs/concepts/training-jobs.md ("TrainingJobs in the simulator")
+/// runs as it says.
 #[test]
-fn the_readme_example_runs_as_documented() {
+fn the_documented_example_runs_as_documented() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let section = &readme[readme
-        .find("### TrainingJobs in the simulator")
+    let page = "docs/concepts/training-jobs.md";
+    let doc = std::fs::read_to_string(root.join(page)).expect(page);
+    let section = &doc[doc
+        .find("## TrainingJobs in the simulator")
         .expect("the section")..];
     let yaml = section
         .split("```yaml\n")
@@ -288,7 +290,7 @@ fn the_readme_example_runs_as_documented() {
         .take(5)
         .collect();
     for row in rows {
-        assert!(section.contains(row), "the README's output lacks {row:?}");
+        assert!(section.contains(row), "{page}: the example's output lacks {row:?}");
     }
     let bert = &r.training_jobs[0];
     assert_eq!((bert.state.as_str(), bert.restarts), ("Succeeded", 1));
