@@ -804,3 +804,51 @@ fn work_that_ends_before_the_reserved_start_backfills() {
     assert!(node_of(&s, long).is_none());
     assert!(node_of(&s, unknown).is_none());
 }
+
+#[test]
+fn racks_labelled_alike_in_two_blocks_are_two_racks() {
+    // Rack "r0" exists in block b0 (one node) and in block b1 (one node); rack "r1" of b1
+    // has two nodes. A gang of two 8-GPU pods that requires one rack fits only r1.
+    let nodes = vec![
+        node("b0-r0", "r0", "b0"),
+        node("b1-r0", "r0", "b1"),
+        node("b1-r1-a", "r1", "b1"),
+        node("b1-r1-b", "r1", "b1"),
+    ];
+    for levels in [
+        vec![BLOCK_LABEL.to_string(), RACK_LABEL.to_string()],
+        // Without a Topology, block is above rack too.
+        Vec::new(),
+    ] {
+        let mut s = scheduler(Policy::Kestrel, nodes.clone());
+        s.set_topology_levels(levels.clone());
+        // Fill r1 first so that only the two "r0" racks have room, one node each.
+        let mut filler = member("fill", "f0", 8, None);
+        filler.gang = None;
+        filler.constraints.node_selector =
+            [("kubernetes.io/hostname".to_string(), "b1-r1-a".to_string())]
+                .into_iter()
+                .collect();
+        let f = s.submit(filler, 0);
+        s.schedule(0);
+        assert_eq!(node_of(&s, f).as_deref(), Some("b1-r1-a"));
+        let mut spec = gang("rack", 2);
+        spec.topology.required = Some(RACK_LABEL.into());
+        s.add_gang(spec).unwrap();
+        let pods: Vec<PodId> = (0..2)
+            .map(|i| s.submit(member("rack", &format!("p{i}"), 8, Some(i)), 1))
+            .collect();
+        s.schedule(1);
+        let places: Vec<Option<String>> = pods.iter().map(|&p| node_of(&s, p)).collect();
+        assert_eq!(
+            places,
+            [None, None],
+            "levels {levels:?}: the two r0 racks are different racks"
+        );
+        assert!(
+            reason(&s, pods[0]).contains("rack"),
+            "{}",
+            reason(&s, pods[0])
+        );
+    }
+}

@@ -39,6 +39,11 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+
+/// The operating system label every kubelet sets.
+const OS_LABEL: &str = "kubernetes.io/os";
+/// The CPU architecture label every kubelet sets.
+const ARCH_LABEL: &str = "kubernetes.io/arch";
 use std::path::Path;
 
 /// The `apiVersion` of a cluster spec.
@@ -612,6 +617,10 @@ fn build_pool(path: &Path, object: &str, spec: PoolSpec) -> Result<Pool, LoadErr
         (None, Some(n)) => Some(n),
         (None, None) => None,
     };
+    // What every kubelet sets, so charts' `nodeSelector: {kubernetes.io/os: linux}`
+    // matches; a pool's own labels may say otherwise (arm64 for Grace nodes).
+    labels.insert(OS_LABEL.into(), "linux".into());
+    labels.insert(ARCH_LABEL.into(), "amd64".into());
     if let Some(block) = &spec.block {
         labels.insert(BLOCK_LABEL.into(), block.clone());
     }
@@ -730,6 +739,9 @@ mod tests {
         assert_eq!(l(BLOCK_LABEL), Some("b1"));
         assert_eq!(l("team"), Some("ml"));
         assert_eq!(l("tier"), Some("1"));
+        // The labels every kubelet sets.
+        assert_eq!(l("kubernetes.io/os"), Some("linux"));
+        assert_eq!(l("kubernetes.io/arch"), Some("amd64"));
         let cpu = &c.nodes[10];
         assert_eq!(cpu.allocatable.cpu_milli, 64_000);
         assert_eq!(cpu.max_pods, DEFAULT_MAX_PODS);

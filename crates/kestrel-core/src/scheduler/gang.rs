@@ -21,6 +21,8 @@ impl Scheduler {
     /// as a `Topology` object's `levels[].nodeLabel` lists them.
     pub fn set_topology_levels(&mut self, levels: Vec<String>) {
         self.gangs.levels = levels;
+        // Domains are paths through the levels.
+        self.domain_cache.clear();
     }
 
     /// Declares or updates a gang. Its pods may come before or after.
@@ -647,25 +649,42 @@ impl Scheduler {
         (placed, failed)
     }
 
-    /// Nodes grouped by their value of `level` (nodes without the label are in no domain),
-    /// optionally only among `within`.
+    /// Nodes grouped by their domain of `level` (nodes without the label are in no domain),
+    /// optionally only among `within`. A domain is a path: its value of `level` under its
+    /// values of the levels above (a Topology's levels; without one, block above rack), so
+    /// two racks labelled alike in two blocks are two racks. Its name is the path, `/`
+    /// between levels.
     pub(crate) fn domains(&mut self, level: &str, within: Option<&[NodeId]>) -> Vec<Domain> {
         if within.is_none() {
             if let Some(domains) = self.domain_cache.get(level) {
                 return domains.clone();
             }
         }
-        let mut out: BTreeMap<&str, Vec<NodeId>> = BTreeMap::new();
+        let above: Vec<String> = match self.gangs.levels.iter().position(|l| l == level) {
+            Some(i) => self.gangs.levels[..i].to_vec(),
+            None if level == crate::model::RACK_LABEL => {
+                vec![crate::model::BLOCK_LABEL.to_string()]
+            }
+            None => Vec::new(),
+        };
+        let mut out: BTreeMap<String, Vec<NodeId>> = BTreeMap::new();
         let mut add = |id: NodeId| {
-            if let Some(value) = self.cluster.node(id).spec.labels.get(level) {
-                out.entry(value.as_str()).or_default().push(id);
+            let labels = &self.cluster.node(id).spec.labels;
+            if let Some(value) = labels.get(level) {
+                let mut path = String::new();
+                for upper in &above {
+                    path.push_str(labels.get(upper).map_or("", String::as_str));
+                    path.push('/');
+                }
+                path.push_str(value);
+                out.entry(path).or_default().push(id);
             }
         };
         match within {
             Some(nodes) => nodes.iter().copied().for_each(&mut add),
             None => self.cluster.iter().for_each(|(id, _)| add(id)),
         }
-        let domains: Vec<Domain> = out.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let domains: Vec<Domain> = out.into_iter().collect();
         if within.is_none() {
             self.domain_cache.insert(level.to_string(), domains.clone());
         }
