@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # Kestrel's image for builders with registry access (docker build / podman build / buildah).
 # Without a registry or a daemon, build/static.sh makes the same image from the same static
-# binary (see README "Install").
+# binary (see docs/tasks/install.md).
 #
 #   docker build -t kestrel:0.1.0 --build-arg KESTREL_GIT_COMMIT=$(git rev-parse --short=12 HEAD) .
 #

@@ -315,7 +315,7 @@ pub async fn run(
 
 /// Puts the allocation records right from the kubelet's own account (PodResources): when
 /// two pods asking for the same number of GPUs started at once, the agent may have
-/// recorded each with the other's GPUs (see the README). Only pods the scheduler stamped
+/// recorded each with the other's GPUs (see docs/concepts/node-agent.md). Only pods the scheduler stamped
 /// are touched. Returns how many records changed.
 pub async fn reconcile_allocations(
     cluster: &Cluster,

@@ -114,7 +114,7 @@ impl FakeBackend {
         let doc: FakeDoc = serde_saphyr::from_str(text).map_err(|e| {
             LoadError::new(
                 path,
-                format!("not a fake GPU file: {e}\nsee \"The node agent\" in the README"),
+                format!("not a fake GPU file: {e}\nsee its format in docs/concepts/node-agent.md"),
             )
         })?;
         let err = |field: &str, message: String| LoadError::new(path, message).field(field);

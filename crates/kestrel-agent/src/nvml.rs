@@ -95,7 +95,7 @@ fn nvml_err(what: impl Into<String>) -> impl FnOnce(NvmlError) -> BackendError {
 const STATIC_HINT: &str = if cfg!(target_feature = "crt-static") {
     " (this kestrel is statically linked and cannot load shared libraries at all: run the \
      agent from the kestrel-agent image, which build/agent-image.sh builds; see \"The node \
-     agent\" in the README)"
+     agent\" in docs/tasks/install.md)"
 } else {
     ""
 };

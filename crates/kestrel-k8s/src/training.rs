@@ -1475,7 +1475,7 @@ mod tests {
 mod example_tests {
     use super::*;
 
-    /// The README's example (examples/training/bert.yaml) is a valid job.
+    /// The example of docs/concepts/training-jobs.md (examples/training/bert.yaml) is a valid job.
     #[test]
     fn the_example_job_plans() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/training/bert.yaml");

@@ -290,7 +290,10 @@ fn the_documented_example_runs_as_documented() {
         .take(5)
         .collect();
     for row in rows {
-        assert!(section.contains(row), "{page}: the example's output lacks {row:?}");
+        assert!(
+            section.contains(row),
+            "{page}: the example's output lacks {row:?}"
+        );
     }
     let bert = &r.training_jobs[0];
     assert_eq!((bert.state.as_str(), bert.restarts), ("Succeeded", 1));

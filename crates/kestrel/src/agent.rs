@@ -47,7 +47,7 @@ pub struct AgentArgs {
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
     /// Describe the node's GPUs in a YAML file instead of asking NVML (tests, demos,
-    /// machines without GPUs); format in the README.
+    /// machines without GPUs); format in docs/concepts/node-agent.md.
     #[arg(long, value_name = "FILE")]
     fake_gpus: Option<PathBuf>,
     /// Where sysfs is mounted (NUMA nodes, PCIe switches, RDMA NICs).

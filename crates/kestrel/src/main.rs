@@ -43,7 +43,7 @@ enum Command {
     /// Benchmarks: the openb packing experiment, placement throughput.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
-    /// Run the live scheduler against a Kubernetes cluster (see docs/live.md).
+    /// Run the live scheduler against a Kubernetes cluster (see docs/tasks/run-on-a-cluster.md).
     Serve(serve::ServeArgs),
     /// Print the install manifests (deploy/kestrel.yaml), or the Helm chart's template.
     Manifests(serve::ManifestsArgs),

@@ -337,7 +337,7 @@ fn schemas_accept_good_objects_and_reject_malformed_ones() {
         json!({"apiVersion": "scheduling.kestrel.dev/v1alpha1", "kind": "PodGroup",
                "metadata": {"name": "pt", "namespace": "ml"}, "spec": spec})
     };
-    // The README's example, as the simulator reads it.
+    // A PodGroup as docs/concepts/gangs-and-topology.md writes one, as the simulator reads it.
     let good = pg(json!({"minMember": 5, "scheduleTimeoutSeconds": 600,
         "minTaskMember": {"master": 1, "worker": 4}, "minResources": {"nvidia.com/gpu": 40, "memory": "2Ti"},
         "topology": {"required": "topology.kestrel.dev/block", "sliceLevel": "nvidia.com/gpu.clique", "sliceSize": 5}}));
