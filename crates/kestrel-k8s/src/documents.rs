@@ -37,6 +37,45 @@ pub const SUPPORTED_KINDS: [&str; 26] = [
     "ResourceClaimTemplate",
 ];
 
+/// The apiVersions Kestrel reads of each kind that several projects (or several versions
+/// with different fields) define; another apiVersion is refused by name, never half read.
+pub const KIND_VERSIONS: [(&str, &[&str]); 6] = [
+    ("Job", &["batch/v1", "batch.volcano.sh/v1alpha1"]),
+    ("PyTorchJob", &["kubeflow.org/v1"]),
+    ("JobSet", &["jobset.x-k8s.io/v1alpha2"]),
+    ("TrainingJob", &["scheduling.kestrel.dev/v1alpha1"]),
+    (
+        "PodGroup",
+        &[
+            "scheduling.kestrel.dev/v1alpha1",
+            "scheduling.x-k8s.io/v1alpha1",
+            "scheduling.volcano.sh/v1beta1",
+        ],
+    ),
+    (
+        "Topology",
+        &[
+            "scheduling.kestrel.dev/v1alpha1",
+            "kueue.x-k8s.io/v1alpha1",
+            "kueue.x-k8s.io/v1beta1",
+            "kueue.x-k8s.io/v1beta2",
+        ],
+    ),
+];
+
+/// Why Kestrel does not read `kind` at `api_version`, for a kind of [`KIND_VERSIONS`] at
+/// a version it does not read; `None` otherwise.
+pub fn unread_version(kind: &str, api_version: &str) -> Option<String> {
+    let (_, versions) = KIND_VERSIONS.iter().find(|(k, _)| *k == kind)?;
+    (!versions.contains(&api_version)).then(|| {
+        format!(
+            "apiVersion {api_version:?} is not one Kestrel reads for {kind}; Kestrel reads \
+             {kind} at {}: set one of them (their fields are the ones Kestrel reads)",
+            versions.join(", ")
+        )
+    })
+}
+
 /// Kinds without a namespace, named `Kind name` rather than `Kind namespace/name`.
 const CLUSTER_SCOPED: [&str; 11] = [
     "Node",

@@ -124,6 +124,9 @@ pub fn parse_gang_document(path: &Path, doc: &Value) -> Result<GangDocument, Loa
             "no name; set metadata.name".into(),
         ));
     }
+    if let Some(why) = crate::documents::unread_version(kind, api_version) {
+        return Err(err(path, &object, "apiVersion", why));
+    }
     let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
     if kind == "Topology" {
         let levels: Vec<TopologyLevel> = serde_json::from_value(

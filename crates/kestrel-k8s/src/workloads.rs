@@ -239,6 +239,10 @@ pub fn role_workload<'v>(
     if !ROLE_WORKLOAD_KINDS.contains(&(group, kind)) {
         return Ok(None);
     }
+    let api_version = value.get("apiVersion").and_then(Value::as_str);
+    if let Some(why) = crate::documents::unread_version(kind, api_version.unwrap_or_default()) {
+        return Err(ctx.err("apiVersion", why));
+    }
     let spec = value
         .get("spec")
         .and_then(Value::as_object)

@@ -149,6 +149,85 @@ spec:
     let e = read(&no_duration).unwrap_err();
     assert!(e.contains("a PyTorchJob needs to say how long"), "{e}");
 }
+
+#[test]
+fn kinds_at_versions_kestrel_does_not_read_are_refused_naming_the_versions_it_reads() {
+    let volcano_job = "apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: mpi, namespace: ml, annotations: {kestrel.dev/sim-duration: 60s}}
+spec:
+  tasks:
+  - name: worker
+    replicas: 2
+    template: {spec: {containers: [{name: c, image: x}]}}
+";
+    let jobset = "apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: js, namespace: ml, annotations: {kestrel.dev/sim-duration: 60s}}
+spec:
+  replicatedJobs:
+  - name: w
+    replicas: 1
+    template: {spec: {template: {spec: {containers: [{name: c, image: x}]}}}}
+";
+    let pod_group = "apiVersion: scheduling.volcano.sh/v1beta1
+kind: PodGroup
+metadata: {name: g, namespace: ml}
+spec: {minMember: 2}
+";
+    // Each reads at its own version first.
+    for yaml in [pytorch(1).as_str(), volcano_job, jobset, pod_group] {
+        read(yaml).unwrap_or_else(|e| panic!("{e}"));
+    }
+    for (yaml, from, to, object, reads) in [
+        (
+            pytorch(1),
+            "kubeflow.org/v1",
+            "kubeflow.org/v2",
+            "PyTorchJob ml/llm",
+            "kubeflow.org/v1",
+        ),
+        (
+            volcano_job.to_string(),
+            "v1alpha1",
+            "v1beta1",
+            "Job ml/mpi",
+            "batch.volcano.sh/v1alpha1",
+        ),
+        (
+            jobset.to_string(),
+            "v1alpha2",
+            "v1",
+            "JobSet ml/js",
+            "jobset.x-k8s.io/v1alpha2",
+        ),
+        (
+            pod_group.to_string(),
+            "v1beta1",
+            "v1",
+            "PodGroup ml/g",
+            "scheduling.volcano.sh/v1beta1",
+        ),
+        // Kubernetes' own PodGroup (the Workload API's): not a kind of another version
+        // Kestrel reads, but the same name; the versions it reads are named.
+        (
+            pod_group.to_string(),
+            "scheduling.volcano.sh/v1beta1",
+            "scheduling.k8s.io/v1alpha1",
+            "PodGroup ml/g",
+            "scheduling.x-k8s.io/v1alpha1",
+        ),
+    ] {
+        let e = read(&yaml.replacen(from, to, 1)).unwrap_err();
+        assert!(
+            e.contains(object)
+                && e.contains("apiVersion")
+                && e.contains("is not one Kestrel reads")
+                && e.contains(reads),
+            "{e}"
+        );
+    }
+}
 #[test]
 fn a_preempted_bare_pod_is_deleted_and_a_jobs_pod_comes_back() {
     let yaml = "apiVersion: scheduling.k8s.io/v1
@@ -231,4 +310,38 @@ fn a_training_job_is_one_gang_and_refused_as_live() {
     );
     let e = read(&training(1).replace("Master:", "Chief:")).unwrap_err();
     assert!(e.contains("unknown replica type"), "{e}");
+}
+
+#[test]
+fn a_suspended_job_without_a_queue_never_starts_and_is_warned_of() {
+    let job = |suspend: &str| {
+        format!(
+            "apiVersion: batch/v1
+kind: Job
+metadata: {{name: paused, namespace: ml, annotations: {{kestrel.dev/sim-duration: 60s}}}}
+spec:
+  suspend: {suspend}
+  parallelism: 2
+  template: {{spec: {{containers: [{{name: c, image: x, resources: {{limits: {{nvidia.com/gpu: 1}}}}}}]}}}}
+"
+        )
+    };
+    let r = run(8, &job("false"));
+    assert_eq!(r.pods.completed, 2);
+    let workload = read(&job("true")).unwrap();
+    let warnings: Vec<String> = workload
+        .queues
+        .warnings
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("Job ml/paused")
+            && warnings[0].contains("spec.suspend")
+            && warnings[0].contains("names no queue"),
+        "{warnings:?}"
+    );
+    let r = run(8, &job("true"));
+    assert_eq!((r.pods.created, r.pods.scheduled), (0, 0));
 }

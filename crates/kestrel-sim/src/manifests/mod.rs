@@ -36,6 +36,7 @@ use kestrel_k8s::fields::Ctx;
 use kestrel_k8s::gangs::{pod_gang, pod_topology, GangCollector, PodGang};
 use kestrel_k8s::pods::{Annotations, Catalog};
 use kestrel_k8s::queues::{is_queue_document, QueueCollector, QueueSetup};
+use kestrel_k8s::warning::{FieldWarning, WarnedObject};
 use kestrel_k8s::workloads::{queued_workload, role_workload};
 use kestrel_k8s::LoadError;
 use std::collections::BTreeMap;
@@ -223,7 +224,7 @@ impl Builder {
                         return Err(ctx.err(field, format!("{v} is negative; set 0 or more")));
                     }
                 }
-                self.job(
+                let sim_job = self.job(
                     &ctx,
                     doc,
                     Shape {
@@ -237,7 +238,27 @@ impl Builder {
                         completions,
                         role: None,
                     },
-                )?
+                )?;
+                // A suspended Job gets no pods until something resumes it: the queue
+                // that admits it (as Kueue does), or nobody.
+                let unqueued = sim_job.as_ref().is_some_and(|j| j.template.queue.is_none());
+                if spec.suspend == Some(true) && unqueued {
+                    let mut object = WarnedObject::of(&job);
+                    object
+                        .namespace
+                        .get_or_insert_with(|| "default".to_string());
+                    self.queues.warnings.push(FieldWarning {
+                        source: Some(path.display().to_string()),
+                        ..object.warning(
+                            "spec.suspend",
+                            "the Job is suspended and names no queue, so Kubernetes creates \
+                             no pods for it and the simulator runs none; remove suspend, or \
+                             name a LocalQueue (label kueue.x-k8s.io/queue-name) to admit it",
+                        )
+                    });
+                    return Ok(());
+                }
+                sim_job
             }
             "Deployment" => {
                 let d: Deployment = doc.typed(path)?;
@@ -268,6 +289,12 @@ impl Builder {
                 self.service(&ctx, doc, &r.metadata, spec.replicas, template)?
             }
             other => {
+                let api_version = doc.value.get("apiVersion").and_then(|v| v.as_str());
+                if let Some(why) =
+                    kestrel_k8s::documents::unread_version(other, api_version.unwrap_or_default())
+                {
+                    return Err(ctx.err("apiVersion", why));
+                }
                 return Err(ctx.err(
                     "kind",
                     format!(
@@ -276,7 +303,7 @@ impl Builder {
                             file the simulator does not read",
                         SUPPORTED_KINDS.join(", ")
                     ),
-                ))
+                ));
             }
         };
         if let Some(job) = job {
