@@ -284,7 +284,7 @@ fn typed<T: DeserializeOwned>(
         };
         LoadError::new(
             path,
-            format!("{message}\nsee the SimCluster format in the README"),
+            format!("{message}\nsee the SimCluster format in docs/reference/input-formats.md"),
         )
         .object(object)
     })
