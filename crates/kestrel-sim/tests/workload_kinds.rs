@@ -345,3 +345,39 @@ spec:
     let r = run(8, &job("true"));
     assert_eq!((r.pods.created, r.pods.scheduled), (0, 0));
 }
+
+#[test]
+fn a_volcano_job_in_the_default_queue_runs_as_volcano_always_has_that_queue() {
+    let job = "apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: mpi, namespace: ml, annotations: {kestrel.dev/sim-duration: 60s}}
+spec:
+  minAvailable: 2
+  queue: default
+  tasks:
+  - name: worker
+    replicas: 2
+    template: {spec: {containers: [{name: c, image: x, resources: {limits: {nvidia.com/gpu: 1}}}]}}
+";
+    let research = "---
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata: {name: research}
+spec: {weight: 1, capability: {nvidia.com/gpu: 4}}
+";
+    // Alone, and beside a queue of the user's.
+    for yaml in [job.to_string(), format!("{job}{research}")] {
+        let r = run(8, &yaml);
+        assert_eq!(r.pods.completed, 2, "{yaml}: {:?}", r.pending_at_end);
+    }
+    // A default queue of the user's own is the one used: capability 1 GPU holds back a
+    // gang of 2.
+    let own = "---
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata: {name: default}
+spec: {weight: 1, capability: {nvidia.com/gpu: 1}}
+";
+    let r = run(8, &format!("{job}{own}"));
+    assert_eq!((r.pods.scheduled, r.pods.pending_at_end), (0, 2));
+}

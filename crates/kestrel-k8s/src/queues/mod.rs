@@ -324,6 +324,24 @@ pub struct QueueCollector {
 }
 
 impl QueueCollector {
+    /// Adds Volcano's `default` queue, which every Volcano cluster has (its installer
+    /// creates it: weight 1, reclaimable, no capability), unless a queue of that name was
+    /// read. Called when work names it, so that it does not wait on a queue Volcano users
+    /// never write.
+    pub fn add_volcano_default_queue(&mut self) -> Result<(), LoadError> {
+        if self
+            .origin
+            .contains_key(&("ClusterQueue", "default".to_string()))
+        {
+            return Ok(());
+        }
+        let queue = serde_json::json!({
+            "apiVersion": format!("{VOLCANO_QUEUE_GROUP}/v1beta1"), "kind": "Queue",
+            "metadata": {"name": "default"},
+            "spec": {"weight": 1, "reclaimable": true}});
+        self.add_document(Path::new("Volcano"), "its default queue", &queue)
+    }
+
     /// Reads one document (of a kind in [`QUEUE_KINDS`]) found at `position` in `path`.
     pub fn add_document(
         &mut self,

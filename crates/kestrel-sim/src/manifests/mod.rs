@@ -97,6 +97,13 @@ pub fn load_manifests_with(
             }
         }
     }
+    if parsed
+        .iter()
+        .flat_map(|(_, docs)| docs)
+        .any(|doc| names_volcano_default_queue(&doc.value))
+    {
+        queues.add_volcano_default_queue()?;
+    }
     catalog.set_container_defaults(queues.container_defaults());
     volume_objects.provision_immediate();
     let mut builder = Builder {
@@ -124,6 +131,36 @@ pub fn load_manifests_with(
         queues: builder.queues,
         training: builder.training,
     })
+}
+
+/// Whether an object names Volcano's `default` queue: a Volcano Job's or PodGroup's
+/// `spec.queue`, or Volcano's queue annotation on it or a pod template inside it.
+fn names_volcano_default_queue(value: &serde_json::Value) -> bool {
+    use kestrel_k8s::queues::{VOLCANO_JOB_QUEUE_ANNOTATION, VOLCANO_QUEUE_ANNOTATION};
+    let volcano = value
+        .get("apiVersion")
+        .and_then(|v| v.as_str())
+        .is_some_and(|v| {
+            v.starts_with("batch.volcano.sh/") || v.starts_with("scheduling.volcano.sh/")
+        });
+    if volcano && value.pointer("/spec/queue").and_then(|q| q.as_str()) == Some("default") {
+        return true;
+    }
+    fn walk(v: &serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::Object(map) => {
+                let annotated = map.get("annotations").is_some_and(|a| {
+                    [VOLCANO_QUEUE_ANNOTATION, VOLCANO_JOB_QUEUE_ANNOTATION]
+                        .iter()
+                        .any(|key| a.get(key).and_then(|q| q.as_str()) == Some("default"))
+                });
+                annotated || map.values().any(walk)
+            }
+            serde_json::Value::Array(items) => items.iter().any(walk),
+            _ => false,
+        }
+    }
+    walk(value)
 }
 
 struct Builder {
