@@ -185,8 +185,7 @@ pub fn read_documents(
     text: &str,
     item_kind: Option<&str>,
 ) -> Result<Vec<Document>, LoadError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text)
-        .map_err(|e| LoadError::new(path, format!("not valid YAML: {e}")))?;
+    let docs = crate::yaml::from_multiple(text).map_err(|e| LoadError::new(path, e))?;
     let mut out = Vec::new();
     for (i, value) in docs.into_iter().enumerate() {
         let number = i + 1;

@@ -27,6 +27,7 @@ pub mod training;
 pub mod volumes;
 pub mod warning;
 pub mod workloads;
+pub mod yaml;
 
 pub use error::LoadError;
 pub use warning::{FieldWarning, WarnedObject};

@@ -277,7 +277,7 @@ fn typed<T: DeserializeOwned>(
     value: Value,
 ) -> Result<T, LoadError> {
     serde_json::from_value(value).map_err(|e| {
-        let located = serde_saphyr::from_str::<ClusterDocTyped>(text).err();
+        let located = kestrel_k8s::yaml::from_str::<ClusterDocTyped>(text).err();
         let message = match located {
             Some(located) => format!("{e}\n{located}"),
             None => e.to_string(),
@@ -292,8 +292,7 @@ fn typed<T: DeserializeOwned>(
 
 /// Parses the one YAML document of a file.
 fn single_document(path: &Path, text: &str) -> Result<Value, LoadError> {
-    let mut docs: Vec<Value> = serde_saphyr::from_multiple(text)
-        .map_err(|e| LoadError::new(path, format!("not valid YAML: {e}")))?;
+    let mut docs = kestrel_k8s::yaml::from_multiple(text).map_err(|e| LoadError::new(path, e))?;
     match docs.len() {
         1 => Ok(docs.remove(0)),
         0 => Err(LoadError::new(

@@ -29,8 +29,7 @@ fn is_yaml(path: &Path) -> bool {
 
 /// The `kind` of the first YAML document, if it has one.
 fn first_kind(path: &Path, text: &str) -> Result<Option<String>, LoadError> {
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text)
-        .map_err(|e| LoadError::new(path, format!("is not valid YAML: {e}")))?;
+    let docs = kestrel_k8s::yaml::from_multiple(text).map_err(|e| LoadError::new(path, e))?;
     Ok(docs
         .iter()
         .find(|d| !d.is_null())

@@ -144,5 +144,5 @@ pub(super) fn newest_timestamp(snapshot: &Snapshot) -> Option<Timestamp> {
 /// Parses YAML documents the way `kestrel doctor` reads snapshots (also for checking what
 /// it prints).
 pub fn parse_yaml(text: &str) -> Result<Vec<Value>, String> {
-    serde_saphyr::from_multiple(text).map_err(|e| e.to_string())
+    kestrel_k8s::yaml::from_multiple(text)
 }

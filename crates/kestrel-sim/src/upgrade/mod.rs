@@ -159,7 +159,7 @@ impl CompatibilityList {
     /// Reads the list; a file that does not parse, or has a field other than the four
     /// components, is refused with the file and what to write.
     pub fn parse(file: &Path, text: &str) -> Result<Self, crate::LoadError> {
-        serde_saphyr::from_str::<CompatibilityList>(text).map_err(|e| {
+        kestrel_k8s::yaml::from_str::<CompatibilityList>(text).map_err(|e| {
             crate::LoadError::new(
                 file,
                 format!(
