@@ -76,6 +76,42 @@ pub fn unread_version(kind: &str, api_version: &str) -> Option<String> {
     })
 }
 
+/// The fields of `input` that `typed` (the same object read into its Kubernetes type) does
+/// not hold: names no Kubernetes version defines there, as kubectl's strict validation
+/// refuses them (`spec.containers[0].resoures`). Null values are skipped.
+pub fn unknown_fields<T: serde::Serialize>(input: &Value, typed: &T) -> Vec<String> {
+    fn walk(input: &Value, known: &Value, at: &str, out: &mut Vec<String>) {
+        match (input, known) {
+            (Value::Object(fields), Value::Object(kept)) => {
+                for (key, value) in fields {
+                    if value.is_null() {
+                        continue;
+                    }
+                    let here = match at {
+                        "" => key.clone(),
+                        _ => format!("{at}.{key}"),
+                    };
+                    match kept.get(key) {
+                        Some(k) => walk(value, k, &here, out),
+                        None => out.push(here),
+                    }
+                }
+            }
+            (Value::Array(items), Value::Array(kept)) => {
+                for (i, (item, k)) in items.iter().zip(kept).enumerate() {
+                    walk(item, k, &format!("{at}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(known) = serde_json::to_value(typed) {
+        walk(input, &known, "", &mut out);
+    }
+    out
+}
+
 /// Kinds without a namespace, named `Kind name` rather than `Kind namespace/name`.
 const CLUSTER_SCOPED: [&str; 11] = [
     "Node",

@@ -217,6 +217,72 @@ pub const ROLE_WORKLOAD_KINDS: [(&str, &str); 4] = [
     ("jobset.x-k8s.io", "JobSet"),
 ];
 
+/// The JobSet annotation that gives each child Job a topology domain of its own.
+pub const JOBSET_EXCLUSIVE_ANNOTATION: &str = "alpha.jobset.sigs.k8s.io/exclusive-topology";
+/// The label JobSet puts on a child Job's pods, unique to the Job.
+pub const JOBSET_JOB_KEY_LABEL: &str = "jobset.sigs.k8s.io/job-key";
+
+/// A child Job's pod template with what JobSet's webhook adds for exclusive placement on
+/// `topology`: its job key as a label, a required affinity to its own Job's pods and a
+/// required anti-affinity to every other Job's, both over `topology`.
+fn exclusive_template(mut template: PodTemplateSpec, key: &str, topology: &str) -> PodTemplateSpec {
+    use k8s_openapi::api::core::v1::{Affinity, PodAffinity, PodAffinityTerm, PodAntiAffinity};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+    let requirement = |operator: &str, values: Option<Vec<String>>| LabelSelectorRequirement {
+        key: JOBSET_JOB_KEY_LABEL.to_string(),
+        operator: operator.to_string(),
+        values,
+    };
+    let term = |requirements: Vec<LabelSelectorRequirement>| PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_expressions: Some(requirements),
+            match_labels: None,
+        }),
+        topology_key: topology.to_string(),
+        ..Default::default()
+    };
+    template
+        .metadata
+        .get_or_insert_with(Default::default)
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(JOBSET_JOB_KEY_LABEL.to_string(), key.to_string());
+    let spec = template.spec.get_or_insert_with(Default::default);
+    let affinity = spec.affinity.get_or_insert_with(Affinity::default);
+    affinity
+        .pod_affinity
+        .get_or_insert_with(PodAffinity::default)
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Vec::new)
+        .push(term(vec![requirement("In", Some(vec![key.to_string()]))]));
+    affinity
+        .pod_anti_affinity
+        .get_or_insert_with(PodAntiAffinity::default)
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Vec::new)
+        .push(term(vec![
+            requirement("Exists", None),
+            requirement("NotIn", Some(vec![key.to_string()])),
+        ]));
+    template
+}
+
+/// The most pods one object may ask for (a Job's parallelism or completions, a set's
+/// replicas, a role's): Kubernetes caps an Indexed Job's at the same number.
+pub const MAX_POD_COUNT: i64 = 100_000;
+
+/// Why a pod count at `field` is refused: over [`MAX_POD_COUNT`] (negative counts are
+/// the callers' to refuse, as their schema would).
+pub fn check_pod_count(field: &str, n: i64) -> Result<(), String> {
+    if n > MAX_POD_COUNT {
+        return Err(format!(
+            "{n} exceeds Kestrel's limit of {MAX_POD_COUNT} pods for {field}; split the work \
+             into several objects"
+        ));
+    }
+    Ok(())
+}
+
 /// Reads `value` as a multi-role workload; `Ok(None)` for other kinds. Once started it
 /// stays admitted: pods that come later (a task's last replicas that did not fit, the next
 /// completions) start as they fit, as Volcano counts finished pods towards `minAvailable`.
@@ -253,8 +319,8 @@ pub fn role_workload<'v>(
             )
         })?;
     let count = |field: &str, v: Option<&Value>, default: u32| -> Result<u32, LoadError> {
-        match v {
-            None | Some(Value::Null) => Ok(default),
+        let n = match v {
+            None | Some(Value::Null) => default,
             Some(v) => v
                 .as_u64()
                 .and_then(|n| u32::try_from(n).ok())
@@ -263,8 +329,23 @@ pub fn role_workload<'v>(
                         field,
                         format!("{v} is not a pod count; write a whole number"),
                     )
-                }),
-        }
+                })?,
+        };
+        check_pod_count(field, i64::from(n)).map_err(|why| ctx.err(field, why))?;
+        Ok(n)
+    };
+    // A role's name must differ from those before it: its pods are named after it.
+    let unique_role = |roles: &[Role], role: &str, list: &str, here: &str| match roles
+        .iter()
+        .position(|r| r.name == role)
+    {
+        Some(first) => Err(ctx.err(
+            format!("{here}.name"),
+            format!(
+                "{role:?} is also the name of {list}[{first}]; names must differ within the {kind}"
+            ),
+        )),
+        None => Ok(()),
     };
     // A role's name (`<here>.name`), which its pods are named after.
     let role_name = |here: &str, item: &'v Value, fix: &str| -> Result<&'v str, LoadError> {
@@ -347,6 +428,7 @@ pub fn role_workload<'v>(
             for (i, task) in tasks.iter().enumerate() {
                 let here = format!("spec.tasks[{i}]");
                 let role = role_name(&here, task, "name the task")?;
+                unique_role(&roles, role, "spec.tasks", &here)?;
                 let pods = count(&format!("{here}.replicas"), task.get("replicas"), 1)?;
                 if let Some(min) = task.get("minAvailable") {
                     let min = count(&format!("{here}.minAvailable"), Some(min), 0)?;
@@ -401,9 +483,15 @@ pub fn role_workload<'v>(
                         "missing; a JobSet needs its replicated Jobs",
                     )
                 })?;
+            let exclusive = value
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(JOBSET_EXCLUSIVE_ANNOTATION))
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty());
             for (i, job) in jobs.iter().enumerate() {
                 let here = format!("spec.replicatedJobs[{i}]");
                 let role = role_name(&here, job, "name it")?;
+                unique_role(&roles, role, "spec.replicatedJobs", &here)?;
                 let replicas = count(&format!("{here}.replicas"), job.get("replicas"), 1)?;
                 let job_spec = job.pointer("/template/spec");
                 let field = format!("{here}.template.spec");
@@ -418,17 +506,39 @@ pub fn role_workload<'v>(
                     parallelism,
                 )?;
                 let pods = replicas.saturating_mul(parallelism.min(completions));
-                roles.push(Role {
-                    name: role.to_string(),
-                    pods,
-                    completions: replicas.saturating_mul(completions),
-                    template: template(
-                        &format!("{field}.template"),
-                        job_spec.and_then(|s| s.get("template")),
-                    )?,
-                    field: format!("{field}.template"),
-                });
-                role_minimums.push((role.to_string(), pods));
+                let pod_template = template(
+                    &format!("{field}.template"),
+                    job_spec.and_then(|s| s.get("template")),
+                )?;
+                let Some(topology) = exclusive else {
+                    roles.push(Role {
+                        name: role.to_string(),
+                        pods,
+                        completions: replicas.saturating_mul(completions),
+                        template: pod_template,
+                        field: format!("{field}.template"),
+                    });
+                    role_minimums.push((role.to_string(), pods));
+                    continue;
+                };
+                // Exclusive placement: each child Job alone in its own domain, by the
+                // affinity JobSet's webhook gives its pods; one role per child Job.
+                for index in 0..replicas {
+                    let child = format!("{role}-{index}");
+                    let pods = parallelism.min(completions);
+                    roles.push(Role {
+                        template: exclusive_template(
+                            pod_template.clone(),
+                            &format!("{name}-{child}"),
+                            topology,
+                        ),
+                        name: child.clone(),
+                        pods,
+                        completions,
+                        field: format!("{field}.template"),
+                    });
+                    role_minimums.push((child, pods));
+                }
             }
         }
     }

@@ -381,3 +381,174 @@ spec: {weight: 1, capability: {nvidia.com/gpu: 1}}
     let r = run(8, &format!("{job}{own}"));
     assert_eq!((r.pods.scheduled, r.pods.pending_at_end), (0, 2));
 }
+
+#[test]
+fn duplicated_role_names_and_huge_counts_are_refused_naming_the_field() {
+    let twice = "apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: mpi, namespace: ml, annotations: {kestrel.dev/sim-duration: 60s}}
+spec:
+  tasks:
+  - {name: worker, replicas: 1, template: {spec: {containers: [{name: c, image: x}]}}}
+  - {name: worker, replicas: 1, template: {spec: {containers: [{name: c, image: x}]}}}
+";
+    let e = read(twice).unwrap_err();
+    assert!(
+        e.contains("Job ml/mpi")
+            && e.contains("spec.tasks[1].name")
+            && e.contains("also the name of spec.tasks[0]")
+            && !e.contains("metadata.name"),
+        "{e}"
+    );
+    let jobset = "apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: js, namespace: ml, annotations: {kestrel.dev/sim-duration: 60s}}
+spec:
+  replicatedJobs:
+  - {name: w, replicas: 1, template: {spec: {template: {spec: {containers: [{name: c, image: x}]}}}}}
+  - {name: w, replicas: 1, template: {spec: {template: {spec: {containers: [{name: c, image: x}]}}}}}
+";
+    let e = read(jobset).unwrap_err();
+    assert!(e.contains("spec.replicatedJobs[1].name"), "{e}");
+    let big_task = twice.replacen("replicas: 1", "replicas: 150000", 1);
+    for (yaml, field) in [
+        (
+            "apiVersion: batch/v1
+kind: Job
+metadata: {name: huge, namespace: ml, annotations: {kestrel.dev/sim-duration: 60s}}
+spec:
+  parallelism: 1000000
+  template: {spec: {containers: [{name: c, image: x}]}}
+",
+            "spec.parallelism",
+        ),
+        (
+            "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: huge, namespace: ml}
+spec:
+  replicas: 200000
+  selector: {matchLabels: {a: b}}
+  template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: x}]}}
+",
+            "spec.replicas",
+        ),
+        (big_task.as_str(), "spec.tasks[0].replicas"),
+    ] {
+        let e = read(yaml).unwrap_err();
+        assert!(
+            e.contains(field) && e.contains("exceeds Kestrel's limit of 100000 pods"),
+            "{field}: {e}"
+        );
+    }
+}
+
+#[test]
+fn a_misspelt_pod_field_is_warned_of_by_its_path() {
+    let job = "apiVersion: batch/v1
+kind: Job
+metadata: {name: typo, namespace: ml, annotations: {kestrel.dev/sim-duration: 60s}}
+spec:
+  template:
+    spec:
+      nodeSelectr: {pool: a}
+      containers:
+      - name: c
+        image: x
+        resoures: {limits: {nvidia.com/gpu: 1}}
+";
+    let workload = read(job).unwrap();
+    let warnings: Vec<String> = workload
+        .queues
+        .warnings
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].contains("Job ml/typo: field spec.template.spec.containers[0].resoures")
+            || warnings[1].contains("Job ml/typo: field spec.template.spec.containers[0].resoures"),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("field spec.template.spec.nodeSelectr: unknown field")),
+        "{warnings:?}"
+    );
+    // Spelt right, nothing is said.
+    let right = job
+        .replace("nodeSelectr", "nodeSelector")
+        .replace("resoures", "resources");
+    assert!(read(&right).unwrap().queues.warnings.is_empty());
+}
+
+#[test]
+fn a_jobset_with_exclusive_topology_gives_each_child_job_a_rack_of_its_own() {
+    use kestrel_core::{PodPhase, RACK_LABEL};
+    let cluster = kestrel_sim::cluster_spec::load_cluster_spec(
+        &std::path::PathBuf::from("cluster.yaml"),
+        "apiVersion: sim.kestrel.dev/v1alpha1
+kind: SimCluster
+metadata: {name: racks}
+spec:
+  pools:
+  - {name: gpu, count: 4, racks: 2, cpu: \"64\", memory: 512Gi, gpu: {model: H100, count: 8, memoryMiB: 81559}}
+",
+    )
+    .unwrap();
+    let jobset = |annotation: &str| {
+        format!(
+            "apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata:
+  name: js
+  namespace: ml
+  annotations: {{kestrel.dev/sim-duration: 60s{annotation}}}
+spec:
+  replicatedJobs:
+  - name: w
+    replicas: 2
+    template:
+      spec:
+        parallelism: 2
+        completions: 2
+        template: {{spec: {{containers: [{{name: c, image: x, resources: {{limits: {{nvidia.com/gpu: 4}}}}}}]}}}}
+"
+        )
+    };
+    let racks_of = |yaml: &str| {
+        let workload = read(yaml).unwrap();
+        let mut sim =
+            kestrel_sim::Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+        sim.run_to(1_000).unwrap();
+        let mut racks: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for (_, record) in sim.scheduler().pods() {
+            if let PodPhase::Bound { node, .. } = &record.phase {
+                let rack = sim.scheduler().cluster().node(*node).spec.labels[RACK_LABEL].clone();
+                // Pods are named after their child Job: js-w-<job>-<pod> or js-w-<n>.
+                racks
+                    .entry(rack)
+                    .or_default()
+                    .push(record.spec.name.clone());
+            }
+        }
+        racks
+    };
+    let exclusive = racks_of(&jobset(
+        ", alpha.jobset.sigs.k8s.io/exclusive-topology: topology.kestrel.dev/rack",
+    ));
+    assert_eq!(exclusive.len(), 2, "{exclusive:?}");
+    for pods in exclusive.values() {
+        assert_eq!(pods.len(), 2, "{exclusive:?}");
+        let job = |p: &String| p.rsplit_once('-').unwrap().0.to_string();
+        assert_eq!(
+            job(&pods[0]),
+            job(&pods[1]),
+            "one child Job per rack: {exclusive:?}"
+        );
+    }
+    // Without the annotation the four pods pack into one rack.
+    let packed = racks_of(&jobset(""));
+    assert_eq!(packed.len(), 1, "{packed:?}");
+}

@@ -230,6 +230,7 @@ impl Builder {
             "PriorityClass" | "RuntimeClass" | "WorkloadPriorityClass" => return Ok(()),
             "Pod" => {
                 let pod: core::Pod = doc.typed(path)?;
+                self.warn_unknown_fields(path, doc, &pod);
                 self.job(
                     &ctx,
                     doc,
@@ -247,6 +248,7 @@ impl Builder {
             }
             "Job" => {
                 let job: Job = doc.typed(path)?;
+                self.warn_unknown_fields(path, doc, &job);
                 let spec = job
                     .spec
                     .as_ref()
@@ -260,6 +262,8 @@ impl Builder {
                     if v < 0 {
                         return Err(ctx.err(field, format!("{v} is negative; set 0 or more")));
                     }
+                    kestrel_k8s::workloads::check_pod_count(field, v)
+                        .map_err(|why| ctx.err(field, why))?;
                 }
                 let sim_job = self.job(
                     &ctx,
@@ -299,6 +303,7 @@ impl Builder {
             }
             "Deployment" => {
                 let d: Deployment = doc.typed(path)?;
+                self.warn_unknown_fields(path, doc, &d);
                 let spec = d
                     .spec
                     .as_ref()
@@ -307,6 +312,7 @@ impl Builder {
             }
             "StatefulSet" => {
                 let s: StatefulSet = doc.typed(path)?;
+                self.warn_unknown_fields(path, doc, &s);
                 let spec = s
                     .spec
                     .as_ref()
@@ -315,6 +321,7 @@ impl Builder {
             }
             "ReplicaSet" => {
                 let r: ReplicaSet = doc.typed(path)?;
+                self.warn_unknown_fields(path, doc, &r);
                 let spec = r
                     .spec
                     .as_ref()
@@ -347,6 +354,37 @@ impl Builder {
             self.jobs.push(job);
         }
         Ok(())
+    }
+
+    /// Warns of the fields of `doc` its Kubernetes type has not (a misspelt field would
+    /// otherwise be dropped without a word).
+    fn warn_unknown_fields<K>(&mut self, path: &Path, doc: &Document, typed: &K)
+    where
+        K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta> + serde::Serialize,
+    {
+        let fields = kestrel_k8s::documents::unknown_fields(&doc.value, typed);
+        if fields.is_empty() {
+            return;
+        }
+        let mut object = WarnedObject::of(typed);
+        object
+            .namespace
+            .get_or_insert_with(|| "default".to_string());
+        for field in fields {
+            self.queues.warnings.push(FieldWarning {
+                source: Some(path.display().to_string()),
+                ..object.warning(
+                    field,
+                    format!(
+                        "unknown field: not a field of {} {} (Kubernetes 1.34's schema, \
+                         which Kestrel reads), so Kestrel ignores it, where kubectl's \
+                         strict validation would refuse it; check its spelling and place",
+                        K::API_VERSION,
+                        K::KIND
+                    ),
+                )
+            });
+        }
     }
 
     /// A PyTorchJob, Volcano Job or JobSet: one job per role, all in one gang. A
@@ -457,6 +495,8 @@ impl Builder {
                 format!("{replicas} is negative; set 0 or more"),
             ));
         }
+        kestrel_k8s::workloads::check_pod_count("spec.replicas", replicas)
+            .map_err(|why| ctx.err("spec.replicas", why))?;
         self.job(
             ctx,
             doc,
