@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::path::Path;
 
 /// The kinds a workload file may hold (plus `List`s of them).
-pub const SUPPORTED_KINDS: [&str; 26] = [
+pub const SUPPORTED_KINDS: [&str; 27] = [
     "Pod",
     "Job",
     "Deployment",
@@ -17,6 +17,7 @@ pub const SUPPORTED_KINDS: [&str; 26] = [
     "PyTorchJob (kubeflow.org)",
     "Job (batch.volcano.sh)",
     "JobSet (jobset.x-k8s.io)",
+    "LeaderWorkerSet (leaderworkerset.x-k8s.io)",
     "TrainingJob (Kestrel)",
     "PodGroup (Kestrel, scheduler-plugins, Volcano)",
     "Topology (Kestrel, Kueue)",
@@ -39,10 +40,11 @@ pub const SUPPORTED_KINDS: [&str; 26] = [
 
 /// The apiVersions Kestrel reads of each kind that several projects (or several versions
 /// with different fields) define; another apiVersion is refused by name, never half read.
-pub const KIND_VERSIONS: [(&str, &[&str]); 6] = [
+pub const KIND_VERSIONS: [(&str, &[&str]); 7] = [
     ("Job", &["batch/v1", "batch.volcano.sh/v1alpha1"]),
     ("PyTorchJob", &["kubeflow.org/v1"]),
     ("JobSet", &["jobset.x-k8s.io/v1alpha2"]),
+    ("LeaderWorkerSet", &["leaderworkerset.x-k8s.io/v1"]),
     ("TrainingJob", &["scheduling.kestrel.dev/v1alpha1"]),
     (
         "PodGroup",

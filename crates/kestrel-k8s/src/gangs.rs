@@ -27,6 +27,14 @@ pub const PLUGINS_POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
 pub const VOLCANO_GROUP_ANNOTATION: &str = "scheduling.k8s.io/group-name";
 pub const VOLCANO_TASK_ANNOTATION: &str = "volcano.sh/task-spec";
 pub const KUEUE_GROUP_LABEL: &str = "kueue.x-k8s.io/pod-group-name";
+/// The label LeaderWorkerSet's controller puts on its pods: the LeaderWorkerSet's name.
+pub const LWS_NAME_LABEL: &str = "leaderworkerset.sigs.k8s.io/name";
+/// Its label with the pod's group (a leader and its workers).
+pub const LWS_GROUP_INDEX_LABEL: &str = "leaderworkerset.sigs.k8s.io/group-index";
+/// Its label with the pod's place in its group (0: the leader).
+pub const LWS_WORKER_INDEX_LABEL: &str = "leaderworkerset.sigs.k8s.io/worker-index";
+/// Its annotation with the pods in a group, the leader included.
+pub const LWS_SIZE_ANNOTATION: &str = "leaderworkerset.sigs.k8s.io/size";
 pub const KUEUE_TOTAL_ANNOTATION: &str = "kueue.x-k8s.io/pod-group-total-count";
 /// A pod's rank; Indexed Jobs' pods carry their completion index in the label below.
 pub const RANK_ANNOTATION: &str = "kestrel.dev/rank";
@@ -290,7 +298,7 @@ pub fn pod_gang(
     ];
     let found: Vec<_> = markers.iter().filter(|(v, _, _)| v.is_some()).collect();
     let Some((Some(gang), _, marker)) = found.first().copied() else {
-        return Ok(None);
+        return lws_gang(path, object, namespace, labels, annotations);
     };
     if let Some((Some(other), _, other_marker)) = found.get(1).copied() {
         if other != gang {
@@ -345,6 +353,70 @@ pub fn pod_gang(
             rank,
         },
         implied,
+        topology: pod_topology(path, object, annotations)?,
+    }))
+}
+
+/// A LeaderWorkerSet pod's gang, for a pod that names no other: its group (the leader and
+/// its workers) starts whole, `lws-<name>-<group>` of the size its annotation says, the
+/// leader in role `leader` and the workers in role `worker`, ranked by their index.
+fn lws_gang(
+    path: &Path,
+    object: &str,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<PodGang>, LoadError> {
+    let (Some(set), Some(group)) = (
+        labels.get(LWS_NAME_LABEL),
+        labels.get(LWS_GROUP_INDEX_LABEL),
+    ) else {
+        return Ok(None);
+    };
+    let size = annotations.get(LWS_SIZE_ANNOTATION).ok_or_else(|| {
+        err(
+            path,
+            object,
+            &format!("metadata.annotations[{LWS_SIZE_ANNOTATION:?}]"),
+            "a LeaderWorkerSet pod needs its group's size, which LeaderWorkerSet's controller \
+             writes; add the annotation"
+                .into(),
+        )
+    })?;
+    let size = annotation_count(path, object, LWS_SIZE_ANNOTATION, size)?;
+    if size == 0 {
+        return Err(err(
+            path,
+            object,
+            &format!("metadata.annotations[{LWS_SIZE_ANNOTATION:?}]"),
+            "0 pods; a group has its leader at least".into(),
+        ));
+    }
+    let rank = match labels.get(LWS_WORKER_INDEX_LABEL) {
+        Some(v) => Some(annotation_count(path, object, LWS_WORKER_INDEX_LABEL, v)?),
+        None => None,
+    };
+    let name = format!("lws-{set}-{group}");
+    Ok(Some(PodGang {
+        membership: GangMembership {
+            gang: name.clone(),
+            role: Some(
+                if rank.unwrap_or(0) == 0 {
+                    "leader"
+                } else {
+                    "worker"
+                }
+                .to_string(),
+            ),
+            rank,
+        },
+        implied: Some(GangSpec {
+            namespace: namespace.to_string(),
+            name,
+            min_member: size,
+            total: Some(size),
+            ..Default::default()
+        }),
         topology: pod_topology(path, object, annotations)?,
     }))
 }
@@ -643,6 +715,48 @@ mod tests {
         assert_eq!(
             gangs[0].topology.preferred.as_deref(),
             Some("topology.kestrel.dev/rack")
+        );
+    }
+
+    #[test]
+    fn leader_worker_set_pods_form_a_gang_per_group_of_its_size() {
+        let p = Path::new("cluster");
+        let labels = |index: &str| {
+            map(&[
+                (LWS_NAME_LABEL, "llm"),
+                (LWS_GROUP_INDEX_LABEL, "1"),
+                (LWS_WORKER_INDEX_LABEL, index),
+            ])
+        };
+        let size = map(&[(LWS_SIZE_ANNOTATION, "4")]);
+        let leader = pod_gang(p, "Pod s/llm-1", "s", &labels("0"), &size)
+            .unwrap()
+            .unwrap();
+        assert_eq!(leader.membership.gang, "lws-llm-1");
+        assert_eq!(leader.membership.role.as_deref(), Some("leader"));
+        let spec = leader.implied.unwrap();
+        assert_eq!((spec.min_member, spec.total), (4, Some(4)));
+        let worker = pod_gang(p, "Pod s/llm-1-3", "s", &labels("3"), &size)
+            .unwrap()
+            .unwrap();
+        assert_eq!(worker.membership.role.as_deref(), Some("worker"));
+        assert_eq!(worker.membership.rank, Some(3));
+        // A gang the pod names itself wins (Kueue's LeaderWorkerSet integration labels its
+        // pods with its own group).
+        let mut kueue = labels("0");
+        kueue.insert(KUEUE_GROUP_LABEL.to_string(), "k".to_string());
+        let mut counted = size.clone();
+        counted.insert(KUEUE_TOTAL_ANNOTATION.to_string(), "4".to_string());
+        let named = pod_gang(p, "Pod s/llm-1", "s", &kueue, &counted)
+            .unwrap()
+            .unwrap();
+        assert_eq!(named.membership.gang, "k");
+        let e = pod_gang(p, "Pod s/llm-1", "s", &labels("0"), &map(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("Pod s/llm-1") && e.contains(LWS_SIZE_ANNOTATION),
+            "{e}"
         );
     }
 }

@@ -222,14 +222,20 @@ pub const JOBSET_EXCLUSIVE_ANNOTATION: &str = "alpha.jobset.sigs.k8s.io/exclusiv
 /// The label JobSet puts on a child Job's pods, unique to the Job.
 pub const JOBSET_JOB_KEY_LABEL: &str = "jobset.sigs.k8s.io/job-key";
 
-/// A child Job's pod template with what JobSet's webhook adds for exclusive placement on
-/// `topology`: its job key as a label, a required affinity to its own Job's pods and a
-/// required anti-affinity to every other Job's, both over `topology`.
-fn exclusive_template(mut template: PodTemplateSpec, key: &str, topology: &str) -> PodTemplateSpec {
+/// A pod template with what JobSet's and LeaderWorkerSet's webhooks add for exclusive
+/// placement on `topology`: `key` as the value of `label`, a required affinity to the pods
+/// with the same value and a required anti-affinity to those with another, both over
+/// `topology`.
+pub fn exclusive_template(
+    mut template: PodTemplateSpec,
+    label: &str,
+    key: &str,
+    topology: &str,
+) -> PodTemplateSpec {
     use k8s_openapi::api::core::v1::{Affinity, PodAffinity, PodAffinityTerm, PodAntiAffinity};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
     let requirement = |operator: &str, values: Option<Vec<String>>| LabelSelectorRequirement {
-        key: JOBSET_JOB_KEY_LABEL.to_string(),
+        key: label.to_string(),
         operator: operator.to_string(),
         values,
     };
@@ -246,7 +252,7 @@ fn exclusive_template(mut template: PodTemplateSpec, key: &str, topology: &str) 
         .get_or_insert_with(Default::default)
         .labels
         .get_or_insert_with(Default::default)
-        .insert(JOBSET_JOB_KEY_LABEL.to_string(), key.to_string());
+        .insert(label.to_string(), key.to_string());
     let spec = template.spec.get_or_insert_with(Default::default);
     let affinity = spec.affinity.get_or_insert_with(Affinity::default);
     affinity
@@ -529,6 +535,7 @@ pub fn role_workload<'v>(
                     roles.push(Role {
                         template: exclusive_template(
                             pod_template.clone(),
+                            JOBSET_JOB_KEY_LABEL,
                             &format!("{name}-{child}"),
                             topology,
                         ),

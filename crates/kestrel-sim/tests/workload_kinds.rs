@@ -552,3 +552,44 @@ spec:
     let packed = racks_of(&jobset(""));
     assert_eq!(packed.len(), 1, "{packed:?}");
 }
+
+#[test]
+fn leader_worker_sets_are_a_gang_per_group_and_bad_ones_are_refused_by_field() {
+    let lws = |size: &str, extra: &str| {
+        format!(
+            "apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata: {{name: llm, namespace: serving, annotations: {{kestrel.dev/sim-duration: 60s{extra}}}}}
+spec:
+  replicas: 2
+  leaderWorkerTemplate:
+    size: {size}
+    workerTemplate: {{spec: {{containers: [{{name: w, image: x, resources: {{limits: {{nvidia.com/gpu: 2}}}}}}]}}}}
+"
+        )
+    };
+    // Two groups of 4 pods of 2 GPUs on 8 GPUs: one group at a time, whole.
+    let r = run(8, &lws("4", ""));
+    assert_eq!((r.pods.created, r.pods.completed), (8, 8));
+    assert_eq!(r.span, 120_000, "one group after the other");
+    assert_eq!(r.gangs.started, 2, "{:?}", r.gangs);
+    let e = read(&lws("0", "")).unwrap_err();
+    assert!(
+        e.contains("LeaderWorkerSet serving/llm")
+            && e.contains("spec.leaderWorkerTemplate.size")
+            && e.contains("leader at least"),
+        "{e}"
+    );
+    let e = read(&lws("2", "").replace("    workerTemplate:", "    otherTemplate:")).unwrap_err();
+    assert!(
+        e.contains("spec.leaderWorkerTemplate.workerTemplate") && e.contains("missing"),
+        "{e}"
+    );
+    let e =
+        read(&lws("2", "").replace("leaderworkerset.x-k8s.io/v1", "leaderworkerset.x-k8s.io/v2"))
+            .unwrap_err();
+    assert!(
+        e.contains("leaderworkerset.x-k8s.io/v1") && e.contains("apiVersion"),
+        "{e}"
+    );
+}

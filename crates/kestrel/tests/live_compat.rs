@@ -12,7 +12,8 @@
 //!   about other projects' queue objects must be in Kestrel's log.
 //! - The controllers: batch Jobs keep `min(parallelism, completions left)` pods and write
 //!   `status.succeeded`; a JobSet gets one Job per replica; a PyTorchJob one pod per
-//!   replica (the training operator's labels); a Volcano Job a PodGroup and its pods.
+//!   replica (the training operator's labels); a Volcano Job a PodGroup and its pods; a
+//!   LeaderWorkerSet each group's leader and workers (its controller's labels and size).
 //!   kube-controller-manager's resourceclaim controller runs for real: it makes the
 //!   claims of pods from templates and releases those of ended pods.
 //! - Pools that publish their GPUs through DRA get ResourceSlices as NVIDIA's driver
@@ -169,6 +170,13 @@ fn other_projects_crds() -> String {
             "Namespaced",
             &["v1alpha1"],
         ),
+        crd(
+            "LeaderWorkerSet",
+            "leaderworkersets",
+            "leaderworkerset.x-k8s.io",
+            "Namespaced",
+            &["v1"],
+        ),
     ]
     .join("\n---\n")
 }
@@ -238,10 +246,11 @@ fn pod_from_template(
 
 /// The kinds the compatibility set creates (its cases' objects and what the controllers
 /// played here make), with their resource names.
-const PLURALS: [(&str, &str); 21] = [
+const PLURALS: [(&str, &str); 22] = [
     ("Pod", "pods"),
     ("Job", "jobs"),
     ("JobSet", "jobsets"),
+    ("LeaderWorkerSet", "leaderworkersets"),
     ("PyTorchJob", "pytorchjobs"),
     ("PodGroup", "podgroups"),
     ("Deployment", "deployments"),
@@ -468,6 +477,43 @@ impl Case {
                     (format!("{name}-{i}"), stateful_pod_labels(i), json!({}))
                 })
                 .await;
+            }
+            ("leaderworkerset.x-k8s.io", "LeaderWorkerSet") => {
+                // Each group's leader and workers at once, with the labels and the size
+                // annotation LeaderWorkerSet's controller writes.
+                let groups = object["spec"]["replicas"].as_u64().unwrap_or(1);
+                let lwt = &object["spec"]["leaderWorkerTemplate"];
+                let size = lwt["size"].as_u64().unwrap_or(1);
+                let worker = &lwt["workerTemplate"];
+                let leader = if lwt["leaderTemplate"].is_null() {
+                    worker
+                } else {
+                    &lwt["leaderTemplate"]
+                };
+                for group in 0..groups {
+                    for index in 0..size {
+                        let template = if index == 0 { leader } else { worker };
+                        let pod_name = match index {
+                            0 => format!("{name}-{group}"),
+                            _ => format!("{name}-{group}-{index}"),
+                        };
+                        let labels = json!({"leaderworkerset.sigs.k8s.io/name": name,
+                            "leaderworkerset.sigs.k8s.io/group-index": group.to_string(),
+                            "leaderworkerset.sigs.k8s.io/worker-index": index.to_string()});
+                        let annotations =
+                            json!({"leaderworkerset.sigs.k8s.io/size": size.to_string()});
+                        let pod = pod_from_template(
+                            template,
+                            &pod_name,
+                            &namespace,
+                            &self.scheduler,
+                            (&labels, &annotations),
+                            duration.as_deref(),
+                            None,
+                        );
+                        self.pod(pod).await;
+                    }
+                }
             }
             // OrderedReady: the pass below creates each pod once the one before it is ready.
             ("apps", "StatefulSet") => self.ordered_sets.push((created, duration)),
@@ -776,6 +822,7 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
                     "Pod"
                         | "Job"
                         | "JobSet"
+                        | "LeaderWorkerSet"
                         | "PyTorchJob"
                         | "PodGroup"
                         | "Deployment"

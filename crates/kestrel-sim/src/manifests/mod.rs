@@ -133,6 +133,11 @@ pub fn load_manifests_with(
     })
 }
 
+/// The LeaderWorkerSet annotation that gives each group a topology domain of its own.
+const LWS_EXCLUSIVE_ANNOTATION: &str = "leaderworkerset.sigs.k8s.io/exclusive-topology";
+/// The label LeaderWorkerSet puts on a group's pods, unique to the group.
+const LWS_GROUP_KEY_LABEL: &str = "leaderworkerset.sigs.k8s.io/group-key";
+
 /// Whether an object names Volcano's `default` queue: a Volcano Job's or PodGroup's
 /// `spec.queue`, or Volcano's queue annotation on it or a pod template inside it.
 fn names_volcano_default_queue(value: &serde_json::Value) -> bool {
@@ -221,6 +226,9 @@ impl Builder {
                 "a CSINode gives a node's volume limits: put it in the cluster file, beside \
                  the Nodes (kubectl get nodes,csinodes -o yaml)",
             ));
+        }
+        if doc.kind() == "LeaderWorkerSet" {
+            return self.leader_worker_set(&ctx, doc);
         }
         if let Some(jobs) = self.role_workload(&ctx, doc)? {
             self.jobs.extend(jobs);
@@ -352,6 +360,141 @@ impl Builder {
         };
         if let Some(job) = job {
             self.jobs.push(job);
+        }
+        Ok(())
+    }
+
+    /// A LeaderWorkerSet (`leaderworkerset.x-k8s.io/v1`): `spec.replicas` groups of
+    /// `size` pods, a leader (its `leaderTemplate`, else the `workerTemplate`) and
+    /// `size - 1` workers, each group a gang of its own through the labels and the size
+    /// annotation LeaderWorkerSet's controller puts on its pods, as live; with
+    /// `leaderworkerset.sigs.k8s.io/exclusive-topology`, each group alone in its domain.
+    fn leader_worker_set(&mut self, ctx: &Ctx, doc: &Document) -> Result<(), LoadError> {
+        use kestrel_k8s::gangs::{
+            LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_SIZE_ANNOTATION, LWS_WORKER_INDEX_LABEL,
+        };
+        let value = &doc.value;
+        let api_version = value.get("apiVersion").and_then(|v| v.as_str());
+        if let Some(why) = kestrel_k8s::documents::unread_version(
+            "LeaderWorkerSet",
+            api_version.unwrap_or_default(),
+        ) {
+            return Err(ctx.err("apiVersion", why));
+        }
+        let meta: ObjectMeta = serde_json::from_value(value["metadata"].clone())
+            .map_err(|e| ctx.err("metadata", e.to_string()))?;
+        let name = meta
+            .name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| ctx.err("metadata.name", "no name; set metadata.name"))?;
+        let count = |field: &str, v: &serde_json::Value, default: i64| -> Result<i64, LoadError> {
+            let n = match v {
+                serde_json::Value::Null => default,
+                v => v.as_i64().filter(|n| *n >= 0).ok_or_else(|| {
+                    ctx.err(field, format!("{v} is not a count; write a whole number"))
+                })?,
+            };
+            kestrel_k8s::workloads::check_pod_count(field, n).map_err(|why| ctx.err(field, why))?;
+            Ok(n)
+        };
+        let groups = count("spec.replicas", &value["spec"]["replicas"], 1)?;
+        let lwt = &value["spec"]["leaderWorkerTemplate"];
+        let size = count("spec.leaderWorkerTemplate.size", &lwt["size"], 1)?;
+        if size == 0 {
+            return Err(ctx.err(
+                "spec.leaderWorkerTemplate.size",
+                "0 pods; a group has its leader at least: set 1 or more",
+            ));
+        }
+        let template =
+            |field: &str, v: &serde_json::Value| -> Result<core::PodTemplateSpec, LoadError> {
+                serde_json::from_value(v.clone())
+                    .map_err(|e| ctx.err(field, format!("not a pod template: {e}")))
+            };
+        if lwt["workerTemplate"].is_null() {
+            return Err(ctx.err(
+                "spec.leaderWorkerTemplate.workerTemplate",
+                "missing; add the workers' pod template",
+            ));
+        }
+        let worker = template(
+            "spec.leaderWorkerTemplate.workerTemplate",
+            &lwt["workerTemplate"],
+        )?;
+        let (leader, leader_field) = match &lwt["leaderTemplate"] {
+            serde_json::Value::Null => (worker.clone(), "spec.leaderWorkerTemplate.workerTemplate"),
+            v => (
+                template("spec.leaderWorkerTemplate.leaderTemplate", v)?,
+                "spec.leaderWorkerTemplate.leaderTemplate",
+            ),
+        };
+        let exclusive = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(LWS_EXCLUSIVE_ANNOTATION))
+            .filter(|t| !t.is_empty())
+            .cloned();
+        for group in 0..groups {
+            let group_key = format!("{name}-{group}");
+            let pods = [
+                (
+                    leader.clone(),
+                    leader_field,
+                    format!("{name}-{group}"),
+                    1,
+                    "0",
+                ),
+                (
+                    worker.clone(),
+                    "spec.leaderWorkerTemplate.workerTemplate",
+                    format!("{name}-{group}-workers"),
+                    size - 1,
+                    "1",
+                ),
+            ];
+            for (mut template, field, job_name, count, worker_index) in pods {
+                if count == 0 {
+                    continue;
+                }
+                let pod_meta = template.metadata.get_or_insert_with(Default::default);
+                let labels = pod_meta.labels.get_or_insert_with(Default::default);
+                labels.insert(LWS_NAME_LABEL.into(), name.clone());
+                labels.insert(LWS_GROUP_INDEX_LABEL.into(), group.to_string());
+                labels.insert(LWS_WORKER_INDEX_LABEL.into(), worker_index.into());
+                pod_meta
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .insert(LWS_SIZE_ANNOTATION.into(), size.to_string());
+                if let Some(topology) = &exclusive {
+                    template = kestrel_k8s::workloads::exclusive_template(
+                        template,
+                        LWS_GROUP_KEY_LABEL,
+                        &group_key,
+                        topology,
+                    );
+                }
+                let job_meta = ObjectMeta {
+                    name: Some(job_name),
+                    ..meta.clone()
+                };
+                let spec_field = format!("{field}.spec");
+                let job = self.job(
+                    ctx,
+                    doc,
+                    Shape {
+                        kind: JobKind::Service,
+                        meta: &job_meta,
+                        template_meta: template.metadata.as_ref(),
+                        spec_field: &spec_field,
+                        spec: template.spec.as_ref(),
+                        parallelism: count,
+                        completions: count,
+                        role: None,
+                    },
+                )?;
+                self.jobs.extend(job);
+            }
         }
         Ok(())
     }
