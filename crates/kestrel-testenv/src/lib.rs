@@ -48,19 +48,7 @@ pub fn bin_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join(BIN_DIR))
 }
 
-/// Whether a missing prerequisite must fail the test (CI) rather than skip it.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
-/// Reports a missing prerequisite: panics under `CI=true`, otherwise prints a loud
-/// message for a test that then returns early.
-pub fn skip_or_fail(why: &str) {
-    if in_ci() {
-        panic!("CI=true and {why}");
-    }
-    eprintln!("\n==== SKIPPED: {why} ====\n");
-}
+pub use kestrel_invariants::shared::{in_ci, skip_or_fail};
 
 /// One control plane: etcd, kube-apiserver (and kube-scheduler or kube-controller-manager
 /// when started), supervised by a `kestrel-testenv` process that stops them all when this

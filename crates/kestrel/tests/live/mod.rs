@@ -39,9 +39,16 @@ pub fn env() -> Option<(&'static Env, MutexGuard<'static, ()>)> {
             (poisoned.into_inner(), true)
         }
     };
+    let first = ENV.get().is_none();
     let env = ENV.get_or_init(|| {
-        // A runtime of its own: the test's runtime cannot block on this.
-        std::thread::spawn(|| {
+        // A runtime of its own: the test's runtime cannot block on this. The thread takes
+        // the test's name, which a skip it reports carries.
+        let test = std::thread::current().name().map(str::to_string);
+        let mut builder = std::thread::Builder::new();
+        if let Some(test) = test {
+            builder = builder.name(test);
+        }
+        builder.spawn(|| {
             let cp = ControlPlane::start()?;
             let runtime = tokio::runtime::Runtime::new().expect("runtime");
             let installed = runtime.block_on(async {
@@ -53,10 +60,17 @@ pub fn env() -> Option<(&'static Env, MutexGuard<'static, ()>)> {
                 cp,
             })
         })
+        .expect("a thread")
         .join()
         .expect("starting the control plane")
     });
-    let env = env.as_ref()?;
+    let Some(env) = env.as_ref() else {
+        // The first test said why; each later one is a skip of its own.
+        if !first {
+            kestrel_testenv::skip_or_fail("the test control plane is not built (see above)");
+        }
+        return None;
+    };
     if failed_before {
         clear_what_a_failed_test_left(env);
     }
