@@ -493,8 +493,17 @@ fn check_indexed_choice(nodes: &[NodeSpec], ops: &[Op]) -> Result<(), TestCaseEr
         }
         for (t, op) in ops.iter().enumerate() {
             let Op::Submit(pod) = op else { continue };
-            // Inter-pod rules depend on the pods placed, which the scan does not see.
-            if pod.constraints.inter_pod.is_some() || !pod.constraints.host_ports.is_empty() {
+            // Inter-pod rules, host ports and ReadWriteOncePod claims in use depend on the
+            // pods placed, which the scan does not see.
+            let exclusive_claims = pod
+                .constraints
+                .volumes
+                .as_ref()
+                .is_some_and(|v| !v.exclusive.is_empty());
+            if pod.constraints.inter_pod.is_some()
+                || !pod.constraints.host_ports.is_empty()
+                || exclusive_claims
+            {
                 continue;
             }
             let best = s

@@ -10,7 +10,7 @@ use crate::policy::Policy;
 use crate::queue::PODS_RESOURCE;
 use crate::resources::GPU_RESOURCE;
 use crate::types::{GpuAssignment, Millis, NodeId, PodId, PodPhase};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 impl Scheduler {
     /// What the pod counts against queue quota now: an `All` device request the most
@@ -213,18 +213,20 @@ impl Scheduler {
             let gang = self.gangs.id(&record.spec.namespace, &membership.gang);
             let state = &mut self.gangs.gangs[gang.0 as usize];
             state.first_seen.get_or_insert(now);
-            let members = &mut state.members;
-            // A new member may complete the gang: its waiting peers get another look.
-            let peers: BTreeSet<PodId> = members.iter().copied().collect();
-            members.insert(id);
-            if !peers.is_empty() {
+            let had_peers = !state.members.is_empty();
+            state.members.insert(id);
+            // A new member may complete the gang: its waiting peers get another look. (No
+            // copy of the members: one per new member made a big gang quadratic.)
+            if had_peers && !self.parked.is_empty() {
+                let members = &self.gangs.gangs[gang.0 as usize].members;
                 let parked_peers: Vec<QueueKey> = self
                     .parked
                     .iter()
                     .copied()
-                    .filter(|k| peers.contains(&k.2))
+                    .filter(|k| k.2 != id && members.contains(&k.2))
                     .collect();
-                self.parked.retain(|k| !peers.contains(&k.2));
+                self.parked
+                    .retain(|k| !(k.2 != id && members.contains(&k.2)));
                 self.active.extend(parked_peers);
             }
         }

@@ -48,21 +48,23 @@ pub fn env() -> Option<(&'static Env, MutexGuard<'static, ()>)> {
         if let Some(test) = test {
             builder = builder.name(test);
         }
-        builder.spawn(|| {
-            let cp = ControlPlane::start()?;
-            let runtime = tokio::runtime::Runtime::new().expect("runtime");
-            let installed = runtime.block_on(async {
-                let client = cp.client().await;
-                kestrel_testenv::install_kestrel(&client, &cp.server, kestrel_bin(), &cp.dir).await
-            });
-            Some(Env {
-                sa_kubeconfig: installed.kubeconfig,
-                cp,
+        builder
+            .spawn(|| {
+                let cp = ControlPlane::start()?;
+                let runtime = tokio::runtime::Runtime::new().expect("runtime");
+                let installed = runtime.block_on(async {
+                    let client = cp.client().await;
+                    kestrel_testenv::install_kestrel(&client, &cp.server, kestrel_bin(), &cp.dir)
+                        .await
+                });
+                Some(Env {
+                    sa_kubeconfig: installed.kubeconfig,
+                    cp,
+                })
             })
-        })
-        .expect("a thread")
-        .join()
-        .expect("starting the control plane")
+            .expect("a thread")
+            .join()
+            .expect("starting the control plane")
     });
     let Some(env) = env.as_ref() else {
         // The first test said why; each later one is a skip of its own.
