@@ -8,9 +8,10 @@ use serde_json::Value;
 use std::path::Path;
 
 /// The kinds a workload file may hold (plus `List`s of them).
-pub const SUPPORTED_KINDS: [&str; 27] = [
+pub const SUPPORTED_KINDS: [&str; 28] = [
     "Pod",
     "Job",
+    "CronJob",
     "Deployment",
     "StatefulSet",
     "ReplicaSet",

@@ -593,3 +593,51 @@ spec:
         "{e}"
     );
 }
+
+#[test]
+fn a_cron_job_creates_its_jobs_on_its_schedule() {
+    let cron = |schedule: &str, extra: &str| {
+        format!(
+            "apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: nightly
+  namespace: ml
+  annotations: {{kestrel.dev/sim-duration: 10m, kestrel.dev/sim-until: 2h{extra}}}
+spec:
+  schedule: \"{schedule}\"
+  jobTemplate:
+    spec:
+      template: {{spec: {{restartPolicy: Never, containers: [{{name: c, image: x, resources: {{limits: {{nvidia.com/gpu: 1}}}}}}]}}}}
+"
+        )
+    };
+    // Every 30 minutes for 2 hours: 0, 30, 60 and 90 minutes, 10 minutes each.
+    let r = run(8, &cron("*/30 * * * *", ""));
+    assert_eq!((r.pods.created, r.pods.completed), (4, 4));
+    assert_eq!(r.span, 100 * 60_000, "the last starts at 90 minutes");
+    let workload = read(&cron("*/30 * * * *", "")).unwrap();
+    let names: Vec<&str> = workload.jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["nightly-0", "nightly-30", "nightly-60", "nightly-90"]
+    );
+    let e = read(&cron("*/30 * * *", "")).unwrap_err();
+    assert!(
+        e.contains("CronJob ml/nightly") && e.contains("spec.schedule") && e.contains("five"),
+        "{e}"
+    );
+    let e = read(&cron("* * * * *", "").replace("2h", "30d")).unwrap_err();
+    assert!(
+        e.contains("kestrel.dev/sim-until") && e.contains("more than 10000"),
+        "{e}"
+    );
+    // Suspended: no Jobs, and a warning.
+    let suspended =
+        cron("*/30 * * * *", "").replace("spec:\n  schedule", "spec:\n  suspend: true\n  schedule");
+    let workload = read(&suspended).unwrap();
+    assert!(workload.jobs.is_empty());
+    assert!(workload.queues.warnings[0]
+        .to_string()
+        .contains("spec.suspend"));
+}

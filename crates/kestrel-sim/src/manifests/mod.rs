@@ -26,7 +26,7 @@
 
 use crate::workload::{JobKind, SimJob, SimTraining, Workload};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kestrel_core::{GangSpec, GpuRequest, Millis};
@@ -42,6 +42,7 @@ use kestrel_k8s::LoadError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+mod cron;
 mod dra;
 mod failures;
 mod volumes;
@@ -49,6 +50,8 @@ pub use failures::{parse_failures, FAILURES_ANNOTATION};
 
 /// When the object is created, from the simulation's start (default `0`).
 pub const ARRIVAL_ANNOTATION: &str = "kestrel.dev/sim-arrival";
+/// On a CronJob: how long after its arrival its schedule keeps creating Jobs.
+pub const CRON_UNTIL_ANNOTATION: &str = "kestrel.dev/sim-until";
 /// How long each pod runs once bound (default: to the end; required on a Job).
 pub const DURATION_ANNOTATION: &str = "kestrel.dev/sim-duration";
 /// Share of its GPUs a pod keeps busy, `0`..=`1` (default 1 for GPU pods).
@@ -257,57 +260,17 @@ impl Builder {
             "Job" => {
                 let job: Job = doc.typed(path)?;
                 self.warn_unknown_fields(path, doc, &job);
-                let spec = job
-                    .spec
-                    .as_ref()
-                    .ok_or_else(|| ctx.err("spec", "a Job needs spec.template"))?;
-                let parallelism = i64::from(spec.parallelism.unwrap_or(1));
-                let completions = spec.completions.map(i64::from).unwrap_or(parallelism);
-                for (field, v) in [
-                    ("spec.parallelism", parallelism),
-                    ("spec.completions", completions),
-                ] {
-                    if v < 0 {
-                        return Err(ctx.err(field, format!("{v} is negative; set 0 or more")));
+                self.batch_job(&ctx, path, doc, &job)?
+            }
+            "CronJob" => {
+                let cron_job: CronJob = doc.typed(path)?;
+                self.warn_unknown_fields(path, doc, &cron_job);
+                for job in self.cron_jobs(&ctx, path, &cron_job)? {
+                    if let Some(sim_job) = self.batch_job(&ctx, path, doc, &job)? {
+                        self.jobs.push(sim_job);
                     }
-                    kestrel_k8s::workloads::check_pod_count(field, v)
-                        .map_err(|why| ctx.err(field, why))?;
                 }
-                let sim_job = self.job(
-                    &ctx,
-                    doc,
-                    Shape {
-                        kind: JobKind::Job,
-                        meta: &job.metadata,
-                        template_meta: spec.template.metadata.as_ref(),
-                        spec_field: "spec.template.spec",
-                        spec: spec.template.spec.as_ref(),
-                        // Kubernetes never runs more pods than completions remain.
-                        parallelism: parallelism.min(completions),
-                        completions,
-                        role: None,
-                    },
-                )?;
-                // A suspended Job gets no pods until something resumes it: the queue
-                // that admits it (as Kueue does), or nobody.
-                let unqueued = sim_job.as_ref().is_some_and(|j| j.template.queue.is_none());
-                if spec.suspend == Some(true) && unqueued {
-                    let mut object = WarnedObject::of(&job);
-                    object
-                        .namespace
-                        .get_or_insert_with(|| "default".to_string());
-                    self.queues.warnings.push(FieldWarning {
-                        source: Some(path.display().to_string()),
-                        ..object.warning(
-                            "spec.suspend",
-                            "the Job is suspended and names no queue, so Kubernetes creates \
-                             no pods for it and the simulator runs none; remove suspend, or \
-                             name a LocalQueue (label kueue.x-k8s.io/queue-name) to admit it",
-                        )
-                    });
-                    return Ok(());
-                }
-                sim_job
+                return Ok(());
             }
             "Deployment" => {
                 let d: Deployment = doc.typed(path)?;
@@ -497,6 +460,150 @@ impl Builder {
             }
         }
         Ok(())
+    }
+
+    /// A batch Job: `parallelism` pods at a time until `completions`; a suspended one
+    /// without a queue gets none (and a warning).
+    fn batch_job(
+        &mut self,
+        ctx: &Ctx,
+        path: &Path,
+        doc: &Document,
+        job: &Job,
+    ) -> Result<Option<SimJob>, LoadError> {
+        let spec = job
+            .spec
+            .as_ref()
+            .ok_or_else(|| ctx.err("spec", "a Job needs spec.template"))?;
+        let parallelism = i64::from(spec.parallelism.unwrap_or(1));
+        let completions = spec.completions.map(i64::from).unwrap_or(parallelism);
+        for (field, v) in [
+            ("spec.parallelism", parallelism),
+            ("spec.completions", completions),
+        ] {
+            if v < 0 {
+                return Err(ctx.err(field, format!("{v} is negative; set 0 or more")));
+            }
+            kestrel_k8s::workloads::check_pod_count(field, v).map_err(|why| ctx.err(field, why))?;
+        }
+        let sim_job = self.job(
+            ctx,
+            doc,
+            Shape {
+                kind: JobKind::Job,
+                meta: &job.metadata,
+                template_meta: spec.template.metadata.as_ref(),
+                spec_field: "spec.template.spec",
+                spec: spec.template.spec.as_ref(),
+                // Kubernetes never runs more pods than completions remain.
+                parallelism: parallelism.min(completions),
+                completions,
+                role: None,
+            },
+        )?;
+        // A suspended Job gets no pods until something resumes it: the queue
+        // that admits it (as Kueue does), or nobody.
+        let unqueued = sim_job.as_ref().is_some_and(|j| j.template.queue.is_none());
+        if spec.suspend == Some(true) && unqueued {
+            let mut object = WarnedObject::of(job);
+            object
+                .namespace
+                .get_or_insert_with(|| "default".to_string());
+            self.queues.warnings.push(FieldWarning {
+                source: Some(path.display().to_string()),
+                ..object.warning(
+                    "spec.suspend",
+                    "the Job is suspended and names no queue, so Kubernetes creates \
+                             no pods for it and the simulator runs none; remove suspend, or \
+                             name a LocalQueue (label kueue.x-k8s.io/queue-name) to admit it",
+                )
+            });
+            return Ok(None);
+        }
+        Ok(sim_job)
+    }
+
+    /// The Jobs a CronJob creates on its schedule (`spec.schedule`, from its arrival for
+    /// `kestrel.dev/sim-until`, default a day), each named `<cronjob>-<minute>` and
+    /// arriving when it fires, from its `jobTemplate`.
+    fn cron_jobs(
+        &mut self,
+        ctx: &Ctx,
+        path: &Path,
+        cron_job: &CronJob,
+    ) -> Result<Vec<Job>, LoadError> {
+        let spec = cron_job
+            .spec
+            .as_ref()
+            .ok_or_else(|| ctx.err("spec", "a CronJob needs spec.schedule and spec.jobTemplate"))?;
+        let schedule = cron::parse(&spec.schedule).map_err(|why| ctx.err("spec.schedule", why))?;
+        let mut object = WarnedObject::of(cron_job);
+        object
+            .namespace
+            .get_or_insert_with(|| "default".to_string());
+        let mut warn = |field: &str, message: &str| {
+            self.queues.warnings.push(FieldWarning {
+                source: Some(path.display().to_string()),
+                ..object.warning(field, message)
+            })
+        };
+        if spec.suspend == Some(true) {
+            warn(
+                "spec.suspend",
+                "the CronJob is suspended, so it creates no Jobs and the simulator runs none",
+            );
+            return Ok(Vec::new());
+        }
+        if matches!(
+            spec.concurrency_policy.as_deref(),
+            Some("Forbid" | "Replace")
+        ) {
+            warn(
+                "spec.concurrencyPolicy",
+                "the simulator creates a Job at every fire time (Allow), whether the last \
+                 one still runs or not",
+            );
+        }
+        let annotations = cron_job.metadata.annotations.clone().unwrap_or_default();
+        let at = |key: &str, default: Millis| -> Result<Millis, LoadError> {
+            match annotations.get(key) {
+                Some(v) => kestrel_k8s::duration::parse_duration(v)
+                    .map_err(|e| ctx.err(format!("metadata.annotations[{key:?}]"), e.to_string())),
+                None => Ok(default),
+            }
+        };
+        let from = at(ARRIVAL_ANNOTATION, 0)?;
+        let until = from.saturating_add(at(CRON_UNTIL_ANNOTATION, 24 * 3_600_000)?);
+        const MOST: usize = 10_000;
+        let times = schedule.fire_times(from, until, MOST + 1);
+        if times.len() > MOST {
+            return Err(ctx.err(
+                "spec.schedule",
+                format!(
+                    "fires more than {MOST} times before {CRON_UNTIL_ANNOTATION}; set a shorter \
+                     {CRON_UNTIL_ANNOTATION} on the CronJob"
+                ),
+            ));
+        }
+        let name = cron_job.metadata.name.clone().unwrap_or_default();
+        let mut jobs = Vec::new();
+        for t in times {
+            let template = &spec.job_template;
+            let mut meta = template.metadata.clone().unwrap_or_default();
+            meta.name = Some(format!("{name}-{}", t / 60_000));
+            meta.namespace = cron_job.metadata.namespace.clone();
+            let mut job_annotations = annotations.clone();
+            job_annotations.remove(CRON_UNTIL_ANNOTATION);
+            job_annotations.extend(meta.annotations.take().unwrap_or_default());
+            job_annotations.insert(ARRIVAL_ANNOTATION.to_string(), format!("{t}ms"));
+            meta.annotations = Some(job_annotations);
+            jobs.push(Job {
+                metadata: meta,
+                spec: template.spec.clone(),
+                status: None,
+            });
+        }
+        Ok(jobs)
     }
 
     /// Warns of the fields of `doc` its Kubernetes type has not (a misspelt field would

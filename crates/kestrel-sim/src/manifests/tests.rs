@@ -594,12 +594,14 @@ fn object_errors_name_file_object_and_field() {
         ],
     );
     let e = err("apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: c}\n");
+    assert_names(&e, &["CronJob default/c", "field spec", "spec.schedule"]);
+    let e = err("apiVersion: batch/v2\nkind: RayJob\nmetadata: {name: c}\n");
     assert_names(
         &e,
         &[
-            "CronJob default/c",
+            "RayJob default/c",
             "field kind",
-            "Pod, Job, Deployment, StatefulSet",
+            "Pod, Job, CronJob, Deployment, StatefulSet",
         ],
     );
     let e = err("apiVersion: v1\nkind: Pod\nmetadata: {name: p, annotations: {kestrel.dev/sim-arrival: soon}}\nspec: {containers: [{name: a}]}\n");
