@@ -393,7 +393,14 @@ fn lws_gang(
         ));
     }
     let rank = match labels.get(LWS_WORKER_INDEX_LABEL) {
-        Some(v) => Some(annotation_count(path, object, LWS_WORKER_INDEX_LABEL, v)?),
+        Some(v) => Some(v.parse::<u32>().map_err(|_| {
+            err(
+                path,
+                object,
+                &format!("metadata.labels[{LWS_WORKER_INDEX_LABEL:?}]"),
+                format!("{v:?} is not a whole number"),
+            )
+        })?),
         None => None,
     };
     let name = format!("lws-{set}-{group}");
