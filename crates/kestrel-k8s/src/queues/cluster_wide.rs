@@ -40,6 +40,11 @@ pub const KAI_ROOT: &str = "kai-root";
 /// a queue does not name is unlimited for it, not refused.
 pub const ALWAYS_COVERED: [&str; 3] = ["cpu", "memory", GPU_RESOURCE];
 
+/// Volcano's hierarchy by annotations on a Queue (its drf plugin's hierarchy), which
+/// Kestrel does not read: `spec.parent` is the hierarchy it reads.
+pub const VOLCANO_HIERARCHY_ANNOTATIONS: [&str; 2] =
+    ["volcano.sh/hierarchy", "volcano.sh/hierarchy-weights"];
+
 pub const VOLCANO_QUEUE_FIELDS: &[&str] = &[
     "weight",
     "capability",

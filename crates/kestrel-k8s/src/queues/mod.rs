@@ -59,8 +59,8 @@ use std::path::Path;
 
 use self::cluster_wide::{kai_queue, volcano_queue};
 pub use self::cluster_wide::{
-    ANY_NODE_FLAVOR, KAI_QUEUE_GROUP, KAI_QUEUE_LABEL, KAI_ROOT, VOLCANO_JOB_QUEUE_ANNOTATION,
-    VOLCANO_QUEUE_ANNOTATION, VOLCANO_QUEUE_GROUP, VOLCANO_ROOT,
+    ANY_NODE_FLAVOR, KAI_QUEUE_GROUP, KAI_QUEUE_LABEL, KAI_ROOT, VOLCANO_HIERARCHY_ANNOTATIONS,
+    VOLCANO_JOB_QUEUE_ANNOTATION, VOLCANO_QUEUE_ANNOTATION, VOLCANO_QUEUE_GROUP, VOLCANO_ROOT,
 };
 use self::kueue::{cluster_queue, flavor, limits_need_a_parent};
 pub use self::kueue::{CLUSTER_QUEUE_FIELDS, COHORT_FIELDS, FLAVOR_FIELDS, LOCAL_QUEUE_FIELDS};
@@ -210,6 +210,21 @@ fn read_queue_document(r: &Reader, doc: &Value) -> Result<QueueDocument, LoadErr
     Ok(match kind {
         "ClusterQueue" => QueueDocument::ClusterQueue(cluster_queue(r, name, s)?),
         "Queue" if api_version.starts_with(VOLCANO_QUEUE_GROUP) => {
+            // Volcano's older hierarchy by annotations (its drf plugin's): not read; say so
+            // rather than run the queue flat without a word.
+            let annotations = meta
+                .and_then(|m| m.get("annotations"))
+                .and_then(Value::as_object);
+            for key in VOLCANO_HIERARCHY_ANNOTATIONS {
+                if annotations.is_some_and(|a| a.contains_key(key)) {
+                    r.warn(
+                        format!("metadata.annotations[{key:?}]"),
+                        "is Volcano's hierarchy by annotations, which Kestrel does not read: \
+                         the queue sits under its spec.parent (write spec.parent for a \
+                         hierarchy)",
+                    );
+                }
+            }
             QueueDocument::ClusterQueue(volcano_queue(r, name, s)?)
         }
         "Queue" => QueueDocument::ClusterQueue(kai_queue(r, name, s)?),

@@ -675,6 +675,24 @@ spec:
 }
 
 #[test]
+fn volcanos_hierarchy_by_annotations_is_warned_of_by_name() {
+    let text = "apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata:
+  name: prod
+  annotations: {volcano.sh/hierarchy: root/eng/prod, volcano.sh/hierarchy-weights: 1/2/8}
+spec: {weight: 1}
+";
+    let said = warnings(text);
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(
+        said[0].contains("Queue prod: field metadata.annotations[\"volcano.sh/hierarchy\"]")
+            && said[0].contains("write spec.parent"),
+        "{said:?}"
+    );
+}
+
+#[test]
 fn queues_read_one_by_one_get_the_structure_the_simulator_builds() {
     // What the live scheduler has: each object parsed alone, plus a Kestrel flavor.
     let docs = vec![
