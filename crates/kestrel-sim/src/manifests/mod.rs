@@ -505,19 +505,14 @@ impl Builder {
         // that admits it (as Kueue does), or nobody.
         let unqueued = sim_job.as_ref().is_some_and(|j| j.template.queue.is_none());
         if spec.suspend == Some(true) && unqueued {
-            let mut object = WarnedObject::of(job);
-            object
-                .namespace
-                .get_or_insert_with(|| "default".to_string());
-            self.queues.warnings.push(FieldWarning {
-                source: Some(path.display().to_string()),
-                ..object.warning(
-                    "spec.suspend",
-                    "the Job is suspended and names no queue, so Kubernetes creates \
-                             no pods for it and the simulator runs none; remove suspend, or \
-                             name a LocalQueue (label kueue.x-k8s.io/queue-name) to admit it",
-                )
-            });
+            self.warn(
+                path,
+                job,
+                "spec.suspend",
+                "the Job is suspended and names no queue, so Kubernetes creates no pods for \
+                 it and the simulator runs none; remove suspend, or name a LocalQueue (label \
+                 kueue.x-k8s.io/queue-name) to admit it",
+            );
             return Ok(None);
         }
         Ok(sim_job)
@@ -537,16 +532,7 @@ impl Builder {
             .as_ref()
             .ok_or_else(|| ctx.err("spec", "a CronJob needs spec.schedule and spec.jobTemplate"))?;
         let schedule = cron::parse(&spec.schedule).map_err(|why| ctx.err("spec.schedule", why))?;
-        let mut object = WarnedObject::of(cron_job);
-        object
-            .namespace
-            .get_or_insert_with(|| "default".to_string());
-        let mut warn = |field: &str, message: &str| {
-            self.queues.warnings.push(FieldWarning {
-                source: Some(path.display().to_string()),
-                ..object.warning(field, message)
-            })
-        };
+        let mut warn = |field: &str, message: &str| self.warn(path, cron_job, field, message);
         if spec.suspend == Some(true) {
             warn(
                 "spec.suspend",
@@ -616,25 +602,37 @@ impl Builder {
         if fields.is_empty() {
             return;
         }
-        let mut object = WarnedObject::of(typed);
-        object
+        for field in fields {
+            let message = format!(
+                "unknown field: not a field of {} {} (Kubernetes 1.34's schema, which Kestrel \
+                 reads), so Kestrel ignores it, where kubectl's strict validation would refuse \
+                 it; check its spelling and place",
+                K::API_VERSION,
+                K::KIND
+            );
+            self.warn(path, typed, field, message);
+        }
+    }
+
+    /// Warns of `field` of a workload object read from `path`: printed by the simulator
+    /// with the queue readers' warnings.
+    fn warn<K>(
+        &mut self,
+        path: &Path,
+        object: &K,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) where
+        K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta>,
+    {
+        let mut warned = WarnedObject::of(object);
+        warned
             .namespace
             .get_or_insert_with(|| "default".to_string());
-        for field in fields {
-            self.queues.warnings.push(FieldWarning {
-                source: Some(path.display().to_string()),
-                ..object.warning(
-                    field,
-                    format!(
-                        "unknown field: not a field of {} {} (Kubernetes 1.34's schema, \
-                         which Kestrel reads), so Kestrel ignores it, where kubectl's \
-                         strict validation would refuse it; check its spelling and place",
-                        K::API_VERSION,
-                        K::KIND
-                    ),
-                )
-            });
-        }
+        self.queues.warnings.push(FieldWarning {
+            source: Some(path.display().to_string()),
+            ..warned.warning(field, message)
+        });
     }
 
     /// A PyTorchJob, Volcano Job or JobSet: one job per role, all in one gang. A
