@@ -7,6 +7,16 @@ use kestrel_sim::metrics::SimReport;
 use kestrel_sim::{simulate, SimConfig};
 use one_node::{cluster, read};
 
+/// The warnings a workload's files gave, as the simulator prints them.
+fn warnings_of(workload: &kestrel_sim::Workload) -> Vec<String> {
+    workload
+        .queues
+        .warnings
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
 fn run(gpus: u32, yaml: &str) -> SimReport {
     let workload = read(yaml).unwrap();
     simulate(
@@ -329,12 +339,7 @@ spec:
     let r = run(8, &job("false"));
     assert_eq!(r.pods.completed, 2);
     let workload = read(&job("true")).unwrap();
-    let warnings: Vec<String> = workload
-        .queues
-        .warnings
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+    let warnings = warnings_of(&workload);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
         warnings[0].contains("Job ml/paused")
@@ -458,12 +463,7 @@ spec:
         resoures: {limits: {nvidia.com/gpu: 1}}
 ";
     let workload = read(job).unwrap();
-    let warnings: Vec<String> = workload
-        .queues
-        .warnings
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+    let warnings = warnings_of(&workload);
     assert_eq!(warnings.len(), 2, "{warnings:?}");
     assert!(
         warnings[0].contains("Job ml/typo: field spec.template.spec.containers[0].resoures")
