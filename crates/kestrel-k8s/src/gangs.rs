@@ -35,6 +35,10 @@ pub const LWS_GROUP_INDEX_LABEL: &str = "leaderworkerset.sigs.k8s.io/group-index
 pub const LWS_WORKER_INDEX_LABEL: &str = "leaderworkerset.sigs.k8s.io/worker-index";
 /// Its annotation with the pods in a group, the leader included.
 pub const LWS_SIZE_ANNOTATION: &str = "leaderworkerset.sigs.k8s.io/size";
+/// Its label unique to a group.
+pub const LWS_GROUP_KEY_LABEL: &str = "leaderworkerset.sigs.k8s.io/group-key";
+/// The LeaderWorkerSet annotation that gives each group a topology domain of its own.
+pub const LWS_EXCLUSIVE_ANNOTATION: &str = "leaderworkerset.sigs.k8s.io/exclusive-topology";
 pub const KUEUE_TOTAL_ANNOTATION: &str = "kueue.x-k8s.io/pod-group-total-count";
 /// A pod's rank; Indexed Jobs' pods carry their completion index in the label below.
 pub const RANK_ANNOTATION: &str = "kestrel.dev/rank";

@@ -136,11 +136,6 @@ pub fn load_manifests_with(
     })
 }
 
-/// The LeaderWorkerSet annotation that gives each group a topology domain of its own.
-const LWS_EXCLUSIVE_ANNOTATION: &str = "leaderworkerset.sigs.k8s.io/exclusive-topology";
-/// The label LeaderWorkerSet puts on a group's pods, unique to the group.
-const LWS_GROUP_KEY_LABEL: &str = "leaderworkerset.sigs.k8s.io/group-key";
-
 /// Whether an object names Volcano's `default` queue: a Volcano Job's or PodGroup's
 /// `spec.queue`, or Volcano's queue annotation on it or a pod template inside it.
 fn names_volcano_default_queue(value: &serde_json::Value) -> bool {
@@ -334,7 +329,8 @@ impl Builder {
     /// `leaderworkerset.sigs.k8s.io/exclusive-topology`, each group alone in its domain.
     fn leader_worker_set(&mut self, ctx: &Ctx, doc: &Document) -> Result<(), LoadError> {
         use kestrel_k8s::gangs::{
-            LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_SIZE_ANNOTATION, LWS_WORKER_INDEX_LABEL,
+            LWS_EXCLUSIVE_ANNOTATION, LWS_GROUP_INDEX_LABEL, LWS_GROUP_KEY_LABEL, LWS_NAME_LABEL,
+            LWS_SIZE_ANNOTATION, LWS_WORKER_INDEX_LABEL,
         };
         let value = &doc.value;
         let api_version = value.get("apiVersion").and_then(|v| v.as_str());
