@@ -140,6 +140,15 @@ pub struct Document {
 }
 
 impl Document {
+    /// Document `number` (1-based) of a file, or item `item` of the List it holds.
+    pub fn new(value: Value, number: usize, item: Option<usize>) -> Document {
+        Document {
+            value,
+            number,
+            item,
+        }
+    }
+
     pub fn kind(&self) -> &str {
         self.value.get("kind").and_then(Value::as_str).unwrap_or("")
     }

@@ -48,6 +48,17 @@ fn from_multiple_within(text: &str, limits: &Limits) -> Result<Vec<Value>, Strin
     serde_saphyr::from_multiple_with_options(text, options(limits)).map_err(|e| explain(&e, limits))
 }
 
+/// One YAML document read by the caller's own deserializer code, as the parser streams
+/// it: nothing of the document is kept but what `f` keeps (a huge `List` of Events is read
+/// item by item). Errors as [`from_multiple`]'s.
+pub fn with_document<'de, R, F>(text: &'de str, f: F) -> Result<R, String>
+where
+    F: for<'e> FnOnce(serde_saphyr::Deserializer<'de, 'e>) -> Result<R, Error>,
+{
+    serde_saphyr::with_deserializer_from_str_with_options(text, options(&LIMITS), f)
+        .map_err(|e| explain(&e, &LIMITS))
+}
+
 /// One YAML document as `T`.
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, String> {
     serde_saphyr::from_str_with_options(text, options(&LIMITS)).map_err(|e| explain(&e, &LIMITS))

@@ -17,6 +17,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub type Labels = Vec<(&'static str, &'static str)>;
+/// Labels whose values come from the cluster (a doctor finding's node and namespace).
+pub type OwnedLabels = Vec<(&'static str, String)>;
 
 pub struct Metrics {
     registry: Registry,
@@ -27,6 +29,9 @@ pub struct Metrics {
     pub scheduled_events: Family<Labels, Counter>,
     pub evictions: Family<Labels, Counter>,
     pub leader: Gauge,
+    /// The doctor's findings of the last run (`kestrel serve --doctor-interval`).
+    pub doctor_findings: Family<OwnedLabels, Gauge>,
+    pub doctor_runs: Family<Labels, Counter>,
     /// Set once the watches have listed everything (and, on a leader, the state is built).
     pub ready: AtomicBool,
 }
@@ -82,8 +87,22 @@ impl Metrics {
             "1 while this replica holds the lease and schedules",
             leader.clone(),
         );
+        let doctor_findings = Family::<OwnedLabels, Gauge>::default();
+        registry.register(
+            "doctor_finding",
+            "Findings of the doctor's last run, by check, signature, severity, node and namespace (the count of findings there)",
+            doctor_findings.clone(),
+        );
+        let doctor_runs = Family::<Labels, Counter>::default();
+        registry.register(
+            "doctor_runs",
+            "Runs of the doctor's checks by result (ok, error); on error the last findings stay",
+            doctor_runs.clone(),
+        );
         Metrics {
             registry,
+            doctor_findings,
+            doctor_runs,
             cycle_duration,
             pending,
             binds,
@@ -92,6 +111,38 @@ impl Metrics {
             evictions,
             leader,
             ready: AtomicBool::new(false),
+        }
+    }
+
+    /// Replaces the doctor's findings with those of a run: one series per check,
+    /// signature (the check id for checks without signatures), severity, node and
+    /// namespace ("" where a finding names none).
+    pub fn set_doctor_findings(&self, findings: &[kestrel_sim::doctor::Finding]) {
+        let mut rows: std::collections::BTreeMap<OwnedLabels, i64> = Default::default();
+        for f in findings {
+            let signature = f.signature.clone().unwrap_or_else(|| f.id.clone());
+            let places: Vec<(String, String)> = if f.subjects.is_empty() {
+                vec![(String::new(), String::new())]
+            } else {
+                f.subjects
+                    .iter()
+                    .map(|s| (s.node.clone(), s.namespace.clone()))
+                    .collect()
+            };
+            for (node, namespace) in places {
+                let labels = vec![
+                    ("check", f.id.clone()),
+                    ("signature", signature.clone()),
+                    ("severity", f.severity.as_str().to_string()),
+                    ("node", node),
+                    ("namespace", namespace),
+                ];
+                *rows.entry(labels).or_default() += 1;
+            }
+        }
+        self.doctor_findings.clear();
+        for (labels, n) in rows {
+            self.doctor_findings.get_or_create(&labels).set(n);
         }
     }
 
@@ -179,6 +230,50 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle:?} not in\n{text}");
         }
+    }
+
+    #[test]
+    fn doctor_findings_replace_the_last_run() {
+        use kestrel_sim::doctor::{Finding, Severity, Subject};
+        let finding = |id: &str, signature: Option<&str>, subjects: Vec<Subject>| Finding {
+            id: id.to_string(),
+            severity: Severity::Critical,
+            what: String::new(),
+            r#where: Vec::new(),
+            why: String::new(),
+            fix: String::new(),
+            signature: signature.map(str::to_string),
+            incidents: Vec::new(),
+            subjects,
+        };
+        let at = |node: &str, ns: &str| Subject {
+            node: node.to_string(),
+            namespace: ns.to_string(),
+        };
+        let m = Metrics::new();
+        let sig = "pod-sandbox-failed/FailedCreatePodSandBox/sriov-no-vf";
+        m.set_doctor_findings(&[
+            finding("node-not-ready", None, vec![]),
+            finding(
+                "pod-sandbox-failed",
+                Some(sig),
+                vec![at("gpu-0", "llm"), at("gpu-1", "llm")],
+            ),
+        ]);
+        let text = m.encode();
+        for needle in [
+            "kestrel_doctor_finding{check=\"node-not-ready\",signature=\"node-not-ready\",severity=\"critical\",node=\"\",namespace=\"\"} 1",
+            "kestrel_doctor_finding{check=\"pod-sandbox-failed\",signature=\"pod-sandbox-failed/FailedCreatePodSandBox/sriov-no-vf\",severity=\"critical\",node=\"gpu-1\",namespace=\"llm\"} 1",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in\n{text}");
+        }
+        // The next run replaces the series: a resolved finding goes away.
+        m.set_doctor_findings(&[]);
+        assert!(
+            !m.encode().contains("kestrel_doctor_finding{"),
+            "{}",
+            m.encode()
+        );
     }
 
     #[tokio::test]

@@ -1,12 +1,14 @@
 //! `kestrel doctor`: diagnose a cluster from a snapshot (files) or its API server.
 //!
-//! The checks live in `kestrel_sim::doctor` (pure); this reads the input, prints the
-//! report and sets the exit code: 0 no finding of severity warning or above, 1 error
-//! (bad input, API server unreachable), 2 findings of severity warning or critical.
+//! The checks live in `kestrel_sim::doctor` (pure); this reads the input (Nodes, Pods and
+//! Events; the Events a page at a time, aggregated as they come), prints the report and
+//! sets the exit code: 0 no finding of severity warning or above, 1 error (bad input, API
+//! server unreachable, unknown signature), 2 findings of severity warning or critical.
+//! `kestrel serve` runs the same live reading and checks every `--doctor-interval`.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kestrel_k8s::duration::parse_duration;
 use kestrel_sim::doctor::{self, DoctorOptions, Snapshot};
@@ -16,17 +18,18 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct DoctorArgs {
-    /// Snapshot files: `kubectl get nodes,pods -A -o yaml` output, or YAML files of Node
-    /// and Pod objects; `-` reads standard input.
+    /// Snapshot files: `kubectl get events,nodes,pods -A -o yaml` output, or YAML files of
+    /// Node, Pod and Event objects; `-` reads standard input.
     #[arg(value_name = "SNAPSHOT")]
     snapshots: Vec<PathBuf>,
-    /// Read Nodes and Pods from the cluster's API server instead of files.
+    /// Read Nodes, Pods and Events from the cluster's API server instead of files.
     #[arg(long)]
     live: bool,
     /// Kubeconfig for --live; default: in-cluster config, else $KUBECONFIG or ~/.kube/config.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
-    /// Print the findings as a JSON array of {id, severity, what, where, why, fix}.
+    /// Print the findings as a JSON array of {id, severity, what, where, why, fix}, plus
+    /// signature and incidents for findings from events and container states.
     #[arg(long)]
     json: bool,
     /// Print a PrometheusRule with one alert per check (over kube-state-metrics and
@@ -36,9 +39,27 @@ pub struct DoctorArgs {
     /// Report pods unschedulable for at least this long (pod-pending-long).
     #[arg(long, value_name = "DUR", default_value = "15m", value_parser = parse_duration)]
     pending_for: u64,
+    /// Count only events last seen this long before the snapshot's time (or now, with
+    /// --live); each signature's events are grouped into incidents either way.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    since: Option<u64>,
+    /// Print a PrometheusRule for one failure signature (as --json prints it, e.g.
+    /// image-pull-failed/ErrImagePull/auth, or a check id) and exit.
+    #[arg(long, value_name = "SIGNATURE")]
+    alert_for: Option<String>,
 }
 
 pub fn run(args: DoctorArgs) -> Result<()> {
+    if let Some(signature) = &args.alert_for {
+        if args.live || !args.snapshots.is_empty() || args.json || args.prometheus_rules {
+            bail!("--alert-for prints one alerting rule only; leave out snapshots, --live, --json and --prometheus-rules");
+        }
+        match doctor::render_signature_rule(signature) {
+            Ok(rule) => print!("{rule}"),
+            Err(e) => bail!("{e}"),
+        }
+        return Ok(());
+    }
     if args.prometheus_rules {
         if args.live || !args.snapshots.is_empty() || args.json {
             bail!("--prometheus-rules prints the alerting rules only; leave out snapshots, --live and --json");
@@ -53,7 +74,7 @@ pub fn run(args: DoctorArgs) -> Result<()> {
         (true, true) => (live(args.kubeconfig)?, Some(Timestamp::now())),
         (true, false) => bail!("pass snapshot files or --live, not both"),
         (false, true) => bail!(
-            "nothing to diagnose: pass snapshot files (kubectl get nodes,pods -A -o yaml > \
+            "nothing to diagnose: pass snapshot files (kubectl get events,nodes,pods -A -o yaml > \
              cluster.yaml) or --live"
         ),
         // A snapshot is judged as of its newest timestamp.
@@ -62,6 +83,7 @@ pub fn run(args: DoctorArgs) -> Result<()> {
     let options = DoctorOptions {
         now,
         pending_for_ms: args.pending_for,
+        since_ms: args.since,
     };
     let diagnosis = doctor::diagnose(&snapshot, &options);
     for note in &diagnosis.notes {
@@ -116,6 +138,13 @@ async fn live_async(kubeconfig: Option<PathBuf>) -> Result<Snapshot> {
     let config = crate::serve::cluster_config(kubeconfig).await?;
     let source = format!("the API server at {}", config.cluster_url);
     let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
+    live_snapshot(&client, source).await
+}
+
+/// Nodes, unfinished Pods and every Event from the API server. Events come a page at a
+/// time and are aggregated as they come, so 100,000 of them are never held at once.
+/// `v1` Events include those posted through `events.k8s.io/v1` (the same objects).
+pub(crate) async fn live_snapshot(client: &kube::Client, source: String) -> Result<Snapshot> {
     let nodes: Vec<Node> = list_all(Api::all(client.clone()), ListParams::default())
         .await
         .with_context(|| format!("listing Nodes from {source}"))?;
@@ -124,15 +153,39 @@ async fn live_async(kubeconfig: Option<PathBuf>) -> Result<Snapshot> {
     }
     // Finished pods hold no resources and are not scheduled again.
     let unfinished = ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed");
-    let pods: Vec<Pod> = list_all(Api::all(client), unfinished)
+    let pods: Vec<Pod> = list_all(Api::all(client.clone()), unfinished)
         .await
         .with_context(|| format!("listing Pods from {source}"))?;
-    Ok(Snapshot {
+    let mut snapshot = Snapshot {
         source,
         nodes,
         pods,
-        notes: Vec::new(),
-    })
+        ..Snapshot::default()
+    };
+    let events: Api<Event> = Api::all(client.clone());
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = events
+            .list(&params)
+            .await
+            .with_context(|| format!("listing Events from {}", snapshot.source))?;
+        for event in &page.items {
+            let value = serde_json::to_value(event).context("encoding an Event")?;
+            if let Err((field, message)) = snapshot.events.add(&value) {
+                let meta = &event.metadata;
+                snapshot.notes.push(format!(
+                    "left out Event {}/{}: {field}: {message}",
+                    meta.namespace.as_deref().unwrap_or(""),
+                    meta.name.as_deref().unwrap_or("")
+                ));
+            }
+        }
+        match page.metadata.continue_.filter(|t| !t.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    Ok(snapshot)
 }
 
 /// Every object, a page of 500 at a time.

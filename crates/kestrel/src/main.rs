@@ -49,8 +49,9 @@ enum Command {
     Manifests(serve::ManifestsArgs),
     /// Print Kestrel's CustomResourceDefinitions (PodGroup, Topology, queues) as YAML.
     Crds,
-    /// Diagnose a cluster's Nodes and Pods (a snapshot, or --live): GPUs, taints, node
-    /// conditions, stuck pods. Exit code 2 when something needs attention.
+    /// Diagnose a cluster's Nodes, Pods and Events (a snapshot, or --live): GPUs, taints,
+    /// node conditions, stuck pods, image pulls, crash loops, CNI and volume failures.
+    /// Exit code 2 when something needs attention.
     Doctor(doctor::DoctorArgs),
     /// Why a pod, gang, ClusterQueue or node looks as it does at a moment of a simulated
     /// run (same inputs as `sim`, plus --at), and when pending pods should start.

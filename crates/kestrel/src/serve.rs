@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// a job's spec.mlflow.trackingUri overrides it. Empty: none (the chart's default).
     #[arg(long, env = "MLFLOW_TRACKING_URI", value_parser = tracking_uri)]
     mlflow_tracking_uri: Option<String>,
+    /// How often to run `kestrel doctor`'s checks on the cluster and export the findings
+    /// as kestrel_doctor_finding; 0 turns it off.
+    #[arg(long, default_value = "60s", value_parser = kestrel_k8s::duration::parse_duration)]
+    doctor_interval: u64,
 }
 
 fn tracking_uri(text: &str) -> Result<String, String> {
@@ -279,6 +283,14 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
             shutdown_rx.clone(),
         ))
     });
+    let doctor = (args.doctor_interval > 0).then(|| {
+        tokio::spawn(doctor_loop(
+            client.clone(),
+            std::time::Duration::from_millis(args.doctor_interval.max(1000)),
+            metrics.clone(),
+            shutdown_rx.clone(),
+        ))
+    });
     let driver = tokio::spawn(driver::run(
         client,
         writer,
@@ -293,6 +305,9 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
     shutdown_tx.send_replace(true);
     driver.await.ok();
     maintenance.await.ok();
+    if let Some(doctor) = doctor {
+        doctor.await.ok();
+    }
     if let Some(training) = training {
         training.await.ok();
     }
@@ -302,6 +317,48 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
     server.await.ok();
     drop(sole_leader);
     Ok(())
+}
+
+/// Runs the doctor's checks every `interval` on every replica (they only read) and
+/// exports the findings. Events count when seen within the last two intervals (at least
+/// 10 minutes), so a finding clears once its events stop.
+async fn doctor_loop(
+    client: kube::Client,
+    interval: std::time::Duration,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let since_ms = (2 * interval.as_millis() as u64).max(10 * 60 * 1000);
+    loop {
+        let source = "the API server".to_string();
+        match crate::doctor::live_snapshot(&client, source).await {
+            Ok(snapshot) => {
+                let options = kestrel_sim::doctor::DoctorOptions {
+                    now: Some(k8s_openapi::jiff::Timestamp::now()),
+                    since_ms: Some(since_ms),
+                    ..Default::default()
+                };
+                let diagnosis = kestrel_sim::doctor::diagnose(&snapshot, &options);
+                metrics.set_doctor_findings(&diagnosis.findings);
+                metrics
+                    .doctor_runs
+                    .get_or_create(&vec![("result", "ok")])
+                    .inc();
+                tracing::debug!(findings = diagnosis.findings.len(), "doctor run");
+            }
+            Err(e) => {
+                metrics
+                    .doctor_runs
+                    .get_or_create(&vec![("result", "error")])
+                    .inc();
+                tracing::warn!(error = %format!("{e:#}"), "doctor run failed; keeping the last findings");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
 }
 
 pub(crate) async fn shutdown_signal() {

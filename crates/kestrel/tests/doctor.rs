@@ -53,6 +53,19 @@ const ALL_CHECKS: [&str; 12] = [
     "pod-pending-long",
 ];
 
+/// The checks on events, container states, networks and operator pods.
+const EVENT_CHECKS: [&str; 9] = [
+    "image-pull-failed",
+    "container-crashloop",
+    "container-oom-killed",
+    "pod-sandbox-failed",
+    "volume-mount-failed",
+    "pod-network-attachment-failed",
+    "operator-pod-not-ready",
+    "pod-failed-scheduling",
+    "event-other",
+];
+
 #[test]
 fn the_example_cluster_shows_every_check_and_exits_2() {
     let out = kestrel(&["doctor", "examples/doctor/cluster.yaml"]);
@@ -205,7 +218,7 @@ fn several_files_and_stdin_make_one_snapshot() {
     );
     assert!(
         stderr.contains("note: ")
-            && stderr.contains("ignored 1 object that is not Nodes or Pods: ConfigMap (1)"),
+            && stderr.contains("ignored 1 object that is not Nodes, Pods or Events: ConfigMap (1)"),
         "{stderr}"
     );
     cleanup(&extra);
@@ -251,7 +264,8 @@ fn prometheus_rules_are_one_alert_per_check() {
         .iter()
         .map(|r| r["labels"]["kestrel_check"].as_str().unwrap())
         .collect();
-    assert_eq!(checks, ALL_CHECKS, "one rule per check, in check order");
+    let all: Vec<&str> = ALL_CHECKS.iter().chain(&EVENT_CHECKS).copied().collect();
+    assert_eq!(checks, all, "one rule per check, in check order");
     for r in &rules {
         assert!(r["alert"].as_str().unwrap().starts_with("Kestrel"), "{r}");
         assert!(!r["expr"].as_str().unwrap().is_empty(), "{r}");
@@ -331,6 +345,23 @@ fn bad_input_fails_with_a_clear_message_and_exit_1() {
         &["doctor", "--prometheus-rules", "--json"],
         &["--prometheus-rules prints the alerting rules only"],
     );
+    expect_error(
+        &[
+            "doctor",
+            "--alert-for",
+            "image-pull-failed/ErrImagePull/bogus",
+        ],
+        &[
+            "unknown signature \"image-pull-failed/ErrImagePull/bogus\"",
+            "no pattern \"bogus\"",
+            "kestrel doctor --json",
+            "image-pull-failed/ErrImagePull/auth",
+        ],
+    );
+    expect_error(
+        &["doctor", "--alert-for", "node-not-ready", "--live"],
+        &["--alert-for prints one alerting rule only"],
+    );
 
     let not_yaml = temp_file("not-yaml.yaml", "items: [unclosed\n");
     expect_error(
@@ -355,7 +386,7 @@ fn bad_input_fails_with_a_clear_message_and_exit_1() {
         &[
             "pods-only.yaml",
             "no Node objects in the file",
-            "kubectl get nodes,pods -A -o yaml",
+            "kubectl get events,nodes,pods -A -o yaml",
         ],
     );
     cleanup(&no_nodes);
@@ -391,4 +422,75 @@ fn bad_input_fails_with_a_clear_message_and_exit_1() {
         &["listing Nodes from the API server at https://127.0.0.1:1"],
     );
     cleanup(&kubeconfig);
+}
+
+#[test]
+fn events_and_container_states_give_signatures_and_incidents() {
+    let out = kestrel(&["doctor", "examples/doctor/events.yaml"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(
+        stdout
+            .contains("16 events (1 Normal of reasons no check reads), as of 2025-06-02T10:00:00Z"),
+        "{stdout}"
+    );
+    for line in [
+        "[image-pull-failed] 1 pod cannot pull images from nvcr.io: the registry refuses the credentials (authentication)",
+        "[container-crashloop] 1 GPU pod has a container that restarts in a loop (CrashLoopBackOff)",
+        "[pod-sandbox-failed] 1 pod cannot get a network from sriov: the SR-IOV CNI got no VF (virtual function) for them",
+        "[operator-pod-not-ready] the NVIDIA driver pod is not ready on 1 node",
+        "[event-other] 2 Warning events FreeDiskSpaceFailed from kubelet about 1 object",
+        "    seen:  5 events, 2025-06-02T07:10:00Z to 2025-06-02T09:35:00Z, in 2 incidents",
+    ] {
+        assert!(stdout.contains(line), "{line:?} not in\n{stdout}");
+    }
+    // JSON: the same findings with a stable signature and their incidents.
+    let json = |args: &[&str]| -> Vec<Value> {
+        let out = kestrel(args);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out).1);
+        let v: Value = serde_json::from_str(&text(&out).0).expect("JSON");
+        v.as_array().unwrap().clone()
+    };
+    let all = json(&["doctor", "examples/doctor/events.yaml", "--json"]);
+    let by_sig = |findings: &[Value], sig: &str| -> Option<Value> {
+        findings.iter().find(|f| f["signature"] == sig).cloned()
+    };
+    let rate = by_sig(&all, "image-pull-failed/ErrImagePull/rate-limit").unwrap();
+    assert_eq!(
+        rate["incidents"],
+        serde_json::json!([
+            {"first_seen": "2025-06-02T07:10:00Z", "last_seen": "2025-06-02T07:20:00Z", "count": 3,
+             "nodes": ["gpu-0"], "pods": ["ml/prep-1"]},
+            {"first_seen": "2025-06-02T09:30:00Z", "last_seen": "2025-06-02T09:35:00Z", "count": 2,
+             "nodes": ["gpu-1"], "pods": ["ml/prep-2"]}
+        ])
+    );
+    // --since: the day-old pull failure and the early burst are out.
+    let recent = json(&[
+        "doctor",
+        "examples/doctor/events.yaml",
+        "--json",
+        "--since",
+        "1h",
+    ]);
+    assert!(by_sig(&recent, "image-pull-failed/ErrImagePull/not-found").is_none());
+    assert!(by_sig(&all, "image-pull-failed/ErrImagePull/not-found").is_some());
+    let rate = by_sig(&recent, "image-pull-failed/ErrImagePull/rate-limit").unwrap();
+    assert_eq!(rate["incidents"].as_array().unwrap().len(), 1);
+    // The same input gives the same output.
+    let again = json(&["doctor", "examples/doctor/events.yaml", "--json"]);
+    assert_eq!(all, again);
+    // Each signature found has its alert rule.
+    for f in &all {
+        let Some(sig) = f["signature"].as_str() else {
+            continue;
+        };
+        let out = kestrel(&["doctor", "--alert-for", sig]);
+        let (rule, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{sig}: {stderr}");
+        let docs = kestrel_sim::doctor::parse_yaml(&rule).expect("valid YAML");
+        let r = &docs[0]["spec"]["groups"][0]["rules"][0];
+        assert_eq!(r["labels"]["kestrel_signature"], sig);
+        assert_eq!(r["annotations"]["runbook"], f["fix"], "{sig}");
+    }
 }

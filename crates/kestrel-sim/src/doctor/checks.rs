@@ -46,7 +46,7 @@ pub struct Check {
 }
 
 /// Every check, in report order.
-pub const CHECKS: [Check; 12] = [
+pub const CHECKS: [Check; 21] = [
     Check {
         id: "gpu-node-without-gpus",
         severity: Severity::Critical,
@@ -167,6 +167,96 @@ pub const CHECKS: [Check; 12] = [
         summary: "Pod {{ $labels.namespace }}/{{ $labels.pod }} has been unschedulable for 15 minutes",
         description: "The scheduler finds no node for the pod. Its PodScheduled condition says why (kubectl describe pod); kestrel doctor groups such pods by that message.",
     },
+    Check {
+        id: "image-pull-failed",
+        severity: Severity::Warning,
+        title: "pods that cannot pull their images, by registry and error",
+        alert: "KestrelImagePullFailed",
+        expr: "max by (namespace, node, signature) (kestrel_doctor_finding{check=\"image-pull-failed\"}) > 0",
+        for_: "10m",
+        summary: "Pods in {{ $labels.namespace }} cannot pull their images ({{ $labels.signature }})",
+        description: "kestrel serve's doctor found image pull failures (ErrImagePull, ImagePullBackOff): the containers never start. kestrel doctor --live names the pods, the registry and the error.",
+    },
+    Check {
+        id: "container-crashloop",
+        severity: Severity::Warning,
+        title: "containers restarting in a loop (CrashLoopBackOff), GPU pods called out",
+        alert: "KestrelContainerCrashLoop",
+        expr: "kube_pod_container_status_waiting_reason{reason=\"CrashLoopBackOff\"} == 1",
+        for_: "15m",
+        summary: "Container {{ $labels.container }} of {{ $labels.namespace }}/{{ $labels.pod }} is in CrashLoopBackOff",
+        description: "The container exits soon after each start. kubectl logs --previous shows why; a GPU pod holds its GPUs meanwhile.",
+    },
+    Check {
+        id: "container-oom-killed",
+        severity: Severity::Warning,
+        title: "containers killed for exceeding their memory limit, and kernel OOM kills on nodes",
+        alert: "KestrelContainerOomKilled",
+        expr: "kube_pod_container_status_last_terminated_reason{reason=\"OOMKilled\"} == 1",
+        for_: "0m",
+        summary: "Container {{ $labels.container }} of {{ $labels.namespace }}/{{ $labels.pod }} was OOMKilled",
+        description: "The container used more memory than its limit and was killed. For GPU jobs host memory (data loaders, pinned buffers) is the usual cause; raise the limit.",
+    },
+    Check {
+        id: "pod-sandbox-failed",
+        severity: Severity::Critical,
+        title: "pods whose sandbox (network) cannot be created, by CNI and message",
+        alert: "KestrelPodSandboxFailed",
+        expr: "max by (namespace, node, signature) (kestrel_doctor_finding{check=\"pod-sandbox-failed\"}) > 0",
+        for_: "5m",
+        summary: "Pods on {{ $labels.node }} cannot get a network ({{ $labels.signature }})",
+        description: "kubelet cannot create pod sandboxes: the CNI (Multus, SR-IOV, IPAM) fails. kestrel doctor --live names the pods and the CNI's message.",
+    },
+    Check {
+        id: "volume-mount-failed",
+        severity: Severity::Warning,
+        title: "pods that cannot mount or attach a volume (datasets and checkpoints called out)",
+        alert: "KestrelVolumeMountFailed",
+        expr: "max by (namespace, node, signature) (kestrel_doctor_finding{check=\"volume-mount-failed\"}) > 0",
+        for_: "10m",
+        summary: "Pods in {{ $labels.namespace }} cannot mount a volume ({{ $labels.signature }})",
+        description: "kubelet starts no container before every volume is mounted. kestrel doctor --live names the pods, the volume and the error.",
+    },
+    Check {
+        id: "pod-network-attachment-failed",
+        severity: Severity::Critical,
+        title: "running RDMA/SR-IOV pods without the secondary networks they asked for",
+        alert: "KestrelPodNetworkAttachmentFailed",
+        expr: "max by (namespace, node, signature) (kestrel_doctor_finding{check=\"pod-network-attachment-failed\"}) > 0",
+        for_: "5m",
+        summary: "RDMA/SR-IOV pods in {{ $labels.namespace }} on {{ $labels.node }} run without their network",
+        description: "Multus did not attach the networks the pods ask for: their RDMA traffic falls back to TCP or fails.",
+    },
+    Check {
+        id: "operator-pod-not-ready",
+        severity: Severity::Critical,
+        title: "GPU and Network Operator pods not ready, per node",
+        alert: "KestrelOperatorPodNotReady",
+        expr: "(kube_pod_status_ready{condition=\"false\"} == 1) and on (namespace, pod) kube_pod_owner{owner_kind=\"DaemonSet\", owner_name=~\"nvidia-.*|gpu-feature-discovery.*|(nvidia-)?dcgm-exporter.*|mofed.*|doca-driver.*|ofed-driver.*|rdma-shared-d.*|sriov(-network)?-device-plugin.*|.*multus.*|whereabouts.*|nv-ipam.*\"}",
+        for_: "10m",
+        summary: "Operator pod {{ $labels.namespace }}/{{ $labels.pod }} is not ready",
+        description: "A GPU or Network Operator component (driver, toolkit, device plugin, DCGM, OFED, RDMA/SR-IOV device plugin) is not ready: the node's GPUs or RDMA devices are missing.",
+    },
+    Check {
+        id: "pod-failed-scheduling",
+        severity: Severity::Info,
+        title: "FailedScheduling events, by scheduler and reason",
+        alert: "KestrelPodFailedScheduling",
+        expr: "max by (namespace, signature) (kestrel_doctor_finding{check=\"pod-failed-scheduling\"}) > 0",
+        for_: "30m",
+        summary: "Pods in {{ $labels.namespace }} fail to schedule ({{ $labels.signature }})",
+        description: "A scheduler (Kestrel or another) reports FailedScheduling for these pods. kestrel doctor --live groups them by scheduler and reason.",
+    },
+    Check {
+        id: "event-other",
+        severity: Severity::Info,
+        title: "Warning events of reasons no other check reads, by reason and reporter",
+        alert: "KestrelWarningEvents",
+        expr: "max by (namespace, signature) (kestrel_doctor_finding{check=\"event-other\"}) > 0",
+        for_: "1h",
+        summary: "Warning events {{ $labels.signature }} in {{ $labels.namespace }}",
+        description: "Warning events of a reason no check reads, kept so nothing the cluster reports is lost.",
+    },
 ];
 
 /// The check with this id.
@@ -184,6 +274,36 @@ pub struct Finding {
     pub r#where: Vec<String>,
     pub why: String,
     pub fix: String,
+    /// The failure signature (`check/Reason/pattern`) of findings from events and
+    /// container states; `kestrel doctor --alert-for` takes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// The signature's events grouped in time (events only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub incidents: Vec<Incident>,
+    /// The nodes and namespaces it concerns, for the metric `kestrel serve` exports.
+    #[serde(skip)]
+    pub subjects: Vec<Subject>,
+}
+
+/// A run of a signature's events without a pause longer than
+/// [`super::INCIDENT_GAP_SECONDS`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Incident {
+    pub first_seen: Option<String>,
+    pub last_seen: Option<String>,
+    /// Events (each counted as often as it happened).
+    pub count: u64,
+    pub nodes: Vec<String>,
+    /// The pods (`namespace/name`), or other objects (`Kind namespace/name`).
+    pub pods: Vec<String>,
+}
+
+/// A node and a namespace a finding concerns ("" when it concerns none).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Subject {
+    pub node: String,
+    pub namespace: String,
 }
 
 impl Finding {
@@ -202,6 +322,9 @@ impl Finding {
             r#where,
             why: why.to_string(),
             fix,
+            signature: None,
+            incidents: Vec::new(),
+            subjects: Vec::new(),
         }
     }
 }

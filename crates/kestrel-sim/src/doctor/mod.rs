@@ -1,8 +1,8 @@
-//! `kestrel doctor`: a diagnosis of a cluster's Nodes and Pods.
+//! `kestrel doctor`: a diagnosis of a cluster's Nodes, Pods and Events.
 //!
 //! Pure: the caller reads files or lists objects from the API server; this module turns
-//! them into [`Finding`]s, renders the report (text or JSON) and the PrometheusRule that
-//! watches for the same problems.
+//! them into [`Finding`]s, renders the report (text or JSON) and the PrometheusRules that
+//! watch for the same problems (one per check, or one for a failure signature).
 //!
 //! Each check has a stable id and a severity ([`CHECKS`]):
 //!
@@ -20,22 +20,40 @@
 //! | `gpu-operand-version-mixed` | warning | a GPU DaemonSet running different images on different nodes |
 //! | `kubelet-version-mixed` | info | nodes on different kubelet versions |
 //! | `pod-pending-long` | warning | pods unschedulable for longer than a threshold, grouped by message |
+//! | `image-pull-failed` | warning | image pull failures by registry and error class |
+//! | `container-crashloop` | warning | containers in CrashLoopBackOff, GPU pods apart |
+//! | `container-oom-killed` | warning | containers OOMKilled (GPU pods apart), kernel OOM kills on nodes |
+//! | `pod-sandbox-failed` | critical | sandbox (network) creation failures by CNI and message |
+//! | `volume-mount-failed` | warning | volume mount and attach failures, datasets and checkpoints called out |
+//! | `pod-network-attachment-failed` | critical | running RDMA/SR-IOV pods missing a Multus network |
+//! | `operator-pod-not-ready` | critical | GPU and Network Operator pods not ready, per node |
+//! | `pod-failed-scheduling` | info | FailedScheduling events by scheduler and reason |
+//! | `event-other` | info | Warning events of reasons no other check reads |
+//!
+//! Findings from events and container states carry a signature (`check/Reason/pattern`,
+//! e.g. `image-pull-failed/ErrImagePull/auth`) and their incidents: the signature's events
+//! in runs without a pause of more than 30 minutes.
 //!
 //! A snapshot is judged as of its newest timestamp (node heartbeats, pod conditions), so
 //! the same file always gives the same findings; the live command passes the clock.
 //!
-//! - `snapshot`: reading Nodes and Pods from YAML files (or the API server's lists);
+//! - `snapshot`: reading Nodes, Pods and Events from YAML files (or the API server's lists);
+//! - `events`: Events aggregated by signature as they are read; `signatures`: what an
+//!   event or container state is; `event_checks`: the checks on them;
 //! - `objects`: the Nodes and Pods as the checks read them;
 //! - `checks`: the catalogue of checks and what one finds; `node_checks`, `pod_checks`:
 //!   the checks themselves;
-//! - `render`: the text and JSON reports; `prometheus`: the PrometheusRule.
+//! - `render`: the text and JSON reports; `prometheus`: the PrometheusRules.
 
 mod checks;
+mod event_checks;
+mod events;
 mod node_checks;
 mod objects;
 mod pod_checks;
 mod prometheus;
 mod render;
+mod signatures;
 mod snapshot;
 #[cfg(test)]
 mod tests;
@@ -57,9 +75,14 @@ use snapshot::{newest_timestamp, pod_spec};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-pub use checks::{check, Check, Finding, Severity, CHECKS};
+pub use checks::{check, Check, Finding, Incident, Severity, Subject, CHECKS};
+pub use event_checks::{fix_for, INCIDENT_GAP_SECONDS};
+pub use events::EventLog;
 pub use pod_checks::format_age;
-pub use prometheus::{prometheus_rule, render_prometheus_rule};
+pub use prometheus::{
+    known_signatures, prometheus_rule, render_prometheus_rule, render_signature_rule,
+    signature_rule, SignatureRule,
+};
 pub use render::{render_json, render_text};
 pub use snapshot::{parse_yaml, read_snapshot, Snapshot};
 
@@ -104,6 +127,9 @@ pub struct DoctorOptions {
     pub now: Option<Timestamp>,
     /// A pod unschedulable for at least this long (milliseconds) is `pod-pending-long`.
     pub pending_for_ms: u64,
+    /// Only events last seen this recently (milliseconds before the snapshot's time)
+    /// count; `None`: all.
+    pub since_ms: Option<u64>,
 }
 
 impl Default for DoctorOptions {
@@ -111,6 +137,7 @@ impl Default for DoctorOptions {
         DoctorOptions {
             now: None,
             pending_for_ms: 15 * 60 * 1000,
+            since_ms: None,
         }
     }
 }
@@ -129,6 +156,9 @@ pub struct Diagnosis {
     pub gpus_allocatable: i64,
     pub pods: usize,
     pub pending: usize,
+    /// Events read (each object once), and of those the Normal ones no check reads.
+    pub events: usize,
+    pub events_normal: u64,
     /// The time the snapshot was judged at.
     pub as_of: Option<String>,
 }
@@ -226,7 +256,16 @@ pub fn diagnose(snapshot: &Snapshot, options: &DoctorOptions) -> Diagnosis {
     findings.extend(gpu_operand_version_mixed(&pods));
     findings.extend(kubelet_version_mixed(&nodes));
     findings.extend(pod_pending_long(&pods, now, options.pending_for_ms));
+    findings.extend(event_checks::event_findings(
+        &snapshot.events,
+        &pods,
+        now,
+        options.since_ms,
+    ));
+    findings.extend(event_checks::pod_network_attachment_failed(&pods));
+    findings.extend(event_checks::operator_pod_not_ready(&pods));
     let order = |id: &str| CHECKS.iter().position(|c| c.id == id).unwrap_or(usize::MAX);
+    // Stable: within a check, findings keep the order the check gave them.
     findings.sort_by_key(|f| (f.severity, order(&f.id)));
     let passed = CHECKS
         .iter()
@@ -243,6 +282,8 @@ pub fn diagnose(snapshot: &Snapshot, options: &DoctorOptions) -> Diagnosis {
         gpus_allocatable: nodes.iter().map(|n| n.gpu_offered).sum(),
         pods: pods.len(),
         pending: pods.iter().filter(|p| p.is_pending()).count(),
+        events: snapshot.events.read,
+        events_normal: snapshot.events.normal.values().sum(),
         as_of: now.map(|t| t.to_string()),
     }
 }

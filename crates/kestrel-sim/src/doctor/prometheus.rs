@@ -1,6 +1,9 @@
-//! The PrometheusRule that watches for the same problems as the checks.
+//! The PrometheusRules: one that watches for the same problems as the checks, and one
+//! for a single failure signature (`--alert-for`).
 
-use super::checks::CHECKS;
+use super::checks::{Check, CHECKS};
+use super::event_checks::fix_for;
+use super::signatures::OPERATOR_COMPONENTS;
 use serde_json::{json, Value};
 
 /// A PrometheusRule (`monitoring.coreos.com/v1`) with one alerting rule per check.
@@ -56,4 +59,295 @@ pub fn render_prometheus_rule() -> String {
         ));
     }
     out
+}
+
+/// The closed patterns of each signature check (`check/Reason/pattern`); the checks not
+/// listed (`pod-failed-scheduling`, `event-other`) take any label-safe reason and pattern.
+const SIGNATURES: [(&str, &[&str], &[&str]); 7] = [
+    (
+        "image-pull-failed",
+        &["ErrImagePull"],
+        &[
+            "auth",
+            "not-found",
+            "rate-limit",
+            "tls",
+            "network",
+            "back-off",
+            "other",
+        ],
+    ),
+    (
+        "container-crashloop",
+        &["CrashLoopBackOff"],
+        &["gpu-pod", "pod"],
+    ),
+    (
+        "container-oom-killed",
+        &["OOMKilled"],
+        &["gpu-pod", "pod", "node"],
+    ),
+    (
+        "pod-sandbox-failed",
+        &["FailedCreatePodSandBox"],
+        &[
+            "nad-missing",
+            "sriov-no-vf",
+            "ipam-exhausted",
+            "cni-not-ready",
+            "multus",
+            "other",
+        ],
+    ),
+    (
+        "volume-mount-failed",
+        &["FailedMount", "FailedAttachVolume", "FailedMapVolume"],
+        &[
+            "not-found",
+            "multi-attach",
+            "timeout",
+            "permission",
+            "mount-error",
+            "other",
+        ],
+    ),
+    (
+        "pod-network-attachment-failed",
+        &["NetworkStatus"],
+        &["missing", "partial"],
+    ),
+    ("operator-pod-not-ready", &["NotReady"], &[]),
+];
+
+/// Every signature of a closed catalogue, one per line, for error messages and docs.
+pub fn known_signatures() -> Vec<String> {
+    let mut out: Vec<String> = CHECKS
+        .iter()
+        .filter(|c| !SIGNATURES.iter().any(|(id, _, _)| *id == c.id))
+        .filter(|c| !matches!(c.id, "pod-failed-scheduling" | "event-other"))
+        .map(|c| c.id.to_string())
+        .collect();
+    for (check, reasons, patterns) in SIGNATURES {
+        let patterns: Vec<&str> = if check == "operator-pod-not-ready" {
+            OPERATOR_COMPONENTS
+                .iter()
+                .map(|(c, _, _)| *c)
+                .chain(["other"])
+                .collect()
+        } else {
+            patterns.to_vec()
+        };
+        for r in reasons {
+            for p in &patterns {
+                out.push(format!("{check}/{r}/{p}"));
+            }
+        }
+    }
+    out.push("pod-failed-scheduling/FailedScheduling/<pattern>".to_string());
+    out.push("event-other/<Reason>/<reporter>".to_string());
+    out
+}
+
+fn label_safe(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+}
+
+/// A signature's alerting rule, as [`signature_rule`] gives it.
+#[derive(Debug, Clone)]
+pub struct SignatureRule {
+    pub signature: String,
+    pub check: &'static Check,
+    pub alert: String,
+    pub expr: String,
+    /// Whether the expression reads kube-state-metrics (else `kestrel_doctor_finding`).
+    pub kube_state_metrics: bool,
+    pub summary: String,
+    pub description: String,
+    /// The fix text: the rule's `runbook` annotation.
+    pub runbook: String,
+}
+
+/// The alerting rule for exactly one signature: over kube-state-metrics where one of its
+/// metrics carries the signature (a container's waiting or last terminated reason, a
+/// DaemonSet pod's readiness), else over `kestrel_doctor_finding`, which `kestrel serve`
+/// exports. A check id alone (`node-not-ready`) gives that check's rule. Errors name the
+/// signature, say what is wrong with it and how to list the valid ones.
+pub fn signature_rule(signature: &str) -> Result<SignatureRule, String> {
+    let unknown = |why: String| {
+        format!(
+            "unknown signature {signature:?}: {why}. A signature is check/Reason/pattern as \
+             kestrel doctor --json prints it in each finding's \"signature\" (run it on a \
+             snapshot or with --live), or a check id. Known signatures:\n  {}",
+            known_signatures().join("\n  ")
+        )
+    };
+    let parts: Vec<&str> = signature.split('/').collect();
+    let Some(check) = super::check(parts[0]) else {
+        return Err(unknown(format!("no check is called {:?}", parts[0])));
+    };
+    let gpu_requests = "(sum by (namespace, pod) (kube_pod_container_resource_requests{resource=~\"nvidia_com_gpu.*|nvidia_com_mig.*\"}) > 0)";
+    let ksm = |expr: String| (expr, true);
+    let own = || {
+        (
+            format!(
+                "max by (namespace, node) (kestrel_doctor_finding{{signature=\"{signature}\"}}) > 0"
+            ),
+            false,
+        )
+    };
+    let (expr, kube_state_metrics) = match parts.as_slice() {
+        [_] => (
+            check.expr.to_string(),
+            !check.expr.contains("kestrel_doctor_finding"),
+        ),
+        [c, reason, pattern] => {
+            match SIGNATURES.iter().find(|(id, _, _)| id == c) {
+                Some((_, reasons, patterns)) => {
+                    if !reasons.contains(reason) {
+                        return Err(unknown(format!(
+                            "{c} has the reason{} {}, not {reason:?}",
+                            if reasons.len() == 1 { "" } else { "s" },
+                            reasons.join(", ")
+                        )));
+                    }
+                    let known = if *c == "operator-pod-not-ready" {
+                        *pattern == "other"
+                            || OPERATOR_COMPONENTS.iter().any(|(p, _, _)| p == pattern)
+                    } else {
+                        patterns.contains(pattern)
+                    };
+                    if !known {
+                        return Err(unknown(format!("{c} has no pattern {pattern:?}")));
+                    }
+                }
+                None if matches!(*c, "pod-failed-scheduling" | "event-other") => {
+                    if (*c == "pod-failed-scheduling" && *reason != "FailedScheduling")
+                        || !label_safe(reason)
+                        || !label_safe(pattern)
+                    {
+                        return Err(unknown(format!(
+                            "{c} signatures are {}/<pattern> with letters, digits, dots and dashes",
+                            if *c == "event-other" {
+                                "event-other/<Reason>"
+                            } else {
+                                "pod-failed-scheduling/FailedScheduling"
+                            }
+                        )));
+                    }
+                }
+                None => {
+                    return Err(unknown(format!(
+                        "{c} is a check without signatures; pass {c} alone"
+                    )))
+                }
+            }
+            let waiting =
+                "(kube_pod_container_status_waiting_reason{reason=\"CrashLoopBackOff\"} == 1)";
+            let oom =
+                "(kube_pod_container_status_last_terminated_reason{reason=\"OOMKilled\"} == 1)";
+            match (*c, *pattern) {
+                ("container-crashloop", "gpu-pod") => {
+                    ksm(format!("{waiting} and on (namespace, pod) {gpu_requests}"))
+                }
+                ("container-crashloop", _) => {
+                    ksm(format!("{waiting} unless on (namespace, pod) {gpu_requests}"))
+                }
+                ("container-oom-killed", "gpu-pod") => {
+                    ksm(format!("{oom} and on (namespace, pod) {gpu_requests}"))
+                }
+                ("container-oom-killed", "pod") => {
+                    ksm(format!("{oom} unless on (namespace, pod) {gpu_requests}"))
+                }
+                ("operator-pod-not-ready", p) => match OPERATOR_COMPONENTS.iter().find(|(c, _, _)| *c == p) {
+                    Some((_, _, regex)) => ksm(format!(
+                        "(kube_pod_status_ready{{condition=\"false\"}} == 1) and on (namespace, pod) kube_pod_owner{{owner_kind=\"DaemonSet\", owner_name=~\"{regex}\"}}"
+                    )),
+                    None => own(),
+                },
+                _ => own(),
+            }
+        }
+        _ => {
+            return Err(unknown(
+                "it has neither one part (a check id) nor three (check/Reason/pattern)".to_string(),
+            ))
+        }
+    };
+    let camel: String = signature
+        .split(['/', '-', '.'])
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let mut cs = w.chars();
+            let first = cs.next().unwrap().to_ascii_uppercase();
+            std::iter::once(first).chain(cs).collect::<String>()
+        })
+        .collect();
+    let runbook = if parts.len() == 1 {
+        check.description.to_string()
+    } else {
+        fix_for(signature)
+    };
+    Ok(SignatureRule {
+        signature: signature.to_string(),
+        check,
+        alert: format!("Kestrel{camel}"),
+        expr,
+        kube_state_metrics,
+        summary: if parts.len() == 1 {
+            check.summary.to_string()
+        } else if kube_state_metrics {
+            format!("{{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}}: {signature}")
+        } else {
+            format!("{signature} in {{{{ $labels.namespace }}}} on {{{{ $labels.node }}}}")
+        },
+        description: format!("{} (signature {signature})", check.title),
+        runbook,
+    })
+}
+
+/// [`signature_rule`] as a PrometheusRule in YAML.
+pub fn render_signature_rule(signature: &str) -> Result<String, String> {
+    let r = signature_rule(signature)?;
+    let q = |s: &str| Value::String(s.to_string()).to_string();
+    let name: String = format!("kestrel-doctor-{}", r.signature)
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let source = if r.kube_state_metrics {
+        "kube-state-metrics"
+    } else {
+        "kestrel_doctor_finding, which kestrel serve exports (--doctor-interval)"
+    };
+    Ok(format!(
+        "# Generated by `kestrel doctor --alert-for {sig}`:\n\
+         # one alert for this failure signature, over {source}.\n\
+         # Add the labels your Prometheus selects rules by (e.g. release: <name>) before\n\
+         # applying it.\n\
+         apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n  name: {name}\n  labels:\n\
+         \x20   app.kubernetes.io/name: kestrel\n    app.kubernetes.io/component: doctor\n\
+         spec:\n  groups:\n  - name: {name}\n    rules:\n\
+         \x20   - alert: {alert}\n      expr: |-\n        {expr}\n      for: {for_}\n      labels:\n\
+         \x20       severity: {severity}\n        kestrel_check: {check}\n        kestrel_signature: {qsig}\n\
+         \x20     annotations:\n        summary: {summary}\n        description: {description}\n\
+         \x20       runbook: {runbook}\n",
+        sig = r.signature,
+        alert = r.alert,
+        expr = r.expr,
+        for_ = r.check.for_,
+        severity = r.check.severity,
+        check = r.check.id,
+        qsig = q(&r.signature),
+        summary = q(&r.summary),
+        description = q(&r.description),
+        runbook = q(&r.runbook),
+    ))
 }

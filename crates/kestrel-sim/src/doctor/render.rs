@@ -14,6 +14,13 @@ pub fn render_text(d: &Diagnosis) -> String {
         count(d.pods, "pod"),
         d.pending
     ));
+    if d.events > 0 {
+        out.push_str(&format!(
+            ", {} ({} Normal of reasons no check reads)",
+            count(d.events, "event"),
+            d.events_normal
+        ));
+    }
     if let Some(t) = &d.as_of {
         out.push_str(&format!(", as of {t}"));
     }
@@ -51,6 +58,9 @@ pub fn render_text(d: &Diagnosis) -> String {
                     ));
                 }
             }
+            if let Some(seen) = seen(f) {
+                out.push_str(&format!("    seen:  {seen}\n"));
+            }
             out.push_str(&format!("    why:   {}\n", f.why));
             out.push_str(&format!("    fix:   {}\n", f.fix));
         }
@@ -69,6 +79,24 @@ pub fn render_text(d: &Diagnosis) -> String {
         n(Severity::Info)
     ));
     out
+}
+
+/// How often and when a finding's events happened: `5 events, T1 to T2, in 2 incidents`.
+fn seen(f: &Finding) -> Option<String> {
+    let first = f.incidents.first()?;
+    let last = f.incidents.last()?;
+    let events: u64 = f.incidents.iter().map(|i| i.count).sum();
+    let (from, to) = (first.first_seen.as_deref()?, last.last_seen.as_deref()?);
+    let mut s = count(events as usize, "event");
+    if from == to {
+        s.push_str(&format!(", at {from}"));
+    } else {
+        s.push_str(&format!(", {from} to {to}"));
+    }
+    if f.incidents.len() > 1 {
+        s.push_str(&format!(", in {} incidents", f.incidents.len()));
+    }
+    Some(s)
 }
 
 /// The findings as a JSON array of `{id, severity, what, where, why, fix}`.

@@ -1,10 +1,11 @@
-//! Reading a snapshot: Nodes and Pods from YAML files or the API server.
+//! Reading a snapshot: Nodes, Pods and Events from YAML files or the API server.
 
+use super::events::{event_error, EventLog};
 use super::plural;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kestrel_core::PodSpec;
-use kestrel_k8s::documents::read_documents;
+use kestrel_k8s::documents::{read_documents, Document};
 use kestrel_k8s::nodes::node_from_kube;
 use kestrel_k8s::pods::Catalog;
 use kestrel_k8s::LoadError;
@@ -12,21 +13,94 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The Nodes and Pods of a cluster, from files or the API server.
+/// The Nodes, Pods and Events of a cluster, from files or the API server.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Where the objects came from: file names, or "the API server".
     pub source: String,
     pub nodes: Vec<Node>,
     pub pods: Vec<Pod>,
+    /// The Events, aggregated by signature as they were read.
+    pub events: EventLog,
     /// Things worth knowing about the input (objects ignored, duplicates).
     pub notes: Vec<String>,
 }
 
-/// Reads a snapshot from YAML texts: `kubectl get nodes,pods -A -o yaml` output (a `v1
-/// List`), or any number of files and documents holding Node and Pod objects. Objects of
-/// other kinds are ignored with a note. Errors name the file, the object and the field:
-/// text that is not YAML, a Node or Pod Kestrel cannot read, or no Node at all.
+/// What reading one file keeps: the snapshot, seen names, ignored kinds.
+struct Reader<'a> {
+    snap: &'a mut Snapshot,
+    node_names: &'a mut BTreeMap<String, PathBuf>,
+    pod_keys: &'a mut BTreeSet<String>,
+    ignored: BTreeMap<String, usize>,
+    path: &'a Path,
+}
+
+impl Reader<'_> {
+    fn object(&mut self, doc: Document) -> Result<(), LoadError> {
+        let path = self.path;
+        match doc.kind() {
+            "Node" => {
+                let node: Node = doc.typed(path)?;
+                let spec = node_from_kube(path, &node)?;
+                if let Some(first) = self.node_names.get(&spec.name) {
+                    self.snap.notes.push(format!(
+                        "{}: {}: a second Node with this name (the first is in {}); kept the first",
+                        path.display(),
+                        doc.object(),
+                        first.display()
+                    ));
+                    return Ok(());
+                }
+                self.node_names.insert(spec.name, path.to_path_buf());
+                self.snap.nodes.push(node);
+            }
+            "Pod" => {
+                let pod: Pod = doc.typed(path)?;
+                let spec = pod_spec(path, &pod)?;
+                if !self.pod_keys.insert(spec.key()) {
+                    self.snap.notes.push(format!(
+                        "{}: {}: a second Pod with this name; kept the first",
+                        path.display(),
+                        doc.object()
+                    ));
+                    return Ok(());
+                }
+                self.snap.pods.push(pod);
+            }
+            "Event" => {
+                let api = doc
+                    .value
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("v1");
+                if !matches!(api, "v1" | "events.k8s.io/v1" | "events.k8s.io/v1beta1") {
+                    return Err(LoadError::new(
+                        path,
+                        format!(
+                            "apiVersion {api:?} is not one Kestrel reads for Event; set apiVersion: \
+                             v1 or events.k8s.io/v1"
+                        ),
+                    )
+                    .object(doc.object())
+                    .field("apiVersion"));
+                }
+                self.snap
+                    .events
+                    .add(&doc.value)
+                    .map_err(|e| event_error(path, doc.object(), e))?;
+            }
+            other => *self.ignored.entry(other.to_string()).or_default() += 1,
+        }
+        Ok(())
+    }
+}
+
+/// Reads a snapshot from YAML texts: `kubectl get events,nodes,pods -A -o yaml` output (a
+/// `v1 List`), or any number of files and documents holding Node, Pod and Event objects
+/// (`v1` or `events.k8s.io/v1`). Objects of other kinds are ignored with a note. A file of
+/// one document (kubectl's List) is read as the parser streams it, so its Events are
+/// aggregated one by one and never held whole. Errors name the file, the object and the
+/// field: text that is not YAML, an object Kestrel cannot read, or no Node at all.
 pub fn read_snapshot(files: &[(PathBuf, String)]) -> Result<Snapshot, LoadError> {
     let mut snap = Snapshot {
         source: files
@@ -39,51 +113,38 @@ pub fn read_snapshot(files: &[(PathBuf, String)]) -> Result<Snapshot, LoadError>
     let mut node_names: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut pod_keys = BTreeSet::new();
     for (path, text) in files {
-        let mut ignored: BTreeMap<String, usize> = BTreeMap::new();
-        for doc in read_documents(path, text, None)? {
-            match doc.kind() {
-                "Node" => {
-                    let node: Node = doc.typed(path)?;
-                    let spec = node_from_kube(path, &node)?;
-                    if let Some(first) = node_names.get(&spec.name) {
-                        snap.notes.push(format!(
-                            "{}: {}: a second Node with this name (the first is in {}); kept the first",
-                            path.display(),
-                            doc.object(),
-                            first.display()
-                        ));
-                        continue;
-                    }
-                    node_names.insert(spec.name, path.clone());
-                    snap.nodes.push(node);
-                }
-                "Pod" => {
-                    let pod: Pod = doc.typed(path)?;
-                    let spec = pod_spec(path, &pod)?;
-                    if !pod_keys.insert(spec.key()) {
-                        snap.notes.push(format!(
-                            "{}: {}: a second Pod with this name; kept the first",
-                            path.display(),
-                            doc.object()
-                        ));
-                        continue;
-                    }
-                    snap.pods.push(pod);
-                }
-                other => *ignored.entry(other.to_string()).or_default() += 1,
+        let mut reader = Reader {
+            snap: &mut snap,
+            node_names: &mut node_names,
+            pod_keys: &mut pod_keys,
+            ignored: BTreeMap::new(),
+            path,
+        };
+        if single_document(text) {
+            stream_document(path, text, &mut reader)?;
+        } else {
+            for doc in read_documents(path, text, None)? {
+                reader.object(doc)?;
             }
         }
+        let ignored = std::mem::take(&mut reader.ignored);
         if !ignored.is_empty() {
             let n: usize = ignored.values().sum();
             let kinds: Vec<String> = ignored.iter().map(|(k, n)| format!("{k} ({n})")).collect();
             snap.notes.push(format!(
-                "{}: ignored {n} object{} that {} not Nodes or Pods: {}",
+                "{}: ignored {n} object{} that {} not Nodes, Pods or Events: {}",
                 path.display(),
                 plural(n),
                 if n == 1 { "is" } else { "are" },
                 kinds.join(", ")
             ));
         }
+    }
+    if snap.events.duplicates > 0 {
+        snap.notes.push(format!(
+            "{} Events were listed twice (both APIs, or two files); each counted once",
+            snap.events.duplicates
+        ));
     }
     if snap.nodes.is_empty() {
         let what = if files.len() == 1 {
@@ -94,12 +155,216 @@ pub fn read_snapshot(files: &[(PathBuf, String)]) -> Result<Snapshot, LoadError>
         return Err(LoadError::new(
             Path::new(&snap.source),
             format!(
-                "{what}; kestrel doctor needs the cluster's Nodes (and its Pods): export them \
-                 with kubectl get nodes,pods -A -o yaml"
+                "{what}; kestrel doctor needs the cluster's Nodes (and its Pods and Events): \
+                 export them with kubectl get events,nodes,pods -A -o yaml"
             ),
         ));
     }
     Ok(snap)
+}
+
+/// A text of at most one YAML document (no `---` after content).
+fn single_document(text: &str) -> bool {
+    let mut content = false;
+    for line in text.lines() {
+        let t = line.trim_end();
+        if t == "---" || t.starts_with("--- ") {
+            if content {
+                return false;
+            }
+        } else if !t.is_empty() && !t.starts_with('#') {
+            content = true;
+        }
+    }
+    true
+}
+
+/// Reads one document as the parser streams it: a List's items one at a time (items
+/// without a kind wait for the List's kind, which kubectl writes after them), anything
+/// else as one object.
+fn stream_document(path: &Path, text: &str, reader: &mut Reader) -> Result<(), LoadError> {
+    let mut failed: Option<LoadError> = None;
+    let mut untyped: Vec<(usize, Value)> = Vec::new();
+    let mut index = 0usize;
+    let top = {
+        let mut sink = |item: Value| -> Result<(), String> {
+            let i = index;
+            index += 1;
+            if !item.is_object() {
+                failed = Some(
+                    LoadError::new(
+                        path,
+                        "not a Kubernetes object (a mapping with apiVersion, kind and metadata)",
+                    )
+                    .object(format!("document 1 items[{i}]")),
+                );
+                return Err("stopped".to_string());
+            }
+            if item.get("kind").and_then(Value::as_str).is_none() {
+                untyped.push((i, item));
+                return Ok(());
+            }
+            reader.object(Document::new(item, 1, Some(i))).map_err(|e| {
+                failed = Some(e);
+                "stopped".to_string()
+            })
+        };
+        kestrel_k8s::yaml::with_document(text, |de| {
+            serde::de::DeserializeSeed::deserialize(TopSeed { sink: &mut sink }, de)
+        })
+    };
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let top = top.map_err(|e| LoadError::new(path, e))?;
+    let Some(mut top) = top else {
+        return Ok(());
+    };
+    let kind = top
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if kind.ends_with("List") {
+        let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
+        for (i, mut item) in untyped {
+            if let (Value::Object(map), Some(k)) = (&mut item, item_kind) {
+                map.insert("kind".to_string(), Value::String(k.to_string()));
+            }
+            reader.object(Document::new(item, 1, Some(i)))?;
+        }
+        return Ok(());
+    }
+    if index > 0 {
+        return Err(LoadError::new(
+            path,
+            format!("a {kind} with items is not a List; write kind: List"),
+        )
+        .object("document 1")
+        .field("kind"));
+    }
+    {
+        let doc = Document::new(Value::Object(std::mem::take(&mut top)), 1, None);
+        if doc.kind().is_empty() {
+            return Err(LoadError::new(
+                path,
+                "not a Kubernetes object (a mapping with apiVersion, kind and metadata)",
+            )
+            .object(doc.position()));
+        }
+        reader.object(doc)?;
+    }
+    Ok(())
+}
+
+/// The top-level mapping of a document, its `items` handed to `sink` one at a time
+/// instead of kept. `None`: an empty document.
+struct TopSeed<'s, F> {
+    sink: &'s mut F,
+}
+
+impl<'de, F: FnMut(Value) -> Result<(), String>> serde::de::DeserializeSeed<'de>
+    for TopSeed<'_, F>
+{
+    type Value = Option<serde_json::Map<String, Value>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, F: FnMut(Value) -> Result<(), String>> serde::de::Visitor<'de> for TopSeed<'_, F> {
+    type Value = Option<serde_json::Map<String, Value>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a Kubernetes object or List (a mapping)")
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    // Anything but a mapping is not an object: an empty map says so to the caller.
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Some(serde_json::Map::new()))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Some(serde_json::Map::new()))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Some(serde_json::Map::new()))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Some(serde_json::Map::new()))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Some(serde_json::Map::new()))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Some(serde_json::Map::new()))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut top = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "items" {
+                map.next_value_seed(ItemsSeed {
+                    sink: &mut *self.sink,
+                })?;
+            } else {
+                let value: Value = map.next_value()?;
+                top.insert(key, value);
+            }
+        }
+        Ok(Some(top))
+    }
+}
+
+struct ItemsSeed<'s, F> {
+    sink: &'s mut F,
+}
+
+impl<'de, F: FnMut(Value) -> Result<(), String>> serde::de::DeserializeSeed<'de>
+    for ItemsSeed<'_, F>
+{
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, F: FnMut(Value) -> Result<(), String>> serde::de::Visitor<'de> for ItemsSeed<'_, F> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("items: a list of objects")
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(item) = seq.next_element::<Value>()? {
+            (self.sink)(item).map_err(serde::de::Error::custom)?;
+        }
+        Ok(())
+    }
 }
 
 /// A Pod as the scheduler's pod, for its requests, tolerations and node selection. The
@@ -138,6 +403,7 @@ pub(super) fn newest_timestamp(snapshot: &Snapshot) -> Option<Timestamp> {
             times.extend(c.last_transition_time.as_ref().map(|t| t.0));
         }
     }
+    times.extend(snapshot.events.newest);
     times.into_iter().max()
 }
 
