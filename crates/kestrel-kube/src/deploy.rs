@@ -148,6 +148,8 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             rule(&["kubeflow.org"], &["pytorchjobs"], &["list", "watch"]),
             rule(&["jobset.x-k8s.io"], &["jobsets"], &["list", "watch"]),
             rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+            // The doctor's checks (--doctor-interval) read every Event.
+            rule(&[""], &["events"], &["list"]),
             // DRA: the devices published, the claims pods make, and their allocation and
             // reservation, written before a bind as kube-scheduler does.
             rule(&["resource.k8s.io"], &["deviceclasses", "resourceslices"], &["list", "watch"]),
