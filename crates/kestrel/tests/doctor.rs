@@ -54,7 +54,7 @@ const ALL_CHECKS: [&str; 12] = [
 ];
 
 /// The checks on events, container states, networks and operator pods.
-const EVENT_CHECKS: [&str; 9] = [
+const EVENT_CHECKS: [&str; 10] = [
     "image-pull-failed",
     "container-crashloop",
     "container-oom-killed",
@@ -62,6 +62,7 @@ const EVENT_CHECKS: [&str; 9] = [
     "volume-mount-failed",
     "pod-network-attachment-failed",
     "operator-pod-not-ready",
+    "gpu-unhealthy",
     "pod-failed-scheduling",
     "event-other",
 ];
@@ -431,7 +432,7 @@ fn events_and_container_states_give_signatures_and_incidents() {
     assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
     assert!(
         stdout
-            .contains("16 events (1 Normal of reasons no check reads), as of 2025-06-02T10:00:00Z"),
+            .contains("17 events (1 Normal of reasons no check reads), as of 2025-06-02T10:00:00Z"),
         "{stdout}"
     );
     for line in [

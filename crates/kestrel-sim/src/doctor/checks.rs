@@ -46,7 +46,7 @@ pub struct Check {
 }
 
 /// Every check, in report order.
-pub const CHECKS: [Check; 21] = [
+pub const CHECKS: [Check; 22] = [
     Check {
         id: "gpu-node-without-gpus",
         severity: Severity::Critical,
@@ -236,6 +236,16 @@ pub const CHECKS: [Check; 21] = [
         for_: "10m",
         summary: "Operator pod {{ $labels.namespace }}/{{ $labels.pod }} is not ready",
         description: "A GPU or Network Operator component (driver, toolkit, device plugin, DCGM, OFED, RDMA/SR-IOV device plugin) is not ready: the node's GPUs or RDMA devices are missing.",
+    },
+    Check {
+        id: "gpu-unhealthy",
+        severity: Severity::Critical,
+        title: "GPUs the node agent marked unhealthy: XID errors and lost GPUs",
+        alert: "KestrelGpuUnhealthyEvents",
+        expr: "max by (node, signature) (kestrel_doctor_finding{check=\"gpu-unhealthy\"}) > 0",
+        for_: "0m",
+        summary: "GPUs on {{ $labels.node }} are unhealthy ({{ $labels.signature }})",
+        description: "Kestrel's node agent reported XID errors or a GPU that stopped answering; the kubelet no longer hands the GPU out. The XID names the fault.",
     },
     Check {
         id: "pod-failed-scheduling",

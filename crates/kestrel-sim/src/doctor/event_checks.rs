@@ -400,6 +400,28 @@ fn finding(check: &'static str, signature: &str, detail: &str, g: &Group, now: i
                 ),
             )
         }
+        "gpu-unhealthy" => {
+            let nodes = g.seen.iter().map(|s| s.node).collect::<BTreeSet<_>>().len();
+            (
+                match pat.strip_prefix("xid-") {
+                    Some(xid) => format!(
+                        "the node agent reported XID {xid} on {} ({})",
+                        count(nodes, "node"),
+                        count(events as usize, "event")
+                    ),
+                    None => format!(
+                        "the node agent lost GPUs on {} ({})",
+                        count(nodes, "node"),
+                        count(events as usize, "event")
+                    ),
+                },
+                format!(
+                    "The agent marks the GPU unhealthy and the kubelet stops handing it out: \
+                     whole-node jobs no longer fit, and a job on it may have crashed. Last: \
+                     {example}"
+                ),
+            )
+        }
         "pod-failed-scheduling" => (
             format!(
                 "{detail} failed to schedule {} ({} events): {pat}",
@@ -530,6 +552,8 @@ pub fn fix_for(signature: &str) -> String {
         ("volume-mount-failed", "permission") => "Check the storage's export or access rules, the CSI driver's credentials secret, and the pod's fsGroup and securityContext.",
         ("volume-mount-failed", "mount-error") => "The node's mount failed: its filesystem client (nfs-common, the Lustre or GPFS client, a FUSE driver) may be missing, or the server refused the export; the kubelet log has the full output.",
         ("volume-mount-failed", _) => "kubectl describe pod shows the full error; check the CSI driver and the kubelet log on the node.",
+        ("gpu-unhealthy", "lost") | ("gpu-unhealthy", "xid-79") => "The GPU stopped answering (fallen off the bus): drain the node (kestrel drain NODE), power-cycle it, and check the PCIe slot, risers and power; nvidia-smi and the kernel log (dmesg | grep -i xid) on the node say more. Replace the GPU if it happens again.",
+        ("gpu-unhealthy", _) => "Look the XID up in NVIDIA's XID catalog: 13, 31, 43 are usually the application's (a bad memory access: read the pod's log), 48, 63, 64, 94, 95 memory (ECC) errors (drain the node and reset the GPU with nvidia-smi -r; replace it if they repeat), 74 NVLink, 79 fallen off the bus. kubectl describe node shows the GPUUnhealthy condition; drain before a reset.",
         ("pod-failed-scheduling", _) => "kubectl describe pod shows the scheduler's reasons; for pods meant for Kestrel set spec.schedulerName: kestrel, and kestrel explain POD says what would let them start.",
         ("pod-network-attachment-failed", _) => "The pod runs without the RDMA/SR-IOV interface it asked for, so its collective traffic falls back to TCP or fails: compare the pod's k8s.v1.cni.cncf.io/networks and network-status annotations, read the Multus log on the node, and restart the pod once the network is fixed.",
         ("operator-pod-not-ready", _) => "kubectl describe pod and kubectl logs for the component on that node (kubectl get pods -A -o wide --field-selector spec.nodeName=NODE); a driver pod that does not come up keeps every other GPU or RDMA component on the node waiting.",

@@ -219,7 +219,8 @@ impl EventLog {
         };
         let object = if ev.kind == "Pod" {
             format!("{}/{}", ev.namespace, ev.name)
-        } else if ev.namespace.is_empty() {
+        } else if ev.namespace.is_empty() || ev.kind == "Node" {
+            // Node events live in `default`, but a Node has no namespace.
             format!("{} {}", ev.kind, ev.name)
         } else {
             format!("{} {}/{}", ev.kind, ev.namespace, ev.name)

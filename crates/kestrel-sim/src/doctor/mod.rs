@@ -27,6 +27,7 @@
 //! | `volume-mount-failed` | warning | volume mount and attach failures, datasets and checkpoints called out |
 //! | `pod-network-attachment-failed` | critical | running RDMA/SR-IOV pods missing a Multus network |
 //! | `operator-pod-not-ready` | critical | GPU and Network Operator pods not ready, per node |
+//! | `gpu-unhealthy` | critical | the node agent's XID errors and lost GPUs, by XID |
 //! | `pod-failed-scheduling` | info | FailedScheduling events by scheduler and reason |
 //! | `event-other` | info | Warning events of reasons no other check reads |
 //!

@@ -124,7 +124,12 @@ pub fn known_signatures() -> Vec<String> {
     let mut out: Vec<String> = CHECKS
         .iter()
         .filter(|c| !SIGNATURES.iter().any(|(id, _, _)| *id == c.id))
-        .filter(|c| !matches!(c.id, "pod-failed-scheduling" | "event-other"))
+        .filter(|c| {
+            !matches!(
+                c.id,
+                "pod-failed-scheduling" | "event-other" | "gpu-unhealthy"
+            )
+        })
         .map(|c| c.id.to_string())
         .collect();
     for (check, reasons, patterns) in SIGNATURES {
@@ -143,6 +148,8 @@ pub fn known_signatures() -> Vec<String> {
             }
         }
     }
+    out.push("gpu-unhealthy/XidError/xid-<N>".to_string());
+    out.push("gpu-unhealthy/GpuLost/lost".to_string());
     out.push("pod-failed-scheduling/FailedScheduling/<pattern>".to_string());
     out.push("event-other/<Reason>/<reporter>".to_string());
     out
@@ -161,7 +168,8 @@ pub struct SignatureRule {
     pub check: &'static Check,
     pub alert: String,
     pub expr: String,
-    /// Whether the expression reads kube-state-metrics (else `kestrel_doctor_finding`).
+    /// Whether the expression reads an exporter's metrics, kube-state-metrics' (or the
+    /// DCGM names the node agent exports), rather than `kestrel_doctor_finding`.
     pub kube_state_metrics: bool,
     pub summary: String,
     pub description: String,
@@ -222,6 +230,18 @@ pub fn signature_rule(signature: &str) -> Result<SignatureRule, String> {
                         return Err(unknown(format!("{c} has no pattern {pattern:?}")));
                     }
                 }
+                None if *c == "gpu-unhealthy" => {
+                    let xid = pattern
+                        .strip_prefix("xid-")
+                        .is_some_and(|x| !x.is_empty() && x.chars().all(|c| c.is_ascii_digit()));
+                    if !matches!(*reason, "XidError" | "GpuLost") || !(xid || *pattern == "lost") {
+                        return Err(unknown(
+                            "gpu-unhealthy signatures are gpu-unhealthy/XidError/xid-N or \
+                             gpu-unhealthy/GpuLost/(lost or xid-79)"
+                                .to_string(),
+                        ));
+                    }
+                }
                 None if matches!(*c, "pod-failed-scheduling" | "event-other") => {
                     if (*c == "pod-failed-scheduling" && *reason != "FailedScheduling")
                         || !label_safe(reason)
@@ -260,6 +280,11 @@ pub fn signature_rule(signature: &str) -> Result<SignatureRule, String> {
                 ("container-oom-killed", "pod") => {
                     ksm(format!("{oom} unless on (namespace, pod) {gpu_requests}"))
                 }
+                // The agent exports DCGM's names: the last XID per GPU.
+                ("gpu-unhealthy", p) if p.starts_with("xid-") => ksm(format!(
+                    "DCGM_FI_DEV_XID_ERRORS == {}",
+                    &p[4..]
+                )),
                 ("operator-pod-not-ready", p) => match OPERATOR_COMPONENTS.iter().find(|(c, _, _)| *c == p) {
                     Some((_, _, regex)) => ksm(format!(
                         "(kube_pod_status_ready{{condition=\"false\"}} == 1) and on (namespace, pod) kube_pod_owner{{owner_kind=\"DaemonSet\", owner_name=~\"{regex}\"}}"
@@ -322,7 +347,9 @@ pub fn render_signature_rule(signature: &str) -> Result<String, String> {
             }
         })
         .collect();
-    let source = if r.kube_state_metrics {
+    let source = if r.expr.contains("DCGM_") {
+        "the DCGM metrics kestrel agent (or NVIDIA's dcgm-exporter) exports"
+    } else if r.kube_state_metrics {
         "kube-state-metrics"
     } else {
         "kestrel_doctor_finding, which kestrel serve exports (--doctor-interval)"

@@ -74,6 +74,17 @@ pub(super) fn classify_event(ev: &EventRecord) -> Option<Classified> {
             mount_class(msg),
             volume_of(msg),
         )),
+        // Kestrel's node agent: "GPU 3 (GPU-uuid) is unhealthy: XID 48; ..." (reason
+        // XidError, or GpuLost for XID 79 and a GPU that stopped answering).
+        "XidError" | "GpuLost" if ev.type_ == "Warning" => {
+            let pattern = xid_of(msg).map_or("lost".to_string(), |x| format!("xid-{x}"));
+            Some(classified(
+                "gpu-unhealthy",
+                ev.reason,
+                &pattern,
+                String::new(),
+            ))
+        }
         "FailedScheduling" => Some(classified(
             "pod-failed-scheduling",
             "FailedScheduling",
@@ -104,6 +115,13 @@ pub(super) fn classify_event(ev: &EventRecord) -> Option<Classified> {
         }
         _ => None,
     }
+}
+
+/// The XID number of an agent's message (`... unhealthy: XID 48; ...`).
+pub(super) fn xid_of(msg: &str) -> Option<u64> {
+    let rest = msg.split_once("XID ")?.1;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// kubelet's image pull messages, and the runtime's errors behind them.

@@ -606,7 +606,7 @@ fn signature<'a>(d: &'a Diagnosis, sig: &str) -> &'a Finding {
 #[test]
 fn events_and_container_states_give_one_finding_per_signature() {
     let d = run(EVENTS);
-    assert_eq!(d.events, 16, "every Event read once");
+    assert_eq!(d.events, 17, "every Event read once");
     assert_eq!(
         d.events_normal, 1,
         "the Started event is counted, not reported"
@@ -637,6 +637,7 @@ fn events_and_container_states_give_one_finding_per_signature() {
             "operator-pod-not-ready/NotReady/ofed-driver",
             "pod-failed-scheduling/FailedScheduling/insufficient-nvidia.com-gpu",
             "event-other/FreeDiskSpaceFailed/kubelet",
+            "gpu-unhealthy/XidError/xid-48",
         ])
     );
     // Every finding says what, where, why and what to do.
@@ -768,6 +769,16 @@ fn events_and_container_states_give_one_finding_per_signature() {
     assert_eq!(other.severity, Severity::Info);
     assert_eq!(other.r#where, ["Node gpu-1 (x2)"]);
 
+    // The node agent's XID.
+    let xid = signature(&d, "gpu-unhealthy/XidError/xid-48");
+    assert_eq!(xid.severity, Severity::Critical);
+    assert_eq!(
+        xid.what,
+        "the node agent reported XID 48 on 1 node (1 event)"
+    );
+    assert_eq!(xid.r#where, ["Node gpu-1"]);
+    assert!(xid.fix.contains("memory (ECC) errors"), "{}", xid.fix);
+
     // The metric's labels: one subject per node and namespace.
     assert_eq!(
         vf.subjects,
@@ -847,7 +858,7 @@ fn json_of_event_findings_adds_signature_and_incidents_only() {
         "{text}"
     );
     assert!(
-        text.contains("16 events (1 Normal of reasons no check reads)"),
+        text.contains("17 events (1 Normal of reasons no check reads)"),
         "{text}"
     );
 }
@@ -1034,6 +1045,15 @@ fn a_rule_for_every_signature_found_and_known() {
     assert!(crash.expr.contains(" and on (namespace, pod) "));
     let cpu = signature_rule("container-crashloop/CrashLoopBackOff/pod").unwrap();
     assert!(cpu.expr.contains(" unless on (namespace, pod) "));
+    let xid = signature_rule("gpu-unhealthy/XidError/xid-79").unwrap();
+    assert_eq!(xid.expr, "DCGM_FI_DEV_XID_ERRORS == 79");
+    assert!(xid.runbook.contains("fallen off the bus"));
+    assert!(
+        !signature_rule("gpu-unhealthy/GpuLost/lost")
+            .unwrap()
+            .kube_state_metrics
+    );
+    assert!(signature_rule("gpu-unhealthy/XidError/xid-").is_err());
     let driver = signature_rule("operator-pod-not-ready/NotReady/gpu-driver").unwrap();
     assert!(
         driver
