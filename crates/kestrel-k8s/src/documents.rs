@@ -116,8 +116,9 @@ pub fn unknown_fields<T: serde::Serialize>(input: &Value, typed: &T) -> Vec<Stri
 }
 
 /// Kinds without a namespace, named `Kind name` rather than `Kind namespace/name`.
-const CLUSTER_SCOPED: [&str; 11] = [
+const CLUSTER_SCOPED: [&str; 12] = [
     "Node",
+    "NodeMetrics",
     "DeviceClass",
     "ResourceSlice",
     "Queue",

@@ -150,6 +150,8 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
             // The doctor's checks (--doctor-interval) read every Event.
             rule(&[""], &["events"], &["list"]),
+            // ... and the nodes' real use, where metrics-server serves it.
+            rule(&["metrics.k8s.io"], &["nodes"], &["list"]),
             // DRA: the devices published, the claims pods make, and their allocation and
             // reservation, written before a bind as kube-scheduler does.
             rule(&["resource.k8s.io"], &["deviceclasses", "resourceslices"], &["list", "watch"]),

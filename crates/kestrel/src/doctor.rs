@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kestrel_k8s::duration::parse_duration;
 use kestrel_sim::doctor::{self, DoctorOptions, Snapshot};
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
@@ -162,6 +162,7 @@ pub(crate) async fn live_snapshot(client: &kube::Client, source: String) -> Resu
         pods,
         ..Snapshot::default()
     };
+    node_metrics(client, &mut snapshot).await;
     let events: Api<Event> = Api::all(client.clone());
     let mut params = ListParams::default().limit(500);
     loop {
@@ -186,6 +187,47 @@ pub(crate) async fn live_snapshot(client: &kube::Client, source: String) -> Resu
         }
     }
     Ok(snapshot)
+}
+
+/// The nodes' real use from the metrics API (what `kubectl top nodes` reads). Where it is
+/// not served (no metrics-server) a note says so and the usage check is skipped.
+async fn node_metrics(client: &kube::Client, snapshot: &mut Snapshot) {
+    let resource = ApiResource {
+        group: "metrics.k8s.io".into(),
+        version: "v1beta1".into(),
+        api_version: "metrics.k8s.io/v1beta1".into(),
+        kind: "NodeMetrics".into(),
+        plural: "nodes".into(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    match api.list(&ListParams::default()).await {
+        Ok(list) => {
+            for item in &list.items {
+                let value = serde_json::to_value(item).unwrap_or_default();
+                if let Err((field, message)) = snapshot.add_node_metrics(&value) {
+                    snapshot.notes.push(format!(
+                        "left out NodeMetrics {}: {field}: {message}",
+                        item.metadata.name.as_deref().unwrap_or("")
+                    ));
+                }
+            }
+        }
+        Err(kube::Error::Api(s)) if s.code == 403 => snapshot.notes.push(
+            "the metrics API (metrics.k8s.io) refuses to list node usage to this user: node \
+             usage is not checked; grant list on nodes.metrics.k8s.io"
+                .to_string(),
+        ),
+        Err(kube::Error::Api(s)) if matches!(s.code, 404 | 503) => {
+            snapshot.notes.push(format!(
+                "the metrics API (metrics.k8s.io, what kubectl top reads) is not served here \
+                 (HTTP {}): node usage is not checked; install metrics-server to check it",
+                s.code
+            ));
+        }
+        Err(e) => snapshot.notes.push(format!(
+            "the metrics API (metrics.k8s.io) did not answer: {e}; node usage is not checked"
+        )),
+    }
 }
 
 /// Every object, a page of 500 at a time.

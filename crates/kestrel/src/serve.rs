@@ -329,6 +329,8 @@ async fn doctor_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let since_ms = (2 * interval.as_millis() as u64).max(10 * 60 * 1000);
+    // Notes (the metrics API not served, an Event left out) are logged once each.
+    let mut said = std::collections::BTreeSet::new();
     loop {
         let source = "the API server".to_string();
         match crate::doctor::live_snapshot(&client, source).await {
@@ -339,6 +341,11 @@ async fn doctor_loop(
                     ..Default::default()
                 };
                 let diagnosis = kestrel_sim::doctor::diagnose(&snapshot, &options);
+                for note in &diagnosis.notes {
+                    if said.insert(note.clone()) {
+                        tracing::info!("doctor: {note}");
+                    }
+                }
                 metrics.set_doctor_findings(&diagnosis.findings);
                 metrics
                     .doctor_runs

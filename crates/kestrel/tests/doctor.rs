@@ -54,7 +54,7 @@ const ALL_CHECKS: [&str; 12] = [
 ];
 
 /// The checks on events, container states, networks and operator pods.
-const EVENT_CHECKS: [&str; 10] = [
+const EVENT_CHECKS: [&str; 11] = [
     "image-pull-failed",
     "container-crashloop",
     "container-oom-killed",
@@ -63,6 +63,7 @@ const EVENT_CHECKS: [&str; 10] = [
     "pod-network-attachment-failed",
     "operator-pod-not-ready",
     "gpu-unhealthy",
+    "node-usage-high",
     "pod-failed-scheduling",
     "event-other",
 ];

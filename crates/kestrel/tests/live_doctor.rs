@@ -204,6 +204,9 @@ async fn doctor_reads_events_and_container_states_and_serve_exports_them() {
         "30m",
     ]);
     assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+    // No metrics-server here: said once.
+    let not_served = "the metrics API (metrics.k8s.io, what kubectl top reads) is not served";
+    assert_eq!(stderr.matches(not_served).count(), 1, "{stderr}");
     let findings: Vec<Value> = serde_json::from_str(&stdout).expect("JSON");
     let by_sig = |sig: &str| {
         findings
@@ -265,6 +268,13 @@ async fn doctor_reads_events_and_container_states_and_serve_exports_them() {
         metrics.contains("kestrel_doctor_runs_total{result=\"ok\"}"),
         "{metrics}"
     );
+    // serve says the metrics API is missing once, not on every run.
+    eventually(Duration::from_secs(10), "a second doctor run", || async {
+        let (_, text) = serve.get("/metrics")?;
+        (!text.contains("kestrel_doctor_runs_total{result=\"ok\"} 1\n")).then_some(())
+    })
+    .await;
+    assert_eq!(serve.log_count(not_served), 1, "{}", serve.log_text());
 
     // The rule for the signature: a PrometheusRule whose expression selects exactly the
     // exported series of that signature, and whose runbook is the finding's fix.

@@ -46,7 +46,7 @@ pub struct Check {
 }
 
 /// Every check, in report order.
-pub const CHECKS: [Check; 22] = [
+pub const CHECKS: [Check; 23] = [
     Check {
         id: "gpu-node-without-gpus",
         severity: Severity::Critical,
@@ -246,6 +246,16 @@ pub const CHECKS: [Check; 22] = [
         for_: "0m",
         summary: "GPUs on {{ $labels.node }} are unhealthy ({{ $labels.signature }})",
         description: "Kestrel's node agent reported XID errors or a GPU that stopped answering; the kubelet no longer hands the GPU out. The XID names the fault.",
+    },
+    Check {
+        id: "node-usage-high",
+        severity: Severity::Warning,
+        title: "nodes near full in real memory or CPU use while pods there fail or are evicted",
+        alert: "KestrelNodeUsageHigh",
+        expr: "max by (node, signature) (kestrel_doctor_finding{check=\"node-usage-high\"}) > 0",
+        for_: "10m",
+        summary: "Node {{ $labels.node }} is near full in real use while pods there fail ({{ $labels.signature }})",
+        description: "The node's real use (the metrics API) is near its allocatable while pods there are OOM-killed, crash or get evicted: memory pressure that looks like a scheduling or application failure.",
     },
     Check {
         id: "pod-failed-scheduling",

@@ -554,6 +554,8 @@ pub fn fix_for(signature: &str) -> String {
         ("volume-mount-failed", _) => "kubectl describe pod shows the full error; check the CSI driver and the kubelet log on the node.",
         ("gpu-unhealthy", "lost") | ("gpu-unhealthy", "xid-79") => "The GPU stopped answering (fallen off the bus): drain the node (kestrel drain NODE), power-cycle it, and check the PCIe slot, risers and power; nvidia-smi and the kernel log (dmesg | grep -i xid) on the node say more. Replace the GPU if it happens again.",
         ("gpu-unhealthy", _) => "Look the XID up in NVIDIA's XID catalog: 13, 31, 43 are usually the application's (a bad memory access: read the pod's log), 48, 63, 64, 94, 95 memory (ECC) errors (drain the node and reset the GPU with nvidia-smi -r; replace it if they repeat), 74 NVLink, 79 fallen off the bus. kubectl describe node shows the GPUUnhealthy condition; drain before a reset.",
+        ("node-usage-high", "cpu") => "Find the pods that use more CPU than they request (kubectl top pods -A --sort-by=cpu on the node) and give them limits or higher requests, so the scheduler stops placing work on a node that is busy in fact; reserve CPU for the system (kubelet --system-reserved).",
+        ("node-usage-high", _) => "Find the pods that use more memory than they request (kubectl top pods -A --sort-by=memory on the node), raise their requests to what they use or set limits, and reserve memory for the system (kubelet --system-reserved, --eviction-hard): requests below real use let the scheduler overfill the node, and the kernel or the kubelet then kills or evicts pods.",
         ("pod-failed-scheduling", _) => "kubectl describe pod shows the scheduler's reasons; for pods meant for Kestrel set spec.schedulerName: kestrel, and kestrel explain POD says what would let them start.",
         ("pod-network-attachment-failed", _) => "The pod runs without the RDMA/SR-IOV interface it asked for, so its collective traffic falls back to TCP or fails: compare the pod's k8s.v1.cni.cncf.io/networks and network-status annotations, read the Multus log on the node, and restart the pod once the network is fixed.",
         ("operator-pod-not-ready", _) => "kubectl describe pod and kubectl logs for the component on that node (kubectl get pods -A -o wide --field-selector spec.nodeName=NODE); a driver pod that does not come up keeps every other GPU or RDMA component on the node waiting.",
@@ -788,4 +790,97 @@ fn component_words(c: &str) -> &'static str {
         "ipam" => "IPAM (whereabouts, nv-ipam)",
         _ => "operator's",
     }
+}
+
+/// Memory or CPU in real use at or above this share of allocatable is near full.
+const NEAR_FULL_PERCENT: i64 = 90;
+
+/// Nodes near full in real use (the metrics API) while pods there fail or are evicted:
+/// memory pressure masquerading as a scheduling or application failure.
+pub(super) fn node_usage_high(
+    nodes: &[super::objects::NodeView],
+    usage: &BTreeMap<String, super::snapshot::NodeUsage>,
+    findings: &[Finding],
+) -> Vec<Finding> {
+    // node -> the signatures of failures there
+    let mut failing: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for f in findings {
+        let failure = matches!(
+            f.id.as_str(),
+            "container-oom-killed" | "container-crashloop"
+        ) || f
+            .signature
+            .as_deref()
+            .is_some_and(|s| s.starts_with("event-other/Evicted/"));
+        if !failure {
+            continue;
+        }
+        for s in &f.subjects {
+            failing
+                .entry(s.node.as_str())
+                .or_default()
+                .insert(f.signature.clone().unwrap_or_else(|| f.id.clone()));
+        }
+    }
+    let mut groups: BTreeMap<&str, (Vec<String>, BTreeSet<Subject>)> = BTreeMap::new();
+    for n in nodes {
+        let (Some(u), Some(failures)) = (usage.get(n.name()), failing.get(n.name())) else {
+            continue;
+        };
+        let a = &n.spec.allocatable;
+        let percent = |used: i64, of: i64| if of > 0 { used * 100 / of } else { 0 };
+        let gib = |b: i64| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64);
+        let mem = percent(u.memory_bytes, a.memory_bytes);
+        let cpu = percent(u.cpu_milli, a.cpu_milli);
+        let there = failures.iter().cloned().collect::<Vec<_>>().join(", ");
+        if mem >= NEAR_FULL_PERCENT {
+            let e = groups.entry("memory").or_default();
+            e.0.push(format!(
+                "{}: memory {} of {} allocatable in use ({mem}%); failing there: {there}",
+                n.name(),
+                gib(u.memory_bytes),
+                gib(a.memory_bytes)
+            ));
+            e.1.insert(Subject {
+                node: n.name().to_string(),
+                namespace: String::new(),
+            });
+        }
+        if cpu >= NEAR_FULL_PERCENT {
+            let e = groups.entry("cpu").or_default();
+            e.0.push(format!(
+                "{}: CPU {}m of {}m allocatable in use ({cpu}%); failing there: {there}",
+                n.name(),
+                u.cpu_milli,
+                a.cpu_milli
+            ));
+            e.1.insert(Subject {
+                node: n.name().to_string(),
+                namespace: String::new(),
+            });
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(what, (rows, subjects))| {
+            let signature = format!("node-usage-high/NodeMetrics/{what}");
+            let mut f = Finding::new(
+                "node-usage-high",
+                format!(
+                    "{} near full in real {} use (metrics API) while pods there fail",
+                    count(rows.len(), "node"),
+                    if what == "cpu" { "CPU" } else { "memory" }
+                ),
+                rows,
+                "The scheduler places pods by their requests, not by what they use: a node \
+                 whose pods use more than they request fills up in fact, and its pods are \
+                 OOM-killed, crash or are evicted. It looks like an application or a \
+                 scheduling failure; it is memory (or CPU) pressure.",
+                fix_for(&signature),
+            );
+            f.signature = Some(signature);
+            f.subjects = subjects.into_iter().collect();
+            f
+        })
+        .collect()
 }

@@ -28,6 +28,7 @@
 //! | `pod-network-attachment-failed` | critical | running RDMA/SR-IOV pods missing a Multus network |
 //! | `operator-pod-not-ready` | critical | GPU and Network Operator pods not ready, per node |
 //! | `gpu-unhealthy` | critical | the node agent's XID errors and lost GPUs, by XID |
+//! | `node-usage-high` | warning | nodes near full in real use (metrics API) while pods there fail |
 //! | `pod-failed-scheduling` | info | FailedScheduling events by scheduler and reason |
 //! | `event-other` | info | Warning events of reasons no other check reads |
 //!
@@ -85,7 +86,7 @@ pub use prometheus::{
     signature_rule, SignatureRule,
 };
 pub use render::{render_json, render_text};
-pub use snapshot::{parse_yaml, read_snapshot, Snapshot};
+pub use snapshot::{parse_yaml, read_snapshot, NodeUsage, Snapshot};
 
 /// GFD: the node has NVIDIA GPUs (`"true"`).
 pub const GPU_PRESENT_LABEL: &str = "nvidia.com/gpu.present";
@@ -265,6 +266,8 @@ pub fn diagnose(snapshot: &Snapshot, options: &DoctorOptions) -> Diagnosis {
     ));
     findings.extend(event_checks::pod_network_attachment_failed(&pods));
     findings.extend(event_checks::operator_pod_not_ready(&pods));
+    let usage = event_checks::node_usage_high(&nodes, &snapshot.node_usage, &findings);
+    findings.extend(usage);
     let order = |id: &str| CHECKS.iter().position(|c| c.id == id).unwrap_or(usize::MAX);
     // Stable: within a check, findings keep the order the check gave them.
     findings.sort_by_key(|f| (f.severity, order(&f.id)));

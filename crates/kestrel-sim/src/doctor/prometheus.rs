@@ -63,7 +63,7 @@ pub fn render_prometheus_rule() -> String {
 
 /// The closed patterns of each signature check (`check/Reason/pattern`); the checks not
 /// listed (`pod-failed-scheduling`, `event-other`) take any label-safe reason and pattern.
-const SIGNATURES: [(&str, &[&str], &[&str]); 7] = [
+const SIGNATURES: [(&str, &[&str], &[&str]); 8] = [
     (
         "image-pull-failed",
         &["ErrImagePull"],
@@ -116,6 +116,7 @@ const SIGNATURES: [(&str, &[&str], &[&str]); 7] = [
         &["NetworkStatus"],
         &["missing", "partial"],
     ),
+    ("node-usage-high", &["NodeMetrics"], &["memory", "cpu"]),
     ("operator-pod-not-ready", &["NotReady"], &[]),
 ];
 

@@ -4,7 +4,7 @@ use super::events::{event_error, EventLog};
 use super::plural;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kestrel_core::PodSpec;
+use kestrel_core::{parse_quantity, PodSpec};
 use kestrel_k8s::documents::{read_documents, Document};
 use kestrel_k8s::nodes::node_from_kube;
 use kestrel_k8s::pods::Catalog;
@@ -22,8 +22,56 @@ pub struct Snapshot {
     pub pods: Vec<Pod>,
     /// The Events, aggregated by signature as they were read.
     pub events: EventLog,
+    /// Nodes' real use from the metrics API (`metrics.k8s.io` NodeMetrics, what `kubectl
+    /// top nodes` reads), by node name; empty when not given or not served.
+    pub node_usage: BTreeMap<String, NodeUsage>,
     /// Things worth knowing about the input (objects ignored, duplicates).
     pub notes: Vec<String>,
+}
+
+/// A node's CPU and memory in use (NodeMetrics `usage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeUsage {
+    pub cpu_milli: i64,
+    pub memory_bytes: i64,
+}
+
+impl Snapshot {
+    /// Reads one NodeMetrics object (`metrics.k8s.io/v1beta1`). Errors name the field and
+    /// the fix; the caller adds where the object came from.
+    pub fn add_node_metrics(&mut self, v: &Value) -> Result<(), (String, String)> {
+        let name = v
+            .get("metadata")
+            .and_then(|m| m.get("name"))
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                (
+                    "metadata.name".to_string(),
+                    "a NodeMetrics without the node's name".to_string(),
+                )
+            })?;
+        let quantity = |key: &str, scale: i64| -> Result<i64, (String, String)> {
+            let field = format!("usage.{key}");
+            let text = match v.get("usage").and_then(|u| u.get(key)) {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Number(n)) => n.to_string(),
+                _ => {
+                    return Err((
+                        field,
+                        "missing; NodeMetrics carry usage: {cpu, memory} (kubectl get --raw /apis/metrics.k8s.io/v1beta1/nodes)".to_string(),
+                    ))
+                }
+            };
+            parse_quantity(&text, scale).map_err(|e| (field, e.to_string()))
+        };
+        let usage = NodeUsage {
+            cpu_milli: quantity("cpu", 1000)?,
+            memory_bytes: quantity("memory", 1)?,
+        };
+        self.node_usage.insert(name.to_string(), usage);
+        Ok(())
+    }
 }
 
 /// What reading one file keeps: the snapshot, seen names, ignored kinds.
@@ -87,6 +135,24 @@ impl Reader<'_> {
                 self.snap
                     .events
                     .add(&doc.value)
+                    .map_err(|e| event_error(path, doc.object(), e))?;
+            }
+            "NodeMetrics" => {
+                let api = doc
+                    .value
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("metrics.k8s.io/v1beta1");
+                if !api.starts_with("metrics.k8s.io/") {
+                    return Err(LoadError::new(
+                        path,
+                        format!("apiVersion {api:?} is not the metrics API's; set apiVersion: metrics.k8s.io/v1beta1"),
+                    )
+                    .object(doc.object())
+                    .field("apiVersion"));
+                }
+                self.snap
+                    .add_node_metrics(&doc.value)
                     .map_err(|e| event_error(path, doc.object(), e))?;
             }
             other => *self.ignored.entry(other.to_string()).or_default() += 1,

@@ -638,6 +638,7 @@ fn events_and_container_states_give_one_finding_per_signature() {
             "pod-failed-scheduling/FailedScheduling/insufficient-nvidia.com-gpu",
             "event-other/FreeDiskSpaceFailed/kubelet",
             "gpu-unhealthy/XidError/xid-48",
+            "node-usage-high/NodeMetrics/memory",
         ])
     );
     // Every finding says what, where, why and what to do.
@@ -778,6 +779,22 @@ fn events_and_container_states_give_one_finding_per_signature() {
     );
     assert_eq!(xid.r#where, ["Node gpu-1"]);
     assert!(xid.fix.contains("memory (ECC) errors"), "{}", xid.fix);
+
+    // Memory pressure that looks like crashing pods: gpu-0 is near full in real use.
+    let usage = signature(&d, "node-usage-high/NodeMetrics/memory");
+    assert_eq!(
+        usage.what,
+        "1 node near full in real memory use (metrics API) while pods there fail"
+    );
+    assert_eq!(
+        usage.r#where,
+        [
+            "gpu-0: memory 1953.0 GiB of 2000.0 GiB allocatable in use (97%); failing there: \
+          container-crashloop/CrashLoopBackOff/gpu-pod, container-oom-killed/OOMKilled/gpu-pod, \
+          container-oom-killed/OOMKilled/node"
+        ]
+    );
+    assert_eq!(snap(EVENTS).unwrap().node_usage.len(), 2);
 
     // The metric's labels: one subject per node and namespace.
     assert_eq!(
@@ -931,6 +948,13 @@ fn bad_events_are_named_with_their_field() {
     let e = snap(list).unwrap_err().to_string();
     assert!(
         e.contains("Event ml/e4") && e.contains("involvedObject"),
+        "{e}"
+    );
+    let bad_usage = gpu_node("g0")
+        + "apiVersion: metrics.k8s.io/v1beta1\nkind: NodeMetrics\nmetadata: {name: g0}\nusage: {cpu: lots, memory: 1Gi}\n";
+    let e = snap(&bad_usage).unwrap_err().to_string();
+    assert!(
+        e.contains("NodeMetrics g0") && e.contains("usage.cpu"),
         "{e}"
     );
     let e = snap("apiVersion: v1\nkind: List\nitems:\n- 3\n")
