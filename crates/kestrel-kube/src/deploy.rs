@@ -152,6 +152,8 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             rule(&[""], &["events"], &["list"]),
             // ... and the nodes' real use, where metrics-server serves it.
             rule(&["metrics.k8s.io"], &["nodes"], &["list"]),
+            // ... and the GPU and Network Operators' DaemonSets.
+            rule(&["apps"], &["daemonsets"], &["list"]),
             // DRA: the devices published, the claims pods make, and their allocation and
             // reservation, written before a bind as kube-scheduler does.
             rule(&["resource.k8s.io"], &["deviceclasses", "resourceslices"], &["list", "watch"]),

@@ -8,6 +8,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kestrel_k8s::duration::parse_duration;
@@ -141,7 +142,7 @@ async fn live_async(kubeconfig: Option<PathBuf>) -> Result<Snapshot> {
     live_snapshot(&client, source).await
 }
 
-/// Nodes, unfinished Pods and every Event from the API server. Events come a page at a
+/// Nodes, unfinished Pods, DaemonSets, node usage and every Event from the API server. Events come a page at a
 /// time and are aggregated as they come, so 100,000 of them are never held at once.
 /// `v1` Events include those posted through `events.k8s.io/v1` (the same objects).
 pub(crate) async fn live_snapshot(client: &kube::Client, source: String) -> Result<Snapshot> {
@@ -163,6 +164,18 @@ pub(crate) async fn live_snapshot(client: &kube::Client, source: String) -> Resu
         ..Snapshot::default()
     };
     node_metrics(client, &mut snapshot).await;
+    // The GPU and Network Operators' DaemonSets: pods missing on nodes.
+    let daemonsets: Vec<DaemonSet> = list_all(Api::all(client.clone()), ListParams::default())
+        .await
+        .with_context(|| format!("listing DaemonSets from {}", snapshot.source))?;
+    for ds in &daemonsets {
+        if let Some(counts) = serde_json::to_value(ds)
+            .ok()
+            .and_then(|v| doctor::DaemonSetCounts::from_value(&v))
+        {
+            snapshot.daemonsets.push(counts);
+        }
+    }
     let events: Api<Event> = Api::all(client.clone());
     let mut params = ListParams::default().limit(500);
     loop {

@@ -193,6 +193,34 @@ async fn doctor_reads_events_and_container_states_and_serve_exports_them() {
         .await
         .expect("the sandbox event");
 
+    // The GPU Operator's device plugin DaemonSet, its pod missing on the node (no
+    // controller runs here: the test writes the status the DaemonSet controller would).
+    let daemonsets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+        Api::namespaced(client.clone(), NS);
+    let ds = serde_json::from_value(json!({
+        "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": NS},
+        "spec": {
+            "selector": {"matchLabels": {"app": "dp"}},
+            "template": {"metadata": {"labels": {"app": "dp"}},
+                         "spec": {"containers": [{"name": "dp", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}]}},
+        },
+    }))
+    .unwrap();
+    daemonsets
+        .create(&PostParams::default(), &ds)
+        .await
+        .expect("the DaemonSet");
+    let ds_status = json!({"status": {"desiredNumberScheduled": 1, "currentNumberScheduled": 0,
+        "numberReady": 0, "numberMisscheduled": 0}});
+    daemonsets
+        .patch_status(
+            "nvidia-device-plugin-daemonset",
+            &PatchParams::default(),
+            &Patch::Merge(&ds_status),
+        )
+        .await
+        .expect("the DaemonSet's status");
+
     // kestrel doctor --live, with the ServiceAccount's RBAC.
     let kubeconfig = env.sa_kubeconfig.to_str().unwrap();
     let (code, stdout, stderr) = doctor(&[
@@ -236,6 +264,10 @@ async fn doctor_reads_events_and_container_states_and_serve_exports_them() {
         json!([format!("{NS}/train-0 on {node}")])
     );
     by_sig("container-oom-killed/OOMKilled/gpu-pod");
+    assert_eq!(
+        by_sig("operator-pod-not-ready/Missing/device-plugin")["where"],
+        json!([format!("DaemonSet {NS}/nvidia-device-plugin-daemonset: its pod runs on 0 of the 1 nodes it should (0 ready)")])
+    );
 
     // kestrel serve exports the findings.
     let serve = env.kestrel(
@@ -326,5 +358,8 @@ async fn doctor_reads_events_and_container_states_and_serve_exports_them() {
     );
 
     drop(serve);
+    let _ = daemonsets
+        .delete("nvidia-device-plugin-daemonset", &Default::default())
+        .await;
     cleanup(&client, &format!("{NS}-"), &[NS]).await;
 }

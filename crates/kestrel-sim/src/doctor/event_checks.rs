@@ -558,6 +558,7 @@ pub fn fix_for(signature: &str) -> String {
         ("node-usage-high", _) => "Find the pods that use more memory than they request (kubectl top pods -A --sort-by=memory on the node), raise their requests to what they use or set limits, and reserve memory for the system (kubelet --system-reserved, --eviction-hard): requests below real use let the scheduler overfill the node, and the kernel or the kubelet then kills or evicts pods.",
         ("pod-failed-scheduling", _) => "kubectl describe pod shows the scheduler's reasons; for pods meant for Kestrel set spec.schedulerName: kestrel, and kestrel explain POD says what would let them start.",
         ("pod-network-attachment-failed", _) => "The pod runs without the RDMA/SR-IOV interface it asked for, so its collective traffic falls back to TCP or fails: compare the pod's k8s.v1.cni.cncf.io/networks and network-status annotations, read the Multus log on the node, and restart the pod once the network is fixed.",
+        ("operator-pod-not-ready", _) if reason == "Missing" => "kubectl describe daemonset NAME -n NAMESPACE shows why pods are not created (its events); compare the nodes it should cover (its nodeSelector and tolerations against the nodes' labels and taints, e.g. nvidia.com/gpu.deploy.* labels the GPU Operator sets) with the nodes that run its pod.",
         ("operator-pod-not-ready", _) => "kubectl describe pod and kubectl logs for the component on that node (kubectl get pods -A -o wide --field-selector spec.nodeName=NODE); a driver pod that does not come up keeps every other GPU or RDMA component on the node waiting.",
         _ => {
             return format!(
@@ -876,6 +877,53 @@ pub(super) fn node_usage_high(
                  whose pods use more than they request fills up in fact, and its pods are \
                  OOM-killed, crash or are evicted. It looks like an application or a \
                  scheduling failure; it is memory (or CPU) pressure.",
+                fix_for(&signature),
+            );
+            f.signature = Some(signature);
+            f.subjects = subjects.into_iter().collect();
+            f
+        })
+        .collect()
+}
+
+/// GPU and Network Operator DaemonSets whose pod is missing on some of the nodes they
+/// should run on (not created, or not scheduled): no pod to be not ready, so the pod
+/// check cannot see it.
+pub(super) fn operator_pods_missing(
+    daemonsets: &[super::snapshot::DaemonSetCounts],
+) -> Vec<Finding> {
+    let mut groups: BTreeMap<&str, (Vec<String>, BTreeSet<Subject>)> = BTreeMap::new();
+    for ds in daemonsets {
+        let Some(component) = operator_component(&ds.name) else {
+            continue;
+        };
+        if ds.scheduled >= ds.desired {
+            continue;
+        }
+        let e = groups.entry(component).or_default();
+        e.0.push(format!(
+            "DaemonSet {}/{}: its pod runs on {} of the {} nodes it should ({} ready)",
+            ds.namespace, ds.name, ds.scheduled, ds.desired, ds.ready
+        ));
+        e.1.insert(Subject {
+            node: String::new(),
+            namespace: ds.namespace.clone(),
+        });
+    }
+    groups
+        .into_iter()
+        .map(|(component, (rows, subjects))| {
+            let signature = format!("operator-pod-not-ready/Missing/{component}");
+            let mut f = Finding::new(
+                "operator-pod-not-ready",
+                format!(
+                    "the {} pod is missing on some nodes",
+                    component_words(component)
+                ),
+                rows,
+                "The DaemonSet should run its pod on more nodes than it does: on the others the \
+                 pod was never created or never scheduled (a taint it does not tolerate, a \
+                 node selector, no room), so their GPUs or RDMA devices never come up.",
                 fix_for(&signature),
             );
             f.signature = Some(signature);

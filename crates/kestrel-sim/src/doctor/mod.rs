@@ -86,7 +86,7 @@ pub use prometheus::{
     signature_rule, SignatureRule,
 };
 pub use render::{render_json, render_text};
-pub use snapshot::{parse_yaml, read_snapshot, NodeUsage, Snapshot};
+pub use snapshot::{parse_yaml, read_snapshot, DaemonSetCounts, NodeUsage, Snapshot};
 
 /// GFD: the node has NVIDIA GPUs (`"true"`).
 pub const GPU_PRESENT_LABEL: &str = "nvidia.com/gpu.present";
@@ -266,6 +266,7 @@ pub fn diagnose(snapshot: &Snapshot, options: &DoctorOptions) -> Diagnosis {
     ));
     findings.extend(event_checks::pod_network_attachment_failed(&pods));
     findings.extend(event_checks::operator_pod_not_ready(&pods));
+    findings.extend(event_checks::operator_pods_missing(&snapshot.daemonsets));
     let usage = event_checks::node_usage_high(&nodes, &snapshot.node_usage, &findings);
     findings.extend(usage);
     let order = |id: &str| CHECKS.iter().position(|c| c.id == id).unwrap_or(usize::MAX);

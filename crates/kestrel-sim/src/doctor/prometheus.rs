@@ -117,7 +117,7 @@ const SIGNATURES: [(&str, &[&str], &[&str]); 8] = [
         &["missing", "partial"],
     ),
     ("node-usage-high", &["NodeMetrics"], &["memory", "cpu"]),
-    ("operator-pod-not-ready", &["NotReady"], &[]),
+    ("operator-pod-not-ready", &["NotReady", "Missing"], &[]),
 ];
 
 /// Every signature of a closed catalogue, one per line, for error messages and docs.
@@ -287,6 +287,9 @@ pub fn signature_rule(signature: &str) -> Result<SignatureRule, String> {
                     &p[4..]
                 )),
                 ("operator-pod-not-ready", p) => match OPERATOR_COMPONENTS.iter().find(|(c, _, _)| *c == p) {
+                    Some((_, _, regex)) if *reason == "Missing" => ksm(format!(
+                        "(kube_daemonset_status_desired_number_scheduled{{daemonset=~\"{regex}\"}} - kube_daemonset_status_current_number_scheduled{{daemonset=~\"{regex}\"}}) > 0"
+                    )),
                     Some((_, _, regex)) => ksm(format!(
                         "(kube_pod_status_ready{{condition=\"false\"}} == 1) and on (namespace, pod) kube_pod_owner{{owner_kind=\"DaemonSet\", owner_name=~\"{regex}\"}}"
                     )),

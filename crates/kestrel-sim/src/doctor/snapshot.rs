@@ -25,8 +25,40 @@ pub struct Snapshot {
     /// Nodes' real use from the metrics API (`metrics.k8s.io` NodeMetrics, what `kubectl
     /// top nodes` reads), by node name; empty when not given or not served.
     pub node_usage: BTreeMap<String, NodeUsage>,
+    /// DaemonSets (`apps/v1`): their names and rollout counts, for the operators' ones.
+    pub daemonsets: Vec<DaemonSetCounts>,
     /// Things worth knowing about the input (objects ignored, duplicates).
     pub notes: Vec<String>,
+}
+
+/// A DaemonSet's name and how many nodes should run, run and have ready its pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonSetCounts {
+    pub namespace: String,
+    pub name: String,
+    pub desired: i64,
+    pub scheduled: i64,
+    pub ready: i64,
+}
+
+impl DaemonSetCounts {
+    /// From a DaemonSet object (its `status`); `None` when it names no DaemonSet.
+    pub fn from_value(v: &Value) -> Option<DaemonSetCounts> {
+        let meta = |k: &str| v.get("metadata")?.get(k)?.as_str().map(str::to_string);
+        let n = |k: &str| {
+            v.get("status")
+                .and_then(|s| s.get(k))
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+        };
+        Some(DaemonSetCounts {
+            namespace: meta("namespace").unwrap_or_default(),
+            name: meta("name")?,
+            desired: n("desiredNumberScheduled"),
+            scheduled: n("currentNumberScheduled"),
+            ready: n("numberReady"),
+        })
+    }
 }
 
 /// A node's CPU and memory in use (NodeMetrics `usage`).
@@ -136,6 +168,14 @@ impl Reader<'_> {
                     .events
                     .add(&doc.value)
                     .map_err(|e| event_error(path, doc.object(), e))?;
+            }
+            "DaemonSet" => {
+                let counts = DaemonSetCounts::from_value(&doc.value).ok_or_else(|| {
+                    LoadError::new(path, "a DaemonSet without a name; add metadata.name")
+                        .object(doc.object())
+                        .field("metadata.name")
+                })?;
+                self.snap.daemonsets.push(counts);
             }
             "NodeMetrics" => {
                 let api = doc

@@ -639,6 +639,7 @@ fn events_and_container_states_give_one_finding_per_signature() {
             "event-other/FreeDiskSpaceFailed/kubelet",
             "gpu-unhealthy/XidError/xid-48",
             "node-usage-high/NodeMetrics/memory",
+            "operator-pod-not-ready/Missing/device-plugin",
         ])
     );
     // Every finding says what, where, why and what to do.
@@ -779,6 +780,22 @@ fn events_and_container_states_give_one_finding_per_signature() {
     );
     assert_eq!(xid.r#where, ["Node gpu-1"]);
     assert!(xid.fix.contains("memory (ECC) errors"), "{}", xid.fix);
+
+    // A DaemonSet whose pod is missing on a node: no pod to be not ready.
+    let missing = signature(&d, "operator-pod-not-ready/Missing/device-plugin");
+    assert_eq!(
+        missing.r#where,
+        ["DaemonSet gpu-operator/nvidia-device-plugin-daemonset: its pod runs on 1 of the 2 nodes it should (1 ready)"]
+    );
+    let rule = signature_rule("operator-pod-not-ready/Missing/device-plugin").unwrap();
+    assert!(
+        rule.expr.contains(
+            "kube_daemonset_status_desired_number_scheduled{daemonset=~\"nvidia-device-plugin.*\"}"
+        ),
+        "{}",
+        rule.expr
+    );
+    assert!(rule.runbook.contains("kubectl describe daemonset"));
 
     // Memory pressure that looks like crashing pods: gpu-0 is near full in real use.
     let usage = signature(&d, "node-usage-high/NodeMetrics/memory");
