@@ -193,6 +193,28 @@ async fn doctor_reads_events_and_container_states_and_serve_exports_them() {
         .await
         .expect("the sandbox event");
 
+    // 600 Warning events of a reason no check reads: more than one page of the list (500),
+    // every one counted, none dropped.
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..600 {
+        let v1 = v1.clone();
+        let event: Event = serde_json::from_value(json!({
+            "metadata": {"name": format!("loader-7.odd-{i}"), "namespace": NS},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": "loader-7", "namespace": NS},
+            "reason": "SomethingOdd", "message": format!("odd thing {i}"),
+            "source": {"component": "my-operator"}, "type": "Warning", "count": 1,
+            "firstTimestamp": now.to_string(), "lastTimestamp": now.to_string(),
+        }))
+        .unwrap();
+        tasks.spawn(async move { v1.create(&PostParams::default(), &event).await.map(|_| ()) });
+        while tasks.len() >= 32 {
+            tasks.join_next().await.unwrap().unwrap().expect("an event");
+        }
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap().expect("an event");
+    }
+
     // The GPU Operator's device plugin DaemonSet, its pod missing on the node (no
     // controller runs here: the test writes the status the DaemonSet controller would).
     let daemonsets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
@@ -264,6 +286,8 @@ async fn doctor_reads_events_and_container_states_and_serve_exports_them() {
         json!([format!("{NS}/train-0 on {node}")])
     );
     by_sig("container-oom-killed/OOMKilled/gpu-pod");
+    let odd = by_sig("event-other/SomethingOdd/my-operator");
+    assert_eq!(odd["incidents"][0]["count"], 600, "{odd}");
     assert_eq!(
         by_sig("operator-pod-not-ready/Missing/device-plugin")["where"],
         json!([format!("DaemonSet {NS}/nvidia-device-plugin-daemonset: its pod runs on 0 of the 1 nodes it should (0 ready)")])
