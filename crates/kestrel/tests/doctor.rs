@@ -220,7 +220,8 @@ fn several_files_and_stdin_make_one_snapshot() {
     );
     assert!(
         stderr.contains("note: ")
-            && stderr.contains("ignored 1 object that is not Nodes, Pods or Events: ConfigMap (1)"),
+            && stderr
+                .contains("ignored 1 object of a kind kestrel doctor does not read: ConfigMap (1)"),
         "{stderr}"
     );
     cleanup(&extra);

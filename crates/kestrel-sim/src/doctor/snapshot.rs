@@ -238,10 +238,14 @@ pub fn read_snapshot(files: &[(PathBuf, String)]) -> Result<Snapshot, LoadError>
             let n: usize = ignored.values().sum();
             let kinds: Vec<String> = ignored.iter().map(|(k, n)| format!("{k} ({n})")).collect();
             snap.notes.push(format!(
-                "{}: ignored {n} object{} that {} not Nodes, Pods or Events: {}",
+                "{}: ignored {n} object{} of {} kestrel doctor does not read: {}",
                 path.display(),
                 plural(n),
-                if n == 1 { "is" } else { "are" },
+                if kinds.len() == 1 && n == 1 {
+                    "a kind"
+                } else {
+                    "kinds"
+                },
                 kinds.join(", ")
             ));
         }

@@ -442,7 +442,7 @@ fn snapshot_reading_notes_and_errors() {
     assert_eq!(s.nodes.len(), 1);
     assert_eq!(
         s.notes,
-        vec!["snap.yaml: ignored 3 objects that are not Nodes, Pods or Events: ConfigMap (1), Service (2)"]
+        vec!["snap.yaml: ignored 3 objects of kinds kestrel doctor does not read: ConfigMap (1), Service (2)"]
     );
     let e = snap("kind: List\napiVersion: v1\nitems: []\n")
         .unwrap_err()
