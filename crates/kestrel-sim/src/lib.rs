@@ -5,6 +5,7 @@
 //! `kestrel_core::Scheduler` on a virtual clock and measures a [`SimReport`].
 
 pub mod cluster_spec;
+pub mod dashboard;
 pub mod doctor;
 pub mod estimates;
 pub mod explain_view;

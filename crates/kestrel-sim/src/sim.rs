@@ -13,6 +13,7 @@ use kestrel_core::{
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 
+pub mod events;
 mod measure;
 mod training;
 
@@ -175,6 +176,8 @@ pub struct Simulation<'a> {
     training: Vec<TrainingState>,
     /// TrainingJobs whose pods changed since their controller last looked.
     training_dirty: BTreeSet<usize>,
+    /// What happened, when asked ([`Simulation::record_events`]).
+    event_log: events::EventLog,
 }
 
 /// ResourceQuota accounting per namespace, as the API server keeps it: what pods that
@@ -385,6 +388,7 @@ impl<'a> Simulation<'a> {
             last_event_at: 0,
             training: TrainingState::for_workload(workload),
             training_dirty: BTreeSet::new(),
+            event_log: events::EventLog::default(),
         }
     }
 
@@ -627,6 +631,7 @@ impl<'a> Simulation<'a> {
     }
 
     fn apply_cluster_change(&mut self, index: usize) -> Result<(), SimError> {
+        self.log_cluster_change(&self.cluster.events[index].change);
         match &self.cluster.events[index].change {
             ClusterChange::AddNode(spec) => {
                 self.scheduler.add_node(spec.clone())?;
@@ -809,6 +814,7 @@ impl<'a> Simulation<'a> {
             if let Some(log) = &mut self.bind_log {
                 log.push((binding.pod, self.now));
             }
+            self.log_bind(&binding);
             let remaining = duration.map(|d| d.saturating_sub(done_work));
             if let Some(remaining) = remaining {
                 self.push(run_start + remaining, Event::PodDone(binding.pod, epoch));
@@ -1003,6 +1009,7 @@ impl<'a> Simulation<'a> {
         let latency = self.config.control_latency;
         for p in preemptions {
             self.report.preemption.preemptions += 1;
+            self.log_preemption(p);
             if let Some(preemptor) = p.preemptor {
                 let own = self.scheduler.queue_of(preemptor);
                 let reclaim = p.victims.iter().any(|v| {
@@ -1038,6 +1045,9 @@ impl<'a> Simulation<'a> {
                 state.evicting = Some(checkpoint);
                 let epoch = state.epoch;
                 self.push(leave_at, Event::Evict(v.pod, epoch));
+                if checkpoint.is_some() {
+                    self.log_checkpoint(v.pod, leave_at - self.now);
+                }
             }
         }
     }
@@ -1056,6 +1066,7 @@ impl<'a> Simulation<'a> {
             }
             self.report.preemption.lost_gpu_hours += lost;
             self.report.preemption.victim_pods += 1;
+            self.log_eviction(pod, lost, "preempted");
             let job = self.pods.get(&pod).map(|s| s.job);
             if job.is_some_and(|j| self.workload.jobs[j].kind == JobKind::BarePod) {
                 // A preempted Pod is deleted; without a controller nothing brings it back.
@@ -1127,6 +1138,7 @@ impl<'a> Simulation<'a> {
         let saved = self.pods[&pod].done_work;
         self.training_pod_left(pod, done, ran, saved, "Evicted");
         self.report.pods.evicted += 1;
+        self.log_eviction(pod, lost, "drained");
         self.push(self.now, Event::Wake);
         Some(lost)
     }

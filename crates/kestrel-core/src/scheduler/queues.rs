@@ -241,6 +241,12 @@ impl Scheduler {
             .filter(|(id, spec)| self.queues.cq_ids.get(&spec.name) == Some(id))
     }
 
+    /// The cohorts declared as objects (with a parent or quota of their own), by name;
+    /// cohorts only named by ClusterQueues are not among them.
+    pub fn cohorts(&self) -> impl Iterator<Item = &CohortSpec> {
+        self.queues.cohorts.values()
+    }
+
     /// Quota and usage of a ClusterQueue, per flavor and resource.
     pub fn queue_usage(&self, cq: CqId) -> Vec<QuotaUsage> {
         self.queues.cqs[cq.0 as usize].usage()
