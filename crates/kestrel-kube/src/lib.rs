@@ -7,6 +7,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod dashboard;
 pub mod deploy;
 pub mod driver;
 pub mod index;
