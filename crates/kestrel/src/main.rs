@@ -5,6 +5,7 @@ mod bench;
 mod bench_explain;
 mod bench_live;
 mod bench_queues;
+mod dashboard;
 mod doctor;
 mod drain;
 mod explain;
@@ -39,7 +40,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Simulate a cluster and a workload with Kestrel's scheduling engine.
-    Sim(SimArgs),
+    Sim(SimCommand),
     /// Benchmarks: the openb packing experiment, placement throughput.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -71,6 +72,17 @@ enum Command {
     /// `simulate` compares plain and checkpoint-aware drains on a workload.
     #[command(subcommand)]
     Upgrade(upgrade::UpgradeCommand),
+}
+
+#[derive(Args)]
+struct SimCommand {
+    #[command(flatten)]
+    sim: SimArgs,
+    /// After the run, serve the dashboard over it (a time slider over 60 moments) at this
+    /// address until Ctrl-C: a port (on loopback) or HOST:PORT. See
+    /// docs/tasks/dashboard.md.
+    #[arg(long, value_name = "ADDR", value_parser = dashboard::parse_addr)]
+    serve: Option<std::net::SocketAddr>,
 }
 
 #[derive(Args)]
@@ -161,7 +173,10 @@ fn main() {
         quiet_on_closed_pipe();
     }
     let result = match cli.command {
-        Command::Sim(args) => run_sim(args),
+        Command::Sim(args) => run_sim(args.sim).and_then(|inputs| match args.serve {
+            Some(addr) => dashboard::serve_sim(inputs, addr),
+            None => Ok(()),
+        }),
         Command::Bench(command) => bench::run(command),
         Command::Serve(args) => serve::serve(args),
         Command::Manifests(args) => serve::manifests(args),
@@ -256,12 +271,15 @@ pub(crate) fn load_inputs(args: &SimArgs) -> Result<Inputs> {
     })
 }
 
-fn run_sim(args: SimArgs) -> Result<()> {
+/// Runs and reports; returns the inputs for the dashboard.
+fn run_sim(args: SimArgs) -> Result<Inputs> {
+    let inputs = load_inputs(&args)?;
     let Inputs {
         cluster,
         workload,
         config,
-    } = load_inputs(&args)?;
+    } = &inputs;
+    let config = config.clone();
     let started = Instant::now();
     let show_progress = std::io::stderr().is_terminal();
     let mut progress = |done: usize, total: usize| {
@@ -273,9 +291,9 @@ fn run_sim(args: SimArgs) -> Result<()> {
         }
     };
     let report = if args.compare_topology_blind {
-        simulate_with_topology_blind(&cluster, &workload, config, &mut progress)?
+        simulate_with_topology_blind(cluster, workload, config, &mut progress)?
     } else {
-        simulate(&cluster, &workload, config, &mut progress)?
+        simulate(cluster, workload, config, &mut progress)?
     };
     let elapsed = started.elapsed();
     if show_progress && elapsed.as_millis() > 500 {
@@ -297,5 +315,5 @@ fn run_sim(args: SimArgs) -> Result<()> {
             .with_context(|| format!("writing the report to {}", path.display()))?;
         eprintln!("report written to {}", path.display());
     }
-    Ok(())
+    Ok(inputs)
 }
