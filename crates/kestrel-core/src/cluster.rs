@@ -107,14 +107,15 @@ pub struct NodeState {
     /// The bucket cell the node sits in (see [`Bucket`]).
     #[serde(skip)]
     pub(crate) cell: Cell,
-    /// Its GPUs are published through DRA: claims take them, `nvidia.com/gpu` does not.
+    /// Its GPUs are published through DRA and no DeviceClass serves `nvidia.com/gpu` from
+    /// them: claims take them, `nvidia.com/gpu` does not.
     #[serde(skip)]
     pub(crate) dra: bool,
 }
 
 impl NodeState {
     fn new(spec: NodeSpec, class: ClassId) -> Self {
-        let dra = spec.gpus_are_dra();
+        let dra = spec.gpus_are_dra() && spec.gpu_extended_class.is_none();
         NodeState {
             free: spec.allocatable.clone(),
             free_pods: spec.max_pods,
@@ -532,6 +533,7 @@ pub(crate) struct ShapeKey {
     max_pods: u32,
     /// Model, memory, and whether DRA publishes it.
     gpu_models: Vec<(String, u64, bool)>,
+    gpu_extended_class: Option<String>,
 }
 
 /// What nodes of one class share. Two nodes with equal keys are interchangeable for
@@ -557,6 +559,7 @@ impl ClassKey {
                     .iter()
                     .map(|g| (g.model.clone(), g.memory_mib, g.dra.is_some()))
                     .collect(),
+                gpu_extended_class: spec.gpu_extended_class.clone(),
             },
             taints,
             unschedulable: spec.unschedulable,

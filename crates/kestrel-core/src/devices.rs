@@ -689,6 +689,51 @@ mod tests {
     const MODELS: [&str; 8] = ["a", "a", "a", "b", "b", "b", "b", "b"];
 
     #[test]
+    fn nvidia_gpu_is_served_from_published_gpus_only_where_a_device_class_backs_it() {
+        use crate::model::{Demand, GpuRequest, PlacementConstraints};
+        let demand = Demand {
+            resources: Resources::new(1_000, 1 << 30),
+            gpu: GpuRequest::Whole(2),
+        };
+        let constraints = PlacementConstraints::default();
+        let plain = node(MODELS);
+        assert!(
+            !plain.fits_pod(&demand, &constraints),
+            "no nvidia.com/gpu without a class"
+        );
+        let mut spec = plain.spec.clone();
+        spec.gpu_extended_class = Some("gpu.nvidia.com".into());
+        let mut index = crate::cluster::ClusterIndex::default();
+        let id = index.insert(spec, |_: &crate::cluster::ClusterIndex, _: &NodeState| 0);
+        let mut served = index.node(id).clone();
+        assert!(served.fits_pod(&demand, &constraints));
+        let gpus = served.choose_for_pod(&demand, &constraints);
+        assert_eq!(gpus.indices().len(), 2);
+        // Devices taken by the pod are not there for a claim, nor the other way round
+        // (GPU 7 is tainted: 5 are left for a claim).
+        served.reserve_devices(&gpus, true);
+        let all = claims(
+            vec![request(
+                "r",
+                vec![(filter(&["a", "b"]), DeviceCount::Exact(5))],
+            )],
+            Vec::new(),
+        );
+        assert!(served.choose_devices(&all).is_ok());
+        let one_more = claims(
+            vec![request(
+                "r",
+                vec![(filter(&["a", "b"]), DeviceCount::Exact(6))],
+            )],
+            Vec::new(),
+        );
+        assert!(served.choose_devices(&one_more).is_err());
+        let others = crate::types::GpuAssignment::Whole(vec![2, 3, 4, 5, 6]);
+        served.reserve_devices(&others, true);
+        assert!(!served.fits_pod(&demand, &constraints));
+    }
+
+    #[test]
     fn quota_counts_the_most_a_pending_claim_may_take_and_exactly_what_it_holds() {
         let scale = |r: &str| if r == "nvidia.com/gpu" { 1000 } else { 1 };
         let mut x = request(

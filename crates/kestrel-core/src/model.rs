@@ -131,6 +131,11 @@ pub struct NodeSpec {
     /// Most volumes each CSI driver may attach to the node (its CSINode's
     /// `spec.drivers[].allocatable.count`); a driver not listed: no limit.
     pub volume_limits: BTreeMap<String, u32>,
+    /// The DeviceClass through which DRA serves `nvidia.com/gpu` here (its
+    /// `spec.extendedResourceName`, GA in Kubernetes 1.37): a node whose GPUs DRA publishes
+    /// takes `nvidia.com/gpu` pods on them, and the binder writes the claim for the pod.
+    /// `None`: such a node has no `nvidia.com/gpu`.
+    pub gpu_extended_class: Option<String>,
 }
 
 impl NodeSpec {
@@ -149,6 +154,7 @@ impl NodeSpec {
             gpus: Vec::new(),
             nics: Vec::new(),
             volume_limits: BTreeMap::new(),
+            gpu_extended_class: None,
         }
     }
 

@@ -47,6 +47,11 @@ pub struct ClassSelectors {
     selectors: Vec<Arc<CelSelector>>,
     /// The queue quota resource its devices count as.
     pub quota_resource: String,
+    /// `spec.extendedResourceName`: the extended resource it serves through DRA.
+    pub extended_resource: Option<String>,
+    /// `metadata.creationTimestamp` (RFC 3339): the newest of two classes that serve one
+    /// extended resource wins, as in kube-scheduler.
+    created: String,
 }
 
 /// Device classes by name: compiled, or why not; and the requests' filters, one per class
@@ -72,6 +77,13 @@ impl DeviceClasses {
                     name: name.clone(),
                     selectors,
                     quota_resource,
+                    extended_resource: class.spec.extended_resource_name.clone(),
+                    created: class
+                        .metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| t.0.to_string())
+                        .unwrap_or_default(),
                 };
                 self.classes.insert(name, Ok(Arc::new(class)));
                 Ok(())
@@ -89,6 +101,55 @@ impl DeviceClasses {
 
     pub fn names(&self) -> Vec<String> {
         self.classes.keys().cloned().collect()
+    }
+
+    /// The class that serves `nvidia.com/gpu` through DRA (its `spec.extendedResourceName`),
+    /// as kube-scheduler chooses one when several name it: the newest, the lower name on a
+    /// tie. The warning names the classes left out.
+    pub fn gpu_backing(&self) -> (Option<GpuBacking>, Option<crate::warning::FieldWarning>) {
+        let mut serving: Vec<&Arc<ClassSelectors>> = self
+            .classes
+            .values()
+            .filter_map(|c| c.as_ref().ok())
+            .filter(|c| c.extended_resource.as_deref() == Some(kestrel_core::GPU_RESOURCE))
+            .collect();
+        serving.sort_by(|a, b| b.created.cmp(&a.created).then(a.name.cmp(&b.name)));
+        let Some(chosen) = serving.first() else {
+            return (None, None);
+        };
+        let warning = (serving.len() > 1).then(|| {
+            let others: Vec<&str> = serving[1..].iter().map(|c| c.name.as_str()).collect();
+            crate::warning::FieldWarning {
+                source: None,
+                object: crate::warning::WarnedObject {
+                    kind: "DeviceClass".to_string(),
+                    api_version: Some("resource.k8s.io/v1".to_string()),
+                    namespace: None,
+                    name: chosen.name.clone(),
+                    uid: None,
+                },
+                field: Some("spec.extendedResourceName".to_string()),
+                message: format!(
+                    "DeviceClasses {others:?} name {} too; this class (the newest) serves it \
+                     and they do not: remove the field from the classes that should not",
+                    kestrel_core::GPU_RESOURCE
+                ),
+            }
+        });
+        let expressions: Vec<&str> = chosen.selectors.iter().map(|s| s.expression()).collect();
+        let key = format!("{}|{expressions:?}|[]", chosen.name);
+        let filter = {
+            let mut filters = self.filters.lock().unwrap_or_else(|p| p.into_inner());
+            filters
+                .entry(key.clone())
+                .or_insert_with(|| Arc::new(RequestFilter::new(key, (*chosen).clone(), Vec::new())))
+                .clone()
+        };
+        let backing = GpuBacking {
+            class: chosen.name.clone(),
+            filter: Filter(filter),
+        };
+        (Some(backing), warning)
     }
 
     fn get(&self, name: &str) -> Result<&Arc<ClassSelectors>, String> {
@@ -983,6 +1044,133 @@ pub fn attach_gpus(node: &mut NodeSpec, devices: &[Arc<DraDevice>]) -> Option<St
     None
 }
 
+/// The DeviceClass that serves `nvidia.com/gpu` through DRA (KEP-5004): on a node whose
+/// GPUs DRA publishes and the class's selectors accept, `nvidia.com/gpu` pods take them, and
+/// the binder writes the claim kube-scheduler would ([`extended_gpu_requests`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuBacking {
+    pub class: String,
+    filter: Filter,
+}
+
+impl GpuBacking {
+    /// Marks `node` as serving `nvidia.com/gpu` from its published GPUs when the class
+    /// accepts every one of them (the engine hands out a node's GPUs alike), and unmarks
+    /// it otherwise.
+    pub fn apply(backing: Option<&GpuBacking>, node: &mut NodeSpec) {
+        node.gpu_extended_class = backing
+            .filter(|b| {
+                node.gpus_are_dra()
+                    && node.gpus.iter().all(|g| {
+                        g.dra
+                            .as_ref()
+                            .is_some_and(|d| b.filter.0.accepts(d) == Ok(true))
+                    })
+            })
+            .map(|b| b.class.clone());
+    }
+}
+
+/// The requests of the claim kube-scheduler makes for a pod's DRA-backed extended
+/// resource `resource` served by `class`, and which container each serves: one request
+/// `container-<i>-request-<j>` per container asking for it (`i` counts init containers
+/// first, `j` is the resource's place among the container's sorted request names). An init
+/// container that is not a sidecar reuses the requests of the long-lived containers after
+/// it where they are enough, and asks for the rest; only the largest such request is kept,
+/// and the others' mappings name it. Requests sorted by name.
+pub fn extended_gpu_requests(
+    spec: &core::PodSpec,
+    resource: &str,
+) -> (Vec<(String, u32)>, Vec<ExtendedMapping>) {
+    let init = spec.init_containers.iter().flatten();
+    let containers: Vec<&core::Container> = init.chain(spec.containers.iter()).collect();
+    let init_count = spec.init_containers.as_ref().map_or(0, Vec::len);
+    let short_lived =
+        |i: usize| i < init_count && containers[i].restart_policy.as_deref() != Some("Always");
+    let asks = |c: &core::Container| -> Option<(usize, u32)> {
+        let requests = c.resources.as_ref()?.requests.as_ref()?;
+        let count = requests
+            .get(resource)?
+            .0
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n > 0)?;
+        let position = requests.keys().position(|k| k == resource)?;
+        Some((position, count))
+    };
+    let mut long: Vec<Option<(String, u32)>> = vec![None; containers.len()];
+    let mut mappings = Vec::new();
+    for (i, c) in containers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !short_lived(*i))
+    {
+        if let Some((j, count)) = asks(c) {
+            let name = format!("container-{i}-request-{j}");
+            mappings.push(ExtendedMapping {
+                container: c.name.clone(),
+                request: name.clone(),
+            });
+            long[i] = Some((name, count));
+        }
+    }
+    let mut short: Option<(String, u32)> = None;
+    let mut short_mappings: Vec<ExtendedMapping> = Vec::new();
+    let mut short_names: Vec<String> = Vec::new();
+    for (i, c) in containers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| short_lived(*i))
+    {
+        let Some((j, count)) = asks(c) else { continue };
+        let mut sum = 0;
+        for (name, n) in long[i..].iter().flatten() {
+            sum += n;
+            short_mappings.push(ExtendedMapping {
+                container: c.name.clone(),
+                request: name.clone(),
+            });
+            if sum >= count {
+                break;
+            }
+        }
+        if sum >= count {
+            continue;
+        }
+        let name = format!("container-{i}-request-{j}");
+        short_mappings.push(ExtendedMapping {
+            container: c.name.clone(),
+            request: name.clone(),
+        });
+        short_names.push(name.clone());
+        if short.as_ref().is_none_or(|(_, most)| *most < count - sum) {
+            short = Some((name, count - sum));
+        }
+    }
+    if let Some((kept, _)) = &short {
+        for m in &mut short_mappings {
+            if short_names.contains(&m.request) {
+                m.request = kept.clone();
+            }
+        }
+    }
+    let mut requests: Vec<(String, u32)> = short
+        .into_iter()
+        .chain(long.into_iter().flatten())
+        .collect();
+    requests.sort();
+    mappings.extend(short_mappings);
+    (requests, mappings)
+}
+
+/// Which request of the extended-resource claim serves which container
+/// (`status.extendedResourceClaimStatus.requestMappings`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtendedMapping {
+    pub container: String,
+    pub request: String,
+}
+
 /// Gives a pod its claims: it takes DRA devices, and its GPU demand (for packing and
 /// quota) is the devices its unallocated claims take. A pod that also asks for
 /// `nvidia.com/gpu` is refused: a node serves GPUs through one or the other.
@@ -1178,5 +1366,82 @@ mod tests {
         );
         assert_eq!(f.0.accepts(&with), Ok(true));
         assert_eq!(f.0.accepts(&without), Ok(false));
+    }
+}
+
+#[cfg(test)]
+mod extended_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn names(mappings: &[ExtendedMapping]) -> Vec<(&str, &str)> {
+        mappings
+            .iter()
+            .map(|m| (m.container.as_str(), m.request.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn extended_gpu_requests_name_containers_and_let_init_containers_reuse_later_ones() {
+        let spec: core::PodSpec = serde_json::from_value(json!({
+            "initContainers": [
+                {"name": "fetch", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "3"}}},
+                {"name": "warm", "resources": {"requests": {"nvidia.com/gpu": "1"}}},
+                {"name": "sidecar", "restartPolicy": "Always",
+                 "resources": {"requests": {"nvidia.com/gpu": "1"}}}
+            ],
+            "containers": [
+                {"name": "cpu-only", "resources": {"requests": {"cpu": "1"}}},
+                {"name": "main", "resources": {"requests": {"memory": "1Gi", "nvidia.com/gpu": "2"}}}
+            ]
+        }))
+        .unwrap();
+        let (requests, mappings) = extended_gpu_requests(&spec, "nvidia.com/gpu");
+        // The sidecar and `main` hold theirs for the pod's life; `warm` reuses the
+        // sidecar's; `fetch` needs 3, finds 1 + 2 after it and reuses both.
+        assert_eq!(
+            requests,
+            vec![
+                ("container-2-request-0".to_string(), 1),
+                ("container-4-request-1".to_string(), 2)
+            ]
+        );
+        assert_eq!(
+            names(&mappings),
+            vec![
+                ("sidecar", "container-2-request-0"),
+                ("main", "container-4-request-1"),
+                ("fetch", "container-2-request-0"),
+                ("fetch", "container-4-request-1"),
+                ("warm", "container-2-request-0"),
+            ]
+        );
+        // An init container asking for more than the long-lived ones hold gets its own
+        // request for the rest.
+        let spec: core::PodSpec = serde_json::from_value(json!({
+            "initContainers": [
+                {"name": "big", "resources": {"requests": {"nvidia.com/gpu": "4"}}}
+            ],
+            "containers": [
+                {"name": "main", "resources": {"requests": {"nvidia.com/gpu": "1"}}}
+            ]
+        }))
+        .unwrap();
+        let (requests, mappings) = extended_gpu_requests(&spec, "nvidia.com/gpu");
+        assert_eq!(
+            requests,
+            vec![
+                ("container-0-request-0".to_string(), 3),
+                ("container-1-request-0".to_string(), 1)
+            ]
+        );
+        assert_eq!(
+            names(&mappings),
+            vec![
+                ("main", "container-1-request-0"),
+                ("big", "container-1-request-0"),
+                ("big", "container-0-request-0"),
+            ]
+        );
     }
 }

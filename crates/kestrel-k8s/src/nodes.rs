@@ -267,6 +267,7 @@ fn node_spec_of(path: &Path, object: &str, node: &Node) -> Result<NodeSpec, Load
         nics,
         // From the node's CSINode, a separate object, where one is known.
         volume_limits: Default::default(),
+        gpu_extended_class: None,
     })
 }
 

@@ -264,6 +264,7 @@ impl Pool {
             gpus,
             nics,
             volume_limits: self.volume_limits.clone(),
+            gpu_extended_class: None,
         }
     }
 }

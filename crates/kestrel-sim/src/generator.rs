@@ -181,6 +181,7 @@ pub fn generate(config: &GeneratorConfig) -> Workload {
         topology_levels: Vec::new(),
         queues: Default::default(),
         training: Vec::new(),
+        gpu_backing: None,
     }
 }
 

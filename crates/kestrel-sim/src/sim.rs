@@ -251,7 +251,7 @@ impl<'a> Simulation<'a> {
             gang_backoff: config.gang_backoff,
         });
         for node in &cluster.nodes {
-            scheduler.add_node(node.clone())?;
+            scheduler.add_node(workload.node_spec(node))?;
         }
         scheduler.set_topology_levels(workload.topology_levels.clone());
         for gang in &workload.gangs {
@@ -634,7 +634,7 @@ impl<'a> Simulation<'a> {
         self.log_cluster_change(&self.cluster.events[index].change);
         match &self.cluster.events[index].change {
             ClusterChange::AddNode(spec) => {
-                self.scheduler.add_node(spec.clone())?;
+                self.scheduler.add_node(self.workload.node_spec(spec))?;
             }
             ClusterChange::RemoveNode(name) => {
                 for pod in self.scheduler.remove_node(name)? {

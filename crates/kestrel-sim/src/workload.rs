@@ -103,6 +103,21 @@ pub struct Workload {
     pub queues: QueueSetup,
     /// TrainingJobs: their roles are jobs of kind [`JobKind::Training`].
     pub training: Vec<SimTraining>,
+    /// The DeviceClass that serves `nvidia.com/gpu` on nodes whose GPUs DRA publishes.
+    #[serde(skip)]
+    pub gpu_backing: Option<kestrel_k8s::dra::GpuBacking>,
+}
+
+impl Workload {
+    /// A cluster node as this workload's DeviceClasses make it: serving `nvidia.com/gpu`
+    /// from its DRA-published GPUs when a class backs it.
+    pub fn node_spec(&self, node: &NodeSpec) -> NodeSpec {
+        let mut node = node.clone();
+        if node.gpus_are_dra() {
+            kestrel_k8s::dra::GpuBacking::apply(self.gpu_backing.as_ref(), &mut node);
+        }
+        node
+    }
 }
 
 /// A TrainingJob as the simulator runs it: the live controller's plan, the jobs that hold

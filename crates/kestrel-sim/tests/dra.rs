@@ -635,3 +635,121 @@ spec:
     assert_eq!(sim.scheduler().held_claims().count(), 13);
     assert!(held.contains(&(node, gpus[0])));
 }
+
+/// A DeviceClass with `spec.extendedResourceName: nvidia.com/gpu`, as NVIDIA's DRA driver
+/// ships it for pods written for the device plugin.
+const GPU_BACKING_CLASS: &str = r#"
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu-extended, creationTimestamp: "2026-01-02T00:00:00Z"}
+spec:
+  extendedResourceName: nvidia.com/gpu
+  selectors:
+  - cel: {expression: "device.driver == 'gpu.nvidia.com'"}
+---
+"#;
+
+#[test]
+fn a_device_class_naming_nvidia_gpu_serves_plugin_pods_from_dra_gpus_and_none_twice() {
+    let plugin_job = r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: plugin, namespace: team, annotations: {kestrel.dev/sim-duration: 30m}}
+spec:
+  parallelism: 5
+  completions: 5
+  template:
+    spec:
+      containers:
+      - name: main
+        image: x
+        resources: {limits: {nvidia.com/gpu: 2}}
+---
+"#;
+    // Without the class the pods stay pending (see the test above); with it, five pods of
+    // two GPUs and four one-GPU claims share the 16 GPUs, none twice, and a sixth claim
+    // waits.
+    let work = GPU_BACKING_CLASS.to_string()
+        + plugin_job
+        + &job(
+            "one",
+            7,
+            "[{name: gpu, resourceClaimTemplateName: one-gpu}]",
+        );
+    let workload = workload(&work).unwrap();
+    assert_eq!(
+        workload.gpu_backing.as_ref().map(|b| b.class.as_str()),
+        Some("gpu-extended")
+    );
+    let cluster = cluster();
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(MIN).unwrap();
+    let mut used = std::collections::BTreeSet::new();
+    let mut bound = 0;
+    for pod in (0..5)
+        .map(|i| format!("plugin-{i}"))
+        .chain((0..7).map(|i| format!("one-{i}")))
+    {
+        if let Some((node, gpus)) = bound_devices(&sim, &pod) {
+            bound += 1;
+            for gpu in gpus {
+                assert!(
+                    used.insert((node, gpu)),
+                    "{pod}: GPU {gpu} of {node:?} twice"
+                );
+            }
+        }
+    }
+    assert_eq!(used.len(), 16);
+    assert_eq!(bound, 5 + 6, "every plugin pod and six claims fit");
+    for i in 0..5 {
+        assert!(
+            bound_devices(&sim, &format!("plugin-{i}")).is_some(),
+            "plugin-{i}"
+        );
+    }
+}
+
+#[test]
+fn a_class_that_does_not_accept_a_nodes_gpus_does_not_serve_nvidia_gpu_there() {
+    let class = GPU_BACKING_CLASS.replace("'gpu.nvidia.com'", "'other.example.com'");
+    let pod = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: plugin-pod, namespace: team}
+spec:
+  containers:
+  - name: main
+    image: x
+    resources: {limits: {nvidia.com/gpu: 1}}
+"#;
+    let workload = workload(&(class + pod)).unwrap();
+    let cluster = cluster();
+    let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(MIN).unwrap();
+    let id = find_pod(&sim, "plugin-pod").unwrap();
+    assert_eq!(sim.scheduler().pod(id).phase, PodPhase::Pending);
+}
+
+#[test]
+fn two_classes_naming_nvidia_gpu_the_newest_serves_it_and_a_warning_names_the_other() {
+    let older = GPU_BACKING_CLASS
+        .replace("gpu-extended", "gpu-older")
+        .replace("2026-01-02", "2025-06-01");
+    let workload = workload(&(GPU_BACKING_CLASS.to_string() + &older)).unwrap();
+    assert_eq!(
+        workload.gpu_backing.as_ref().map(|b| b.class.as_str()),
+        Some("gpu-extended")
+    );
+    let warning = workload
+        .queues
+        .warnings
+        .iter()
+        .map(|w| w.to_string())
+        .find(|w| w.contains("extendedResourceName"))
+        .expect("a warning on the clash");
+    assert!(
+        warning.contains("gpu-older") && warning.contains("gpu-extended"),
+        "{warning}"
+    );
+}

@@ -71,6 +71,17 @@ impl DraObjects {
         Ok(())
     }
 
+    /// The class that serves `nvidia.com/gpu` through DRA, and a warning when several
+    /// name it.
+    pub fn gpu_backing(
+        &self,
+    ) -> (
+        Option<dra::GpuBacking>,
+        Option<kestrel_k8s::warning::FieldWarning>,
+    ) {
+        self.classes.gpu_backing()
+    }
+
     /// Gives a pod template (of `spec`, at `field`) the claims its `spec.resourceClaims`
     /// make. Errors name the pod's field, or the claim's or template's own.
     pub fn apply(

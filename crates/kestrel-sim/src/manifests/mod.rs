@@ -127,12 +127,15 @@ pub fn load_manifests_with(
         }
     }
     let (gangs, topology_levels) = builder.gangs.into_parts();
+    let (gpu_backing, clash) = builder.dra.gpu_backing();
+    builder.queues.warnings.extend(clash);
     Ok(Workload {
         jobs: builder.jobs,
         gangs,
         topology_levels,
         queues: builder.queues,
         training: builder.training,
+        gpu_backing,
     })
 }
 

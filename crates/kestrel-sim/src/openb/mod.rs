@@ -357,6 +357,7 @@ pub fn workload_from_pods(pods: &[OpenbPod]) -> Workload {
         topology_levels: Vec::new(),
         queues: Default::default(),
         training: Vec::new(),
+        gpu_backing: None,
         jobs: pods
             .iter()
             .map(|p| SimJob {
