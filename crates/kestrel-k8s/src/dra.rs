@@ -49,9 +49,9 @@ pub struct ClassSelectors {
     pub quota_resource: String,
     /// `spec.extendedResourceName`: the extended resource it serves through DRA.
     pub extended_resource: Option<String>,
-    /// `metadata.creationTimestamp` (RFC 3339): the newest of two classes that serve one
-    /// extended resource wins, as in kube-scheduler.
-    created: String,
+    /// `metadata.creationTimestamp`: the newest of two classes that serve one extended
+    /// resource wins, as in kube-scheduler.
+    created: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// Device classes by name: compiled, or why not; and the requests' filters, one per class
@@ -78,12 +78,7 @@ impl DeviceClasses {
                     selectors,
                     quota_resource,
                     extended_resource: class.spec.extended_resource_name.clone(),
-                    created: class
-                        .metadata
-                        .creation_timestamp
-                        .as_ref()
-                        .map(|t| t.0.to_string())
-                        .unwrap_or_default(),
+                    created: class.metadata.creation_timestamp.as_ref().map(|t| t.0),
                 };
                 self.classes.insert(name, Ok(Arc::new(class)));
                 Ok(())
@@ -136,20 +131,25 @@ impl DeviceClasses {
                 ),
             }
         });
-        let expressions: Vec<&str> = chosen.selectors.iter().map(|s| s.expression()).collect();
-        let key = format!("{}|{expressions:?}|[]", chosen.name);
-        let filter = {
-            let mut filters = self.filters.lock().unwrap_or_else(|p| p.into_inner());
-            filters
-                .entry(key.clone())
-                .or_insert_with(|| Arc::new(RequestFilter::new(key, (*chosen).clone(), Vec::new())))
-                .clone()
-        };
         let backing = GpuBacking {
             class: chosen.name.clone(),
-            filter: Filter(filter),
+            filter: self.shared_filter(chosen, Vec::new()),
         };
         (Some(backing), warning)
+    }
+
+    /// The filter of `class` with a request's `own` selectors: one per class and
+    /// selectors, shared by every request alike, so each device is judged once.
+    fn shared_filter(&self, class: &Arc<ClassSelectors>, own: Vec<Arc<CelSelector>>) -> Filter {
+        let class_expressions: Vec<&str> = class.selectors.iter().map(|s| s.expression()).collect();
+        let expressions: Vec<&str> = own.iter().map(|s| s.expression()).collect();
+        let key = format!("{}|{class_expressions:?}|{expressions:?}", class.name);
+        let mut filters = self.filters.lock().unwrap_or_else(|p| p.into_inner());
+        let filter = filters
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(RequestFilter::new(key, class.clone(), own)))
+            .clone();
+        Filter(filter)
     }
 
     fn get(&self, name: &str) -> Result<&Arc<ClassSelectors>, String> {
@@ -644,21 +644,12 @@ fn read_choice(
         };
         tolerations.push(ctx.toleration(&format!("{field}.tolerations[{i}]"), &as_pod)?);
     }
-    let class_expressions: Vec<&str> = class.selectors.iter().map(|s| s.expression()).collect();
-    let expressions: Vec<&str> = own.iter().map(|s| s.expression()).collect();
-    let key = format!("{}|{class_expressions:?}|{expressions:?}", choice.class);
-    let filter = {
-        let mut filters = classes.filters.lock().unwrap_or_else(|p| p.into_inner());
-        filters
-            .entry(key.clone())
-            .or_insert_with(|| Arc::new(RequestFilter::new(key, class.clone(), own)))
-            .clone()
-    };
+    let filter = classes.shared_filter(&class, own);
     Ok(DeviceChoice {
         name: choice.name,
         class: choice.class.to_string(),
         quota_resource: class.quota_resource.clone(),
-        filter: Filter(filter),
+        filter,
         count,
         tolerations,
     })

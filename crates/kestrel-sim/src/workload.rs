@@ -113,9 +113,7 @@ impl Workload {
     /// from its DRA-published GPUs when a class backs it.
     pub fn node_spec(&self, node: &NodeSpec) -> NodeSpec {
         let mut node = node.clone();
-        if node.gpus_are_dra() {
-            kestrel_k8s::dra::GpuBacking::apply(self.gpu_backing.as_ref(), &mut node);
-        }
+        kestrel_k8s::dra::GpuBacking::apply(self.gpu_backing.as_ref(), &mut node);
         node
     }
 }

@@ -228,9 +228,8 @@ spec:
     );
 }
 
-#[test]
-fn nvidia_gpu_pods_do_not_land_on_nodes_that_publish_their_gpus_through_dra() {
-    let work = r#"
+/// A pod written for NVIDIA's device plugin: one `nvidia.com/gpu`.
+const PLUGIN_POD: &str = r#"
 apiVersion: v1
 kind: Pod
 metadata: {name: plugin-pod, namespace: team}
@@ -240,6 +239,10 @@ spec:
     image: x
     resources: {limits: {nvidia.com/gpu: 1}}
 "#;
+
+#[test]
+fn nvidia_gpu_pods_do_not_land_on_nodes_that_publish_their_gpus_through_dra() {
+    let work = PLUGIN_POD;
     let workload = workload(work).unwrap();
     let cluster = cluster();
     let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
@@ -713,17 +716,7 @@ spec:
 #[test]
 fn a_class_that_does_not_accept_a_nodes_gpus_does_not_serve_nvidia_gpu_there() {
     let class = GPU_BACKING_CLASS.replace("'gpu.nvidia.com'", "'other.example.com'");
-    let pod = r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: plugin-pod, namespace: team}
-spec:
-  containers:
-  - name: main
-    image: x
-    resources: {limits: {nvidia.com/gpu: 1}}
-"#;
-    let workload = workload(&(class + pod)).unwrap();
+    let workload = workload(&(class + PLUGIN_POD)).unwrap();
     let cluster = cluster();
     let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
     sim.run_to(MIN).unwrap();
