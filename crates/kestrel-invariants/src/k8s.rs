@@ -650,6 +650,12 @@ impl Snapshot {
                 priority: pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
                 ..PodView::default()
             };
+            if view.node.is_some() && extended_claim(pod).is_some() {
+                // Its nvidia.com/gpu comes from DRA devices through the claim its status
+                // names ([`claims_from_k8s`] checks those), not from the node's allocatable.
+                view.requests.remove(GPU);
+                view.gpu = GpuClaim::None;
+            }
             placement(pod, &mut view)?;
             out.pods.push(view);
         }
@@ -666,8 +672,20 @@ impl Snapshot {
     }
 }
 
+/// The claim made for a pod's extended resources backed by DRA, as its
+/// `status.extendedResourceClaimStatus` names it.
+fn extended_claim(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .extended_resource_claim_status
+        .as_ref()
+        .map(|s| s.resource_claim_name.clone())
+        .filter(|n| !n.is_empty())
+}
+
 /// The API server's ResourceClaims, and the bound pods that use claims, for
-/// [`crate::check_claims`]. A pod's claim from a template is the one its status names.
+/// [`crate::check_claims`]. A pod's claim from a template is the one its status names, as
+/// is the claim of its extended resources backed by DRA.
 pub fn claims_from_k8s(
     claims: &[k8s_openapi::api::resource::v1::ResourceClaim],
     pods: &[Pod],
@@ -726,16 +744,15 @@ pub fn claims_from_k8s(
                 .iter()
                 .flatten()
                 .filter_map(|c| {
-                    c.resource_claim_name
-                        .clone()
-                        .or_else(|| {
-                            statuses
-                                .iter()
-                                .find(|s| s.name == c.name)
-                                .and_then(|s| s.resource_claim_name.clone())
-                        })
-                        .map(|n| format!("{namespace}/{n}"))
+                    c.resource_claim_name.clone().or_else(|| {
+                        statuses
+                            .iter()
+                            .find(|s| s.name == c.name)
+                            .and_then(|s| s.resource_claim_name.clone())
+                    })
                 })
+                .chain(extended_claim(p))
+                .map(|n| format!("{namespace}/{n}"))
                 .collect();
             (!claims.is_empty()).then(|| crate::ClaimUser {
                 pod: format!(

@@ -675,6 +675,59 @@ mod k8s_adapter {
             "{bad}"
         );
     }
+
+    #[test]
+    fn nvidia_gpu_served_by_dra_is_checked_through_the_claim_the_pod_status_names() {
+        use k8s_openapi::api::resource::v1::ResourceClaim;
+        let served = |name: &str, claim: &str| {
+            pod(json!({
+                "metadata": {"name": name, "annotations": {GPU_INDICES_ANNOTATION: "0,1"}},
+                "spec": {"nodeName": "d",
+                         "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+                "status": {"extendedResourceClaimStatus": {"resourceClaimName": claim,
+                    "requestMappings": [{"containerName": "c", "resourceName": "nvidia.com/gpu",
+                                         "requestName": "container-0-request-0"}]}},
+            }))
+        };
+        let claim = |name: &str, devices: &[&str], pod: &str| -> ResourceClaim {
+            let results: Vec<serde_json::Value> = devices
+                .iter()
+                .map(|d| {
+                    json!({"request": "container-0-request-0", "driver": "gpu.nvidia.com",
+                                "pool": "d", "device": d})
+                })
+                .collect();
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ml"},
+                "spec": {"devices": {"requests": []}},
+                "status": {"allocation": {"devices": {"results": results},
+                    "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                        {"key": "metadata.name", "operator": "In", "values": ["d"]}]}]}},
+                    "reservedFor": [{"resource": "pods", "name": pod, "uid": "u"}]},
+            }))
+            .unwrap()
+        };
+        // A DRA-only node: no nvidia.com/gpu in its allocatable.
+        let pods = [served("a", "a-x"), served("b", "b-x")];
+        let s = Snapshot::from_k8s(&[node("d", "0")], &pods, &BTreeMap::new()).unwrap();
+        assert_eq!(check(&s), Ok(()), "{}", describe(&violations(&s)));
+        let ok = [
+            claim("a-x", &["gpu-0", "gpu-1"], "a"),
+            claim("b-x", &["gpu-2", "gpu-3"], "b"),
+        ];
+        let (claims, users) = claims_from_k8s(&ok, &pods);
+        assert_eq!(users.len(), 2);
+        assert_eq!(users[0].claims, vec!["ml/a-x".to_string()]);
+        assert_eq!(check_claims(&claims, &users), Ok(()));
+        // A device in both claims, and a claim that is not reserved for its pod.
+        let bad = [
+            claim("a-x", &["gpu-0", "gpu-1"], "a"),
+            claim("b-x", &["gpu-1", "gpu-2"], "someone-else"),
+        ];
+        let (claims, users) = claims_from_k8s(&bad, &pods);
+        let v = check_claims(&claims, &users).unwrap_err();
+        assert_eq!(v.len(), 2, "{}", describe(&v));
+    }
 }
 
 #[test]

@@ -187,6 +187,120 @@ impl ApiWriter {
     /// [`GpuIndicesWrite`]). `still_leader` is asked right before the binding is posted: a
     /// replica that lost its lease posts nothing.
     pub async fn bind(&self, job: &BindJob, still_leader: impl Fn() -> bool) -> BindOutcome {
+        let Some(extended) = &job.extended_claim else {
+            return self.bind_claimed(job, &still_leader).await;
+        };
+        let claim = match self
+            .write_extended_claim(job, extended, &still_leader)
+            .await
+        {
+            Ok(claim) => claim,
+            Err(outcome) => return outcome,
+        };
+        let outcome = self.bind_claimed(job, &still_leader).await;
+        if outcome != BindOutcome::Bound {
+            // Its devices would stay held for a pod that is not on the node.
+            self.delete_extended_claim(&job.namespace, &claim).await;
+        }
+        outcome
+    }
+
+    /// Creates the claim for the pod's `nvidia.com/gpu` on a node where a DRA device class
+    /// serves it, allocated and reserved for the pod, and names it in the pod's
+    /// `status.extendedResourceClaimStatus`, as kube-scheduler does before it binds (the
+    /// kubelet prepares the claim's devices through the DRA driver). Returns its name.
+    async fn write_extended_claim(
+        &self,
+        job: &BindJob,
+        extended: &crate::index::ExtendedClaimJob,
+        still_leader: &impl Fn() -> bool,
+    ) -> Result<String, BindOutcome> {
+        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &job.namespace);
+        if let Some(stale) = &extended.stale {
+            self.delete_extended_claim(&job.namespace, stale).await;
+        }
+        if !still_leader() {
+            return Err(BindOutcome::Retry(
+                "leadership lost before the extended-resource claim was written".into(),
+            ));
+        }
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..Default::default()
+        };
+        let what = format!(
+            "the ResourceClaim for pod {}/{}'s nvidia.com/gpu",
+            job.namespace, job.name
+        );
+        let claim: ResourceClaim = serde_json::from_value(extended.claim.clone())
+            .map_err(|e| BindOutcome::Retry(format!("{what}: {e}")))?;
+        self.limiter.acquire().await;
+        let mut created = claims
+            .create(&params, &claim)
+            .await
+            .map_err(|e| BindOutcome::Retry(format!("creating {what}: {e}")))?;
+        let name = created.metadata.name.clone().unwrap_or_default();
+        let fail = |outcome: BindOutcome| (name.clone(), outcome);
+        let written: Result<(), (String, BindOutcome)> = async {
+            created.status = Some(
+                serde_json::from_value(extended.status.clone())
+                    .map_err(|e| fail(BindOutcome::Retry(format!("{what}: {e}"))))?,
+            );
+            self.limiter.acquire().await;
+            claims
+                .replace_status(&name, &params, &created)
+                .await
+                .map_err(|e| fail(BindOutcome::Retry(format!("allocating {what}: {e}"))))?;
+            let status = json!({"metadata": {"uid": job.uid}, "status": {"extendedResourceClaimStatus": {
+                "resourceClaimName": name, "requestMappings": extended.mappings}}});
+            self.limiter.acquire().await;
+            self.pods(&job.namespace)
+                .patch_status(&job.name, &Self::params(), &Patch::Merge(&status))
+                .await
+                .map_err(|e| {
+                    fail(match status_code(&e) {
+                        Some(404) | Some(409) => BindOutcome::PodGone,
+                        _ => BindOutcome::Retry(format!("naming {what} in the pod's status: {e}")),
+                    })
+                })?;
+            Ok(())
+        }
+        .await;
+        match written {
+            Ok(()) => Ok(name),
+            Err((name, outcome)) => {
+                self.delete_extended_claim(&job.namespace, &name).await;
+                Err(outcome)
+            }
+        }
+    }
+
+    /// Deletes an extended-resource claim a bind made (its finalizer first: nothing else
+    /// takes it off a claim that is not in use), best effort: one left behind is deleted
+    /// before the pod's next bind.
+    async fn delete_extended_claim(&self, namespace: &str, name: &str) {
+        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), namespace);
+        let unprotect = json!({"metadata": {"finalizers": null}});
+        self.limiter.acquire().await;
+        let patched = claims
+            .patch(name, &Self::params(), &Patch::Merge(&unprotect))
+            .await;
+        if let Err(e) = patched {
+            if status_code(&e) != Some(404) {
+                tracing::warn!(claim = %format!("{namespace}/{name}"), error = %e, "cannot release a claim a failed bind made");
+            }
+            return;
+        }
+        self.limiter.acquire().await;
+        if let Err(e) = claims.delete(name, &DeleteParams::default()).await {
+            if status_code(&e) != Some(404) {
+                tracing::warn!(claim = %format!("{namespace}/{name}"), error = %e, "cannot delete a claim a failed bind made");
+            }
+        }
+    }
+
+    /// [`ApiWriter::bind`] once any extended-resource claim is written.
+    async fn bind_claimed(&self, job: &BindJob, still_leader: &impl Fn() -> bool) -> BindOutcome {
         // DRA, as kube-scheduler does it: the claims' allocation and the pod's reservation
         // first, on the versions seen (a claim changed since is a conflict, and the pod is
         // tried again with what the watch then shows), then the binding.
@@ -315,7 +429,7 @@ impl ApiWriter {
                 }
                 // Refused: nothing was written.
                 Some(code) if code < 500 => BindOutcome::Retry(e.to_string()),
-                _ => self.settle_unanswered_bind(job, &e, &still_leader).await,
+                _ => self.settle_unanswered_bind(job, &e, still_leader).await,
             },
         }
     }

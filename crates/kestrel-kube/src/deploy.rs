@@ -157,8 +157,14 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             // DRA: the devices published, the claims pods make, and their allocation and
             // reservation, written before a bind as kube-scheduler does.
             rule(&["resource.k8s.io"], &["deviceclasses", "resourceslices"], &["list", "watch"]),
-            // update: the delete-protection finalizer on a claim Kestrel allocates.
-            rule(&["resource.k8s.io"], &["resourceclaims"], &["get", "list", "watch", "update"]),
+            // update: the delete-protection finalizer on a claim Kestrel allocates; create,
+            // patch, delete: the claim for a pod's nvidia.com/gpu on a node where a DRA
+            // device class serves it (removed again when its bind fails).
+            rule(
+                &["resource.k8s.io"],
+                &["resourceclaims"],
+                &["get", "list", "watch", "create", "update", "patch", "delete"],
+            ),
             rule(&["resource.k8s.io"], &["resourceclaims/status"], &["update", "patch"]),
             // Kubernetes 1.36+: writing a claim's allocation or reservation also needs
             // this (what kube-scheduler is granted).

@@ -112,6 +112,7 @@ fn job(gpus: Option<&str>) -> BindJob {
         node: "gpu-0".into(),
         gpu_indices: gpus.map(str::to_string),
         claims: Vec::new(),
+        extended_claim: None,
         provision: Vec::new(),
     }
 }

@@ -1141,3 +1141,215 @@ async fn kube_scheduler_and_kestrel_share_dra_nodes() {
     );
     cleanup(&client, &format!("{NS}-"), &[NS]).await;
 }
+
+/// A pod of namespace `ns` for `scheduler` (staying on the namespace's nodes, on node
+/// `node` when given) asking `gpus` `nvidia.com/gpu` the device-plugin way.
+fn plugin_pod(ns: &str, scheduler: &str, name: &str, gpus: u32, node: Option<&str>) -> Pod {
+    let mut selector = json!({POOL_LABEL: ns});
+    if let Some(node) = node {
+        selector["kubernetes.io/hostname"] = json!(node);
+    }
+    to_pod(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeSelector": selector,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": "trainer:1",
+                            "resources": {"requests": {"cpu": "1"},
+                                          "limits": {"nvidia.com/gpu": gpus.to_string()}}}],
+        },
+    }))
+}
+
+/// What a pod's extended-resource claim says, less what differs from pod to pod: its
+/// annotation, owner kind and controller flag, requests and the pod's request mappings.
+fn extended_claim_shape(claim: &ResourceClaim, pod: &Pod) -> serde_json::Value {
+    let owner = claim.metadata.owner_references.clone().unwrap_or_default();
+    let status = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.clone())
+        .expect("the pod's extendedResourceClaimStatus");
+    json!({
+        "annotations": claim.metadata.annotations,
+        "owner": owner.iter().map(|o| (o.kind.clone(), o.name == name_of(pod), o.controller,
+                                      o.block_owner_deletion)).collect::<Vec<_>>(),
+        "finalizers": claim.metadata.finalizers,
+        "requests": claim.spec.devices.as_ref().and_then(|d| d.requests.clone()),
+        "generateName": claim.metadata.generate_name.as_deref()
+            .map(|g| g == format!("{}-extended-resources-", name_of(pod))),
+        "mappings": status.request_mappings,
+        "results": claim.status.as_ref().and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref()).and_then(|d| d.results.as_ref())
+            .map(|r| r.iter().map(|r| (r.request.clone(), r.driver.clone())).collect::<Vec<_>>()),
+    })
+}
+
+/// `nvidia.com/gpu` on nodes whose GPUs only DRA publishes (no device plugin: the nodes'
+/// allocatable has none), served through a DeviceClass that names it in
+/// `spec.extendedResourceName`: two nodes of four GPUs, kube-scheduler and Kestrel both
+/// running.
+///
+/// 1. kube-scheduler binds a two-GPU pod on the first node; Kestrel binds three two-GPU
+///    pods around it, and a fourth waits: each bound pod has the claim kube-scheduler
+///    writes (compared with kube-scheduler's own: annotation, owner, finalizer, requests,
+///    the pod's `status.extendedResourceClaimStatus`), allocated on its node and reserved
+///    for it, no device twice (sampled while they bind).
+/// 2. One of Kestrel's pods goes: the waiting pod takes its devices once its claim is
+///    released.
+/// 3. Without the class, nvidia.com/gpu is not served there: a new pod waits with GPUs
+///    free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nvidia_gpu_pods_take_dra_gpus_through_the_claim_kube_scheduler_writes() {
+    const NS: &str = "extended-dra";
+    const SCHEDULER: &str = "kestrel-extended-dra";
+    const CLASS: &str = "gpu-extended.nvidia.com";
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let _started = Started::claim_controller(env).with_kube_scheduler();
+    dra_cluster(&client, NS, 2, 4).await;
+    let mut class = gpu_class();
+    class["metadata"]["name"] = json!(CLASS);
+    class["spec"]["extendedResourceName"] = json!("nvidia.com/gpu");
+    apply(&client, &[class]).await;
+    let classes: Api<k8s_openapi::api::resource::v1::DeviceClass> = Api::all(client.clone());
+    /// Deletes the class however the test ends: other tests' nodes must not serve
+    /// nvidia.com/gpu from DRA.
+    struct DeleteClass(Api<k8s_openapi::api::resource::v1::DeviceClass>);
+    impl Drop for DeleteClass {
+        fn drop(&mut self) {
+            let api = self.0.clone();
+            let _ = std::thread::spawn(move || {
+                tokio::runtime::Runtime::new()
+                    .unwrap()
+                    .block_on(api.delete(CLASS, &DeleteParams::default()))
+            })
+            .join();
+        }
+    }
+    let class_guard = DeleteClass(classes.clone());
+    let kestrel = env.kestrel(SCHEDULER, &["--scheduler-name", SCHEDULER]);
+    eventually(Duration::from_secs(30), "Kestrel ready", || async {
+        kestrel.ready().then_some(())
+    })
+    .await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let claims_api: Api<ResourceClaim> = Api::namespaced(client.clone(), NS);
+    let first = format!("{NS}-0");
+
+    // Until `want` pods are bound, each with its claim allocated; sampled meanwhile.
+    let settle = |what: &'static str, want: usize| {
+        let client = client.clone();
+        let claims_api = claims_api.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                assert_invariants(&client).await;
+                let (bound, pending) = bound_and_pending(&client, NS).await;
+                let claims = claims_api.list(&ListParams::default()).await.unwrap().items;
+                let allocated = claims
+                    .iter()
+                    .filter(|c| c.status.as_ref().is_some_and(|s| s.allocation.is_some()))
+                    .count();
+                if bound.len() == want && allocated == want {
+                    return (bound, pending);
+                }
+                assert!(bound.len() <= want, "{what}: {bound:?}");
+                assert!(
+                    Instant::now() < deadline,
+                    "{what}: {} bound ({bound:?}), {allocated} claims allocated, pending \
+                     {pending:?}",
+                    bound.len()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+
+    // 1. kube-scheduler's pod first (on the first node), then Kestrel's four.
+    create_pods(
+        &client,
+        vec![plugin_pod(NS, "default-scheduler", "d-0", 2, Some(&first))],
+    )
+    .await;
+    settle("kube-scheduler's pod", 1).await;
+    let pods: Vec<Pod> = (0..4)
+        .map(|i| plugin_pod(NS, SCHEDULER, &format!("k-{i}"), 2, None))
+        .collect();
+    create_pods(&client, pods).await;
+    let (bound, pending) = settle("Kestrel's pods", 4).await;
+    assert_eq!(pending.len(), 1, "{bound:?}");
+    let waiting = pending.iter().next().unwrap().clone();
+    let claim_of = |pod: &Pod| -> String {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.extended_resource_claim_status.as_ref())
+            .map(|s| s.resource_claim_name.clone())
+            .unwrap_or_else(|| panic!("{} names no extended-resource claim", name_of(pod)))
+    };
+    let reference = api.get("d-0").await.unwrap();
+    let reference_claim = claims_api.get(&claim_of(&reference)).await.unwrap();
+    let expected = extended_claim_shape(&reference_claim, &reference);
+    for name in bound.keys().filter(|n| n.starts_with("k-")) {
+        let pod = api.get(name).await.unwrap();
+        let claim = claims_api.get(&claim_of(&pod)).await.unwrap();
+        assert_eq!(
+            extended_claim_shape(&claim, &pod),
+            expected,
+            "{name}'s claim differs from the one kube-scheduler wrote"
+        );
+    }
+    // The one that waits says why, in kube-scheduler's words.
+    eventually(
+        Duration::from_secs(30),
+        "the fourth pod waiting",
+        || async {
+            let pod = api.get(&waiting).await.ok()?;
+            pod.status?
+                .conditions?
+                .into_iter()
+                .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+                .then_some(())
+        },
+    )
+    .await;
+
+    // 2. One of Kestrel's pods goes: the waiting one takes its devices.
+    let going = bound.keys().find(|n| n.starts_with("k-")).unwrap().clone();
+    api.delete(&going, &DeleteParams::default().grace_period(0))
+        .await
+        .expect("deleting a bound pod");
+    let (bound, pending) = settle("the freed devices", 4).await;
+    assert!(
+        pending.is_empty() && bound.contains_key(&waiting),
+        "{bound:?}"
+    );
+
+    // 3. Without the class, nvidia.com/gpu is not served from DRA devices: with two GPUs
+    // free again, a one-GPU pod is refused once Kestrel has seen the class go.
+    drop(class_guard);
+    let going = bound.keys().find(|n| n.starts_with("k-")).unwrap().clone();
+    api.delete(&going, &DeleteParams::default().grace_period(0))
+        .await
+        .expect("deleting a bound pod");
+    settle("two GPUs free", 3).await;
+    create_pods(&client, vec![plugin_pod(NS, SCHEDULER, "k-after", 1, None)]).await;
+    eventually(
+        Duration::from_secs(30),
+        "no class, no nvidia.com/gpu",
+        || async {
+            let pod = api.get("k-after").await.ok()?;
+            pod.status?
+                .conditions?
+                .into_iter()
+                .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(node_of(&api.get("k-after").await.unwrap()).is_none());
+    assert_invariants(&client).await;
+    cleanup(&client, &format!("{NS}-"), &[NS]).await;
+}

@@ -22,6 +22,8 @@ pub struct BindJob {
     pub gpu_indices: Option<String>,
     /// Claim statuses to write before the binding (allocation, reservation), in order.
     pub claims: Vec<super::ClaimWrite>,
+    /// The claim to create for its `nvidia.com/gpu` on a node where DRA serves them.
+    pub extended_claim: Option<super::ExtendedClaimJob>,
     /// PersistentVolumeClaims to provision on the node first: the node is written on each,
     /// and the pod is bound once they are bound.
     pub provision: Vec<super::ProvisionJob>,
@@ -118,6 +120,11 @@ impl ClusterState {
             let uid = t.uid.clone();
             let claims = self.claim_writes(b.pod, name, &uid);
             let claimed = self.scheduler.pod(b.pod).spec.constraints.devices.is_some();
+            let extended_claim = if claimed {
+                None
+            } else {
+                self.extended_claim_job(&key, &uid, b.node, &b.gpus)
+            };
             let provision = self.provision_jobs(b.pod, namespace);
             out.binds.push(BindJob {
                 id: b.pod,
@@ -127,6 +134,7 @@ impl ClusterState {
                 node,
                 gpu_indices: live::format_gpu_indices(&b.gpus).filter(|_| !claimed),
                 claims,
+                extended_claim,
                 provision,
             });
         }

@@ -8,8 +8,8 @@
 use super::{ClusterState, PodState};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
-use kestrel_core::{ClaimAllocation, DeviceClaim, NodeSpec, PodId, PodSpec};
-use kestrel_k8s::dra::{self, ClaimSource, DeviceClasses, SliceBook};
+use kestrel_core::{ClaimAllocation, DeviceClaim, GpuAssignment, NodeId, NodeSpec, PodId, PodSpec};
+use kestrel_k8s::dra::{self, ClaimSource, DeviceClasses, ExtendedMapping, GpuBacking, SliceBook};
 use kestrel_k8s::fields::Ctx;
 use kestrel_k8s::live;
 use kube::runtime::watcher::Event;
@@ -46,6 +46,21 @@ pub(super) struct DraBook {
     users: HashMap<String, BTreeSet<String>>,
     /// Pod key -> the claim keys it names, for taking it out of [`DraBook::users`].
     names: HashMap<String, Vec<String>>,
+    /// The DeviceClass serving `nvidia.com/gpu` from DRA devices, as last chosen.
+    backing: Option<GpuBacking>,
+    /// Pending pods asking for `nvidia.com/gpu` (pod key): the requests of the claim
+    /// written for them where a DRA device class serves it.
+    extended: HashMap<String, Arc<ExtendedGpus>>,
+    /// Pod uid -> the name of the extended-resource claim made for it (by the claims'
+    /// owner references): one left by a bind that failed is deleted before the next.
+    extended_claims: HashMap<String, String>,
+}
+
+/// A pod's `nvidia.com/gpu` requests as the claim of a DRA-served node names them.
+#[derive(Debug)]
+pub(super) struct ExtendedGpus {
+    requests: Vec<(String, u32)>,
+    mappings: Vec<ExtendedMapping>,
 }
 
 impl DraBook {
@@ -73,6 +88,7 @@ impl DraBook {
     /// A pod is gone for good.
     pub(super) fn forget_pod(&mut self, key: &str) {
         self.claim_pods.remove(key);
+        self.extended.remove(key);
         self.set_names(key, Vec::new());
     }
 }
@@ -98,6 +114,45 @@ pub struct ClaimWrite {
     /// The claim did not carry [`DELETE_PROTECTION`]: the object is written first (with it),
     /// then its status.
     pub adds_finalizer: bool,
+}
+
+/// The claim a bind writes for a pod's `nvidia.com/gpu` on a node where a DRA device class
+/// serves it (as kube-scheduler writes it for extended resources backed by DRA), with the
+/// pod's `status.extendedResourceClaimStatus` naming it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtendedClaimJob {
+    /// The ResourceClaim to create (`metadata.generateName`, owned by the pod).
+    pub claim: serde_json::Value,
+    /// Its status then: the allocation and the pod reserved.
+    pub status: serde_json::Value,
+    /// `requestMappings` of the pod's `status.extendedResourceClaimStatus`.
+    pub mappings: Vec<serde_json::Value>,
+    /// A claim an earlier try made for the pod, deleted first: its devices may not be
+    /// the ones chosen now.
+    pub stale: Option<String>,
+}
+
+/// The annotation that marks the claim made for a pod's extended resources.
+pub const EXTENDED_CLAIM_ANNOTATION: &str = "resource.kubernetes.io/extended-resource-claim";
+
+/// The uid of the pod an extended-resource claim was made for (its controller owner).
+fn extended_claim_owner(claim: &ResourceClaim) -> Option<String> {
+    let marked = claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(EXTENDED_CLAIM_ANNOTATION))
+        .is_some_and(|v| v == "true");
+    if !marked {
+        return None;
+    }
+    claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "Pod" && o.controller == Some(true))
+        .map(|o| o.uid.clone())
 }
 
 /// The finalizer an allocated claim carries while its allocation is in use.
@@ -243,7 +298,31 @@ impl ClusterState {
             }
             None => self.dra.classes.remove(name),
         }
+        self.refresh_gpu_backing();
         self.reread_claim_pods(None, |_| true);
+    }
+
+    /// Chooses the class serving `nvidia.com/gpu` again; when it changed, every node
+    /// with DRA devices is given the engine again (served or not).
+    fn refresh_gpu_backing(&mut self) {
+        let (backing, warning) = self.dra.classes.gpu_backing();
+        if backing == self.dra.backing {
+            return;
+        }
+        if let Some(warning) = warning {
+            tracing::warn!("{warning}");
+        }
+        self.dra.backing = backing;
+        let nodes: Vec<String> = self
+            .dra
+            .slices
+            .nodes()
+            .into_iter()
+            .map(String::from)
+            .collect();
+        for node in nodes {
+            self.refresh_node_devices(&node);
+        }
     }
 
     /// A ResourceSlice was added, changed (`Some`) or deleted: its node's devices change.
@@ -272,14 +351,10 @@ impl ClusterState {
 
     /// Gives the engine a node's spec with its current DRA devices and CSI volume limits.
     pub(super) fn refresh_node_devices(&mut self, node: &str) {
-        let Some(mut spec) = self.dra.node_bases.get(node).cloned() else {
+        let Some(spec) = self.dra.node_bases.get(node).cloned() else {
             return;
         };
-        spec.volume_limits = self.volume_limits_of(node);
-        let gpus = self.dra.slices.gpus_of(node);
-        if let Some(warning) = dra::attach_gpus(&mut spec, &gpus) {
-            tracing::warn!(node, "{warning}");
-        }
+        let spec = self.devices_added(spec);
         if let Err(e) = self.scheduler.update_node(spec) {
             tracing::warn!(node, error = %e, "node's DRA devices cannot be used");
         }
@@ -287,13 +362,20 @@ impl ClusterState {
 
     /// A node's spec as its Node object says, with its DRA devices and CSI volume limits
     /// added.
-    pub(super) fn with_dra_devices(&mut self, mut spec: NodeSpec) -> NodeSpec {
+    pub(super) fn with_dra_devices(&mut self, spec: NodeSpec) -> NodeSpec {
         self.dra.node_bases.insert(spec.name.clone(), spec.clone());
+        self.devices_added(spec)
+    }
+
+    /// `spec` (as its Node object says) with the node's CSI volume limits, its published
+    /// GPUs, and whether they serve `nvidia.com/gpu`.
+    fn devices_added(&self, mut spec: NodeSpec) -> NodeSpec {
         spec.volume_limits = self.volume_limits_of(&spec.name);
         let gpus = self.dra.slices.gpus_of(&spec.name);
         if let Some(warning) = dra::attach_gpus(&mut spec, &gpus) {
             tracing::warn!(node = %spec.name, "{warning}");
         }
+        GpuBacking::apply(self.dra.backing.as_ref(), &mut spec);
         spec
     }
 
@@ -314,6 +396,10 @@ impl ClusterState {
             Ok(None) => self.scheduler.release_claim(&key),
             Err(e) => tracing::warn!(error = %e, "claim's allocation cannot be read"),
         }
+        if let Some(owner) = extended_claim_owner(claim) {
+            let name = claim.metadata.name.clone().unwrap_or_default();
+            self.dra.extended_claims.insert(owner, name);
+        }
         let new = !self.dra.claims.contains_key(&key);
         self.dra.claims.insert(key.clone(), Arc::new(claim.clone()));
         if new {
@@ -325,8 +411,152 @@ impl ClusterState {
     pub fn delete_resource_claim(&mut self, namespace: &str, name: &str) {
         let key = format!("{namespace}/{name}");
         self.scheduler.release_claim(&key);
-        self.dra.claims.remove(&key);
+        if let Some(claim) = self.dra.claims.remove(&key) {
+            if let Some(owner) = extended_claim_owner(&claim) {
+                if self
+                    .dra
+                    .extended_claims
+                    .get(&owner)
+                    .is_some_and(|n| n == name)
+                {
+                    self.dra.extended_claims.remove(&owner);
+                }
+            }
+        }
         self.reread_claim_pods(Some(&key), |_| true);
+    }
+
+    /// The GPUs of `node` behind the devices of the extended-resource claim a bound pod's
+    /// status names (a pod another scheduler bound: Kestrel's own carry their indices).
+    pub(super) fn extended_claim_gpus(&self, pod: &Pod, node: &str) -> Option<GpuAssignment> {
+        let name = &pod
+            .status
+            .as_ref()?
+            .extended_resource_claim_status
+            .as_ref()?
+            .resource_claim_name;
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let claim = self.dra.claims.get(&format!("{namespace}/{name}"))?;
+        let results = claim
+            .status
+            .as_ref()?
+            .allocation
+            .as_ref()?
+            .devices
+            .as_ref()?
+            .results
+            .as_ref()?;
+        let id = self.scheduler.cluster().id_of(node)?;
+        let gpus = &self.scheduler.cluster().node(id).spec.gpus;
+        let indices = results
+            .iter()
+            .map(|r| {
+                gpus.iter().position(|g| {
+                    g.dra.as_ref().is_some_and(|d| {
+                        d.driver == r.driver && d.pool == r.pool && d.name == r.device
+                    })
+                })
+            })
+            .collect::<Option<Vec<usize>>>()?;
+        Some(GpuAssignment::Whole(
+            indices.into_iter().map(|i| i as u32).collect(),
+        ))
+    }
+
+    /// Keeps the `nvidia.com/gpu` requests of a pending pod `key`, for the claim its bind
+    /// writes on a node where a DRA device class serves them.
+    pub(super) fn note_extended_gpus(&mut self, key: &str, pod: &Pod) {
+        let requests = pod
+            .spec
+            .as_ref()
+            .map(|spec| dra::extended_gpu_requests(spec, kestrel_core::GPU_RESOURCE))
+            .filter(|(requests, _)| !requests.is_empty());
+        match requests {
+            Some((requests, mappings)) => {
+                let gpus = Arc::new(ExtendedGpus { requests, mappings });
+                self.dra.extended.insert(key.to_string(), gpus);
+            }
+            None => {
+                self.dra.extended.remove(key);
+            }
+        }
+    }
+
+    /// The extended-resource claim a bind of pod `key` (no claims of its own, `gpus` on
+    /// `node`) writes first, when a DRA device class serves `nvidia.com/gpu` there: the
+    /// devices behind the GPUs the engine chose, over the claim's requests in order.
+    pub(super) fn extended_claim_job(
+        &self,
+        key: &str,
+        uid: &str,
+        node: NodeId,
+        gpus: &GpuAssignment,
+    ) -> Option<ExtendedClaimJob> {
+        let spec = &self.scheduler.cluster().node(node).spec;
+        let class = spec.gpu_extended_class.as_ref()?;
+        let GpuAssignment::Whole(indices) = gpus else {
+            return None;
+        };
+        let wanted = self.dra.extended.get(key)?;
+        let (namespace, name) = key.split_once('/')?;
+        let mut devices = indices
+            .iter()
+            .filter_map(|i| spec.gpus.get(*i as usize)?.dra.clone());
+        let mut results = Vec::new();
+        let mut requests = Vec::new();
+        for (request, count) in &wanted.requests {
+            requests.push(json!({"name": request, "exactly": {
+                "deviceClassName": class, "allocationMode": "ExactCount", "count": count}}));
+            for _ in 0..*count {
+                let Some(d) = devices.next() else {
+                    tracing::warn!(
+                        pod = key,
+                        "the GPUs chosen are fewer than the claim's requests"
+                    );
+                    return None;
+                };
+                results.push(
+                    json!({"request": request, "driver": d.driver, "pool": d.pool,
+                                    "device": d.name}),
+                );
+            }
+        }
+        // As kube-scheduler 1.37 writes it (compared in live_dra): no blockOwnerDeletion
+        // on the owner reference, the finalizer from the start.
+        let claim = json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {
+                "namespace": namespace,
+                "generateName": format!("{name}-extended-resources-"),
+                "annotations": {EXTENDED_CLAIM_ANNOTATION: "true"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid,
+                                     "controller": true}],
+                "finalizers": [DELETE_PROTECTION],
+            },
+            "spec": {"devices": {"requests": requests}},
+        });
+        let status = json!({
+            "allocation": {
+                "devices": {"results": results},
+                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [spec.name]}]}]},
+            },
+            "reservedFor": [{"resource": "pods", "name": name, "uid": uid}],
+        });
+        let mappings = wanted
+            .mappings
+            .iter()
+            .map(|m| {
+                json!({"containerName": m.container, "resourceName": kestrel_core::GPU_RESOURCE,
+                            "requestName": m.request})
+            })
+            .collect();
+        Some(ExtendedClaimJob {
+            claim,
+            status,
+            mappings,
+            stale: self.dra.extended_claims.get(uid).cloned(),
+        })
     }
 
     /// Reads again the pods with claims (those naming `claim`, when given) that wait in the

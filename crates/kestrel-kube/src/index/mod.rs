@@ -31,7 +31,9 @@ mod refusals;
 mod volumes;
 
 pub use cycle::{BindJob, BindOutcome, CycleOutput, StatusJob};
-pub use dra::{ClaimWrite, DraEvent, DELETE_PROTECTION};
+pub use dra::{
+    ClaimWrite, DraEvent, ExtendedClaimJob, DELETE_PROTECTION, EXTENDED_CLAIM_ANNOTATION,
+};
 pub use evictions::{CheckpointJob, EvictJob, NominationJob};
 pub use groups::{GroupEventJob, GroupStatusJob};
 pub use queue_status::QueueStatusJob;

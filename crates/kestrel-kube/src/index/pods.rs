@@ -182,7 +182,8 @@ impl ClusterState {
                     .annotations
                     .as_ref()
                     .and_then(|a| a.get(GPU_INDICES_ANNOTATION))
-                    .and_then(|v| live::parse_gpu_indices(v));
+                    .and_then(|v| live::parse_gpu_indices(v))
+                    .or_else(|| self.extended_claim_gpus(pod, n));
                 let started = self.pod_time(pod, true);
                 let state = self.restore(&key, spec, n.to_string(), gpus, started);
                 self.set(&key, uid, state);
@@ -207,6 +208,7 @@ impl ClusterState {
                     self.set(&key, uid, PodState::Gated);
                     return;
                 }
+                self.note_extended_gpus(&key, pod);
                 let read = live::pod_spec(&self.catalog, pod).and_then(|mut spec| {
                     let group = self.gang_of(pod, &mut spec)?;
                     Ok((spec, group))
