@@ -38,6 +38,7 @@ use kestrel_k8s::warning::FieldWarning;
 use kestrel_k8s::workloads::{
     Owner, LIVE_OWNER_KINDS, LIVE_ROLE_OWNER_KINDS, WHOLE_WORKLOAD_KINDS,
 };
+use kestrel_sim::sim::events::RunEvent;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::utils::ResetTimerBackoff;
@@ -59,6 +60,9 @@ pub struct DriverConfig {
     pub max_in_flight: usize,
     /// How long a cycle waits after a change for more changes.
     pub debounce: Duration,
+    /// Copies of the leader's state for the dashboard (`--dashboard-addr`); `None`: off.
+    /// Only the scheduling loop locks it, so the lock never waits.
+    pub dashboard: Option<Arc<std::sync::Mutex<crate::live_dashboard::DashboardFeed>>>,
 }
 
 /// Binds and status reports in flight at once unless configured. Each bind is an
@@ -73,6 +77,7 @@ impl DriverConfig {
             scheduler_name: scheduler_name.to_string(),
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             debounce: Duration::from_millis(20),
+            dashboard: None,
         }
     }
 }
@@ -1394,7 +1399,13 @@ pub async fn lead(
     let mut watches = JoinSet::new();
     let (stores, mut changes) = start_watches(&client, &mut watches);
     let mut state = ClusterState::new(config.scheduler, &config.scheduler_name);
-    state.set_wall_origin(k8s_openapi::jiff::Timestamp::now().as_millisecond());
+    let wall_origin = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+    state.set_wall_origin(wall_origin);
+    // The dashboard's pages show this leader's moments as UTC wall-clock times.
+    let mut dashboard = config.dashboard.as_ref().map(|feed| {
+        kestrel_sim::explain_view::show_wall_clock(wall_origin);
+        DashboardGuard(feed.clone())
+    });
     let mut evictions: VecDeque<EvictJob> = VecDeque::new();
     let mut checkpoint_requests: VecDeque<CheckpointJob> = VecDeque::new();
     let mut nominations: VecDeque<NominationJob> = VecDeque::new();
@@ -1421,6 +1432,11 @@ pub async fn lead(
             (a, b) => a.or(b),
         }
         .filter(|_| synced.all());
+        let publish_at = dashboard
+            .as_mut()
+            .and_then(|d| d.feed().due())
+            .filter(|_| synced.all())
+            .map(Instant::from_std);
         tokio::select! {
             biased;
             _ = shutdown.wait_for(|s| *s) => break Ended::Shutdown,
@@ -1440,6 +1456,20 @@ pub async fn lead(
                         metrics.binds.get_or_create(&vec![("result", label)]).inc();
                         let bound = outcome == BindOutcome::Bound;
                         state.bind_result(job.id, outcome);
+                        if let Some(d) = dashboard.as_mut() {
+                            let mut feed = d.feed();
+                            feed.changed();
+                            if bound {
+                                feed.event(RunEvent {
+                                    at: started.elapsed().as_millis() as u64,
+                                    kind: "bind",
+                                    pod: Some(format!("{}/{}", job.namespace, job.name)),
+                                    node: Some(job.node.clone()),
+                                    gpu_hours: None,
+                                    detail: job.gpu_indices.as_ref().map(|g| format!("GPUs {g}")).unwrap_or_default(),
+                                });
+                            }
+                        }
                         if bound {
                             scheduled.push_back(job);
                         }
@@ -1457,6 +1487,16 @@ pub async fn lead(
                             }
                         };
                         metrics.evictions.get_or_create(&vec![("result", label)]).inc();
+                        if let (Some(d), Ok(())) = (dashboard.as_mut(), &result) {
+                            d.feed().event(RunEvent {
+                                at: started.elapsed().as_millis() as u64,
+                                kind: "eviction",
+                                pod: Some(format!("{}/{}", job.namespace, job.name)),
+                                node: None,
+                                gpu_hours: None,
+                                detail: job.message.clone(),
+                            });
+                        }
                         state.eviction_result(&job, result);
                     }
                     Ok(Done::Nomination(job, result)) => {
@@ -1519,6 +1559,9 @@ pub async fn lead(
                 state.set_time(started.elapsed().as_millis() as u64);
                 if apply_change(&mut state, &stores, change) {
                     dirty_since.get_or_insert_with(Instant::now);
+                    if let Some(d) = dashboard.as_mut() {
+                        d.feed().changed();
+                    }
                 }
                 if synced.all() && !was_synced {
                     tracing::info!(
@@ -1545,6 +1588,9 @@ pub async fn lead(
                 let t = std::time::Instant::now();
                 let out = state.cycle(started.elapsed().as_millis() as u64);
                 metrics.cycle_duration.observe(t.elapsed().as_secs_f64());
+                if let Some(d) = dashboard.as_mut() {
+                    d.feed().changed();
+                }
                 if !out.binds.is_empty() || !out.unschedulable.is_empty() {
                     tracing::debug!(binds = out.binds.len(), unschedulable = out.unschedulable.len(), "cycle");
                 }
@@ -1563,6 +1609,19 @@ pub async fn lead(
                         metrics.pending.get_or_create(&vec![("reason", kind)]).set(pending[kind]);
                     }
                 }
+            }
+            // Wakes the loop when a dashboard copy is due; it is taken below.
+            _ = sleep_until(publish_at) => {}
+        }
+        // Here too when changes never stop (the select above is biased towards them).
+        if let Some(d) = dashboard.as_mut().filter(|_| synced.all()) {
+            let mut feed = d.feed();
+            if feed.due().is_some_and(|at| at <= std::time::Instant::now()) {
+                let t = std::time::Instant::now();
+                feed.publish(state.scheduler(), started.elapsed().as_millis() as u64);
+                metrics
+                    .dashboard_publish_duration
+                    .observe(t.elapsed().as_secs_f64());
             }
         }
         // Warnings about other projects' objects: logged, and posted on the object.
@@ -1663,6 +1722,24 @@ pub async fn lead(
     watches.abort_all();
     metrics.ready.store(false, Ordering::Relaxed);
     ended
+}
+
+/// The dashboard's feed while this replica leads: dropped (however `lead` ends), the
+/// pages say this replica stands by.
+struct DashboardGuard(Arc<std::sync::Mutex<crate::live_dashboard::DashboardFeed>>);
+
+impl DashboardGuard {
+    /// Only the scheduling loop locks the feed: this never waits. A panic while it was
+    /// held leaves the feed as it was, which is still whole.
+    fn feed(&mut self) -> std::sync::MutexGuard<'_, crate::live_dashboard::DashboardFeed> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for DashboardGuard {
+    fn drop(&mut self) {
+        self.feed().withdraw();
+    }
 }
 
 /// Waits until leadership is `want`. A closed channel keeps its last value for good (a

@@ -13,6 +13,7 @@ pub mod driver;
 pub mod index;
 pub mod leader;
 pub mod limiter;
+pub mod live_dashboard;
 pub mod live_view;
 pub mod maintenance;
 pub mod metrics;

@@ -23,6 +23,8 @@ pub type OwnedLabels = Vec<(&'static str, String)>;
 pub struct Metrics {
     registry: Registry,
     pub cycle_duration: Histogram,
+    /// Time the scheduling loop spends copying its state for the dashboard.
+    pub dashboard_publish_duration: Histogram,
     pub pending: Family<Labels, Gauge>,
     pub binds: Family<Labels, Counter>,
     pub status_reports: Family<Labels, Counter>,
@@ -50,6 +52,12 @@ impl Metrics {
             "scheduling_cycle_duration_seconds",
             "Time one scheduling cycle takes in the engine, API calls excluded",
             cycle_duration.clone(),
+        );
+        let dashboard_publish_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        registry.register(
+            "dashboard_publish_duration_seconds",
+            "Time the leader's scheduling loop spends copying its state for the dashboard (--dashboard-addr), at most once a second",
+            dashboard_publish_duration.clone(),
         );
         let pending = Family::<Labels, Gauge>::default();
         registry.register(
@@ -104,6 +112,7 @@ impl Metrics {
             doctor_findings,
             doctor_runs,
             cycle_duration,
+            dashboard_publish_duration,
             pending,
             binds,
             status_reports,

@@ -87,6 +87,11 @@ pub struct ServeArgs {
     /// as kestrel_doctor_finding; 0 turns it off.
     #[arg(long, default_value = "60s", value_parser = kestrel_k8s::duration::parse_duration)]
     doctor_interval: u64,
+    /// Serve the read-only dashboard at this address: a port (on loopback, 127.0.0.1) or
+    /// HOST:PORT. Off by default. Only the leader has state to show; a standby says so.
+    /// See docs/tasks/dashboard.md.
+    #[arg(long, value_name = "ADDR", value_parser = crate::dashboard::parse_addr)]
+    dashboard_addr: Option<SocketAddr>,
 }
 
 fn tracking_uri(text: &str) -> Result<String, String> {
@@ -241,6 +246,24 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
         GpuIndicesVia::Binding => GpuIndicesWrite::Binding,
     });
     let mut config = DriverConfig::new(&args.scheduler_name);
+    let dashboard = match args.dashboard_addr {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!("listening on --dashboard-addr {addr} for the dashboard; pick another port")
+            })?;
+            let local = listener.local_addr()?;
+            let (feed, source, updates) = kestrel_kube::live_dashboard::channel(&identity);
+            config.dashboard = Some(Arc::new(std::sync::Mutex::new(feed)));
+            tracing::info!(addr = %local, "dashboard: http://{local}/ (the leader's state; a standby says it is one)");
+            Some(tokio::spawn(kestrel_kube::dashboard::serve(
+                listener,
+                Arc::new(source),
+                updates,
+                shutdown_rx.clone(),
+            )))
+        }
+        None => None,
+    };
     config.scheduler = SchedulerConfig {
         policy: args.policy,
         gang_backoff: args.gang_backoff,
@@ -315,6 +338,9 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
         elector.await.ok();
     }
     server.await.ok();
+    if let Some(dashboard) = dashboard {
+        dashboard.await.ok();
+    }
     drop(sole_leader);
     Ok(())
 }

@@ -1009,3 +1009,253 @@ async fn fields_kestrel_does_not_honour_are_warning_events_on_their_objects() {
         .await;
     cleanup(&client, "fieldwarn-", &[ns]).await;
 }
+
+/// GET `path` from a dashboard at `addr`: the status and the JSON body; `None` while it
+/// does not answer.
+fn dashboard_get(addr: &str, path: &str) -> Option<(u16, serde_json::Value)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, serde_json::from_str(body).ok()?))
+}
+
+/// Two loopback addresses free now (both held while the second is found).
+fn two_free_addrs() -> [String; 2] {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    [a, b].map(|l| l.local_addr().unwrap().to_string())
+}
+
+/// Versions `/api/stream` announces, as they come.
+fn stream_versions(addr: String) -> std::sync::mpsc::Receiver<u64> {
+    use std::io::{BufRead, BufReader, Write};
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok(mut s) = std::net::TcpStream::connect(&addr) else {
+            return;
+        };
+        let _ = write!(s, "GET /api/stream HTTP/1.1\r\nhost: {addr}\r\n\r\n");
+        for line in BufReader::new(s).lines().map_while(Result::ok) {
+            if let Some(v) = line.strip_prefix("data: ").and_then(|v| v.parse().ok()) {
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Busy cells per node of the map whose name starts with `prefix`, and the pods on them.
+fn busy_cells(map: &serde_json::Value, prefix: &str) -> (u64, Vec<(String, String)>) {
+    let pods = map["pods"].as_array().unwrap();
+    let mut busy = 0;
+    let mut placed = Vec::new();
+    for node in map["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["nodes"].as_array().unwrap())
+        .filter(|n| n["name"].as_str().unwrap().starts_with(prefix))
+    {
+        for cell in node["gpus"].as_array().unwrap() {
+            busy += u64::from(cell["used"].as_u64().unwrap() >= 1000);
+            for p in cell["pods"].as_array().unwrap() {
+                let pod = pods[p[0].as_u64().unwrap() as usize]["pod"]
+                    .as_str()
+                    .unwrap();
+                let entry = (pod.to_string(), node["name"].as_str().unwrap().to_string());
+                if !placed.contains(&entry) {
+                    placed.push(entry);
+                }
+            }
+        }
+    }
+    placed.sort();
+    (busy, placed)
+}
+
+/// Waits until the dashboard at `addr` maps `want` (busy cells and pods on the nodes named
+/// `prefix`...); the panic shows what it mapped last.
+async fn wait_for_map(
+    addr: &str,
+    prefix: &str,
+    want: &(u64, Vec<(String, String)>),
+    what: &str,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut last = None;
+    loop {
+        if let Some((status, map)) = dashboard_get(addr, "/api/map") {
+            if status == 200 && busy_cells(&map, prefix) == *want {
+                return map;
+            }
+            last = Some((status, map));
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not seen within 30 s; wanted {want:?}, the dashboard answered {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `kestrel serve --dashboard-addr` on two replicas: the leader's dashboard follows its
+/// binds (the map, the pending list with the waiting pod's reason, the events, the update
+/// stream) and agrees with the API server; the standby answers 503 saying it is not the
+/// leader, until the leader stops and it takes over with the same picture.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_follows_the_leaders_binds_and_a_standby_says_so() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler, prefix) = ("dash", "kestrel-dash", "dash-");
+    create_namespace(&client, ns).await;
+    create_pool_nodes(&client, ns, 0, 2).await;
+    let addrs = two_free_addrs();
+    let mut replicas: Vec<Option<kestrel_testenv::Kestrel>> = (0..2)
+        .map(|i| {
+            Some(env.kestrel(
+                &format!("kestrel-dash-{i}"),
+                &["--scheduler-name", scheduler, "--dashboard-addr", &addrs[i]],
+            ))
+        })
+        .collect();
+    // The leader's dashboard shows both nodes; the other's says it stands by.
+    let leader = kestrel_testenv::eventually(
+        Duration::from_secs(60),
+        "one dashboard answering as the leader, with both nodes",
+        || async {
+            let answers: Vec<_> = addrs.iter().map(|a| dashboard_get(a, "/api/map")).collect();
+            let leads = |a: &Option<(u16, serde_json::Value)>| {
+                a.as_ref()
+                    .is_some_and(|(s, map)| *s == 200 && busy_cells(map, prefix).0 == 0)
+                    && a.as_ref()
+                        .is_some_and(|(_, map)| map["counts"]["gpus"].as_u64().unwrap_or(0) >= 16)
+            };
+            match (leads(&answers[0]), leads(&answers[1])) {
+                (true, false) => Some(0),
+                (false, true) => Some(1),
+                _ => None,
+            }
+        },
+    )
+    .await;
+    let standby = 1 - leader;
+    let (status, body) =
+        dashboard_get(&addrs[standby], "/api/summary").expect("the standby answers");
+    assert_eq!(status, 503, "{body}");
+    let why = body["error"].as_str().unwrap();
+    assert!(
+        why.contains("not the leader") && why.contains(&format!("kestrel-dash-{standby}")),
+        "{why}"
+    );
+    let (_, summary) = dashboard_get(&addrs[leader], "/api/summary").unwrap();
+    assert_eq!(summary["source"], "leader", "{summary}");
+
+    // A page open on the leader: it hears of every change over the stream.
+    let versions = stream_versions(addrs[leader].clone());
+    let first = versions
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the stream's first version");
+    // Three 3-GPU pods bind; then an 8-GPU pod cannot (9 GPUs in use leave no node whole).
+    let pods: Vec<Pod> = (0..3)
+        .map(|i| gpu_pod(ns, &format!("small-{i}"), scheduler, 3, &[], &[]))
+        .collect();
+    create_pods(&client, pods).await;
+    let bound = wait_bound(&client, ns, 3, Duration::from_secs(60)).await;
+    let mut on_server: Vec<(String, String)> = bound
+        .iter()
+        .filter_map(|p| {
+            let name = p.metadata.name.clone()?;
+            Some((format!("{ns}/{name}"), node_of(p)?.to_string()))
+        })
+        .collect();
+    on_server.sort();
+    assert_eq!(on_server.len(), 3, "{on_server:?}");
+    // The dashboard follows: the same pods on the same nodes, 9 busy cells.
+    let want = (9, on_server.clone());
+    let map = wait_for_map(
+        &addrs[leader],
+        prefix,
+        &want,
+        "the leader's map showing the three binds",
+    )
+    .await;
+    assert!(
+        map["counts"]["busy"].as_u64().unwrap() >= 9,
+        "{}",
+        map["counts"]
+    );
+    create_pods(&client, vec![gpu_pod(ns, "big", scheduler, 8, &[], &[])]).await;
+    let later = versions
+        .recv_timeout(Duration::from_secs(30))
+        .expect("an update on the stream after the binds");
+    assert!(later > first, "stream versions {first} then {later}");
+    let pending = kestrel_testenv::eventually(
+        Duration::from_secs(30),
+        "dash/big in the dashboard's pending list",
+        || async {
+            let (_, list) = dashboard_get(&addrs[leader], &format!("/api/pending?namespace={ns}"))?;
+            let rows = list["pending"].as_array()?.clone();
+            (rows.len() == 1).then_some(rows)
+        },
+    )
+    .await;
+    assert_eq!(pending[0]["pod"], "dash/big", "{pending:?}");
+    let reason = pending[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("nvidia.com/gpu"), "{reason}");
+    let (status, pod) = dashboard_get(&addrs[leader], "/api/pod/dash/big").unwrap();
+    assert_eq!(
+        (status, pod["phase"].as_str()),
+        (200, Some("Pending")),
+        "{pod}"
+    );
+    let (_, events) = dashboard_get(&addrs[leader], "/api/events").unwrap();
+    let mut binds: Vec<(String, String)> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "bind")
+        .map(|e| {
+            (
+                e["pod"].as_str().unwrap().to_string(),
+                e["node"].as_str().unwrap().to_string(),
+            )
+        })
+        .filter(|(p, _)| p.starts_with("dash/"))
+        .collect();
+    binds.sort();
+    assert_eq!(binds, on_server, "bind events");
+    let (status, missing) = dashboard_get(&addrs[leader], "/api/pod/dash/ghost").unwrap();
+    assert_eq!(status, 404, "{missing}");
+    assert!(
+        missing["error"].as_str().unwrap().contains("not found"),
+        "{missing}"
+    );
+
+    // The leader stops (releasing the lease): the standby leads and shows the same.
+    let mut old = replicas[leader].take().unwrap();
+    assert!(
+        old.terminate(Duration::from_secs(20)),
+        "the leader did not exit 0 on SIGTERM"
+    );
+    wait_for_map(
+        &addrs[standby],
+        prefix,
+        &want,
+        "the former standby's map showing the three binds",
+    )
+    .await;
+    drop(replicas);
+    assert_invariants(&client).await;
+    cleanup(&client, prefix, &[ns]).await;
+}
