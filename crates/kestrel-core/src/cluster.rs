@@ -116,10 +116,23 @@ pub struct NodeState {
 impl NodeState {
     fn new(spec: NodeSpec, class: ClassId) -> Self {
         let dra = spec.gpus_are_dra() && spec.gpu_extended_class.is_none();
+        // Where DRA devices serve `nvidia.com/gpu`, a device tainted NoSchedule or
+        // NoExecute (unhealthy) starts held: the claim written for such a pod tolerates
+        // nothing, as kube-scheduler writes it. (Claims that tolerate the taint do not get
+        // it on such a node either.)
+        let served = spec.gpu_extended_class.is_some();
+        let gpus = spec
+            .gpus
+            .iter()
+            .map(|g| {
+                let tainted = served && !crate::devices::tolerates_all(g, &[]);
+                GpuUse::with_free(if tainted { 0 } else { 1000 })
+            })
+            .collect();
         NodeState {
             free: spec.allocatable.clone(),
             free_pods: spec.max_pods,
-            gpus: vec![GpuUse::with_free(1000); spec.gpus.len()],
+            gpus,
             pods: BTreeSet::new(),
             spec,
             class,

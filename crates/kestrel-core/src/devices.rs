@@ -313,7 +313,10 @@ impl NodeSpec {
     }
 }
 
-fn tolerates_all(device: &GpuDevice, tolerations: &[crate::model::Toleration]) -> bool {
+pub(crate) fn tolerates_all(
+    device: &GpuDevice,
+    tolerations: &[crate::model::Toleration],
+) -> bool {
     device.dra.as_ref().is_none_or(|d| {
         d.taints.iter().all(|taint| {
             taint.effect == crate::model::TaintEffect::PreferNoSchedule
@@ -707,6 +710,14 @@ mod tests {
         let id = index.insert(spec, |_: &crate::cluster::ClusterIndex, _: &NodeState| 0);
         let mut served = index.node(id).clone();
         assert!(served.fits_pod(&demand, &constraints));
+        // GPU 7 is tainted NoSchedule: seven whole GPUs for such pods, not eight.
+        let whole = |n| Demand {
+            resources: Resources::new(1_000, 1 << 30),
+            gpu: GpuRequest::Whole(n),
+        };
+        assert!(served.fits_pod(&whole(7), &constraints));
+        assert!(!served.fits_pod(&whole(8), &constraints));
+        assert!(!served.choose_for_pod(&whole(7), &constraints).indices().contains(&7));
         let gpus = served.choose_for_pod(&demand, &constraints);
         assert_eq!(gpus.indices().len(), 2);
         // Devices taken by the pod are not there for a claim, nor the other way round
@@ -728,9 +739,12 @@ mod tests {
             Vec::new(),
         );
         assert!(served.choose_devices(&one_more).is_err());
-        let others = crate::types::GpuAssignment::Whole(vec![2, 3, 4, 5, 6]);
-        served.reserve_devices(&others, true);
-        assert!(!served.fits_pod(&demand, &constraints));
+        // The five untainted GPUs the pod did not take, held by a claim: none is left.
+        let taken = gpus.indices();
+        let rest: Vec<u32> = (0..7).filter(|i| !taken.contains(i)).collect();
+        assert_eq!(rest.len(), 5);
+        served.reserve_devices(&crate::types::GpuAssignment::Whole(rest), true);
+        assert!(!served.fits_pod(&whole(1), &constraints));
     }
 
     #[test]

@@ -1189,15 +1189,16 @@ fn extended_claim_shape(claim: &ResourceClaim, pod: &Pod) -> serde_json::Value {
 
 /// `nvidia.com/gpu` on nodes whose GPUs only DRA publishes (no device plugin: the nodes'
 /// allocatable has none), served through a DeviceClass that names it in
-/// `spec.extendedResourceName`: two nodes of four GPUs, kube-scheduler and Kestrel both
-/// running.
+/// `spec.extendedResourceName`: two nodes of four GPUs (the second node's gpu-3 tainted
+/// NoSchedule in its slice), kube-scheduler and Kestrel both running.
 ///
-/// 1. kube-scheduler binds a two-GPU pod on the first node; Kestrel binds three two-GPU
-///    pods around it, and a fourth waits: each bound pod has the claim kube-scheduler
-///    writes (compared with kube-scheduler's own: annotation, owner, finalizer, requests,
-///    the pod's `status.extendedResourceClaimStatus`), allocated on its node and reserved
-///    for it, no device twice (sampled while they bind).
-/// 2. One of Kestrel's pods goes: the waiting pod takes its devices once its claim is
+/// 1. kube-scheduler binds a two-GPU pod on the first node; Kestrel binds two of four
+///    two-GPU pods around it (none on the tainted GPU) and two wait: each bound pod has
+///    the claim kube-scheduler writes (compared with kube-scheduler's own: annotation,
+///    owner, finalizer, requests, the pod's `status.extendedResourceClaimStatus`),
+///    allocated on its node and reserved for it, no device twice (sampled while they
+///    bind).
+/// 2. One of Kestrel's pods goes: a waiting pod takes its devices once its claim is
 ///    released.
 /// 3. Without the class, nvidia.com/gpu is not served there: a new pod waits with GPUs
 ///    free.
@@ -1210,6 +1211,12 @@ async fn nvidia_gpu_pods_take_dra_gpus_through_the_claim_kube_scheduler_writes()
     let client = env.client().await;
     let _started = Started::claim_controller(env).with_kube_scheduler();
     dra_cluster(&client, NS, 2, 4).await;
+    // The second node's gpu-3 is unhealthy: tainted NoSchedule in its slice.
+    let second = format!("{NS}-1");
+    let mut slice = kestrel_testenv::nodes::nvidia_gpu_slice(&second, 4);
+    slice["spec"]["devices"][3]["taints"] =
+        json!([{"key": "gpu.nvidia.com/unhealthy", "effect": "NoSchedule"}]);
+    apply(&client, &[slice]).await;
     let mut class = gpu_class();
     class["metadata"]["name"] = json!(CLASS);
     class["spec"]["extendedResourceName"] = json!("nvidia.com/gpu");
@@ -1279,8 +1286,10 @@ async fn nvidia_gpu_pods_take_dra_gpus_through_the_claim_kube_scheduler_writes()
         .map(|i| plugin_pod(NS, SCHEDULER, &format!("k-{i}"), 2, None))
         .collect();
     create_pods(&client, pods).await;
-    let (bound, pending) = settle("Kestrel's pods", 4).await;
-    assert_eq!(pending.len(), 1, "{bound:?}");
+    // Two fit: one beside kube-scheduler's pod, one on the three healthy GPUs of the
+    // second node.
+    let (bound, pending) = settle("Kestrel's pods", 3).await;
+    assert_eq!(pending.len(), 2, "{bound:?}");
     let waiting = pending.iter().next().unwrap().clone();
     let claim_of = |pod: &Pod| -> String {
         pod.status
@@ -1301,19 +1310,30 @@ async fn nvidia_gpu_pods_take_dra_gpus_through_the_claim_kube_scheduler_writes()
             "{name}'s claim differs from the one kube-scheduler wrote"
         );
     }
-    // The one that waits says why, in kube-scheduler's words.
-    eventually(
-        Duration::from_secs(30),
-        "the fourth pod waiting",
-        || async {
-            let pod = api.get(&waiting).await.ok()?;
-            pod.status?
-                .conditions?
-                .into_iter()
-                .any(|c| c.type_ == "PodScheduled" && c.status == "False")
-                .then_some(())
-        },
-    )
+    // No claim holds the tainted device.
+    for claim in claims_api.list(&ListParams::default()).await.unwrap().items {
+        let results = claim
+            .status
+            .and_then(|s| s.allocation)
+            .and_then(|a| a.devices)
+            .and_then(|d| d.results)
+            .unwrap_or_default();
+        assert!(
+            !results
+                .iter()
+                .any(|r| r.pool == second && r.device == "gpu-3"),
+            "the tainted GPU was given: {results:?}"
+        );
+    }
+    // The ones that wait say why, in kube-scheduler's words.
+    eventually(Duration::from_secs(30), "a pod waiting", || async {
+        let pod = api.get(&waiting).await.ok()?;
+        pod.status?
+            .conditions?
+            .into_iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .then_some(())
+    })
     .await;
 
     // 2. One of Kestrel's pods goes: the waiting one takes its devices.
@@ -1321,9 +1341,9 @@ async fn nvidia_gpu_pods_take_dra_gpus_through_the_claim_kube_scheduler_writes()
     api.delete(&going, &DeleteParams::default().grace_period(0))
         .await
         .expect("deleting a bound pod");
-    let (bound, pending) = settle("the freed devices", 4).await;
+    let (bound, pending) = settle("the freed devices", 3).await;
     assert!(
-        pending.is_empty() && bound.contains_key(&waiting),
+        pending.len() == 1 && bound.contains_key(&waiting),
         "{bound:?}"
     );
 
@@ -1334,7 +1354,7 @@ async fn nvidia_gpu_pods_take_dra_gpus_through_the_claim_kube_scheduler_writes()
     api.delete(&going, &DeleteParams::default().grace_period(0))
         .await
         .expect("deleting a bound pod");
-    settle("two GPUs free", 3).await;
+    settle("two GPUs free", 2).await;
     create_pods(&client, vec![plugin_pod(NS, SCHEDULER, "k-after", 1, None)]).await;
     eventually(
         Duration::from_secs(30),

@@ -447,20 +447,15 @@ impl ClusterState {
             .results
             .as_ref()?;
         let id = self.scheduler.cluster().id_of(node)?;
-        let gpus = &self.scheduler.cluster().node(id).spec.gpus;
+        let spec = &self.scheduler.cluster().node(id).spec;
         let indices = results
             .iter()
             .map(|r| {
-                gpus.iter().position(|g| {
-                    g.dra.as_ref().is_some_and(|d| {
-                        d.driver == r.driver && d.pool == r.pool && d.name == r.device
-                    })
-                })
+                let position = spec.dra_position(&r.driver, &r.pool, &r.device)?;
+                Some(spec.gpus[position].index)
             })
-            .collect::<Option<Vec<usize>>>()?;
-        Some(GpuAssignment::Whole(
-            indices.into_iter().map(|i| i as u32).collect(),
-        ))
+            .collect::<Option<Vec<u32>>>()?;
+        Some(GpuAssignment::Whole(indices))
     }
 
     /// Keeps the `nvidia.com/gpu` requests of a pending pod `key`, for the claim its bind
@@ -501,7 +496,7 @@ impl ClusterState {
         let (namespace, name) = key.split_once('/')?;
         let mut devices = indices
             .iter()
-            .filter_map(|i| spec.gpus.get(*i as usize)?.dra.clone());
+            .filter_map(|i| spec.gpus.iter().find(|g| g.index == *i)?.dra.clone());
         let mut results = Vec::new();
         let mut requests = Vec::new();
         for (request, count) in &wanted.requests {
