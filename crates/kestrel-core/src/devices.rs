@@ -313,10 +313,7 @@ impl NodeSpec {
     }
 }
 
-pub(crate) fn tolerates_all(
-    device: &GpuDevice,
-    tolerations: &[crate::model::Toleration],
-) -> bool {
+pub(crate) fn tolerates_all(device: &GpuDevice, tolerations: &[crate::model::Toleration]) -> bool {
     device.dra.as_ref().is_none_or(|d| {
         d.taints.iter().all(|taint| {
             taint.effect == crate::model::TaintEffect::PreferNoSchedule
@@ -717,7 +714,10 @@ mod tests {
         };
         assert!(served.fits_pod(&whole(7), &constraints));
         assert!(!served.fits_pod(&whole(8), &constraints));
-        assert!(!served.choose_for_pod(&whole(7), &constraints).indices().contains(&7));
+        assert!(!served
+            .choose_for_pod(&whole(7), &constraints)
+            .indices()
+            .contains(&7));
         let gpus = served.choose_for_pod(&demand, &constraints);
         assert_eq!(gpus.indices().len(), 2);
         // Devices taken by the pod are not there for a claim, nor the other way round
