@@ -65,6 +65,12 @@ lint_chart() {
     "$helm" lint --strict charts/kestrel --set agent.enabled=true \
         --set agent.image.repository=registry.example.com/gpu/kestrel-agent >/dev/null
     "$helm" lint --strict charts/kestrel --set mlflowTrackingUri=http://mlflow.mlflow:5000 >/dev/null
+    # The dashboard and its NetworkPolicy; a policy whose dashboard rule admits everyone
+    # (no peers) or an address that is not one of the pod's is refused.
+    "$helm" lint --strict charts/kestrel --set dashboard.enabled=true --set dashboard.address=0.0.0.0 \
+        --set dashboard.networkPolicy.enabled=true >/dev/null
+    lint_refuses "$helm" /dashboard/networkPolicy/from --set-json 'dashboard.networkPolicy.from=[]'
+    lint_refuses "$helm" /dashboard/address --set dashboard.address=10.0.0.1
 }
 
 render_chart() {

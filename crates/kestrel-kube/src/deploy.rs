@@ -38,6 +38,14 @@ pub struct InstallValues {
     pub mlflow_tracking_uri: String,
     /// The scheduler container's requests and limits.
     pub resources: Value,
+    /// `--dashboard-addr` is given (the chart's `dashboard.enabled`; off by default).
+    pub dashboard: bool,
+    /// The dashboard's address in the pod: 127.0.0.1 (only `kubectl port-forward` reaches
+    /// it) or 0.0.0.0 (the pod network too), and its port.
+    pub dashboard_address: String,
+    pub dashboard_port: String,
+    /// Who may reach the dashboard port through the NetworkPolicy (NetworkPolicy peers).
+    pub dashboard_from: Value,
 }
 
 impl Default for InstallValues {
@@ -59,13 +67,18 @@ impl Default for InstallValues {
             // Memory limited (a leak ends in a restart, not a starved node); cpu not, so
             // a cycle after a burst of arrivals is not throttled.
             resources: json!({"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}),
+            dashboard: false,
+            dashboard_address: "127.0.0.1".into(),
+            dashboard_port: "8080".into(),
+            // Pods of the release's namespace.
+            dashboard_from: json!([{"podSelector": {}}]),
         }
     }
 }
 
 /// Placeholders substituted after rendering, for the Helm templates: marker, expression,
 /// and whether the expression replaces the quoted marker (a number or an object).
-const HELM: [(&str, &str, bool); 14] = [
+const HELM: [(&str, &str, bool); 17] = [
     ("namespace", "{{ .Release.Namespace }}", false),
     ("schedulerName", "{{ .Values.schedulerName }}", false),
     ("imageRepository", "{{ .Values.image.repository }}", false),
@@ -88,6 +101,13 @@ const HELM: [(&str, &str, bool); 14] = [
         "{{ .Values.mlflowTrackingUri }}",
         false,
     ),
+    ("dashboardAddress", "{{ .Values.dashboard.address }}", false),
+    ("dashboardPort", "{{ .Values.dashboard.port }}", true),
+    (
+        "dashboardFrom",
+        "{{ toJson .Values.dashboard.networkPolicy.from }}",
+        true,
+    ),
 ];
 
 impl InstallValues {
@@ -108,6 +128,11 @@ impl InstallValues {
             metrics_port: m("metricsPort"),
             mlflow_tracking_uri: m("mlflowTrackingUri"),
             resources: json!(m("resources")),
+            // The argument is rendered; `render_helm` puts it under `dashboard.enabled`.
+            dashboard: true,
+            dashboard_address: m("dashboardAddress"),
+            dashboard_port: m("dashboardPort"),
+            dashboard_from: json!(m("dashboardFrom")),
         }
     }
 }
@@ -123,8 +148,25 @@ fn num(v: &str) -> Value {
 pub fn objects(v: &InstallValues) -> Vec<Value> {
     let ns = &v.namespace;
     let name = "kestrel";
-    let labels =
-        json!({"app.kubernetes.io/name": "kestrel", "app.kubernetes.io/component": "scheduler"});
+    let labels = scheduler_labels();
+    let mut args = vec![
+        json!("serve"),
+        json!(format!("--scheduler-name={}", v.scheduler_name)),
+        json!("--leader-elect=true"),
+        json!(format!("--lease-namespace={ns}")),
+        json!(format!("--metrics-addr=0.0.0.0:{}", v.metrics_port)),
+        json!(format!("--log-format={}", v.log_format)),
+        json!(format!("--qps={}", v.qps)),
+        json!(format!("--burst={}", v.burst)),
+        json!(format!("--gpu-indices-via={}", v.gpu_indices_via)),
+        json!(format!("--policy={}", v.policy)),
+    ];
+    if v.dashboard {
+        args.push(json!(format!(
+            "--dashboard-addr={}:{}",
+            v.dashboard_address, v.dashboard_port
+        )));
+    }
     let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| json!({"apiGroups": groups, "resources": resources, "verbs": verbs});
     vec![
         json!({"apiVersion": "v1", "kind": "ServiceAccount",
@@ -233,18 +275,7 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
                         "name": "scheduler",
                         "image": format!("{}:{}", v.image_repository, v.image_tag),
                         "imagePullPolicy": v.image_pull_policy,
-                        "args": [
-                            "serve",
-                            format!("--scheduler-name={}", v.scheduler_name),
-                            "--leader-elect=true",
-                            format!("--lease-namespace={ns}"),
-                            format!("--metrics-addr=0.0.0.0:{}", v.metrics_port),
-                            format!("--log-format={}", v.log_format),
-                            format!("--qps={}", v.qps),
-                            format!("--burst={}", v.burst),
-                            format!("--gpu-indices-via={}", v.gpu_indices_via),
-                            format!("--policy={}", v.policy),
-                        ],
+                        "args": args,
                         "env": [
                             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                             {"name": "MLFLOW_TRACKING_URI", "value": v.mlflow_tracking_uri},
@@ -269,6 +300,28 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
                "spec": {"selector": labels,
                         "ports": [{"name": "metrics", "port": num(&v.metrics_port), "targetPort": "metrics"}]}}),
     ]
+}
+
+fn scheduler_labels() -> Value {
+    json!({"app.kubernetes.io/name": "kestrel", "app.kubernetes.io/component": "scheduler"})
+}
+
+/// The chart's optional NetworkPolicy on the scheduler pods (`dashboard.networkPolicy`):
+/// the metrics port stays open to all (Prometheus, the probes), the dashboard port only to
+/// `dashboard_from`; nothing else reaches the pods. `kubectl port-forward` is not network
+/// traffic to the pod and is not affected.
+pub fn dashboard_network_policy(v: &InstallValues) -> Value {
+    let labels = scheduler_labels();
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+    "metadata": {"name": "kestrel-scheduler", "namespace": v.namespace, "labels": labels},
+    "spec": {
+        "podSelector": {"matchLabels": labels},
+        "policyTypes": ["Ingress"],
+        "ingress": [
+            {"ports": [{"protocol": "TCP", "port": num(&v.metrics_port)}]},
+            {"from": v.dashboard_from, "ports": [{"protocol": "TCP", "port": num(&v.dashboard_port)}]}
+        ]
+    }})
 }
 
 /// The node agent's install values (the chart's `agent:`; the agent is off by default).
@@ -647,18 +700,29 @@ pub fn render_plain() -> String {
     )
 }
 
-/// The Helm template (`charts/kestrel/templates/kestrel.yaml`).
+/// The Helm template (`charts/kestrel/templates/kestrel.yaml`): the dashboard's argument
+/// only with `dashboard.enabled`, its NetworkPolicy only with `networkPolicy.enabled` too.
 pub fn render_helm() -> String {
-    let mut text = render(&InstallValues::helm_markers());
-    for (key, expr, number) in HELM {
-        let marker = format!("@@{key}@@");
-        if number {
-            text = text.replace(&format!("\"{marker}\""), expr);
-        }
-        text = text.replace(&marker, expr);
-    }
+    let values = InstallValues::helm_markers();
+    let text = render(&values);
+    // The line of the dashboard's argument goes under the condition, as it is indented.
+    let text: String = text
+        .lines()
+        .map(|line| {
+            if line.contains("--dashboard-addr=") {
+                format!("{{{{- if .Values.dashboard.enabled }}}}\n{line}\n{{{{- end }}}}\n")
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect();
+    let policy = documents(&[dashboard_network_policy(&values)]);
     format!(
-        "# Generated by `kestrel manifests --helm`; do not edit (a test compares it with the code).\n{text}"
+        "# Generated by `kestrel manifests --helm`; do not edit (a test compares it with the code).\n{}\
+         {{{{- if and .Values.dashboard.enabled .Values.dashboard.networkPolicy.enabled }}}}\n{}\
+         {{{{- end }}}}\n",
+        helm_substitute(text, &HELM),
+        helm_substitute(policy, &HELM)
     )
 }
 
@@ -693,7 +757,7 @@ pub fn render_values() -> String {
          # empty: none (a job's spec.mlflow.trackingUri still applies).\n\
          mlflowTrackingUri: {:?}\n\
          # The scheduler container's requests and limits (memory limited, cpu not).\n\
-         resources:\n{res}{agent}",
+         resources:\n{res}{dashboard}{agent}",
         v.scheduler_name,
         v.image_repository,
         v.image_pull_policy,
@@ -705,7 +769,26 @@ pub fn render_values() -> String {
         v.policy,
         v.metrics_port,
         v.mlflow_tracking_uri,
+        dashboard = dashboard_values_yaml(&v),
         agent = agent_values_yaml()
+    )
+}
+
+/// The `dashboard:` section of `values.yaml`.
+fn dashboard_values_yaml(v: &InstallValues) -> String {
+    let mut from = String::new();
+    yaml(&json!({"from": v.dashboard_from}), 4, &mut from);
+    format!(
+        "# The read-only dashboard (docs/tasks/dashboard.md): `kestrel serve --dashboard-addr`.\n\
+         # Only the leader shows the cluster; a standby answers that it is not the leader.\n\
+         dashboard:\n  enabled: false\n  \
+         # 127.0.0.1: only `kubectl port-forward` reaches it; 0.0.0.0: the pod network too\n  \
+         # (then enable the NetworkPolicy).\n  \
+         address: {:?}\n  port: {}\n  \
+         # A NetworkPolicy on the scheduler pods: the metrics port stays open, the dashboard\n  \
+         # port only to `from` (NetworkPolicy peers; default: pods of the release's namespace).\n  \
+         networkPolicy:\n    enabled: false\n{from}",
+        v.dashboard_address, v.dashboard_port
     )
 }
 
@@ -799,6 +882,27 @@ pub fn values_schema() -> Value {
                 "type": "object",
                 "additionalProperties": false,
                 "properties": {"requests": amounts, "limits": amounts}
+            },
+            "dashboard": {
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "enabled": {"type": "boolean", "description": "Serve the read-only dashboard (kestrel serve --dashboard-addr)."},
+                    "address": {"enum": ["127.0.0.1", "0.0.0.0"],
+                                "description": "Loopback (only kubectl port-forward reaches it) or every address of the pod."},
+                    "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                    "networkPolicy": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        // `from: null` would render a rule open to everyone.
+                        "required": ["from"],
+                        "properties": {
+                            "enabled": {"type": "boolean", "description": "A NetworkPolicy: the metrics port open, the dashboard port only to `from`."},
+                            "from": {"type": "array", "minItems": 1, "items": {"type": "object"},
+                                     "description": "NetworkPolicy peers allowed to the dashboard port; an empty list would allow everyone, so at least one."}
+                        }
+                    }
+                }
             },
             "agent": {
                 "type": "object",

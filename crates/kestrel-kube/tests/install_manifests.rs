@@ -63,8 +63,8 @@ fn agent_manifests_match_the_code() {
 }
 
 /// Renders a chart template as Helm would, for the few constructs the generated chart
-/// uses: `{{- if .Values.x }}` ... `{{- end }}` blocks, and the expressions of
-/// [`render_expression`].
+/// uses: `{{- if .Values.x }}` (or `and .Values.x .Values.y`) ... `{{- end }}` blocks, and
+/// the expressions of [`render_expression`].
 fn render_template(template: &str, values: &Value, app_version: &str) -> String {
     let mut kept = String::new();
     let mut open: Vec<bool> = Vec::new();
@@ -74,8 +74,11 @@ fn render_template(template: &str, values: &Value, app_version: &str) -> String 
             .strip_prefix("{{- if ")
             .and_then(|c| c.strip_suffix(" }}"))
         {
-            let path = cond.strip_prefix(".Values.").expect("a value condition");
-            open.push(lookup(values, path).as_bool() == Some(true));
+            let paths = cond.strip_prefix("and ").unwrap_or(cond);
+            open.push(paths.split(' ').all(|path| {
+                let path = path.strip_prefix(".Values.").expect("a value condition");
+                lookup(values, path).as_bool() == Some(true)
+            }));
             continue;
         }
         if t == "{{- end }}" {
@@ -304,24 +307,65 @@ fn chart_with_default_values_renders_the_deploy_manifests() {
     let values: Value = serde_saphyr::from_str(&committed("charts/kestrel/values.yaml")).unwrap();
     let app_version = chart_field(&committed("charts/kestrel/Chart.yaml"), "appVersion");
     let template = committed("charts/kestrel/templates/kestrel.yaml");
-    let mut text = String::new();
-    let mut rest = template.as_str();
-    while let Some(start) = rest.find("{{") {
-        let end = rest[start..].find("}}").expect("a closed expression") + start;
-        text.push_str(&rest[..start]);
-        text.push_str(&render_expression(
-            rest[start + 2..end].trim(),
-            &values,
-            &app_version,
-        ));
-        rest = &rest[end + 2..];
-    }
-    text.push_str(rest);
+    let text = render_template(&template, &values, &app_version);
     let mut rendered: Vec<Value> =
         serde_saphyr::from_multiple(&committed("charts/kestrel/crds/kestrel-crds.yaml")).unwrap();
     rendered.extend(serde_saphyr::from_multiple::<Value>(&text).unwrap());
     let plain: Vec<Value> = serde_saphyr::from_multiple(&committed("deploy/kestrel.yaml")).unwrap();
     assert_eq!(rendered, plain);
+}
+
+/// `dashboard.enabled` adds `--dashboard-addr` (loopback by default) and nothing else;
+/// `dashboard.networkPolicy.enabled` too adds the NetworkPolicy: the metrics port open, the
+/// dashboard port only to `from`.
+#[test]
+fn dashboard_values_add_the_flag_and_the_network_policy() {
+    let mut values: Value =
+        serde_saphyr::from_str(&committed("charts/kestrel/values.yaml")).unwrap();
+    let app_version = chart_field(&committed("charts/kestrel/Chart.yaml"), "appVersion");
+    let template = committed("charts/kestrel/templates/kestrel.yaml");
+    let render = |values: &Value| -> Vec<Value> {
+        serde_saphyr::from_multiple(&render_template(&template, values, &app_version)).unwrap()
+    };
+    let args = |objects: &[Value]| -> Vec<String> {
+        let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        serde_json::from_value(
+            deployment["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
+        )
+        .unwrap()
+    };
+    let off = render(&values);
+    assert!(!args(&off).iter().any(|a| a.starts_with("--dashboard-addr")));
+    values["dashboard"]["networkPolicy"]["enabled"] = Value::Bool(true);
+    assert_eq!(render(&values), off, "the policy needs the dashboard on");
+    values["dashboard"]["networkPolicy"]["enabled"] = Value::Bool(false);
+    values["dashboard"]["enabled"] = Value::Bool(true);
+    let on = render(&values);
+    assert_eq!(on.len(), off.len());
+    assert!(
+        args(&on).contains(&"--dashboard-addr=127.0.0.1:8080".to_string()),
+        "{:?}",
+        args(&on)
+    );
+    values["dashboard"]["address"] = Value::from("0.0.0.0");
+    values["dashboard"]["networkPolicy"]["enabled"] = Value::Bool(true);
+    let open = render(&values);
+    assert!(args(&open).contains(&"--dashboard-addr=0.0.0.0:8080".to_string()));
+    let policy = open.last().unwrap();
+    assert_eq!(policy["kind"], "NetworkPolicy", "{policy}");
+    assert_eq!(policy["metadata"]["namespace"], "kube-system");
+    let ingress = policy["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(ingress[0]["ports"][0]["port"], 10251);
+    assert!(
+        ingress[0].get("from").is_none(),
+        "metrics stay open: {policy}"
+    );
+    assert_eq!(ingress[1]["ports"][0]["port"], 8080);
+    assert_eq!(ingress[1]["from"], serde_json::json!([{"podSelector": {}}]));
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "kestrel"
+    );
 }
 
 /// The schema admits the default values and names a value of the wrong type. (A
