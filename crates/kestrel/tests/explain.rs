@@ -1,6 +1,8 @@
 //! `kestrel explain` and `kestrel queue` as a user runs them: real explanations on the
 //! examples, and clear errors for names and times that do not resolve.
 
+mod dashboard;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -508,5 +510,66 @@ fn the_prediction_budget_is_a_duration() {
     assert!(
         stderr.contains("--predict-budget") && stderr.contains("duration"),
         "{stderr}"
+    );
+}
+
+/// The dashboard's JSON is `kestrel explain --json` and `kestrel queue --json` of the same
+/// moment: the pending list, a waiting gang, one of its pods, its ClusterQueue and a node,
+/// predicted starts included.
+#[test]
+fn the_dashboard_answers_what_explain_and_queue_answer_at_the_same_moment() {
+    if !have("falcon-ai") {
+        return;
+    }
+    let (_server, addr) = dashboard::start_dashboard(&repo().join("examples/falcon-ai"));
+    let times: Vec<f64> =
+        serde_json::from_value(dashboard::get(&addr, "/api/times")["times_s"].clone()).unwrap();
+    // The last moment before 08:00: sft-13b-chat (07:00) waits for GPUs.
+    let at = *times.iter().rfind(|t| **t <= 8.0 * 3600.0).unwrap();
+    assert!(at > 7.0 * 3600.0, "{times:?}");
+    let at_flag = format!("{}s", at as u64);
+    let api = |path: &str| dashboard::get(&addr, &format!("{path}?at={at}"));
+    let cli = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["examples/falcon-ai", "--at", &at_flag, "--json"]);
+        json(&all)
+    };
+
+    let queue = cli(&["queue"]);
+    assert_eq!(api("/api/pending"), queue, "queue --json at {at_flag}");
+    let gang = cli(&["explain", "gang", "llm-research/sft-13b-chat"]);
+    assert_eq!(gang["phase"], "Waiting", "{gang}");
+    assert!(gang["predicted_start"]["point_s"].is_f64(), "{gang}");
+    assert_eq!(api("/api/gang/llm-research/sft-13b-chat"), gang);
+    let pod = gang["first_pending"].as_str().unwrap();
+    assert_eq!(
+        api(&format!("/api/pod/{pod}")),
+        cli(&["explain", "pod", pod])
+    );
+    let map = api("/api/map");
+    let node = map["groups"][0]["nodes"][0]["name"].as_str().unwrap();
+    assert_eq!(
+        api(&format!("/api/node/{node}")),
+        cli(&["explain", "node", node])
+    );
+
+    // ClusterQueues: examples/teams, near 02:00, where research has pods waiting.
+    let (_server, addr) = dashboard::start_dashboard(&repo().join("examples/teams"));
+    let times: Vec<f64> =
+        serde_json::from_value(dashboard::get(&addr, "/api/times")["times_s"].clone()).unwrap();
+    let at = *times.iter().rfind(|t| **t <= 2.0 * 3600.0).unwrap();
+    let at_flag = format!("{}s", at as u64);
+    let api = |path: &str, query: &str| dashboard::get(&addr, &format!("{path}?at={at}{query}"));
+    let cli = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["examples/teams", "--at", &at_flag, "--json"]);
+        json(&all)
+    };
+    let research = cli(&["explain", "queue", "research"]);
+    assert!(research["pending"].as_u64().unwrap() > 0, "{research}");
+    assert_eq!(api("/api/queue/research", ""), research);
+    assert_eq!(
+        api("/api/pending", "&queue=research"),
+        cli(&["queue", "--queue", "research"])
     );
 }
