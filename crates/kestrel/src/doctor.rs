@@ -164,6 +164,7 @@ pub(crate) async fn live_snapshot(client: &kube::Client, source: String) -> Resu
         ..Snapshot::default()
     };
     node_metrics(client, &mut snapshot).await;
+    dra_objects(client, &mut snapshot).await?;
     // The GPU and Network Operators' DaemonSets: pods missing on nodes.
     let daemonsets: Vec<DaemonSet> = list_all(Api::all(client.clone()), ListParams::default())
         .await
@@ -200,6 +201,50 @@ pub(crate) async fn live_snapshot(client: &kube::Client, source: String) -> Resu
         }
     }
     Ok(snapshot)
+}
+
+/// ResourceSlices and ResourceClaims (`resource.k8s.io/v1`), for the DRA checks; where
+/// DRA is not served, or not to this user, a note says so and they are not checked.
+async fn dra_objects(client: &kube::Client, snapshot: &mut Snapshot) -> Result<()> {
+    use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+    let slices = list_all(
+        Api::<ResourceSlice>::all(client.clone()),
+        ListParams::default(),
+    )
+    .await;
+    let claims = list_all(
+        Api::<ResourceClaim>::all(client.clone()),
+        ListParams::default(),
+    )
+    .await;
+    match (slices, claims) {
+        (Ok(slices), Ok(claims)) => {
+            snapshot.slices = slices;
+            snapshot.claims = claims;
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            let code = e.downcast_ref::<kube::Error>().and_then(|e| match e {
+                kube::Error::Api(s) => Some(s.code),
+                _ => None,
+            });
+            match code {
+                Some(404) => snapshot
+                    .notes
+                    .push("resource.k8s.io/v1 is not served: DRA is not checked".to_string()),
+                Some(403) => snapshot.notes.push(
+                    "listing ResourceSlices or ResourceClaims is refused to this user: DRA is \
+                     not checked; grant list on resourceslices and resourceclaims \
+                     (resource.k8s.io)"
+                        .to_string(),
+                ),
+                _ => {
+                    return Err(e)
+                        .with_context(|| format!("listing DRA objects from {}", snapshot.source))
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The nodes' real use from the metrics API (what `kubectl top nodes` reads). Where it is

@@ -53,6 +53,9 @@ const ALL_CHECKS: [&str; 12] = [
     "pod-pending-long",
 ];
 
+/// The checks of DRA objects (examples/doctor/dra.yaml shows them).
+const DRA_CHECKS: [&str; 2] = ["dra-claim-unallocated", "dra-pool-incomplete"];
+
 /// The checks on events, container states, networks and operator pods.
 const EVENT_CHECKS: [&str; 11] = [
     "image-pull-failed",
@@ -267,7 +270,12 @@ fn prometheus_rules_are_one_alert_per_check() {
         .iter()
         .map(|r| r["labels"]["kestrel_check"].as_str().unwrap())
         .collect();
-    let all: Vec<&str> = ALL_CHECKS.iter().chain(&EVENT_CHECKS).copied().collect();
+    let all: Vec<&str> = ALL_CHECKS
+        .iter()
+        .chain(&DRA_CHECKS)
+        .chain(&EVENT_CHECKS)
+        .copied()
+        .collect();
     assert_eq!(checks, all, "one rule per check, in check order");
     for r in &rules {
         assert!(r["alert"].as_str().unwrap().starts_with("Kestrel"), "{r}");
@@ -496,4 +504,30 @@ fn events_and_container_states_give_signatures_and_incidents() {
         assert_eq!(r["labels"]["kestrel_signature"], sig);
         assert_eq!(r["annotations"]["runbook"], f["fix"], "{sig}");
     }
+}
+
+#[test]
+fn the_dra_example_shows_the_dra_checks_and_no_false_gpu_alarm() {
+    let out = kestrel(&["doctor", "examples/doctor/dra.yaml"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    for id in DRA_CHECKS {
+        assert!(
+            stdout.contains(&format!("[{id}]")),
+            "{id} missing:\n{stdout}"
+        );
+    }
+    for expected in [
+        "[dra-claim-unallocated] 1 ResourceClaim that pending pods wait on is unallocated",
+        "where: ml/train-0-gpu-x7k2p (45m, class gpu.nvidia.com; pods ml/train-0)",
+        "where: gpu.nvidia.com pool dra-1 (generation 4: 1 of 2 slices, 1 slice of older generations)",
+        // The newest generation's devices count: four of the eight GPUs dra-1 has.
+        "where: dra-1 (4 allocatable, label nvidia.com/gpu.count=8)",
+    ] {
+        assert!(stdout.contains(expected), "{expected:?} missing:\n{stdout}");
+    }
+    // Its GPU nodes publish their GPUs through DRA only: not "without GPUs", and dra-0's
+    // eight are all there.
+    assert!(!stdout.contains("[gpu-node-without-gpus]"), "{stdout}");
+    assert!(!stdout.contains("dra-0 ("), "{stdout}");
 }

@@ -46,7 +46,7 @@ pub struct Check {
 }
 
 /// Every check, in report order.
-pub const CHECKS: [Check; 23] = [
+pub const CHECKS: [Check; 25] = [
     Check {
         id: "gpu-node-without-gpus",
         severity: Severity::Critical,
@@ -166,6 +166,26 @@ pub const CHECKS: [Check; 23] = [
         for_: "15m",
         summary: "Pod {{ $labels.namespace }}/{{ $labels.pod }} has been unschedulable for 15 minutes",
         description: "The scheduler finds no node for the pod. Its PodScheduled condition says why (kubectl describe pod); kestrel doctor groups such pods by that message.",
+    },
+    Check {
+        id: "dra-claim-unallocated",
+        severity: Severity::Warning,
+        title: "ResourceClaims pending pods wait on, unallocated for longer than --pending-for",
+        alert: "KestrelDraClaimUnallocated",
+        expr: "max by (namespace, signature) (kestrel_doctor_finding{check=\"dra-claim-unallocated\"}) > 0",
+        for_: "15m",
+        summary: "ResourceClaims that pending pods wait on are not allocated",
+        description: "No node has free devices that the claim's DeviceClass and selectors accept, or no DRA driver publishes them, so the pods that use the claim never start. kube-state-metrics exports no ResourceClaims: this rule reads kestrel_doctor_finding, which kestrel serve exports from its doctor run every --doctor-interval.",
+    },
+    Check {
+        id: "dra-pool-incomplete",
+        severity: Severity::Warning,
+        title: "DRA pools with slices missing or left from an older generation",
+        alert: "KestrelDraPoolIncomplete",
+        expr: "max by (signature) (kestrel_doctor_finding{check=\"dra-pool-incomplete\"}) > 0",
+        for_: "15m",
+        summary: "A DRA pool has slices missing or left from an older generation",
+        description: "Schedulers use a pool's devices only once every slice of its newest generation is there, and ignore older generations: the devices are not given out, or a restarted driver did not clean up. Look at the DRA driver's kubelet plugin on the node. This rule reads kestrel_doctor_finding, which kestrel serve exports from its doctor run every --doctor-interval.",
     },
     Check {
         id: "image-pull-failed",

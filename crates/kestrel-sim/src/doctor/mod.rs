@@ -39,7 +39,8 @@
 //! A snapshot is judged as of its newest timestamp (node heartbeats, pod conditions), so
 //! the same file always gives the same findings; the live command passes the clock.
 //!
-//! - `snapshot`: reading Nodes, Pods and Events from YAML files (or the API server's lists);
+//! - `snapshot`: reading Nodes, Pods, Events and DRA objects from YAML files (or the API
+//!   server's lists);
 //! - `events`: Events aggregated by signature as they are read; `signatures`: what an
 //!   event or container state is; `event_checks`: the checks on them;
 //! - `objects`: the Nodes and Pods as the checks read them;
@@ -48,6 +49,7 @@
 //! - `render`: the text and JSON reports; `prometheus`: the PrometheusRules.
 
 mod checks;
+mod dra_checks;
 mod event_checks;
 mod events;
 mod node_checks;
@@ -185,6 +187,7 @@ pub fn diagnose(snapshot: &Snapshot, options: &DoctorOptions) -> Diagnosis {
     let source = Path::new(&snapshot.source);
     let mut notes = snapshot.notes.clone();
     let empty = BTreeMap::new();
+    let dra_gpus = dra_checks::dra_gpus_by_node(&snapshot.slices);
     let mut nodes = Vec::new();
     for raw in &snapshot.nodes {
         let spec = match node_from_kube(source, raw) {
@@ -203,7 +206,10 @@ pub fn diagnose(snapshot: &Snapshot, options: &DoctorOptions) -> Diagnosis {
                 .iter()
                 .filter(|(r, _)| is_gpu_resource(r) && r.starts_with("nvidia.com/"))
                 .map(|(_, n)| n)
-                .sum::<i64>();
+                .sum::<i64>()
+            // GPUs NVIDIA's DRA driver publishes in ResourceSlices (no device plugin).
+            + dra_gpus.get(&spec.name).copied().unwrap_or(0);
+        let node_dra_gpus = dra_gpus.get(&spec.name).copied().unwrap_or(0);
         let labels = raw.metadata.labels.as_ref().unwrap_or(&empty);
         let is = |k: &str| labels.get(k).is_some_and(|v| v == "true");
         let gpu_labelled = is(GPU_PRESENT_LABEL)
@@ -220,6 +226,7 @@ pub fn diagnose(snapshot: &Snapshot, options: &DoctorOptions) -> Diagnosis {
             capacity,
             gpu_offered,
             gpu_labelled,
+            dra_gpus: node_dra_gpus,
         });
     }
     let mut pods = Vec::new();
@@ -258,6 +265,13 @@ pub fn diagnose(snapshot: &Snapshot, options: &DoctorOptions) -> Diagnosis {
     findings.extend(gpu_operand_version_mixed(&pods));
     findings.extend(kubelet_version_mixed(&nodes));
     findings.extend(pod_pending_long(&pods, now, options.pending_for_ms));
+    findings.extend(dra_checks::dra_claim_unallocated(
+        &snapshot.claims,
+        &pods,
+        now,
+        options.pending_for_ms,
+    ));
+    findings.extend(dra_checks::dra_pool_incomplete(snapshot));
     findings.extend(event_checks::event_findings(
         &snapshot.events,
         &pods,

@@ -77,7 +77,7 @@ pub(super) fn gpu_count_dropped(nodes: &[NodeView]) -> Vec<Finding> {
                 .and_then(|v| v.trim().parse::<i64>().ok())
                 .filter(|r| *r > 0)
                 .unwrap_or(1);
-            let alloc = n.offers(GPU_RESOURCE) + n.offers("nvidia.com/gpu.shared");
+            let alloc = n.offers(GPU_RESOURCE) + n.offers("nvidia.com/gpu.shared") + n.dra_gpus;
             let want = count * replicas;
             if want > alloc && lost.is_empty() {
                 lost.push(format!(

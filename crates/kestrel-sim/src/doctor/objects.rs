@@ -18,6 +18,8 @@ pub(super) struct NodeView<'a> {
     pub(super) gpu_offered: i64,
     /// Labelled by GFD or NFD as having NVIDIA GPUs.
     pub(super) gpu_labelled: bool,
+    /// GPUs NVIDIA's DRA driver publishes for it (ResourceSlices), part of `gpu_offered`.
+    pub(super) dra_gpus: i64,
     /// The node with its taints and cordon lifted: judged by the engine's static check,
     /// it says whether a pod suits the node apart from taints (selectors, affinity).
     pub(super) untainted: NodeSpec,

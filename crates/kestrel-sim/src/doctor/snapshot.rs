@@ -27,6 +27,10 @@ pub struct Snapshot {
     pub node_usage: BTreeMap<String, NodeUsage>,
     /// DaemonSets (`apps/v1`): their names and rollout counts, for the operators' ones.
     pub daemonsets: Vec<DaemonSetCounts>,
+    /// DRA (`resource.k8s.io/v1`): the devices drivers publish, and the claims pods wait
+    /// on; empty where DRA is not served.
+    pub slices: Vec<k8s_openapi::api::resource::v1::ResourceSlice>,
+    pub claims: Vec<k8s_openapi::api::resource::v1::ResourceClaim>,
     /// Things worth knowing about the input (objects ignored, duplicates).
     pub notes: Vec<String>,
 }
@@ -169,6 +173,8 @@ impl Reader<'_> {
                     .add(&doc.value)
                     .map_err(|e| event_error(path, doc.object(), e))?;
             }
+            "ResourceSlice" => self.snap.slices.push(doc.typed(path)?),
+            "ResourceClaim" => self.snap.claims.push(doc.typed(path)?),
             "DaemonSet" => {
                 let counts = DaemonSetCounts::from_value(&doc.value).ok_or_else(|| {
                     LoadError::new(path, "a DaemonSet without a name; add metadata.name")
