@@ -82,6 +82,35 @@ pub fn open_backend(
     }
 }
 
+/// Whether the agent may serve its device plugin: not where NVIDIA's DRA driver publishes
+/// the node's GPUs (ResourceSlices of `gpu.nvidia.com` for the node), which would hand the
+/// same GPUs out twice. The agent then keeps discovery, health, metrics and publication.
+/// When the slices cannot be read, the plugin is served and a warning says why.
+async fn device_plugin_allowed(cluster: &Cluster, node: &str) -> bool {
+    let driver = kestrel_k8s::dra::NVIDIA_GPU_DRIVER;
+    match cluster.slices_of(node, driver).await {
+        Ok(slices) if slices.is_empty() => true,
+        Ok(slices) => {
+            tracing::info!(
+                node,
+                ?slices,
+                "NVIDIA's DRA driver publishes this node's GPUs: no device plugin (DRA hands \
+                 them out); discovery, health, metrics and publication go on"
+            );
+            false
+        }
+        Err(e) => {
+            tracing::warn!(
+                node,
+                error = %e,
+                "cannot list this node's ResourceSlices (grant list on resourceslices, \
+                 resource.k8s.io): serving the device plugin"
+            );
+            true
+        }
+    }
+}
+
 /// Discovery on a blocking thread (NVML calls block).
 pub async fn discover(backend: &Arc<dyn GpuBackend>) -> Result<Inventory, BackendError> {
     let b = backend.clone();
@@ -109,6 +138,10 @@ pub async fn run(
     shutdown: watch::Receiver<bool>,
     ready: Option<tokio::sync::oneshot::Sender<Handles>>,
 ) -> Result<(), AgentError> {
+    let mut cfg = cfg;
+    if cfg.plugin.is_some() && !device_plugin_allowed(&cluster, &cfg.node).await {
+        cfg.plugin = None;
+    }
     let inv = discover(&backend).await?;
     for w in &inv.warnings {
         tracing::warn!("discovery: {w}");

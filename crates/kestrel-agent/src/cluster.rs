@@ -36,6 +36,8 @@ pub struct MemoryCluster {
     pub condition: Mutex<Option<(String, String, String)>>,
     /// (object, reason, note).
     pub events: Mutex<Vec<(String, String, String)>>,
+    /// ResourceSlices: (name, driver, node).
+    pub slices: Mutex<Vec<(String, String, String)>>,
 }
 
 fn apply_changes(map: &mut BTreeMap<String, String>, changes: &MetaChanges) {
@@ -59,6 +61,36 @@ fn pod_ref(c: &Candidate) -> ObjectReference {
 }
 
 impl Cluster {
+    /// The names of the ResourceSlices `driver` publishes for `node` (empty where DRA is
+    /// not served).
+    pub async fn slices_of(&self, node: &str, driver: &str) -> Result<Vec<String>, kube::Error> {
+        match self {
+            Cluster::Kube(client) => {
+                let api: Api<k8s_openapi::api::resource::v1::ResourceSlice> =
+                    Api::all(client.clone());
+                let lp = ListParams::default()
+                    .fields(&format!("spec.nodeName={node},spec.driver={driver}"));
+                match api.list(&lp).await {
+                    Ok(list) => Ok(list
+                        .items
+                        .into_iter()
+                        .filter_map(|s| s.metadata.name)
+                        .collect()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
+                    Err(e) => Err(e),
+                }
+            }
+            Cluster::Memory(m) => Ok(m
+                .slices
+                .lock()
+                .expect("slices lock")
+                .iter()
+                .filter(|(_, d, n)| d == driver && n == node)
+                .map(|(name, _, _)| name.clone())
+                .collect()),
+        }
+    }
+
     /// The pods bound to `node`.
     pub async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, kube::Error> {
         match self {

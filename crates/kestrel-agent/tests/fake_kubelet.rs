@@ -521,3 +521,81 @@ async fn a_missing_device_plugin_directory_is_an_error_naming_it() {
     assert!(err.contains(&missing.display().to_string()), "{err}");
     assert!(err.contains("--device-plugin-dir"), "{err}");
 }
+
+/// Where NVIDIA's DRA driver publishes the node's GPUs, the agent serves no device plugin
+/// (the same GPUs would be handed out twice) and goes on with discovery, metrics and
+/// publication: the plugin directory it would fail on is never touched. Another driver's
+/// slices, or another node's, change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_device_plugin_where_dra_publishes_the_gpus() {
+    let missing = std::env::temp_dir().join(format!("ka-dra-{}", std::process::id()));
+    let cfg = || AgentConfig {
+        node: NODE.into(),
+        fake_gpus: None,
+        sysfs_root: missing.clone(),
+        without_nvml: WithoutNvml::Exit,
+        metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        pod_resources_socket: missing.join("pr.sock"),
+        plugin: Some(PluginConfig {
+            node: NODE.into(),
+            resource_name: "nvidia.com/gpu".into(),
+            dir: missing.clone(),
+            socket_name: "k.sock".into(),
+            cdi: CdiNames::None,
+        }),
+        publish: true,
+        health: HealthPolicy::default(),
+        rediscover_every: Duration::from_secs(3600),
+    };
+    let fake = || -> Arc<dyn GpuBackend> {
+        Arc::new(FakeBackend::parse(Path::new("gpus.yaml"), GPUS).unwrap())
+    };
+    let memory = MemoryCluster::default();
+    *memory.slices.lock().unwrap() = vec![
+        (
+            "other-node".into(),
+            "gpu.nvidia.com".into(),
+            "node-9".into(),
+        ),
+        ("nics".into(), "dra.net".into(), NODE.into()),
+    ];
+    // Not this node's GPUs: the plugin is served (and fails on its missing directory).
+    let (_stop, stop_rx) = watch::channel(false);
+    let cluster = Arc::new(Cluster::Memory(memory));
+    let err = tokio::time::timeout(
+        WAIT,
+        agent::run(cfg(), fake(), cluster.clone(), stop_rx, None),
+    )
+    .await
+    .unwrap()
+    .unwrap_err();
+    assert!(err.to_string().contains("--device-plugin-dir"), "{err}");
+    // This node's GPUs in a slice of NVIDIA's driver: no plugin, the rest runs.
+    let Cluster::Memory(m) = &*cluster else {
+        unreachable!()
+    };
+    m.slices
+        .lock()
+        .unwrap()
+        .push(("gpus".into(), "gpu.nvidia.com".into(), NODE.into()));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let agent = tokio::spawn(agent::run(
+        cfg(),
+        fake(),
+        cluster.clone(),
+        stop_rx,
+        Some(ready_tx),
+    ));
+    let handles: Handles = tokio::time::timeout(WAIT, ready_rx).await.unwrap().unwrap();
+    assert_eq!(handles.inventory.borrow().gpus.len(), 8);
+    let healthz = http_get(handles.metrics_addr, "/healthz").await;
+    assert!(healthz.starts_with("HTTP/1.1 200"), "{healthz}");
+    wait_for(|| !m.labels.lock().unwrap().is_empty()).await;
+    stop_tx.send(true).unwrap();
+    tokio::time::timeout(WAIT, agent)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}

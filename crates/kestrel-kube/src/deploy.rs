@@ -446,6 +446,9 @@ pub fn agent_objects(v: &InstallValues, a: &AgentValues) -> Vec<Value> {
             rule(&[""], &["nodes"], &["get", "patch"]),
             rule(&[""], &["nodes/status"], &["patch"]),
             rule(&["events.k8s.io"], &["events"], &["create"]),
+            // Whether NVIDIA's DRA driver publishes its node's GPUs (then it serves no
+            // device plugin).
+            rule(&["resource.k8s.io"], &["resourceslices"], &["list"]),
         ]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                "metadata": {"name": name, "labels": labels},

@@ -17,6 +17,7 @@ use kestrel_agent::proto::deviceplugin::{
 };
 use kube::api::Api;
 use live::*;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -43,6 +44,58 @@ fn uuid(i: u32) -> String {
     format!("GPU-fake-{i:04}")
 }
 
+/// Starts `kestrel agent` for `node` with the RBAC of its own manifests (applied first),
+/// fake GPUs and a device plugin directory of its own; returns it, its log file and that
+/// directory.
+async fn start_agent(env: &Env, client: &kube::Client, node: &str) -> (Agent, PathBuf, PathBuf) {
+    let out = Command::new(kestrel_bin())
+        .args(["manifests", "--agent"])
+        .output()
+        .expect("running kestrel");
+    assert!(out.status.success());
+    kestrel_testenv::apply_yaml(client, &String::from_utf8(out.stdout).unwrap(), false)
+        .await
+        .expect("applying the agent's manifests");
+    let token =
+        kestrel_testenv::install::service_account_token(client, "kube-system", "kestrel-agent")
+            .await;
+    let dir = kestrel_testenv::unique_dir("agent");
+    let kubeconfig = dir.join("agent.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        kestrel_testenv::install::token_kubeconfig(&env.cp.server, &token),
+    )
+    .unwrap();
+    let gpus = dir.join("gpus.yaml");
+    std::fs::write(&gpus, GPUS).unwrap();
+    let plugin_dir = dir.join("dp");
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    let log = dir.join("agent.log");
+    let agent = Agent(
+        Command::new(kestrel_bin())
+            .arg("agent")
+            .args(["--node-name", node])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--fake-gpus")
+            .arg(&gpus)
+            .arg("--device-plugin-dir")
+            .arg(&plugin_dir)
+            .arg("--pod-resources-socket")
+            .arg(dir.join("pod-resources.sock"))
+            .arg(format!(
+                "--metrics-addr=127.0.0.1:{}",
+                kestrel_testenv::free_port()
+            ))
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting kestrel agent"),
+    );
+    (agent, log, plugin_dir)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_publishes_its_node_and_the_schedulers_choice_reaches_allocate() {
     let Some((env, _serial)) = env() else { return };
@@ -62,52 +115,7 @@ async fn agent_publishes_its_node_and_the_schedulers_choice_reaches_allocate() {
     }
     kestrel_testenv::create_gpu_nodes(&client, vec![node]).await;
 
-    // The agent's ServiceAccount and RBAC from its own manifests.
-    let out = Command::new(kestrel_bin())
-        .args(["manifests", "--agent"])
-        .output()
-        .expect("running kestrel");
-    assert!(out.status.success());
-    kestrel_testenv::apply_yaml(&client, &String::from_utf8(out.stdout).unwrap(), false)
-        .await
-        .expect("applying the agent's manifests");
-    let token =
-        kestrel_testenv::install::service_account_token(&client, "kube-system", "kestrel-agent")
-            .await;
-    let dir = kestrel_testenv::unique_dir("agent");
-    let kubeconfig = dir.join("agent.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        kestrel_testenv::install::token_kubeconfig(&env.cp.server, &token),
-    )
-    .unwrap();
-    let gpus = dir.join("gpus.yaml");
-    std::fs::write(&gpus, GPUS).unwrap();
-    let plugin_dir = dir.join("dp");
-    std::fs::create_dir_all(&plugin_dir).unwrap();
-    let log = dir.join("agent.log");
-    let _agent = Agent(
-        Command::new(kestrel_bin())
-            .arg("agent")
-            .args(["--node-name", node_name])
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--fake-gpus")
-            .arg(&gpus)
-            .arg("--device-plugin-dir")
-            .arg(&plugin_dir)
-            .arg("--pod-resources-socket")
-            .arg(dir.join("pod-resources.sock"))
-            .arg(format!(
-                "--metrics-addr=127.0.0.1:{}",
-                kestrel_testenv::free_port()
-            ))
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("starting kestrel agent"),
-    );
+    let (_agent, log, plugin_dir) = start_agent(env, &client, node_name).await;
 
     // Published: GPU Feature Discovery's labels, the topology template, the condition.
     let nodes: Api<Node> = Api::all(client.clone());
@@ -234,4 +242,46 @@ async fn agent_publishes_its_node_and_the_schedulers_choice_reaches_allocate() {
     .await;
     let log_text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(!log_text.contains("cannot"), "{log_text}");
+}
+
+/// On a node whose GPUs NVIDIA's DRA driver publishes (a ResourceSlice of `gpu.nvidia.com`
+/// for it, no `nvidia.com/gpu`), the agent registers no device plugin and still publishes
+/// the node's labels and topology.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_dra_node_the_agent_serves_no_device_plugin() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let node_name = "agent-dra-0";
+    let node = kestrel_testenv::gpu_node(node_name, 0, &[]);
+    kestrel_testenv::create_gpu_nodes(&client, vec![node]).await;
+    let slice = kestrel_testenv::nodes::nvidia_gpu_slice(node_name, 8);
+    kestrel_testenv::apply_yaml(&client, &serde_json::to_string(&slice).unwrap(), false)
+        .await
+        .expect("applying the slice");
+    let (_agent, log, plugin_dir) = start_agent(env, &client, node_name).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    eventually(
+        Duration::from_secs(30),
+        "the agent's topology on the node",
+        || {
+            let nodes = nodes.clone();
+            async move {
+                let n = nodes.get(node_name).await.ok()?;
+                n.metadata
+                    .annotations?
+                    .contains_key("kestrel.dev/gpu-topology")
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        log_text.contains("NVIDIA's DRA driver publishes this node's GPUs: no device plugin"),
+        "{log_text}"
+    );
+    assert!(!log_text.contains("cannot"), "{log_text}");
+    let sockets: Vec<_> = std::fs::read_dir(&plugin_dir).unwrap().collect();
+    assert!(sockets.is_empty(), "{sockets:?}");
+    cleanup(&client, "agent-dra-", &[]).await;
 }
