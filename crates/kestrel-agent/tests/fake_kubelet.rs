@@ -488,29 +488,35 @@ async fn wait_for(mut f: impl FnMut() -> bool) {
     }
 }
 
-#[tokio::test]
-async fn a_missing_device_plugin_directory_is_an_error_naming_it() {
-    let fake: Arc<dyn GpuBackend> =
-        Arc::new(FakeBackend::parse(Path::new("gpus.yaml"), GPUS).unwrap());
-    let missing = std::env::temp_dir().join(format!("ka-missing-{}", std::process::id()));
-    let cfg = AgentConfig {
+/// The agent with its device plugin in `missing`, a directory that does not exist (so
+/// that serving the plugin fails, naming it).
+fn plugin_in_missing_dir(missing: &Path, publish: bool) -> AgentConfig {
+    AgentConfig {
         node: NODE.into(),
         fake_gpus: None,
-        sysfs_root: missing.clone(),
+        sysfs_root: missing.to_path_buf(),
         without_nvml: WithoutNvml::Exit,
         metrics_addr: "127.0.0.1:0".parse().unwrap(),
         pod_resources_socket: missing.join("pr.sock"),
         plugin: Some(PluginConfig {
             node: NODE.into(),
             resource_name: "nvidia.com/gpu".into(),
-            dir: missing.clone(),
+            dir: missing.to_path_buf(),
             socket_name: "k.sock".into(),
             cdi: CdiNames::None,
         }),
-        publish: false,
+        publish,
         health: HealthPolicy::default(),
         rediscover_every: Duration::from_secs(3600),
-    };
+    }
+}
+
+#[tokio::test]
+async fn a_missing_device_plugin_directory_is_an_error_naming_it() {
+    let fake: Arc<dyn GpuBackend> =
+        Arc::new(FakeBackend::parse(Path::new("gpus.yaml"), GPUS).unwrap());
+    let missing = std::env::temp_dir().join(format!("ka-missing-{}", std::process::id()));
+    let cfg = plugin_in_missing_dir(&missing, false);
     let (_stop, stop_rx) = watch::channel(false);
     let cluster = Arc::new(Cluster::Memory(MemoryCluster::default()));
     let err = tokio::time::timeout(WAIT, agent::run(cfg, fake, cluster, stop_rx, None))
@@ -529,24 +535,7 @@ async fn a_missing_device_plugin_directory_is_an_error_naming_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_device_plugin_where_dra_publishes_the_gpus() {
     let missing = std::env::temp_dir().join(format!("ka-dra-{}", std::process::id()));
-    let cfg = || AgentConfig {
-        node: NODE.into(),
-        fake_gpus: None,
-        sysfs_root: missing.clone(),
-        without_nvml: WithoutNvml::Exit,
-        metrics_addr: "127.0.0.1:0".parse().unwrap(),
-        pod_resources_socket: missing.join("pr.sock"),
-        plugin: Some(PluginConfig {
-            node: NODE.into(),
-            resource_name: "nvidia.com/gpu".into(),
-            dir: missing.clone(),
-            socket_name: "k.sock".into(),
-            cdi: CdiNames::None,
-        }),
-        publish: true,
-        health: HealthPolicy::default(),
-        rediscover_every: Duration::from_secs(3600),
-    };
+    let cfg = || plugin_in_missing_dir(&missing, true);
     let fake = || -> Arc<dyn GpuBackend> {
         Arc::new(FakeBackend::parse(Path::new("gpus.yaml"), GPUS).unwrap())
     };

@@ -192,6 +192,20 @@ fn generated_claim(pod: &Pod) -> Option<String> {
         .clone()
 }
 
+/// Until the scheduler has reported pod `name` unschedulable (`PodScheduled=False`): the
+/// positive sign that it saw the pod and found no room.
+async fn reported_unschedulable(api: &Api<Pod>, name: &str, what: &str) {
+    eventually(Duration::from_secs(30), what, || async {
+        let pod = api.get(name).await.ok()?;
+        pod.status?
+            .conditions?
+            .into_iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .then_some(())
+    })
+    .await;
+}
+
 fn name_of(pod: &Pod) -> String {
     pod.metadata.name.clone().unwrap_or_default()
 }
@@ -1105,15 +1119,7 @@ async fn kube_scheduler_and_kestrel_share_dra_nodes() {
         // They wait: every device is taken (the scheduler has seen them once it says so).
         for i in 0..2 {
             let name = format!("{prefix}{i}");
-            eventually(Duration::from_secs(30), "the newcomers waiting", || async {
-                let pod = api.get(&name).await.ok()?;
-                pod.status?
-                    .conditions?
-                    .into_iter()
-                    .any(|c| c.type_ == "PodScheduled" && c.status == "False")
-                    .then_some(())
-            })
-            .await;
+            reported_unschedulable(&api, &name, "the newcomers waiting").await;
         }
         for name in &going {
             api.delete(name, &DeleteParams::default().grace_period(0))
@@ -1199,7 +1205,7 @@ fn extended_claim_shape(claim: &ResourceClaim, pod: &Pod) -> serde_json::Value {
 ///    allocated on its node and reserved for it, no device twice (sampled while they
 ///    bind).
 /// 2. One of Kestrel's pods goes: a waiting pod takes its devices once its claim is
-///    released.
+///    released (either of the two).
 /// 3. Without the class, nvidia.com/gpu is not served there: a new pod waits with GPUs
 ///    free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1290,7 +1296,6 @@ async fn nvidia_gpu_pods_take_dra_gpus_through_the_claim_kube_scheduler_writes()
     // second node.
     let (bound, pending) = settle("Kestrel's pods", 3).await;
     assert_eq!(pending.len(), 2, "{bound:?}");
-    let waiting = pending.iter().next().unwrap().clone();
     let claim_of = |pod: &Pod| -> String {
         pod.status
             .as_ref()
@@ -1326,24 +1331,19 @@ async fn nvidia_gpu_pods_take_dra_gpus_through_the_claim_kube_scheduler_writes()
         );
     }
     // The ones that wait say why, in kube-scheduler's words.
-    eventually(Duration::from_secs(30), "a pod waiting", || async {
-        let pod = api.get(&waiting).await.ok()?;
-        pod.status?
-            .conditions?
-            .into_iter()
-            .any(|c| c.type_ == "PodScheduled" && c.status == "False")
-            .then_some(())
-    })
-    .await;
+    for name in &pending {
+        reported_unschedulable(&api, name, "the pods waiting").await;
+    }
 
-    // 2. One of Kestrel's pods goes: the waiting one takes its devices.
+    // 2. One of Kestrel's pods goes: one of the waiting ones takes its devices.
     let going = bound.keys().find(|n| n.starts_with("k-")).unwrap().clone();
     api.delete(&going, &DeleteParams::default().grace_period(0))
         .await
         .expect("deleting a bound pod");
+    let waiting = pending;
     let (bound, pending) = settle("the freed devices", 3).await;
     assert!(
-        pending.len() == 1 && bound.contains_key(&waiting),
+        pending.len() == 1 && waiting.iter().any(|w| bound.contains_key(w)),
         "{bound:?}"
     );
 
@@ -1356,19 +1356,7 @@ async fn nvidia_gpu_pods_take_dra_gpus_through_the_claim_kube_scheduler_writes()
         .expect("deleting a bound pod");
     settle("two GPUs free", 2).await;
     create_pods(&client, vec![plugin_pod(NS, SCHEDULER, "k-after", 1, None)]).await;
-    eventually(
-        Duration::from_secs(30),
-        "no class, no nvidia.com/gpu",
-        || async {
-            let pod = api.get("k-after").await.ok()?;
-            pod.status?
-                .conditions?
-                .into_iter()
-                .any(|c| c.type_ == "PodScheduled" && c.status == "False")
-                .then_some(())
-        },
-    )
-    .await;
+    reported_unschedulable(&api, "k-after", "no class, no nvidia.com/gpu").await;
     assert!(node_of(&api.get("k-after").await.unwrap()).is_none());
     assert_invariants(&client).await;
     cleanup(&client, &format!("{NS}-"), &[NS]).await;
