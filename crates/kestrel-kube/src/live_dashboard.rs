@@ -226,6 +226,11 @@ impl Source for LeaderSource {
             return hit.clone();
         }
         let view = published.view.lock().map_err(poisoned)?;
+        // Pages open in many browsers ask the same paths after each update: those that
+        // waited for the lock take the answer the first one computed.
+        if let Some(hit) = published.answers.lock().map_err(poisoned)?.get(&key) {
+            return hit.clone();
+        }
         let estimates = Estimates::declared();
         let predict = |targets: &[PodId]| {
             let deadline = Some(Deadline::after(PREDICT_BUDGET));

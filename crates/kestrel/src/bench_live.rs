@@ -51,6 +51,11 @@ pub struct LiveArgs {
     /// allocation, the binding) to measure what the API server takes.
     #[arg(long, conflicts_with = "inter_pod")]
     dra: bool,
+    /// Kestrel serves its dashboard (`--dashboard-addr`) and this many clients keep it
+    /// open as the page does: each follows /api/stream and reads the summary, the GPU map
+    /// and the pending list after every update. 0: no dashboard.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    dashboard_clients: usize,
     /// Give up on a scheduler that has not bound every pod after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
@@ -179,17 +184,27 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
         let started = Instant::now();
         let mut kestrel = None;
         let mut plain = None;
+        let mut dashboard = None;
         if scheduler == PLAIN_CLIENT {
             plain = Some(tokio::spawn(plain_client_binds(client.clone(), ns.clone())));
         } else if scheduler == "kestrel" {
             let exe = std::env::current_exe().context("finding the kestrel binary")?;
             let (q, b) = (format!("--qps={qps}"), format!("--burst={burst}"));
+            let mut flags = vec!["--leader-elect=false".to_string(), q, b];
+            if args.dashboard_clients > 0 {
+                let addr = std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .context("finding a free port for the dashboard")?;
+                flags.push(format!("--dashboard-addr={addr}"));
+                dashboard = Some(DashboardClients::open(addr, args.dashboard_clients));
+            }
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
             kestrel = Some(kestrel_testenv::Kestrel::start(
                 &exe,
                 &cp.kubeconfig,
                 &cp.dir,
                 "kestrel-bench",
-                &["--leader-elect=false", &q, &b],
+                &flags,
             ));
         } else {
             cp.start_kube_scheduler(&[
@@ -199,6 +214,12 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
         }
         let outcome = tokio::time::timeout(Duration::from_secs(args.timeout), counter).await;
         let peak_rss_mib = kestrel.as_ref().and_then(|k| k.peak_rss_mib());
+        if let Some(d) = dashboard {
+            let (clients, updates, reads) = d.counts();
+            eprintln!(
+                "{scheduler}: dashboard open in {clients} clients while binding: {updates} updates heard, {reads} pages read (summary, map, pending)"
+            );
+        }
         if let Some(mut k) = kestrel {
             k.terminate(Duration::from_secs(20));
         } else if let Some(plain) = plain {
@@ -272,6 +293,79 @@ async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()
     }
     report(args, qps, burst, &runs);
     Ok(())
+}
+
+/// Clients that keep the dashboard open as a browser page does (threads with blocking
+/// sockets: they end when the server goes away).
+struct DashboardClients {
+    clients: usize,
+    updates: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl DashboardClients {
+    fn open(addr: std::net::SocketAddr, clients: usize) -> Self {
+        use std::io::{BufRead, BufReader, Read, Write};
+        use std::sync::atomic::Ordering;
+        let updates = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let reads = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        for _ in 0..clients {
+            let (updates, reads) = (updates.clone(), reads.clone());
+            std::thread::spawn(move || {
+                let get = |path: &str| -> Option<()> {
+                    let mut s = std::net::TcpStream::connect(addr).ok()?;
+                    write!(
+                        s,
+                        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
+                    )
+                    .ok()?;
+                    s.read_to_end(&mut Vec::new()).ok()?;
+                    Some(())
+                };
+                // The server starts with the scheduler: try for a while.
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let stream = loop {
+                    match std::net::TcpStream::connect(addr) {
+                        Ok(s) => break s,
+                        Err(_) if Instant::now() < deadline => {
+                            std::thread::sleep(Duration::from_millis(100))
+                        }
+                        Err(_) => return,
+                    }
+                };
+                let mut writer = &stream;
+                if write!(writer, "GET /api/stream HTTP/1.1\r\nhost: {addr}\r\n\r\n").is_err() {
+                    return;
+                }
+                for line in BufReader::new(&stream).lines().map_while(Result::ok) {
+                    if !line.starts_with("data: ") {
+                        continue;
+                    }
+                    updates.fetch_add(1, Ordering::Relaxed);
+                    let read = ["/api/summary", "/api/map", "/api/pending"]
+                        .iter()
+                        .all(|p| get(p).is_some());
+                    if read {
+                        reads.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        DashboardClients {
+            clients,
+            updates,
+            reads,
+        }
+    }
+
+    fn counts(&self) -> (usize, u64, u64) {
+        use std::sync::atomic::Ordering;
+        (
+            self.clients,
+            self.updates.load(Ordering::Relaxed),
+            self.reads.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// The bench's own API calls, at most 32 in flight; the first error ends the run.
