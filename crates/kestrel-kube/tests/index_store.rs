@@ -646,3 +646,129 @@ fn csinode_limits_hold_pods_until_the_node_may_attach_their_volumes() {
     let out = state.cycle(2);
     assert_eq!(out.binds.len(), 1, "{:?}", out.unschedulable);
 }
+
+/// A node without `nvidia.com/gpu` whose four GPUs NVIDIA's DRA driver publishes, and a
+/// DeviceClass that serves `nvidia.com/gpu` from them.
+fn dra_served(state: &mut ClusterState, node_name: &str) {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
+    state.apply_node(&node(node_name, 0)).unwrap();
+    let devices: Vec<serde_json::Value> = (0..4)
+        .map(|i| {
+            json!({"name": format!("gpu-{i}"), "attributes": {
+            "type": {"string": "gpu"}, "index": {"int": i}}})
+        })
+        .collect();
+    let slice: ResourceSlice = serde_json::from_value(json!({
+        "metadata": {"name": format!("{node_name}-gpus")},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": node_name,
+                 "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices}}))
+    .unwrap();
+    state.apply_resource_slice(&format!("{node_name}-gpus"), Some(&slice));
+    let class: DeviceClass = serde_json::from_value(json!({
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {"extendedResourceName": "nvidia.com/gpu",
+                 "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}}))
+    .unwrap();
+    state.apply_device_class("gpu.nvidia.com", Some(&class));
+}
+
+/// An extended-resource claim of pod `owner` (uid `u-<owner>`), allocated on `devices` of
+/// node `node` when given.
+fn extended_claim(
+    name: &str,
+    owner: &str,
+    node: &str,
+    devices: &[u32],
+) -> k8s_openapi::api::resource::v1::ResourceClaim {
+    let results: Vec<serde_json::Value> = devices
+        .iter()
+        .map(|i| {
+            json!({"request": "container-0-request-1", "driver": "gpu.nvidia.com",
+                        "pool": node, "device": format!("gpu-{i}")})
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ml",
+            "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": owner,
+                                 "uid": format!("u-{owner}"), "controller": true}]},
+        "spec": {"devices": {"requests": [{"name": "container-0-request-1", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount",
+            "count": devices.len()}}]}},
+        "status": {"allocation": {"devices": {"results": results}, "nodeSelector": {
+            "nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}}))
+    .unwrap()
+}
+
+#[test]
+fn nvidia_gpu_pods_on_dra_nodes_get_the_claim_kube_scheduler_writes() {
+    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    dra_served(&mut state, "d-0");
+    // Another scheduler's pod, seen bound before its claim: counted on two GPUs the index
+    // picks, then on those its claim names (2 and 3) once the claim comes.
+    let mut theirs = pod("theirs", 2, Some("d-0"));
+    theirs.spec.as_mut().unwrap().scheduler_name = Some("default-scheduler".into());
+    theirs.status = Some(
+        serde_json::from_value(json!({"extendedResourceClaimStatus": {
+            "resourceClaimName": "theirs-x", "requestMappings": []}}))
+        .unwrap(),
+    );
+    state.apply_pod(&theirs);
+    assert_eq!(free_gpus(&state, "d-0"), 2000);
+    state.apply_resource_claim(&extended_claim("theirs-x", "theirs", "d-0", &[2, 3]));
+    // The pod and its claim on the same two GPUs: two are free.
+    assert_eq!(free_gpus(&state, "d-0"), 2000);
+    // Ours: two GPUs, bound with the claim written first (the free ones, 0 and 1).
+    state.apply_pod(&pod("ours", 2, None));
+    let out = state.cycle(0);
+    assert_eq!(out.binds.len(), 1);
+    let job = out.binds[0]
+        .extended_claim
+        .as_ref()
+        .expect("an extended claim");
+    assert_eq!(
+        job.claim["metadata"]["generateName"],
+        "ours-extended-resources-"
+    );
+    assert_eq!(job.claim["metadata"]["ownerReferences"][0]["uid"], "u-ours");
+    assert_eq!(
+        job.claim["spec"]["devices"]["requests"],
+        json!([{"name": "container-0-request-1", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}}])
+    );
+    let devices: Vec<&str> = job.status["allocation"]["devices"]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["device"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        devices,
+        ["gpu-0", "gpu-1"],
+        "not the GPUs the other pod's claim holds"
+    );
+    assert_eq!(job.status["reservedFor"][0]["uid"], "u-ours");
+    assert_eq!(
+        job.mappings,
+        vec![
+            json!({"containerName": "c", "resourceName": "nvidia.com/gpu",
+                    "requestName": "container-0-request-1"})
+        ]
+    );
+    assert_eq!(job.stale, None);
+    // The bind fails after a claim was left behind: the next try deletes it first.
+    let id = out.binds[0].id;
+    state.apply_resource_claim(&extended_claim("ours-old", "ours", "d-0", &[]));
+    state.bind_result(id, BindOutcome::Retry("timeout".into()));
+    let again = state.cycle(1);
+    let job = again.binds[0].extended_claim.as_ref().unwrap();
+    assert_eq!(job.stale.as_deref(), Some("ours-old"));
+    // A pod with GPUs on a plain node gets no claim.
+    state.apply_node(&node("plain", 8)).unwrap();
+    state.apply_pod(&pod("plain-pod", 8, None));
+    let out = state.cycle(2);
+    let plain = out.binds.iter().find(|b| b.name == "plain-pod").unwrap();
+    assert!(plain.extended_claim.is_none());
+}

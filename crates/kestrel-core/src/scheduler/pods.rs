@@ -87,6 +87,37 @@ impl Scheduler {
         Ok(id)
     }
 
+    /// A bound pod holds other devices of its node than it was counted on (another
+    /// scheduler bound it, and its claim, seen after the pod, names them): it holds those
+    /// from now on. Only whole GPUs, as many as before; `false` when nothing changed.
+    pub fn move_bound_gpus(&mut self, id: PodId, gpus: &GpuAssignment) -> bool {
+        let Some(PodPhase::Bound {
+            node, gpus: old, ..
+        }) = self.pods.get(id.0 as usize).map(|r| &r.phase)
+        else {
+            return false;
+        };
+        let node = *node;
+        let new = self.cluster.node(node).known_devices(gpus);
+        let same_count = matches!((old, &new), (GpuAssignment::Whole(a), GpuAssignment::Whole(b))
+            if a.len() == b.len());
+        if !same_count || *old == new {
+            return false;
+        }
+        let old = old.clone();
+        let key = self.node_key();
+        self.cluster.unindex(node);
+        let state = self.cluster.node_mut_unindexed(node);
+        state.reserve_devices(&old, false);
+        state.reserve_devices(&new, true);
+        self.cluster.reindex(node, &key);
+        if let PodPhase::Bound { gpus, .. } = &mut self.pods[id.0 as usize].phase {
+            *gpus = new;
+        }
+        self.capacity_may_have_grown();
+        true
+    }
+
     /// Undoes a binding the driver could not carry out (the API refused it): frees what the
     /// pod held and puts it back in the queue.
     pub fn unbind(&mut self, id: PodId) -> Result<(), ClusterError> {

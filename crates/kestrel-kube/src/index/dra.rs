@@ -399,11 +399,40 @@ impl ClusterState {
         if let Some(owner) = extended_claim_owner(claim) {
             let name = claim.metadata.name.clone().unwrap_or_default();
             self.dra.extended_claims.insert(owner, name);
+            self.follow_extended_claim(claim);
         }
         let new = !self.dra.claims.contains_key(&key);
         self.dra.claims.insert(key.clone(), Arc::new(claim.clone()));
         if new {
             self.reread_claim_pods(Some(&key), |t| matches!(t, PodState::Invalid(_)));
+        }
+    }
+
+    /// A bound pod's extended-resource claim came (or changed) after the pod: the pod
+    /// holds the GPUs its claim names, not those it was counted on until then.
+    fn follow_extended_claim(&mut self, claim: &ResourceClaim) {
+        let namespace = claim.metadata.namespace.as_deref().unwrap_or("default");
+        let Some(owner) = claim
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.kind == "Pod" && o.controller == Some(true))
+        else {
+            return;
+        };
+        let key = format!("{namespace}/{}", owner.name);
+        let Some(t) = self.pods.get(&key).filter(|t| t.uid == owner.uid) else {
+            return;
+        };
+        let PodState::Bound { id, node } = &t.state else {
+            return;
+        };
+        let (id, node) = (*id, node.clone());
+        if let Some(gpus) = self.claim_gpus(claim, &node) {
+            if self.scheduler.move_bound_gpus(id, &gpus) {
+                tracing::info!(pod = %key, ?gpus, "counted on the GPUs its claim names");
+            }
         }
     }
 
@@ -437,6 +466,11 @@ impl ClusterState {
             .resource_claim_name;
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let claim = self.dra.claims.get(&format!("{namespace}/{name}"))?;
+        self.claim_gpus(claim, node)
+    }
+
+    /// The GPUs of `node` behind the devices a claim's allocation names.
+    fn claim_gpus(&self, claim: &ResourceClaim, node: &str) -> Option<GpuAssignment> {
         let results = claim
             .status
             .as_ref()?
