@@ -6,6 +6,8 @@
 // and run one at a time, each on its own runtime, so no task waits on another's guard.
 #![allow(clippy::await_holding_lock)]
 
+mod browser;
+mod dashboard;
 mod live;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -1160,6 +1162,40 @@ async fn the_dashboard_follows_the_leaders_binds_and_a_standby_says_so() {
     );
     let (_, summary) = dashboard_get(&addrs[leader], "/api/summary").unwrap();
     assert_eq!(summary["source"], "leader", "{summary}");
+    // The pages in a browser: the standby's says so, the leader's stays open while pods bind.
+    let mut page = match browser::find_chromium() {
+        Some(chromium) => {
+            let profile = env.cp.dir.join("dashboard-browser");
+            let log = env.cp.dir.join("dashboard-chromium.log");
+            let mut b = browser::Browser::launch(&chromium, &profile, &log);
+            b.open(&format!("http://{}/", addrs[standby]));
+            let text = b.wait_for(
+                "the standby's page saying it is not the leader",
+                "document.querySelector('#view .error')",
+                "document.querySelector('#view').innerText",
+            );
+            assert!(text.as_str().unwrap().contains("not the leader"), "{text}");
+            b.call(
+                "Page.navigate",
+                json!({ "url": format!("http://{}/", addrs[leader]) }),
+            );
+            let drawn = b.wait_for(
+                "the leader's GPU map drawn",
+                "window.kestrel && window.kestrel.ready && document.querySelector('#map')?.dataset.busy !== undefined",
+                browser::DRAWN,
+            );
+            let (_, before) = dashboard_get(&addrs[leader], "/api/map").unwrap();
+            assert_eq!(drawn["busy"], before["counts"]["busy"], "{drawn}");
+            Some((b, drawn["busy"].as_u64().unwrap()))
+        }
+        None => {
+            kestrel_invariants::shared::skip_or_fail(
+                "the live dashboard's pages cannot be opened: no chromium on PATH \
+                 (apt-get install chromium, or set KESTREL_CHROMIUM)",
+            );
+            None
+        }
+    };
 
     // A page open on the leader: it hears of every change over the stream.
     let versions = stream_versions(addrs[leader].clone());
@@ -1195,6 +1231,27 @@ async fn the_dashboard_follows_the_leaders_binds_and_a_standby_says_so() {
         "{}",
         map["counts"]
     );
+    // The open page followed the binds (over /api/stream) and draws what the API says.
+    if let Some((b, before)) = page.as_mut() {
+        let drawn = b.wait_for(
+            "the open page showing the three binds",
+            &format!(
+                "!document.querySelector('#live').hidden && +document.querySelector('#map')?.dataset.busy === {}",
+                *before + 9
+            ),
+            browser::DRAWN,
+        );
+        let (_, now) = dashboard_get(&addrs[leader], "/api/map").unwrap();
+        for k in ["busy", "shared", "free", "fragmented"] {
+            assert_eq!(
+                drawn[k], now["counts"][k],
+                "{k}: drawn {drawn}, /api/map {}",
+                now["counts"]
+            );
+        }
+        assert!(b.errors.is_empty(), "page errors: {:?}", b.errors);
+    }
+    drop(page);
     create_pods(&client, vec![gpu_pod(ns, "big", scheduler, 8, &[], &[])]).await;
     let later = versions
         .recv_timeout(Duration::from_secs(30))
