@@ -8,7 +8,10 @@
 use super::{ClusterState, PodState};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
-use kestrel_core::{ClaimAllocation, DeviceClaim, GpuAssignment, NodeId, NodeSpec, PodId, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kestrel_core::{
+    ClaimAllocation, DeviceClaim, DeviceResult, GpuAssignment, NodeId, NodeSpec, PodId, PodSpec,
+};
 use kestrel_k8s::dra::{self, ClaimSource, DeviceClasses, ExtendedMapping, GpuBacking, SliceBook};
 use kestrel_k8s::fields::Ctx;
 use kestrel_k8s::live;
@@ -50,7 +53,7 @@ pub(super) struct DraBook {
     backing: Option<GpuBacking>,
     /// Pending pods asking for `nvidia.com/gpu` (pod key): the requests of the claim
     /// written for them where a DRA device class serves it.
-    extended: HashMap<String, Arc<ExtendedGpus>>,
+    extended: HashMap<String, ExtendedGpus>,
     /// Pod uid -> the name of the extended-resource claim made for it (by the claims'
     /// owner references): one left by a bind that failed is deleted before the next.
     extended_claims: HashMap<String, String>,
@@ -135,8 +138,8 @@ pub struct ExtendedClaimJob {
 /// The annotation that marks the claim made for a pod's extended resources.
 pub const EXTENDED_CLAIM_ANNOTATION: &str = "resource.kubernetes.io/extended-resource-claim";
 
-/// The uid of the pod an extended-resource claim was made for (its controller owner).
-fn extended_claim_owner(claim: &ResourceClaim) -> Option<String> {
+/// The pod an extended-resource claim was made for (its controller owner).
+fn extended_claim_owner(claim: &ResourceClaim) -> Option<&OwnerReference> {
     let marked = claim
         .metadata
         .annotations
@@ -152,7 +155,6 @@ fn extended_claim_owner(claim: &ResourceClaim) -> Option<String> {
         .iter()
         .flatten()
         .find(|o| o.kind == "Pod" && o.controller == Some(true))
-        .map(|o| o.uid.clone())
 }
 
 /// The finalizer an allocated claim carries while its allocation is in use.
@@ -398,8 +400,8 @@ impl ClusterState {
         }
         if let Some(owner) = extended_claim_owner(claim) {
             let name = claim.metadata.name.clone().unwrap_or_default();
-            self.dra.extended_claims.insert(owner, name);
-            self.follow_extended_claim(claim);
+            self.dra.extended_claims.insert(owner.uid.clone(), name);
+            self.follow_extended_claim(claim, owner);
         }
         let new = !self.dra.claims.contains_key(&key);
         self.dra.claims.insert(key.clone(), Arc::new(claim.clone()));
@@ -410,17 +412,8 @@ impl ClusterState {
 
     /// A bound pod's extended-resource claim came (or changed) after the pod: the pod
     /// holds the GPUs its claim names, not those it was counted on until then.
-    fn follow_extended_claim(&mut self, claim: &ResourceClaim) {
+    fn follow_extended_claim(&mut self, claim: &ResourceClaim, owner: &OwnerReference) {
         let namespace = claim.metadata.namespace.as_deref().unwrap_or("default");
-        let Some(owner) = claim
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.kind == "Pod" && o.controller == Some(true))
-        else {
-            return;
-        };
         let key = format!("{namespace}/{}", owner.name);
         let Some(t) = self.pods.get(&key).filter(|t| t.uid == owner.uid) else {
             return;
@@ -445,10 +438,10 @@ impl ClusterState {
                 if self
                     .dra
                     .extended_claims
-                    .get(&owner)
+                    .get(&owner.uid)
                     .is_some_and(|n| n == name)
                 {
-                    self.dra.extended_claims.remove(&owner);
+                    self.dra.extended_claims.remove(&owner.uid);
                 }
             }
         }
@@ -502,7 +495,7 @@ impl ClusterState {
             .filter(|(requests, _)| !requests.is_empty());
         match requests {
             Some((requests, mappings)) => {
-                let gpus = Arc::new(ExtendedGpus { requests, mappings });
+                let gpus = ExtendedGpus { requests, mappings };
                 self.dra.extended.insert(key.to_string(), gpus);
             }
             None => {
@@ -544,10 +537,12 @@ impl ClusterState {
                     );
                     return None;
                 };
-                results.push(
-                    json!({"request": request, "driver": d.driver, "pool": d.pool,
-                                    "device": d.name}),
-                );
+                results.push(DeviceResult {
+                    request: request.clone(),
+                    driver: d.driver.clone(),
+                    pool: d.pool.clone(),
+                    device: d.name.clone(),
+                });
             }
         }
         // As kube-scheduler 1.37 writes it (compared in live_dra): no blockOwnerDeletion
@@ -564,12 +559,12 @@ impl ClusterState {
             },
             "spec": {"devices": {"requests": requests}},
         });
+        let allocation = ClaimAllocation {
+            node: spec.name.clone(),
+            results,
+        };
         let status = json!({
-            "allocation": {
-                "devices": {"results": results},
-                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                    {"key": "metadata.name", "operator": "In", "values": [spec.name]}]}]},
-            },
+            "allocation": allocation_json(&allocation),
             "reservedFor": [{"resource": "pods", "name": name, "uid": uid}],
         });
         let mappings = wanted
@@ -680,6 +675,21 @@ impl ClusterState {
     }
 }
 
+/// A claim's `status.allocation` as the API takes it: the devices, and the node they are on.
+fn allocation_json(allocation: &ClaimAllocation) -> serde_json::Value {
+    let results: Vec<serde_json::Value> = allocation
+        .results
+        .iter()
+        .map(|r| json!({"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device}))
+        .collect();
+    json!({
+        "devices": {"results": results},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [allocation.node]}
+        ]}]},
+    })
+}
+
 /// The claim with `allocation` in its status (when it has none) and the pod reserved.
 fn claim_write(
     claim: &ResourceClaim,
@@ -695,19 +705,7 @@ fn claim_write(
     let mut changed = false;
     let fresh = status.get("allocation").is_none_or(|a| a.is_null());
     if fresh {
-        let results: Vec<serde_json::Value> = allocation
-            .results
-            .iter()
-            .map(|r| {
-                json!({"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device})
-            })
-            .collect();
-        status["allocation"] = json!({
-            "devices": {"results": results},
-            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                {"key": "metadata.name", "operator": "In", "values": [allocation.node]}
-            ]}]},
-        });
+        status["allocation"] = allocation_json(allocation);
         changed = true;
     }
     let reserved = status
