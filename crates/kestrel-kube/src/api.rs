@@ -240,39 +240,34 @@ impl ApiWriter {
             .await
             .map_err(|e| BindOutcome::Retry(format!("creating {what}: {e}")))?;
         let name = created.metadata.name.clone().unwrap_or_default();
-        let fail = |outcome: BindOutcome| (name.clone(), outcome);
-        let written: Result<(), (String, BindOutcome)> = async {
+        let written: Result<(), BindOutcome> = async {
             created.status = Some(
                 serde_json::from_value(extended.status.clone())
-                    .map_err(|e| fail(BindOutcome::Retry(format!("{what}: {e}"))))?,
+                    .map_err(|e| BindOutcome::Retry(format!("{what}: {e}")))?,
             );
             self.limiter.acquire().await;
             claims
                 .replace_status(&name, &params, &created)
                 .await
-                .map_err(|e| fail(BindOutcome::Retry(format!("allocating {what}: {e}"))))?;
+                .map_err(|e| BindOutcome::Retry(format!("allocating {what}: {e}")))?;
             let status = json!({"metadata": {"uid": job.uid}, "status": {"extendedResourceClaimStatus": {
                 "resourceClaimName": name, "requestMappings": extended.mappings}}});
             self.limiter.acquire().await;
             self.pods(&job.namespace)
                 .patch_status(&job.name, &Self::params(), &Patch::Merge(&status))
                 .await
-                .map_err(|e| {
-                    fail(match status_code(&e) {
-                        Some(404) | Some(409) => BindOutcome::PodGone,
-                        _ => BindOutcome::Retry(format!("naming {what} in the pod's status: {e}")),
-                    })
+                .map_err(|e| match status_code(&e) {
+                    Some(404) | Some(409) => BindOutcome::PodGone,
+                    _ => BindOutcome::Retry(format!("naming {what} in the pod's status: {e}")),
                 })?;
             Ok(())
         }
         .await;
-        match written {
-            Ok(()) => Ok(name),
-            Err((name, outcome)) => {
-                self.delete_extended_claim(&job.namespace, &name).await;
-                Err(outcome)
-            }
+        if let Err(outcome) = written {
+            self.delete_extended_claim(&job.namespace, &name).await;
+            return Err(outcome);
         }
+        Ok(name)
     }
 
     /// Deletes an extended-resource claim a bind made (its finalizer first: nothing else
