@@ -33,7 +33,9 @@ pub use devices::{
 };
 pub use explain::{GangProblem, NodeReason, Unschedulable, NUMA_ALIGNED_GPUS};
 pub use gang::{GangError, GangId, GangPhase, GangSpec, GangState, GangTopology};
-pub use inter_pod::{HostPort, InterPodRules, LabelSelector, PodAffinityTerm, SpreadConstraint};
+pub use inter_pod::{
+    selector_matches, HostPort, InterPodRules, LabelSelector, PodAffinityTerm, SpreadConstraint,
+};
 pub use model::*;
 pub use outcome::{ClusterError, Decisions};
 pub use policy::Policy;
@@ -52,4 +54,7 @@ pub use rng::Rng;
 pub use scheduler::{PodRecord, Scheduler, SchedulerConfig, DEFAULT_GANG_BACKOFF};
 pub use topology::GpuTopology;
 pub use types::{Binding, GpuAssignment, Millis, NodeId, PodId, PodPhase};
-pub use volumes::{AttachedVolume, VolumeRules, VolumeTopology};
+pub use volumes::{
+    AttachedVolume, ClaimBinding, ClaimTarget, StaticVolume, VolumeConflict, VolumeRules,
+    VolumeTopology,
+};

@@ -328,6 +328,18 @@ pub struct NodeSelectorTerm {
 }
 
 impl NodeSelectorTerm {
+    /// The term that selects one node by name (`metadata.name` in it).
+    pub fn node_named(name: &str) -> NodeSelectorTerm {
+        NodeSelectorTerm {
+            match_expressions: Vec::new(),
+            match_fields: vec![Requirement {
+                key: "metadata.name".to_string(),
+                operator: SelectorOperator::In,
+                values: vec![name.to_string()],
+            }],
+        }
+    }
+
     pub fn matches(&self, node: &NodeSpec) -> bool {
         // Kubernetes: a term with no requirements matches no node.
         if self.match_expressions.is_empty() && self.match_fields.is_empty() {

@@ -116,10 +116,9 @@ pub fn static_check(c: &PlacementConstraints, node: &NodeSpec) -> Result<i64, No
         }
     }
     if let Some(volumes) = &c.volumes {
-        volumes.allows(node).map_err(|conflict| match conflict {
-            crate::volumes::VolumeConflict::NodeAffinity => NodeReason::VolumeNodeAffinityConflict,
-            crate::volumes::VolumeConflict::Provisioning => NodeReason::VolumeBindConflict,
-        })?;
+        volumes
+            .allows(node)
+            .map_err(crate::scheduler::volume_reason)?;
     }
     score += c
         .affinity

@@ -97,7 +97,7 @@ fn placement(view: &mut PodView, spec: &PodSpec) {
         view.volume_affinity = volumes
             .topology
             .iter()
-            .filter(|t| !t.provision)
+            .filter(|t| !t.unbound)
             .filter_map(|t| {
                 Some(VolumeAffinity {
                     claim: t.claim.clone(),
@@ -111,6 +111,24 @@ fn placement(view: &mut PodView, spec: &PodSpec) {
             .iter()
             .map(|a| (a.driver.clone(), a.volume.clone()))
             .collect();
+    }
+}
+
+/// The volumes (or nodes) the engine bound a bound pod's unbound claims to: the pod must be
+/// where they allow, as if the claims were bound.
+fn claim_bindings(view: &mut PodView, s: &Scheduler, spec: &PodSpec) {
+    for claim in spec
+        .constraints
+        .volumes
+        .iter()
+        .flat_map(|v| v.unbound_claims())
+    {
+        if let Some(terms) = s.claim_binding(claim).and_then(|b| b.terms.as_deref()) {
+            view.volume_affinity.push(VolumeAffinity {
+                claim: claim.to_string(),
+                terms: node_terms(terms),
+            });
+        }
     }
 }
 
@@ -290,6 +308,7 @@ impl Snapshot {
                 };
                 placement(&mut view, &r.spec);
                 if matches!(r.phase, PodPhase::Bound { .. }) {
+                    claim_bindings(&mut view, s, &r.spec);
                     view.device_quota = device_quota(s, id, &r.spec);
                 }
                 view

@@ -9,14 +9,16 @@ use crate::index::{
     ProvisionJob, QueueStatusJob, StatusJob, DELETE_PROTECTION,
 };
 use crate::limiter::Limiter;
-use k8s_openapi::api::core::v1::{Binding, ObjectReference, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    Binding, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
+};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kestrel_k8s::crds::{ClusterQueue, LocalQueue, PodGroup, API_VERSION};
 use kestrel_k8s::live::{CHECKPOINT_REQUEST_ANNOTATION, GPU_INDICES_ANNOTATION};
-use kestrel_k8s::volumes::SELECTED_NODE_ANNOTATION;
+use kestrel_k8s::volumes::{BOUND_BY_CONTROLLER_ANNOTATION, SELECTED_NODE_ANNOTATION};
 use kestrel_k8s::warning::{FieldWarning, FIELD_NOT_HONOURED};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
@@ -35,6 +37,15 @@ const MAX_NOTE: usize = 1024;
 pub const VOLUME_BIND_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest condition message the API server accepts (metav1.Condition: 32 kB).
 const MAX_CONDITION_MESSAGE: usize = 32 * 1024;
+
+/// Whether a claim is bound (to `volume`, when given).
+fn claim_bound_to(claim: &PersistentVolumeClaim, volume: Option<&str>) -> bool {
+    let bound = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref());
+    match volume {
+        Some(v) => bound == Some(v),
+        None => bound.is_some_and(|v| !v.is_empty()),
+    }
+}
 
 /// `text` cut to at most `max` bytes (on a character boundary), marked with "...".
 fn truncated(text: &str, max: usize) -> String {
@@ -102,25 +113,25 @@ impl ApiWriter {
         Api::namespaced(self.client.clone(), namespace)
     }
 
-    /// Writes `node` on a claim that waits for its first consumer, and waits until the
-    /// claim is bound (up to [`VOLUME_BIND_TIMEOUT`]); `Err`: why the pod is tried again.
-    async fn provision(&self, job: &ProvisionJob, node: &str) -> Result<(), String> {
+    /// Binds a claim that waited for its first consumer, as kube-scheduler's volume binding
+    /// does: the claim is written on the PersistentVolume the engine chose for it (the
+    /// volume controller then binds the claim to it), or, for one to be provisioned, `node`
+    /// is written on the claim. Nothing is written for a claim bound already. `Err`: why
+    /// the pod is tried again.
+    async fn bind_claim(&self, job: &ProvisionJob, node: &str) -> Result<(), String> {
         let claims: Api<PersistentVolumeClaim> =
             Api::namespaced(self.client.clone(), &job.namespace);
         let what = format!("PersistentVolumeClaim {}/{}", job.namespace, job.claim);
-        let bound = |c: &PersistentVolumeClaim| {
-            c.spec
-                .as_ref()
-                .and_then(|s| s.volume_name.as_ref())
-                .is_some_and(|v| !v.is_empty())
-        };
         self.limiter.acquire().await;
         let current = claims
             .get(&job.claim)
             .await
             .map_err(|e| format!("reading {what}: {e}"))?;
-        if bound(&current) {
+        if claim_bound_to(&current, job.volume.as_deref()) {
             return Ok(());
+        }
+        if let Some(volume) = &job.volume {
+            return self.write_claim_ref(&current, volume, &what).await;
         }
         let selected = current
             .metadata
@@ -143,15 +154,84 @@ impl ApiWriter {
                     _ => format!("selecting node {node} for {what}: {e}"),
                 })?;
         }
+        Ok(())
+    }
+
+    /// Writes `claim` on PersistentVolume `volume` (`spec.claimRef`, with the
+    /// `pv.kubernetes.io/bound-by-controller` annotation), as kube-scheduler does, unless
+    /// the volume names it already; a volume another claim took refuses.
+    async fn write_claim_ref(
+        &self,
+        claim: &PersistentVolumeClaim,
+        volume: &str,
+        what: &str,
+    ) -> Result<(), String> {
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        self.limiter.acquire().await;
+        let pv = volumes
+            .get(volume)
+            .await
+            .map_err(|e| format!("reading PersistentVolume {volume} for {what}: {e}"))?;
+        let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
+        let name = claim.metadata.name.as_deref().unwrap_or_default();
+        match pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
+            Some(r)
+                if r.namespace.as_deref() == Some(namespace)
+                    && r.name.as_deref() == Some(name)
+                    && r.uid
+                        .as_ref()
+                        .is_none_or(|u| Some(u) == claim.metadata.uid.as_ref()) =>
+            {
+                return Ok(());
+            }
+            Some(r) => {
+                return Err(format!(
+                    "PersistentVolume {volume} was taken by claim {}/{} before {what}; the pod \
+                     is tried again",
+                    r.namespace.as_deref().unwrap_or_default(),
+                    r.name.as_deref().unwrap_or_default()
+                ))
+            }
+            None => {}
+        }
+        self.limiter.acquire().await;
+        let patch = json!({
+            "metadata": {
+                "resourceVersion": pv.metadata.resource_version,
+                "annotations": {BOUND_BY_CONTROLLER_ANNOTATION: "yes"},
+            },
+            "spec": {"claimRef": {
+                "kind": "PersistentVolumeClaim", "apiVersion": "v1",
+                "namespace": namespace, "name": name,
+                "uid": claim.metadata.uid, "resourceVersion": claim.metadata.resource_version,
+            }},
+        });
+        volumes
+            .patch(volume, &Self::params(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| match status_code(&e) {
+                Some(409) => format!(
+                    "PersistentVolume {volume} changed since it was read; the pod is tried again"
+                ),
+                _ => format!("binding PersistentVolume {volume} to {what}: {e}"),
+            })?;
+        Ok(())
+    }
+
+    /// Waits until a claim [`Self::bind_claim`] bound is bound (up to
+    /// [`VOLUME_BIND_TIMEOUT`]); `Err`: why the pod is tried again.
+    async fn await_claim_bound(&self, job: &ProvisionJob, node: &str) -> Result<(), String> {
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &job.namespace);
+        let what = format!("PersistentVolumeClaim {}/{}", job.namespace, job.claim);
         let deadline = tokio::time::Instant::now() + VOLUME_BIND_TIMEOUT;
         loop {
-            tokio::time::sleep(Duration::from_millis(250)).await;
             self.limiter.acquire().await;
             let claim = claims
                 .get(&job.claim)
                 .await
                 .map_err(|e| format!("reading {what}: {e}"))?;
-            if bound(&claim) {
+            if claim_bound_to(&claim, job.volume.as_deref()) {
                 return Ok(());
             }
             let still_selected = claim
@@ -160,19 +240,28 @@ impl ApiWriter {
                 .as_ref()
                 .and_then(|a| a.get(SELECTED_NODE_ANNOTATION))
                 .is_some_and(|n| n == node);
-            if !still_selected {
+            if job.volume.is_none() && !still_selected {
                 // The provisioner gave up on the node (it takes the annotation off).
                 return Err(format!(
                     "{what} could not be provisioned on node {node}; the pod is tried again"
                 ));
             }
             if tokio::time::Instant::now() >= deadline {
+                let by = match &job.volume {
+                    Some(volume) => format!(
+                        "of writing it on PersistentVolume {volume} (is kube-controller-manager's \
+                         volume controller running?)"
+                    ),
+                    None => format!(
+                        "of selecting node {node} (is its StorageClass's provisioner running?)"
+                    ),
+                };
                 return Err(format!(
-                    "{what} was not bound within {}s of selecting node {node} (is its \
-                     StorageClass's provisioner running?); the pod is tried again",
+                    "{what} was not bound within {}s {by}; the pod is tried again",
                     VOLUME_BIND_TIMEOUT.as_secs()
                 ));
             }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
 
@@ -350,16 +439,19 @@ impl ApiWriter {
                 });
             }
         }
-        // Volumes that wait for their first consumer: the node chosen is written on each
-        // claim, then the pod waits for the provisioner to bind them, as kube-scheduler's
-        // volume binding does.
+        // Volumes that wait for their first consumer: every claim is written on its volume
+        // (or its node on it) first, then the pod waits for all of them to be bound, as
+        // kube-scheduler's volume binding does.
         for claim in &job.provision {
             if !still_leader() {
-                return BindOutcome::Retry(
-                    "leadership lost before the volumes were provisioned".into(),
-                );
+                return BindOutcome::Retry("leadership lost before the volumes were bound".into());
             }
-            if let Err(why) = self.provision(claim, &job.node).await {
+            if let Err(why) = self.bind_claim(claim, &job.node).await {
+                return BindOutcome::Retry(why);
+            }
+        }
+        for claim in &job.provision {
+            if let Err(why) = self.await_claim_bound(claim, &job.node).await {
                 return BindOutcome::Retry(why);
             }
         }

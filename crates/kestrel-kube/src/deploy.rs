@@ -212,9 +212,10 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             // this (what kube-scheduler is granted).
             rule(&["resource.k8s.io"], &["resourceclaims/binding"], &["update"]),
             // Volumes: claims, their volumes and classes narrow a pod's nodes; a claim that
-            // waits for its first consumer gets the node chosen (the selected-node
-            // annotation), as kube-scheduler writes it.
-            rule(&[""], &["persistentvolumes"], &["list", "watch"]),
+            // waits for its first consumer is written on the volume chosen (its claimRef)
+            // or gets the node chosen (the selected-node annotation), as kube-scheduler
+            // writes them.
+            rule(&[""], &["persistentvolumes"], &["get", "list", "watch", "patch"]),
             rule(&[""], &["persistentvolumeclaims"], &["get", "list", "watch", "patch"]),
             rule(&["storage.k8s.io"], &["storageclasses", "csinodes"], &["list", "watch"]),
             rule(&["scheduling.k8s.io"], &["priorityclasses"], &["list", "watch"]),

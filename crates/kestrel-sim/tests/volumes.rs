@@ -238,3 +238,180 @@ volumeBindingMode: WaitForFirstConsumer
     sim.run_to(8_000_000).unwrap();
     assert_eq!(sim.finish().pods.completed, 3);
 }
+
+/// A pod of 1 cpu for an hour mounting claims `claims` (`ml/<claim>`).
+fn pod_with(name: &str, claims: &[&str]) -> String {
+    let volumes: Vec<String> = claims
+        .iter()
+        .map(|c| format!("{{name: {c}, persistentVolumeClaim: {{claimName: {c}}}}}"))
+        .collect();
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: ml
+  annotations: {{kestrel.dev/sim-duration: 1h}}
+spec:
+  volumes: [{}]
+  containers:
+  - name: main
+    image: trainer
+    resources: {{requests: {{cpu: '1'}}}}
+---
+",
+        volumes.join(", ")
+    )
+}
+
+/// The class of local disks (no provisioner), a local volume on `node` of `size`, and
+/// claims of `size` in it.
+const LOCAL_CLASS: &str = "apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: local}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+---
+";
+
+fn local_volume(name: &str, node: &str, size: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: {name}}}
+spec:
+  storageClassName: local
+  capacity: {{storage: {size}}}
+  accessModes: [ReadWriteOnce]
+  local: {{path: /mnt/disks/{name}}}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [{node}]}}]
+---
+"
+    )
+}
+
+fn local_claim(name: &str, size: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {name}, namespace: ml}}
+spec:
+  storageClassName: local
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: {size}}}}}
+---
+"
+    )
+}
+
+#[test]
+fn claims_of_a_class_without_a_provisioner_take_local_volumes_one_claim_each() {
+    // Local disks on n0, n1 and n2; none on n3. Four pods, each with a claim of its own,
+    // and a fifth sharing the first one's claim.
+    let mut yaml = LOCAL_CLASS.to_string();
+    for i in 0..3 {
+        yaml += &local_volume(&format!("disk-n{i}"), &format!("n{i}"), "10Gi");
+    }
+    for i in 0..4 {
+        yaml += &local_claim(&format!("c{i}"), "5Gi");
+        yaml += &pod_with(&format!("p{i}"), &[&format!("c{i}")]);
+    }
+    yaml += &pod_with("p0-reader", &["c0"]);
+    let cluster = cluster(&["a"; 4]);
+    let workload = read(&yaml).unwrap();
+    let mut sim = kestrel_sim::Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(60_000).unwrap();
+    let placed: std::collections::BTreeMap<String, String> = sim
+        .placements()
+        .into_iter()
+        .map(|(pod, node, _)| (pod, node))
+        .collect();
+    let mut nodes: Vec<&String> = ["ml/p0", "ml/p1", "ml/p2"]
+        .iter()
+        .filter_map(|p| placed.get(*p))
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, ["n0", "n1", "n2"], "one disk each: {placed:?}");
+    for (pod, claim) in [("ml/p0", "ml/c0"), ("ml/p1", "ml/c1"), ("ml/p2", "ml/c2")] {
+        let binding = sim.scheduler().claim_binding(claim).expect("bound");
+        assert_eq!(
+            binding.target,
+            kestrel_core::ClaimTarget::Volume(format!("disk-{}", placed[pod])),
+            "the disk of the pod's node"
+        );
+    }
+    assert_eq!(
+        placed.get("ml/p0-reader"),
+        placed.get("ml/p0"),
+        "a pod sharing a claim follows the volume it was bound to"
+    );
+    assert_eq!(placed.get("ml/p3"), None, "no disk left: {placed:?}");
+    let reason = sim
+        .scheduler()
+        .pods()
+        .find(|(_, r)| r.spec.name == "p3")
+        .and_then(|(_, r)| r.pending_reason.as_ref().map(|u| u.to_string()))
+        .expect("p3 pending");
+    assert!(
+        reason.contains("4 node(s) didn't find available persistent volumes to bind"),
+        "{reason}"
+    );
+    assert!(sim.scheduler().claim_binding("ml/c3").is_none());
+}
+
+#[test]
+fn a_pods_claims_take_the_smallest_volumes_that_fit_and_immediate_claims_bind_at_once() {
+    // n0 has a small and a big disk, n1 a big one only: the pod's two claims need both of
+    // n0's, the small claim the small disk.
+    let yaml = format!(
+        "{LOCAL_CLASS}{}{}{}{}{}{}",
+        local_volume("big-n0", "n0", "1Ti"),
+        local_volume("small-n0", "n0", "20Gi"),
+        local_volume("big-n1", "n1", "1Ti"),
+        local_claim("small", "10Gi"),
+        local_claim("large", "500Gi"),
+        pod_with("p", &["small", "large"]),
+    );
+    let cluster = cluster(&["a", "a"]);
+    let workload = read(&yaml).unwrap();
+    let mut sim = kestrel_sim::Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
+    sim.run_to(60_000).unwrap();
+    assert_eq!(sim.placements()[0].1, "n0");
+    let target = |claim: &str| sim.scheduler().claim_binding(claim).unwrap().target.clone();
+    assert_eq!(
+        target("ml/small"),
+        kestrel_core::ClaimTarget::Volume("small-n0".into())
+    );
+    assert_eq!(
+        target("ml/large"),
+        kestrel_core::ClaimTarget::Volume("big-n0".into())
+    );
+
+    // A class with Immediate binding: the volume controller binds the claim to the
+    // smallest volume that matches before any pod runs, so the pod follows that volume.
+    let immediate = yaml
+        .replace(
+            "volumeBindingMode: WaitForFirstConsumer",
+            "volumeBindingMode: Immediate",
+        )
+        .replace(
+            &pod_with("p", &["small", "large"]),
+            &pod_with("p", &["small"]),
+        );
+    let (placed, reasons) = run(&["a", "a"], &immediate);
+    assert_eq!(
+        placed.get("ml/p").map(String::as_str),
+        Some("n0"),
+        "{reasons:?}"
+    );
+
+    // Without a volume that matches, an Immediate claim of such a class stays unbound.
+    let err = read(&immediate.replace("storage: 10Gi", "storage: 2Ti")).unwrap_err();
+    assert!(
+        err.contains("pod has unbound immediate PersistentVolumeClaims"),
+        "{err}"
+    );
+}

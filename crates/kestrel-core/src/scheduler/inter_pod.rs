@@ -11,6 +11,7 @@ use crate::inter_pod::{selector_anchor, selector_matches, LabelSelector};
 use crate::model::{Labels, PlacementConstraints, PodSpec};
 use crate::predicates::{selects_node, tolerates_node};
 use crate::types::{NodeId, PodId, PodPhase};
+use crate::volumes::{ClaimBinding, ClaimTarget, VolumeConflict};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -35,6 +36,13 @@ pub(crate) struct InterPodIndex {
     attached: HashMap<NodeId, BTreeMap<String, BTreeMap<String, u32>>>,
     /// Where each bound pod with CSI volumes attached them.
     attached_by: HashMap<PodId, NodeId>,
+    /// Claims not bound yet that placing a pod bound: claim -> its binding and the placed
+    /// pods using it. Pods that share the claim follow the binding.
+    claim_bindings: HashMap<String, (ClaimBinding, BTreeSet<PodId>)>,
+    /// PersistentVolumes so bound: volume -> the claim.
+    volumes_taken: HashMap<String, String>,
+    /// The unbound claims each placed pod uses.
+    claims_of: HashMap<PodId, Vec<String>>,
     /// Pending pods a binding elsewhere may let in (required affinity, DoNotSchedule
     /// spread): while there are any, every binding counts as a change that may help.
     pub(crate) waiting: BTreeSet<PodId>,
@@ -111,6 +119,8 @@ pub(crate) struct InterPodCheck {
     volume_in_use: bool,
     /// Nodes its CSI volumes would take past their driver's limit.
     volume_limited: HashSet<NodeId>,
+    /// Nodes where its unbound claims cannot be bound, and why.
+    volume_unbindable: HashMap<NodeId, NodeReason>,
     /// Nodes where a host port the pod asks for is taken.
     ports_taken: HashSet<NodeId>,
     spread: Vec<SpreadView>,
@@ -157,6 +167,9 @@ impl InterPodCheck {
     pub(crate) fn judge(&self, node: NodeId) -> Result<i64, NodeReason> {
         if self.volume_in_use {
             return Err(NodeReason::VolumeInUse);
+        }
+        if let Some(reason) = self.volume_unbindable.get(&node) {
+            return Err(reason.clone());
         }
         if self.volume_limited.contains(&node) {
             return Err(NodeReason::VolumeLimit);
@@ -311,6 +324,10 @@ impl Scheduler {
                 .insert(id);
         }
         if let (Some(v), PodPhase::Bound { node, .. }) = (&c.volumes, &record.phase) {
+            if v.binds_claims() {
+                let spec = &self.cluster.node(*node).spec;
+                bind_claims(index, id, v, spec);
+            }
             if !v.attach.is_empty() {
                 index.attached_by.insert(id, *node);
                 let on_node = index.attached.entry(*node).or_default();
@@ -357,6 +374,17 @@ impl Scheduler {
             set.remove(&id);
         }
         index.port_holders.remove(&id);
+        for claim in index.claims_of.remove(&id).into_iter().flatten() {
+            if let Some((binding, users)) = index.claim_bindings.get_mut(&claim) {
+                users.remove(&id);
+                if users.is_empty() {
+                    if let ClaimTarget::Volume(volume) = &binding.target {
+                        index.volumes_taken.remove(volume);
+                    }
+                    index.claim_bindings.remove(&claim);
+                }
+            }
+        }
         for claim in c.volumes.iter().flat_map(|v| &v.exclusive) {
             if let Some(set) = index.exclusive_claims.get_mut(claim) {
                 set.remove(&id);
@@ -426,6 +454,36 @@ impl Scheduler {
             }
         }
         out
+    }
+
+    /// The nodes where the pod's unbound claims cannot be bound now (volumes that other
+    /// claims took, claims other pods bound elsewhere), and why.
+    fn volume_unbindable(
+        &self,
+        volumes: Option<&crate::VolumeRules>,
+    ) -> HashMap<NodeId, NodeReason> {
+        let mut out = HashMap::new();
+        let Some(rules) = volumes.filter(|v| v.binds_claims()) else {
+            return out;
+        };
+        let index = &self.inter_pod;
+        for (id, node) in self.cluster.iter() {
+            let verdict = rules.bind_on(
+                &node.spec,
+                |volume| index.volumes_taken.contains_key(volume),
+                |claim| index.claim_bindings.get(claim).map(|(b, _)| &b.terms),
+            );
+            if let Err(conflict) = verdict {
+                out.insert(id, volume_reason(conflict));
+            }
+        }
+        out
+    }
+
+    /// How a claim not bound yet was bound when a pod using it was placed (`namespace/name`);
+    /// `None` while no placed pod uses it.
+    pub fn claim_binding(&self, claim: &str) -> Option<&ClaimBinding> {
+        self.inter_pod.claim_bindings.get(claim).map(|(b, _)| b)
     }
 
     /// Nodes came, went or changed: which nodes count toward spreads is judged again.
@@ -560,6 +618,7 @@ impl Scheduler {
                     .is_some_and(|users| users.iter().any(|&u| u != id))
             }),
             volume_limited: self.volume_limited(c.volumes.as_deref()),
+            volume_unbindable: self.volume_unbindable(c.volumes.as_deref()),
             ..InterPodCheck::default()
         };
         for &holder in &self.inter_pod.port_holders {
@@ -769,12 +828,55 @@ impl Scheduler {
 }
 
 /// Whether the pods placed decide where the pod's volumes may go: a `ReadWriteOncePod`
-/// claim, which no other pod may use at the same time, or CSI volumes, which count against
-/// their node's limit.
+/// claim, which no other pod may use at the same time; CSI volumes, which count against
+/// their node's limit; claims not bound yet, which placed pods bind.
 pub(crate) fn volumes_depend_on_pods(c: &PlacementConstraints) -> bool {
     c.volumes
         .as_ref()
-        .is_some_and(|v| !v.exclusive.is_empty() || !v.attach.is_empty())
+        .is_some_and(|v| !v.exclusive.is_empty() || !v.attach.is_empty() || v.binds_claims())
+}
+
+/// A volume conflict in kube-scheduler's words.
+pub(crate) fn volume_reason(conflict: VolumeConflict) -> NodeReason {
+    match conflict {
+        VolumeConflict::NodeAffinity => NodeReason::VolumeNodeAffinityConflict,
+        VolumeConflict::Provisioning => NodeReason::VolumeBindConflict,
+    }
+}
+
+/// Binds the unbound claims of pod `id`, placed on `node`, as the engine judged them there;
+/// claims that pods placed earlier bound keep their binding and gain the pod as a user.
+/// A pod placed where its claims cannot be bound (one found bound already) binds none.
+fn bind_claims(
+    index: &mut InterPodIndex,
+    id: PodId,
+    rules: &crate::VolumeRules,
+    node: &crate::NodeSpec,
+) {
+    let claims: Vec<String> = rules.unbound_claims().map(str::to_string).collect();
+    let fresh = rules
+        .bind_on(
+            node,
+            |volume| index.volumes_taken.contains_key(volume),
+            |claim| index.claim_bindings.get(claim).map(|(b, _)| &b.terms),
+        )
+        .unwrap_or_default();
+    for binding in fresh {
+        if let ClaimTarget::Volume(volume) = &binding.target {
+            index
+                .volumes_taken
+                .insert(volume.clone(), binding.claim.clone());
+        }
+        index
+            .claim_bindings
+            .insert(binding.claim.clone(), (binding, BTreeSet::new()));
+    }
+    for claim in &claims {
+        if let Some((_, users)) = index.claim_bindings.get_mut(claim) {
+            users.insert(id);
+        }
+    }
+    index.claims_of.insert(id, claims);
 }
 
 /// The index keys of a term by its selector's anchor (none for a term that matches no pod).

@@ -12,6 +12,7 @@ mod explanation;
 mod gang;
 mod holds;
 mod inter_pod;
+pub(crate) use inter_pod::volume_reason;
 mod nodes;
 mod placement;
 mod pods;

@@ -7,7 +7,7 @@
 use super::ClusterState;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
-use kestrel_core::{PodId, PodSpec};
+use kestrel_core::{ClaimTarget, PodId, PodSpec};
 use kestrel_k8s::fields::Ctx;
 use kestrel_k8s::live;
 use kestrel_k8s::volumes::{csi_limits, pod_claim_names, ClaimInfo, VolumeCatalog};
@@ -50,12 +50,15 @@ enum Changed {
     All,
 }
 
-/// A claim to be provisioned on the node a pod is bound to: the live scheduler writes the
-/// node on it and waits for it to be bound before binding the pod.
+/// A claim not bound yet that a pod's bind binds first: the live scheduler writes the claim
+/// on the PersistentVolume the engine chose for it, or the node on the claim for its
+/// provisioner, and waits for the claim to be bound before binding the pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProvisionJob {
     pub namespace: String,
     pub claim: String,
+    /// The PersistentVolume chosen; `None`: provisioned on the node.
+    pub volume: Option<String>,
 }
 
 fn object_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
@@ -184,8 +187,20 @@ impl ClusterState {
         let c = &mut self.volumes.catalog;
         match object {
             Stored::Claim(claim) => {
-                c.claims
-                    .insert(object_key(&claim.metadata), ClaimInfo::of(claim));
+                let key = object_key(&claim.metadata);
+                let ctx = Ctx {
+                    path: Path::new(live::API_SOURCE),
+                    object: format!("PersistentVolumeClaim {key}"),
+                };
+                match ClaimInfo::read(&ctx, claim) {
+                    Ok(info) => {
+                        c.claims.insert(key, info);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "PersistentVolumeClaim cannot be read; its pods wait");
+                        c.claims.remove(&key);
+                    }
+                }
             }
             Stored::Volume(pv) => {
                 let ctx = Ctx {
@@ -224,10 +239,11 @@ impl ClusterState {
             match changed {
                 Changed::All => true,
                 Changed::Claim(k) => *k == key,
+                // Claims not bound yet may be bound to any volume.
                 Changed::Volume(v) => catalog
                     .claims
                     .get(&key)
-                    .is_some_and(|c| c.volume.as_ref() == Some(v)),
+                    .is_some_and(|c| c.volume.is_none() || c.volume.as_ref() == Some(v)),
                 Changed::Class(class) => catalog
                     .claims
                     .get(&key)
@@ -283,13 +299,13 @@ impl ClusterState {
         Ok(())
     }
 
-    /// The claims a bind of pod `id` provisions on its node first.
+    /// The claims a bind of pod `id` binds first, as the engine bound them.
     pub(super) fn provision_jobs(&self, id: PodId, namespace: &str) -> Vec<ProvisionJob> {
         let spec = &self.scheduler.pod(id).spec;
         spec.constraints
             .volumes
             .iter()
-            .flat_map(|v| v.to_provision())
+            .flat_map(|v| v.unbound_claims())
             .map(|key| ProvisionJob {
                 namespace: namespace.to_string(),
                 claim: key
@@ -297,6 +313,10 @@ impl ClusterState {
                     .map(|(_, n)| n)
                     .unwrap_or(key)
                     .to_string(),
+                volume: match self.scheduler.claim_binding(key).map(|b| &b.target) {
+                    Some(ClaimTarget::Volume(volume)) => Some(volume.clone()),
+                    _ => None,
+                },
             })
             .collect()
     }

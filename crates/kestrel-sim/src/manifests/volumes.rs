@@ -2,16 +2,18 @@
 //! and StorageClasses, and the volume rules each pod template gets from them.
 //!
 //! The simulator stands in for the volume controllers: a claim with `Immediate` binding is
-//! provisioned at once (within its class's allowed topologies); a `WaitForFirstConsumer`
-//! claim where its first pod goes; a generic ephemeral volume's claim is made with each
-//! pod. A missing claim, class or volume is an error naming the pod's field.
+//! bound at once (to the smallest PersistentVolume that matches it, else provisioned
+//! within its class's allowed topologies); a `WaitForFirstConsumer` claim is bound where
+//! its first pod goes (to a PersistentVolume the node may use, else provisioned there), by
+//! the engine as the live scheduler does; a generic ephemeral volume's claim is made with
+//! each pod. A missing claim, class or volume is an error naming the pod's field.
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kestrel_core::PodSpec;
 use kestrel_k8s::documents::Document;
 use kestrel_k8s::fields::Ctx;
-use kestrel_k8s::volumes::{ClaimInfo, VolumeCatalog};
+use kestrel_k8s::volumes::{ClaimInfo, VolumeCatalog, VolumeInfo, NO_PROVISIONER};
 use kestrel_k8s::LoadError;
 use std::path::Path;
 
@@ -45,9 +47,10 @@ impl VolumeObjects {
                     .filter(|n| !n.is_empty())
                     .unwrap_or_else(|| "default".to_string());
                 let name = claim.metadata.name.clone().unwrap_or_default();
-                self.catalog
-                    .claims
-                    .insert(format!("{namespace}/{name}"), ClaimInfo::of(&claim));
+                self.catalog.claims.insert(
+                    format!("{namespace}/{name}"),
+                    ClaimInfo::read(&ctx, &claim)?,
+                );
             }
             "PersistentVolume" => {
                 let pv: core::PersistentVolume = doc.typed(path)?;
@@ -62,32 +65,56 @@ impl VolumeObjects {
         Ok(())
     }
 
-    /// Claims with `Immediate` binding are provisioned before any pod runs: each is bound
-    /// to a volume of its own, in its class's allowed topologies.
+    /// Claims with `Immediate` binding are bound before any pod runs, as the volume
+    /// controller binds them: to the smallest PersistentVolume that matches, else to a
+    /// volume of their own in their class's allowed topologies when the class has a
+    /// provisioner. Claims are taken in name order, so runs repeat.
     pub fn provision_immediate(&mut self) {
         let catalog = &mut self.catalog;
-        let classes = catalog.classes.clone();
-        let default = classes.iter().find(|(_, c)| c.default).map(|(n, _)| n);
-        for (key, claim) in catalog.claims.iter_mut() {
+        let default = catalog
+            .classes
+            .iter()
+            .find(|(_, c)| c.default)
+            .map(|(n, _)| n.clone());
+        let keys: Vec<String> = catalog.claims.keys().cloned().collect();
+        for key in keys {
+            let claim = catalog.claims.get_mut(&key).expect("listed");
             // The simulator stands in for the volume controller: a claim's binding to the
             // volume it names is complete.
             claim.bind_completed = true;
             if claim.volume.is_some() {
                 continue;
             }
-            let class = match &claim.storage_class {
-                Some(name) => classes.get(name),
-                None => default.and_then(|n| classes.get(n)),
+            let class_name = match &claim.storage_class {
+                Some(name) => Some(name.clone()),
+                None => default.clone(),
             };
-            if let Some(class) = class.filter(|c| !c.wait_for_first_consumer) {
-                let volume = format!("sim-provisioned-{}", key.replace('/', "-"));
-                catalog
-                    .volumes
-                    .insert(volume.clone(), class.allowed.clone());
-                claim.volume = Some(volume);
-            } else if claim.volume.is_none() {
+            let class = class_name.as_ref().and_then(|n| catalog.classes.get(n));
+            let Some(class) = class.filter(|c| !c.wait_for_first_consumer).cloned() else {
                 claim.bind_completed = false;
+                continue;
+            };
+            let claim = claim.clone();
+            let class_name = class_name.unwrap_or_default();
+            let volume = match catalog.volumes_for(&key, &claim, &class_name).first() {
+                Some(matching) => matching.name.clone(),
+                None if class.provisioner != NO_PROVISIONER => {
+                    let volume = format!("sim-provisioned-{}", key.replace('/', "-"));
+                    catalog.volumes.insert(
+                        volume.clone(),
+                        VolumeInfo::provisioned(class.allowed.clone()),
+                    );
+                    volume
+                }
+                None => {
+                    catalog.claims.get_mut(&key).expect("listed").bind_completed = false;
+                    continue;
+                }
+            };
+            if let Some(pv) = catalog.volumes.get_mut(&volume) {
+                pv.claim_ref = Some((key.clone(), claim.uid.clone()));
             }
+            catalog.claims.get_mut(&key).expect("listed").volume = Some(volume);
         }
     }
 
@@ -116,12 +143,8 @@ impl VolumeObjects {
                 .as_ref()
                 .and_then(|t| t.spec.storage_class_name.clone());
             let mut claim = ClaimInfo {
-                volume: None,
-                bind_completed: false,
                 storage_class: class,
-                read_write_once_pod: false,
-                deleting: false,
-                selected_node: None,
+                ..ClaimInfo::default()
             };
             let key = format!("{namespace}/{}-{}", pod.name, v.name);
             let immediate = catalog
@@ -135,7 +158,9 @@ impl VolumeObjects {
                 .map(|(_, c)| c.allowed.clone());
             if let Some(allowed) = immediate {
                 let volume = format!("sim-provisioned-{}", key.replace('/', "-"));
-                catalog.volumes.insert(volume.clone(), allowed);
+                catalog
+                    .volumes
+                    .insert(volume.clone(), VolumeInfo::provisioned(allowed));
                 claim.volume = Some(volume);
                 claim.bind_completed = true;
             }
