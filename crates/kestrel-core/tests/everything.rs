@@ -567,6 +567,14 @@ fn run(case: &Case, checked: bool) -> Outcome {
                     log.join("\n")
                 ));
             }
+            let twice = volumes_bound_twice(&s);
+            if !twice.is_empty() {
+                return Err(format!(
+                    "after step {step} ({op:?}): {}\n{}",
+                    twice.join("; "),
+                    log.join("\n")
+                ));
+            }
             before = after;
         }
     }
@@ -660,4 +668,20 @@ fn same_decisions_in_another_process() {
     let there = stdout[start..end].trim_end();
     assert!(here.lines().count() > 24 * 40);
     assert!(here == there, "decisions differ between processes");
+}
+
+/// Volumes the engine bound to more than one claim (where each claim's pods are is the
+/// checker's to judge: their volume's node affinity).
+fn volumes_bound_twice(s: &Scheduler) -> Vec<String> {
+    let mut by_volume: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (claim, binding) in s.claim_bindings() {
+        if let ClaimTarget::Volume(volume) = &binding.target {
+            by_volume.entry(volume).or_default().push(claim);
+        }
+    }
+    by_volume
+        .into_iter()
+        .filter(|(_, claims)| claims.len() > 1)
+        .map(|(volume, claims)| format!("PersistentVolume {volume} bound to claims {claims:?}"))
+        .collect()
 }

@@ -493,16 +493,16 @@ fn check_indexed_choice(nodes: &[NodeSpec], ops: &[Op]) -> Result<(), TestCaseEr
         }
         for (t, op) in ops.iter().enumerate() {
             let Op::Submit(pod) = op else { continue };
-            // Inter-pod rules, host ports and ReadWriteOncePod claims in use depend on the
-            // pods placed, which the scan does not see.
-            let exclusive_claims = pod
+            // Inter-pod rules, host ports, ReadWriteOncePod claims in use and the volumes
+            // other claims took depend on the pods placed, which the scan does not see.
+            let claims_depend = pod
                 .constraints
                 .volumes
                 .as_ref()
-                .is_some_and(|v| !v.exclusive.is_empty());
+                .is_some_and(|v| !v.exclusive.is_empty() || v.binds_claims());
             if pod.constraints.inter_pod.is_some()
                 || !pod.constraints.host_ports.is_empty()
-                || exclusive_claims
+                || claims_depend
             {
                 continue;
             }

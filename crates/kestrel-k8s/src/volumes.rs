@@ -140,6 +140,60 @@ impl VolumeInfo {
     }
 }
 
+/// The CSI driver an in-tree volume of a PersistentVolume migrated to, and the disk it
+/// names. Kubernetes 1.37 runs every in-tree cloud disk through its CSI driver, and
+/// kube-scheduler counts such volumes against that driver's limit.
+fn migrated_volume(spec: &core::PersistentVolumeSpec) -> Option<(&'static str, String)> {
+    if let Some(v) = &spec.aws_elastic_block_store {
+        return Some(("ebs.csi.aws.com", v.volume_id.clone()));
+    }
+    if let Some(v) = &spec.gce_persistent_disk {
+        return Some(("pd.csi.storage.gke.io", v.pd_name.clone()));
+    }
+    if let Some(v) = &spec.azure_disk {
+        return Some(("disk.csi.azure.com", v.disk_uri.clone()));
+    }
+    if let Some(v) = &spec.azure_file {
+        return Some(("file.csi.azure.com", v.share_name.clone()));
+    }
+    if let Some(v) = &spec.cinder {
+        return Some(("cinder.csi.openstack.org", v.volume_id.clone()));
+    }
+    if let Some(v) = &spec.vsphere_volume {
+        return Some(("csi.vsphere.vmware.com", v.volume_path.clone()));
+    }
+    if let Some(v) = &spec.portworx_volume {
+        return Some(("pxd.portworx.com", v.volume_id.clone()));
+    }
+    None
+}
+
+/// [`migrated_volume`] for a pod's inline volume.
+fn migrated_inline_volume(v: &core::Volume) -> Option<(&'static str, String)> {
+    if let Some(d) = &v.aws_elastic_block_store {
+        return Some(("ebs.csi.aws.com", d.volume_id.clone()));
+    }
+    if let Some(d) = &v.gce_persistent_disk {
+        return Some(("pd.csi.storage.gke.io", d.pd_name.clone()));
+    }
+    if let Some(d) = &v.azure_disk {
+        return Some(("disk.csi.azure.com", d.disk_uri.clone()));
+    }
+    if let Some(d) = &v.azure_file {
+        return Some(("file.csi.azure.com", d.share_name.clone()));
+    }
+    if let Some(d) = &v.cinder {
+        return Some(("cinder.csi.openstack.org", d.volume_id.clone()));
+    }
+    if let Some(d) = &v.vsphere_volume {
+        return Some(("csi.vsphere.vmware.com", d.volume_path.clone()));
+    }
+    if let Some(d) = &v.portworx_volume {
+        return Some(("pxd.portworx.com", d.volume_id.clone()));
+    }
+    None
+}
+
 /// A quantity of bytes at `field`.
 fn bytes(ctx: &Ctx, field: &str, quantity: &str) -> Result<i64, LoadError> {
     kestrel_core::parse_quantity(quantity, 1)
@@ -242,7 +296,12 @@ impl VolumeCatalog {
         });
         let volume = VolumeInfo {
             terms,
-            driver: spec.and_then(|s| s.csi.as_ref()).map(|c| c.driver.clone()),
+            driver: spec.and_then(|s| {
+                s.csi
+                    .as_ref()
+                    .map(|c| c.driver.clone())
+                    .or_else(|| migrated_volume(s).map(|(driver, _)| driver.to_string()))
+            }),
             class: spec
                 .and_then(|s| s.storage_class_name.clone())
                 .unwrap_or_default(),
@@ -381,12 +440,18 @@ impl VolumeCatalog {
         let mut rules = VolumeRules::default();
         // Claims to bind, with their sizes: kube-scheduler binds the smallest first.
         let mut unbound: Vec<(i64, VolumeTopology)> = Vec::new();
-        // Inline CSI volumes are attached too, each its own.
+        // Inline CSI volumes are attached too, each its own; inline in-tree disks count
+        // under the CSI driver they migrated to, by the disk they name.
         for v in spec.volumes.iter().flatten() {
             if let Some(csi) = &v.csi {
                 rules.attach.push(AttachedVolume {
                     driver: csi.driver.clone(),
                     volume: format!("{namespace}/{pod_name}/{}", v.name),
+                });
+            } else if let Some((driver, disk)) = migrated_inline_volume(v) {
+                rules.attach.push(AttachedVolume {
+                    driver: driver.to_string(),
+                    volume: disk,
                 });
             }
         }
@@ -667,6 +732,38 @@ mod tests {
         );
         c.remove_volume("disk-1");
         assert!(!c.volumes.contains_key("disk-1"));
+
+        // In-tree cloud disks count under the CSI driver they migrated to.
+        let pv: core::PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "old-ebs"},
+            "spec": {"awsElasticBlockStore": {"volumeID": "vol-0abc"}}
+        }))
+        .unwrap();
+        c.add_volume(&ctx, &pv).unwrap();
+        c.claims.get_mut("ns/data").unwrap().volume = Some("old-ebs".into());
+        let rules = c
+            .pod_rules(
+                "ns",
+                "p",
+                &pod(json!([
+                    {"name": "a", "persistentVolumeClaim": {"claimName": "data"}},
+                    {"name": "g", "gcePersistentDisk": {"pdName": "disk-7"}}
+                ])),
+            )
+            .unwrap()
+            .unwrap();
+        let attach: Vec<(&str, &str)> = rules
+            .attach
+            .iter()
+            .map(|a| (a.driver.as_str(), a.volume.as_str()))
+            .collect();
+        assert_eq!(
+            attach,
+            [
+                ("ebs.csi.aws.com", "old-ebs"),
+                ("pd.csi.storage.gke.io", "disk-7")
+            ]
+        );
         let node: CSINode = serde_json::from_value(json!({
             "metadata": {"name": "n1"},
             "spec": {"drivers": [

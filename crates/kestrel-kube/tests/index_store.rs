@@ -604,6 +604,95 @@ fn pods_wait_on_their_claims_and_are_read_again_when_those_change() {
     );
 }
 
+/// A local volume (class `local`) in `zone`, with the claim it names (none: Available).
+fn local_volume_event(name: &str, zone: &str, claim: Option<&str>) -> VolumeEvent {
+    let mut pv = json!({
+        "metadata": {"name": name},
+        "spec": {"storageClassName": "local", "capacity": {"storage": "10Gi"},
+                 "accessModes": ["ReadWriteOnce"], "local": {"path": "/mnt/disks/1"},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}}},
+        "status": {"phase": "Available"},
+    });
+    if let Some(claim) = claim {
+        pv["spec"]["claimRef"] = json!({"namespace": "ml", "name": claim});
+        pv["status"]["phase"] = json!("Bound");
+    }
+    VolumeEvent::Volume(Box::new(Event::Apply(serde_json::from_value(pv).unwrap())))
+}
+
+/// A claim of class `local`, bound to `volume` when given.
+fn local_claim_event(name: &str, volume: Option<&str>) -> VolumeEvent {
+    let mut claim = json!({
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"storageClassName": "local", "accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "5Gi"}}},
+    });
+    if let Some(volume) = volume {
+        claim["spec"]["volumeName"] = json!(volume);
+        claim["metadata"]["annotations"] = json!({"pv.kubernetes.io/bind-completed": "yes"});
+    }
+    VolumeEvent::Claim(Box::new(Event::Apply(
+        serde_json::from_value(claim).unwrap(),
+    )))
+}
+
+/// Claims of a class without a provisioner: a bind carries the volume the engine chose
+/// for its claim; a pod with no volume left waits with kube-scheduler's reason until one
+/// comes; the engine's choice lasts until the API shows the claim bound.
+#[test]
+fn claims_without_a_provisioner_are_bound_to_the_volumes_the_engine_chose() {
+    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    state.apply_node(&zoned(node("gpu-a", 8), "a")).unwrap();
+    state.apply_node(&zoned(node("gpu-b", 8), "b")).unwrap();
+    let class = serde_json::from_value(json!({
+        "metadata": {"name": "local"}, "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }))
+    .unwrap();
+    state.apply_volume_event(VolumeEvent::Class(Box::new(Event::Apply(class))));
+    state.apply_volume_event(local_volume_event("pv-a", "a", None));
+    state.apply_volume_event(local_claim_event("c1", None));
+    state.apply_volume_event(local_claim_event("c2", None));
+    state.apply_pod(&with_claim(pod("one", 1, None), "c1"));
+    state.apply_pod(&with_claim(pod("two", 1, None), "c2"));
+    let out = state.cycle(0);
+    assert_eq!(out.binds.len(), 1, "one volume for two claims");
+    let bind = &out.binds[0];
+    assert_eq!(bind.node, "gpu-a");
+    assert_eq!(bind.provision.len(), 1);
+    assert_eq!(bind.provision[0].volume.as_deref(), Some("pv-a"));
+    let (bound_claim, other) = if bind.name == "one" {
+        ("c1", "two")
+    } else {
+        ("c2", "one")
+    };
+    assert_eq!(bind.provision[0].claim, bound_claim);
+    let waits = out.unschedulable.iter().find(|s| s.name == other).unwrap();
+    assert!(
+        waits
+            .message
+            .contains("didn't find available persistent volumes to bind"),
+        "{}",
+        waits.message
+    );
+    state.bind_result(bind.id, BindOutcome::Bound);
+
+    // The binder wrote the claim on the volume: the choice stands until the claim is bound.
+    state.apply_volume_event(local_volume_event("pv-a", "a", Some(bound_claim)));
+    let key = format!("ml/{bound_claim}");
+    assert!(state.scheduler().claim_binding(&key).is_some());
+    // A second volume, in zone b: the other pod goes there.
+    state.apply_volume_event(local_volume_event("pv-b", "b", None));
+    let out = state.cycle(1);
+    assert_eq!(out.binds.len(), 1, "{:?}", out.unschedulable);
+    assert_eq!(out.binds[0].node, "gpu-b");
+    assert_eq!(out.binds[0].provision[0].volume.as_deref(), Some("pv-b"));
+    // The volume controller binds the claim: the engine forgets its choice.
+    state.apply_volume_event(local_claim_event(bound_claim, Some("pv-a")));
+    assert!(state.scheduler().claim_binding(&key).is_none());
+}
+
 fn csi_node_event(node: &str, count: u32) -> VolumeEvent {
     let csi = serde_json::from_value(json!({
         "metadata": {"name": node},

@@ -719,7 +719,7 @@ impl Case {
                 resource.kind.as_str(),
                 "PersistentVolumeClaim" | "PersistentVolume"
             ) {
-                // No volume controller runs here to take the protection finalizer off.
+                // No protection controller runs here to take the finalizer off.
                 let unprotect = json!({"metadata": {"finalizers": null}});
                 let _ = api
                     .patch(
@@ -773,9 +773,15 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
     let Some((env, _serial)) = env() else { return };
     let client = env.client().await;
     // Claims from templates are kube-controller-manager's: it creates them for the pods
-    // and releases those of ended pods.
-    env.cp
-        .start_controller_manager(&["resourceclaim-controller"], &[]);
+    // and releases those of ended pods. Its volume controller completes the bindings of
+    // volume claims that a scheduler wrote on PersistentVolumes.
+    env.cp.start_controller_manager(
+        &[
+            "resourceclaim-controller",
+            "persistentvolume-binder-controller",
+        ],
+        &[],
+    );
     kestrel_testenv::apply_yaml(&client, &other_projects_crds(), false)
         .await
         .unwrap();

@@ -5,7 +5,9 @@
 //! chose (`volume.kubernetes.io/selected-node`) and the pod is bound only once the claim
 //! is; a missing claim, an unbound `Immediate` claim and a ReadWriteOncePod claim in use
 //! keep their pods pending with kube-scheduler's reasons, until that changes; a node's
-//! CSINode limits the volumes of its driver it attaches.
+//! CSINode limits the volumes of its driver it attaches. Local volumes (no provisioner)
+//! are bound as kube-scheduler binds them beside it, with kube-controller-manager's volume
+//! controller completing both schedulers' bindings.
 
 #![allow(clippy::await_holding_lock)]
 
@@ -87,8 +89,8 @@ async fn apply(client: &kube::Client, objects: &[serde_json::Value]) {
 }
 
 /// The pod's `PodScheduled=False` message, once it has one that contains `part`.
-async fn pending_because(client: &kube::Client, name: &str, part: &str) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+async fn pending_because(client: &kube::Client, ns: &str, name: &str, part: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     kestrel_testenv::eventually(
         Duration::from_secs(30),
         &format!("{name} pending because {part}"),
@@ -109,8 +111,8 @@ async fn pending_because(client: &kube::Client, name: &str, part: &str) -> Strin
     .await
 }
 
-async fn node_when_bound(client: &kube::Client, name: &str) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+async fn node_when_bound(client: &kube::Client, ns: &str, name: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     kestrel_testenv::eventually(
         Duration::from_secs(60),
         &format!("{name} bound"),
@@ -176,7 +178,7 @@ async fn pods_go_where_their_volumes_are_and_wait_for_claims_to_be_provisioned()
 
     // A bound zonal volume: its pod goes to the one node of zone b.
     create_pods(&client, vec![pod("reader", "dataset")]).await;
-    assert_eq!(node_when_bound(&client, "reader").await, zone_b);
+    assert_eq!(node_when_bound(&client, NS, "reader").await, zone_b);
 
     // WaitForFirstConsumer: Kestrel selects a node on the claim; the pod is not bound
     // until the claim is, which the test (as the provisioner) does a while later.
@@ -222,13 +224,14 @@ async fn pods_go_where_their_volumes_are_and_wait_for_claims_to_be_provisioned()
         )
         .await
         .expect("binding the claim");
-    assert_eq!(node_when_bound(&client, "writer").await, selected);
+    assert_eq!(node_when_bound(&client, NS, "writer").await, selected);
 
     // A claim that does not exist yet: pending with kube-scheduler's reason; once created
     // (bound to a volume of zone a), the pod goes there.
     create_pods(&client, vec![pod("orphan", "nope")]).await;
     pending_because(
         &client,
+        NS,
         "orphan",
         "persistentvolumeclaim \"nope\" not found",
     )
@@ -250,13 +253,14 @@ async fn pods_go_where_their_volumes_are_and_wait_for_claims_to_be_provisioned()
         ],
     )
     .await;
-    let orphan_node = node_when_bound(&client, "orphan").await;
+    let orphan_node = node_when_bound(&client, NS, "orphan").await;
     assert_ne!(orphan_node, zone_b, "zone a only");
 
     // An unbound Immediate claim: pending.
     create_pods(&client, vec![pod("waiting", "later")]).await;
     pending_because(
         &client,
+        NS,
         "waiting",
         "pod has unbound immediate PersistentVolumeClaims",
     )
@@ -264,13 +268,13 @@ async fn pods_go_where_their_volumes_are_and_wait_for_claims_to_be_provisioned()
 
     // ReadWriteOncePod: one pod at a time.
     create_pods(&client, vec![pod("solo-1", "solo")]).await;
-    node_when_bound(&client, "solo-1").await;
+    node_when_bound(&client, NS, "solo-1").await;
     create_pods(&client, vec![pod("solo-2", "solo")]).await;
-    pending_because(&client, "solo-2", "ReadWriteOncePod access mode").await;
+    pending_because(&client, NS, "solo-2", "ReadWriteOncePod access mode").await;
     pods.delete("solo-1", &DeleteParams::default().grace_period(0))
         .await
         .expect("deleting solo-1");
-    node_when_bound(&client, "solo-2").await;
+    node_when_bound(&client, NS, "solo-2").await;
 
     // CSI volume limits: zone b's node may attach one volume of the driver, and reader's
     // already is there (other pods' may be too); a second zonal-b pod waits until the
@@ -300,9 +304,9 @@ async fn pods_go_where_their_volumes_are_and_wait_for_claims_to_be_provisioned()
     )
     .await;
     create_pods(&client, vec![pod("second-b", "dataset-2")]).await;
-    pending_because(&client, "second-b", "1 node(s) exceed max volume count").await;
+    pending_because(&client, NS, "second-b", "1 node(s) exceed max volume count").await;
     apply(&client, &[csi_node(8)]).await;
-    assert_eq!(node_when_bound(&client, "second-b").await, zone_b);
+    assert_eq!(node_when_bound(&client, NS, "second-b").await, zone_b);
 
     // A claim being deleted (held by its protection finalizer): pending.
     claims
@@ -312,6 +316,7 @@ async fn pods_go_where_their_volumes_are_and_wait_for_claims_to_be_provisioned()
     create_pods(&client, vec![pod("late-reader", "dataset")]).await;
     pending_because(
         &client,
+        NS,
         "late-reader",
         "persistentvolumeclaim \"dataset\" is being deleted",
     )
@@ -344,5 +349,235 @@ async fn pods_go_where_their_volumes_are_and_wait_for_claims_to_be_provisioned()
     let _ = Api::<k8s_openapi::api::storage::v1::CSINode>::all(client.clone())
         .delete(&zone_b, &DeleteParams::default())
         .await;
+    cleanup(&client, &format!("{NS}-"), &[NS]).await;
+}
+
+/// What a scheduler wrote on a volume it bound a claim to: the claim reference's kind,
+/// apiVersion and namespace, and the `pv.kubernetes.io/bound-by-controller` annotation.
+type Written = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// kube-controller-manager's volume controller and kube-scheduler, run for one test and
+/// stopped when it ends (a test that panics included).
+struct VolumeControllerAndKubeScheduler<'a>(&'a kestrel_testenv::ControlPlane);
+
+impl<'a> VolumeControllerAndKubeScheduler<'a> {
+    fn start(cp: &'a kestrel_testenv::ControlPlane) -> Self {
+        cp.start_controller_manager(&["persistentvolume-binder-controller"], &[]);
+        cp.start_kube_scheduler(&[]);
+        VolumeControllerAndKubeScheduler(cp)
+    }
+}
+
+impl Drop for VolumeControllerAndKubeScheduler<'_> {
+    fn drop(&mut self) {
+        let cp = self.0;
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cp.stop_kube_scheduler()));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cp.stop_controller_manager()
+        }));
+    }
+}
+
+/// Local volumes (a StorageClass without a provisioner, `WaitForFirstConsumer`): Kestrel
+/// binds each claim to a volume of the node it chooses, as kube-scheduler does beside it
+/// on nodes of their own, and kube-controller-manager's volume controller completes the
+/// bindings both wrote. Each scheduler: two pods with a claim each on the two nodes with a
+/// disk, the volumes written exactly alike; a third pending with kube-scheduler's reason
+/// until a disk is added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_volumes_are_bound_where_their_pods_go_as_kube_scheduler_binds_them() {
+    const NS: &str = "static-volumes";
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    create_namespace(&client, NS).await;
+    let _controllers = VolumeControllerAndKubeScheduler::start(&env.cp);
+    // Pool "k" for Kestrel, pool "d" for kube-scheduler: two nodes each.
+    let nodes = ["k", "d"]
+        .iter()
+        .flat_map(|pool| {
+            (0..2).map(move |i| {
+                kestrel_testenv::gpu_node(
+                    &format!("{NS}-{pool}-{i}"),
+                    0,
+                    &[(POOL_LABEL, &format!("{NS}-{pool}"))],
+                )
+            })
+        })
+        .collect();
+    kestrel_testenv::create_gpu_nodes(&client, nodes).await;
+    let local_volume = |name: &str, node: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": name},
+            "spec": {
+                "storageClassName": "static-local",
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "local": {"path": "/mnt/disks/1"},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+            },
+        })
+    };
+    let local_claim = |name: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"storageClassName": "static-local", "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "5Gi"}}},
+        })
+    };
+    let mut objects = vec![json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "static-local"},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    })];
+    for pool in ["k", "d"] {
+        for i in 0..2 {
+            objects.push(local_volume(
+                &format!("{NS}-{pool}-{i}"),
+                &format!("{NS}-{pool}-{i}"),
+            ));
+        }
+        for i in 0..3 {
+            objects.push(local_claim(&format!("{pool}-c{i}")));
+        }
+    }
+    apply(&client, &objects).await;
+    let _kestrel = env.kestrel(SCHEDULER, &["--scheduler-name", SCHEDULER]);
+    let pod = |pool: &str, i: usize| -> Pod {
+        let scheduler = if pool == "k" {
+            SCHEDULER
+        } else {
+            "default-scheduler"
+        };
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("{pool}-p{i}"), "namespace": NS},
+            "spec": {
+                "schedulerName": scheduler,
+                "nodeSelector": {POOL_LABEL: format!("{NS}-{pool}")},
+                "terminationGracePeriodSeconds": 0,
+                "volumes": [{"name": "data",
+                             "persistentVolumeClaim": {"claimName": format!("{pool}-c{i}")}}],
+                "containers": [{"name": "main", "image": "trainer:1",
+                                "resources": {"requests": {"cpu": "1"}}}],
+            },
+        }))
+        .expect("a Pod")
+    };
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    // What each scheduler wrote on the volume its claim was bound to, with the names of
+    // its pool taken out.
+    let mut written: Vec<(&str, Written)> = Vec::new();
+    for pool in ["k", "d"] {
+        create_pods(&client, vec![pod(pool, 0), pod(pool, 1)]).await;
+        let mut nodes = Vec::new();
+        for i in 0..2 {
+            let node = node_when_bound(&client, NS, &format!("{pool}-p{i}")).await;
+            let claim = claims.get(&format!("{pool}-c{i}")).await.expect("claim");
+            let volume = claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.clone())
+                .expect("a pod is bound only once its claim is");
+            assert_eq!(
+                volume, node,
+                "{pool}-p{i}: the claim's volume is its node's disk"
+            );
+            let pv = volumes.get(&volume).await.expect("volume");
+            let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.clone()).unwrap();
+            assert_eq!(
+                claim_ref.uid, claim.metadata.uid,
+                "the claim's uid on the volume"
+            );
+            let annotations = pv.metadata.annotations.clone().unwrap_or_default();
+            written.push((
+                pool,
+                (
+                    claim_ref.kind,
+                    claim_ref.api_version,
+                    claim_ref.namespace,
+                    annotations
+                        .get("pv.kubernetes.io/bound-by-controller")
+                        .cloned(),
+                ),
+            ));
+            nodes.push(node);
+        }
+        nodes.sort();
+        nodes.dedup();
+        assert_eq!(nodes.len(), 2, "{pool}: one disk per claim, one per node");
+    }
+    let by = |pool: &str| -> Vec<&Written> {
+        written
+            .iter()
+            .filter(|w| w.0 == pool)
+            .map(|w| &w.1)
+            .collect()
+    };
+    let (kestrel, kube_scheduler) = (by("k"), by("d"));
+    assert_eq!(kestrel.len(), 2);
+    assert_eq!(kestrel, kube_scheduler, "the volumes written alike");
+
+    // A third claim: no disk left in either pool, both pending with the same reason; a
+    // disk added on node 0 of each pool lets them go there.
+    create_pods(&client, vec![pod("k", 2), pod("d", 2)]).await;
+    for pool in ["k", "d"] {
+        pending_because(
+            &client,
+            NS,
+            &format!("{pool}-p2"),
+            "didn't find available persistent volumes to bind",
+        )
+        .await;
+    }
+    apply(
+        &client,
+        &[
+            local_volume(&format!("{NS}-k-extra"), &format!("{NS}-k-0")),
+            local_volume(&format!("{NS}-d-extra"), &format!("{NS}-d-0")),
+        ],
+    )
+    .await;
+    for pool in ["k", "d"] {
+        assert_eq!(
+            node_when_bound(&client, NS, &format!("{pool}-p2")).await,
+            format!("{NS}-{pool}-0")
+        );
+    }
+    assert_invariants(&client).await;
+
+    let _ = pods
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &ListParams::default(),
+        )
+        .await;
+    let unprotect = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    for claim in claims.list(&ListParams::default()).await.unwrap().items {
+        let name = claim.metadata.name.unwrap_or_default();
+        let _ = claims
+            .patch(&name, &PatchParams::default(), &unprotect)
+            .await;
+        let _ = claims.delete(&name, &DeleteParams::default()).await;
+    }
+    for pv in volumes.list(&ListParams::default()).await.unwrap().items {
+        let name = pv.metadata.name.unwrap_or_default();
+        if name.starts_with(NS) {
+            let _ = volumes
+                .patch(&name, &PatchParams::default(), &unprotect)
+                .await;
+            let _ = volumes.delete(&name, &DeleteParams::default()).await;
+        }
+    }
     cleanup(&client, &format!("{NS}-"), &[NS]).await;
 }

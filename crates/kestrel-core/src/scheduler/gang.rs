@@ -717,6 +717,7 @@ impl Scheduler {
     pub(crate) fn rollback(&mut self, placed: &[Placed]) {
         for (pod, _, _) in placed.iter().rev() {
             let admission = self.pods[pod.0 as usize].admission.clone();
+            self.undo_claim_bindings_of(*pod);
             self.release_to_pending(*pod);
             self.pods[pod.0 as usize].admission = admission;
         }

@@ -36,13 +36,13 @@ pub(crate) struct InterPodIndex {
     attached: HashMap<NodeId, BTreeMap<String, BTreeMap<String, u32>>>,
     /// Where each bound pod with CSI volumes attached them.
     attached_by: HashMap<PodId, NodeId>,
-    /// Claims not bound yet that placing a pod bound: claim -> its binding and the placed
-    /// pods using it. Pods that share the claim follow the binding.
-    claim_bindings: HashMap<String, (ClaimBinding, BTreeSet<PodId>)>,
+    /// Claims not bound yet that placing a pod bound: claim -> its binding, and the pod
+    /// whose placement made it. The claim keeps its volume (as the volume controller keeps
+    /// a claim bound) for the pods that share it and those that come after, unless the gang
+    /// attempt that made it fails; the live scheduler forgets it once the API shows it.
+    claim_bindings: HashMap<String, (ClaimBinding, PodId)>,
     /// PersistentVolumes so bound: volume -> the claim.
     volumes_taken: HashMap<String, String>,
-    /// The unbound claims each placed pod uses.
-    claims_of: HashMap<PodId, Vec<String>>,
     /// Pending pods a binding elsewhere may let in (required affinity, DoNotSchedule
     /// spread): while there are any, every binding counts as a change that may help.
     pub(crate) waiting: BTreeSet<PodId>,
@@ -374,17 +374,6 @@ impl Scheduler {
             set.remove(&id);
         }
         index.port_holders.remove(&id);
-        for claim in index.claims_of.remove(&id).into_iter().flatten() {
-            if let Some((binding, users)) = index.claim_bindings.get_mut(&claim) {
-                users.remove(&id);
-                if users.is_empty() {
-                    if let ClaimTarget::Volume(volume) = &binding.target {
-                        index.volumes_taken.remove(volume);
-                    }
-                    index.claim_bindings.remove(&claim);
-                }
-            }
-        }
         for claim in c.volumes.iter().flat_map(|v| &v.exclusive) {
             if let Some(set) = index.exclusive_claims.get_mut(claim) {
                 set.remove(&id);
@@ -480,10 +469,42 @@ impl Scheduler {
         out
     }
 
-    /// How a claim not bound yet was bound when a pod using it was placed (`namespace/name`);
-    /// `None` while no placed pod uses it.
+    /// How a claim not bound yet (`namespace/name`) was bound when a pod using it was
+    /// placed; `None`: no placed pod bound it.
     pub fn claim_binding(&self, claim: &str) -> Option<&ClaimBinding> {
         self.inter_pod.claim_bindings.get(claim).map(|(b, _)| b)
+    }
+
+    /// Every claim binding the engine made, by claim.
+    pub fn claim_bindings(&self) -> impl Iterator<Item = (&str, &ClaimBinding)> {
+        self.inter_pod
+            .claim_bindings
+            .iter()
+            .map(|(claim, (b, _))| (claim.as_str(), b))
+    }
+
+    /// Forgets the engine's binding of a claim: the API shows the claim bound (or gone, or
+    /// its volume taken by another claim), and the claim's rules now say where it may be.
+    pub fn forget_claim_binding(&mut self, claim: &str) {
+        if let Some((binding, _)) = self.inter_pod.claim_bindings.remove(claim) {
+            if let ClaimTarget::Volume(volume) = &binding.target {
+                self.inter_pod.volumes_taken.remove(volume);
+            }
+        }
+    }
+
+    /// Undoes the claim bindings that placing pod `id` made (its gang attempt failed).
+    pub(crate) fn undo_claim_bindings_of(&mut self, id: PodId) {
+        let made: Vec<String> = self
+            .inter_pod
+            .claim_bindings
+            .iter()
+            .filter(|(_, (_, by))| *by == id)
+            .map(|(claim, _)| claim.clone())
+            .collect();
+        for claim in made {
+            self.forget_claim_binding(&claim);
+        }
     }
 
     /// Nodes came, went or changed: which nodes count toward spreads is judged again.
@@ -845,15 +866,14 @@ pub(crate) fn volume_reason(conflict: VolumeConflict) -> NodeReason {
 }
 
 /// Binds the unbound claims of pod `id`, placed on `node`, as the engine judged them there;
-/// claims that pods placed earlier bound keep their binding and gain the pod as a user.
-/// A pod placed where its claims cannot be bound (one found bound already) binds none.
+/// claims that pods placed earlier bound keep their binding. A pod placed where its claims
+/// cannot be bound (one found bound already, live) binds none.
 fn bind_claims(
     index: &mut InterPodIndex,
     id: PodId,
     rules: &crate::VolumeRules,
     node: &crate::NodeSpec,
 ) {
-    let claims: Vec<String> = rules.unbound_claims().map(str::to_string).collect();
     let fresh = rules
         .bind_on(
             node,
@@ -869,14 +889,8 @@ fn bind_claims(
         }
         index
             .claim_bindings
-            .insert(binding.claim.clone(), (binding, BTreeSet::new()));
+            .insert(binding.claim.clone(), (binding, id));
     }
-    for claim in &claims {
-        if let Some((_, users)) = index.claim_bindings.get_mut(claim) {
-            users.insert(id);
-        }
-    }
-    index.claims_of.insert(id, claims);
 }
 
 /// The index keys of a term by its selector's anchor (none for a term that matches no pod).

@@ -1,6 +1,7 @@
 //! Inter-pod rules drawn for property tests: pods labelled app0..app2 with required and
 //! preferred (anti-)affinity, spread over hostnames or racks, host ports, and volumes
-//! (ReadWriteOncePod claims, CSI volumes against nodes' limits).
+//! (ReadWriteOncePod claims, CSI volumes against nodes' limits, claims not bound yet that
+//! take local disks or are provisioned).
 
 use kestrel_core::*;
 use proptest::prelude::*;
@@ -13,8 +14,9 @@ pub struct Rules {
     /// (kind 0..6, other app, over racks, max skew)
     rule: Option<(u8, u8, bool, u32)>,
     port: Option<u16>,
-    /// (ReadWriteOncePod claim, else a CSI volume; which of three)
-    volume: Option<(bool, u8)>,
+    /// (0: a ReadWriteOncePod claim, 1: a CSI volume, 2: a claim not bound yet; which of
+    /// three)
+    volume: Option<(u8, u8)>,
 }
 
 /// The CSI driver of drawn volumes, and how many of them a node attaches.
@@ -31,7 +33,7 @@ pub fn rules_strategy() -> impl Strategy<Value = Rules> {
         0u8..3,
         proptest::option::weighted(0.3, (0u8..6, 0u8..3, any::<bool>(), 1u32..=2)),
         proptest::option::weighted(0.1, 8080u16..8082),
-        proptest::option::weighted(0.15, (any::<bool>(), 0u8..3)),
+        proptest::option::weighted(0.2, (0u8..3, 0u8..3)),
     )
         .prop_map(|(app, rule, port, volume)| Rules {
             app,
@@ -39,6 +41,39 @@ pub fn rules_strategy() -> impl Strategy<Value = Rules> {
             port,
             volume,
         })
+}
+
+/// Claim `scratch<id>` of the namespace, not bound yet: it may take one of the local disks
+/// (one on each of nodes n0..n3, one per rack r0 and r1); claim 2's class may also
+/// provision on rack r2.
+fn unbound_claim(namespace: &str, id: u8) -> VolumeTopology {
+    let on = |key: &str, value: String| {
+        Some(vec![NodeSelectorTerm {
+            match_expressions: vec![Requirement {
+                key: key.into(),
+                operator: SelectorOperator::In,
+                values: vec![value],
+            }],
+            match_fields: vec![],
+        }])
+    };
+    let mut volumes: Vec<StaticVolume> = (0..4)
+        .map(|n| StaticVolume {
+            name: format!("local-n{n}"),
+            terms: on(HOSTNAME_LABEL, format!("n{n}")),
+        })
+        .collect();
+    volumes.extend((0..2).map(|r| StaticVolume {
+        name: format!("rack-r{r}"),
+        terms: on(RACK_LABEL, format!("r{r}")),
+    }));
+    VolumeTopology {
+        claim: format!("{namespace}/scratch{id}"),
+        unbound: true,
+        terms: on(RACK_LABEL, "r2".into()),
+        provisioner: id == 2,
+        volumes,
+    }
 }
 
 pub fn apply_rules(pod: &mut PodSpec, r: &Rules) {
@@ -51,17 +86,17 @@ pub fn apply_rules(pod: &mut PodSpec, r: &Rules) {
             port,
         }];
     }
-    if let Some((exclusive, id)) = r.volume {
+    if let Some((kind, id)) = r.volume {
         let mut volumes = VolumeRules::default();
-        if exclusive {
-            volumes
+        match kind {
+            0 => volumes
                 .exclusive
-                .push(format!("{}/solo{id}", pod.namespace));
-        } else {
-            volumes.attach.push(AttachedVolume {
+                .push(format!("{}/solo{id}", pod.namespace)),
+            1 => volumes.attach.push(AttachedVolume {
                 driver: DISK_DRIVER.into(),
                 volume: format!("disk{id}"),
-            });
+            }),
+            _ => volumes.topology.push(unbound_claim(&pod.namespace, id)),
         }
         pod.constraints.volumes = Some(Box::new(volumes));
     }

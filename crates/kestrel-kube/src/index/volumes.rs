@@ -119,7 +119,37 @@ impl ClusterState {
                 Changed::All
             }
         };
+        self.forget_overtaken_claim_bindings();
         self.reread_volume_pods(&changed);
+    }
+
+    /// Forgets the engine's claim bindings that the API has overtaken: the claim is bound
+    /// now (or gone), or the volume chosen for it is gone or names another claim. The
+    /// claim's rules say where its pods may go from then on.
+    fn forget_overtaken_claim_bindings(&mut self) {
+        let catalog = &self.volumes.catalog;
+        let overtaken: Vec<String> = self
+            .scheduler
+            .claim_bindings()
+            .filter(|(claim, binding)| {
+                let Some(info) = catalog.claims.get(*claim) else {
+                    return true;
+                };
+                info.volume.is_some()
+                    || match &binding.target {
+                        ClaimTarget::Volume(volume) => {
+                            catalog.volumes.get(volume).is_none_or(|pv| {
+                                pv.claim_ref.as_ref().is_some_and(|(k, _)| k != claim)
+                            })
+                        }
+                        ClaimTarget::Provisioned => false,
+                    }
+            })
+            .map(|(claim, _)| claim.to_string())
+            .collect();
+        for claim in overtaken {
+            self.scheduler.forget_claim_binding(&claim);
+        }
     }
 
     /// A CSINode changed: its node's volume limits change (pods are not read again: the
