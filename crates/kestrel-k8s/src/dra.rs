@@ -22,6 +22,7 @@
 //!   naming the field.
 
 use crate::annotations::QUOTA_RESOURCE_ANNOTATION;
+use crate::device_taint_rule::DeviceTaintRule;
 use crate::dra_cel::{CelSelector, DeviceValue, DeviceView};
 use crate::error::LoadError;
 use crate::fields::Ctx;
@@ -806,10 +807,59 @@ struct Slice {
     devices: Vec<Arc<DraDevice>>,
 }
 
-/// ResourceSlices by name, and the devices they publish per node.
+/// ResourceSlices by name, and the devices they publish per node, with the taints
+/// DeviceTaintRules put on them.
 #[derive(Debug, Clone, Default)]
 pub struct SliceBook {
     slices: BTreeMap<String, Slice>,
+    taint_rules: BTreeMap<String, TaintRule>,
+}
+
+/// A DeviceTaintRule: a taint on every device its selector names (an absent field names
+/// any driver, pool or device).
+#[derive(Debug, Clone, PartialEq)]
+struct TaintRule {
+    driver: Option<String>,
+    pool: Option<String>,
+    device: Option<String>,
+    /// `None` for a taint of effect `None`, which only informs.
+    taint: Option<Taint>,
+}
+
+impl TaintRule {
+    fn selects(&self, device: &DraDevice) -> bool {
+        self.driver.as_ref().is_none_or(|d| *d == device.driver)
+            && self.pool.as_ref().is_none_or(|p| *p == device.pool)
+            && self.device.as_ref().is_none_or(|n| *n == device.name)
+    }
+}
+
+/// A device taint's effect (`field`): NoSchedule and NoExecute keep requests that do not
+/// tolerate them off the device; `None` only informs.
+fn device_taint(
+    ctx: &Ctx,
+    field: &str,
+    taint: &k8s_openapi::api::resource::v1::DeviceTaint,
+) -> Result<Option<Taint>, LoadError> {
+    let effect = match taint.effect.as_str() {
+        "None" => return Ok(None),
+        e => TaintEffect::parse(e)
+            .filter(|e| matches!(e, TaintEffect::NoSchedule | TaintEffect::NoExecute))
+            .ok_or_else(|| {
+                ctx.err(
+                    format!("{field}.effect"),
+                    format!(
+                        "{:?} is not a device taint effect; write NoSchedule, NoExecute or None",
+                        taint.effect
+                    ),
+                )
+            })?,
+    };
+    Ok(Some(Taint {
+        key: taint.key.clone(),
+        value: taint.value.clone().unwrap_or_default(),
+        effect,
+    }))
 }
 
 impl SliceBook {
@@ -860,20 +910,7 @@ impl SliceBook {
             }
             let mut taints = Vec::new();
             for (j, t) in d.taints.iter().flatten().enumerate() {
-                let effect = TaintEffect::parse(&t.effect).ok_or_else(|| {
-                    ctx.err(
-                        format!("{df}.taints[{j}].effect"),
-                        format!(
-                            "{:?} is not a taint effect; write NoSchedule or NoExecute",
-                            t.effect
-                        ),
-                    )
-                })?;
-                taints.push(Taint {
-                    key: t.key.clone(),
-                    value: t.value.clone().unwrap_or_default(),
-                    effect,
-                });
+                taints.extend(device_taint(ctx, &format!("{df}.taints[{j}]"), t)?);
             }
             devices.push(Arc::new(DraDevice {
                 driver: spec.driver.clone(),
@@ -904,6 +941,63 @@ impl SliceBook {
 
     pub fn names(&self) -> Vec<String> {
         self.slices.keys().cloned().collect()
+    }
+
+    /// Reads (or replaces) a DeviceTaintRule: its taint goes on every device its selector
+    /// names, wherever it is published. An effect other than NoSchedule, NoExecute and
+    /// None is refused naming the field.
+    pub fn insert_taint_rule(
+        &mut self,
+        ctx: &Ctx,
+        rule: &DeviceTaintRule,
+    ) -> Result<(), LoadError> {
+        let name = rule.metadata.name.clone().unwrap_or_default();
+        let selector = rule.spec.device_selector.as_ref();
+        let rule = TaintRule {
+            driver: selector.and_then(|s| s.driver.clone()),
+            pool: selector.and_then(|s| s.pool.clone()),
+            device: selector.and_then(|s| s.device.clone()),
+            taint: device_taint(ctx, "spec.taint", &rule.spec.taint)?,
+        };
+        self.taint_rules.insert(name, rule);
+        Ok(())
+    }
+
+    pub fn remove_taint_rule(&mut self, name: &str) {
+        self.taint_rules.remove(name);
+    }
+
+    pub fn taint_rule_names(&self) -> Vec<String> {
+        self.taint_rules.keys().cloned().collect()
+    }
+
+    /// The nodes with a device that DeviceTaintRule `name` names (as held now).
+    pub fn nodes_of_taint_rule(&self, name: &str) -> BTreeSet<String> {
+        let Some(rule) = self.taint_rules.get(name) else {
+            return BTreeSet::new();
+        };
+        self.slices
+            .values()
+            .filter(|s| s.devices.iter().any(|d| rule.selects(d)))
+            .filter_map(|s| s.node.clone())
+            .collect()
+    }
+
+    /// A device with the taints of the rules that name it added.
+    fn with_rule_taints(&self, device: Arc<DraDevice>) -> Arc<DraDevice> {
+        let added: Vec<&Taint> = self
+            .taint_rules
+            .values()
+            .filter(|r| r.selects(&device))
+            .filter_map(|r| r.taint.as_ref())
+            .filter(|t| !device.taints.contains(t))
+            .collect();
+        if added.is_empty() {
+            return device;
+        }
+        let mut tainted = (*device).clone();
+        tainted.taints.extend(added.into_iter().cloned());
+        Arc::new(tainted)
     }
 
     /// The nodes whose devices may change with slice `name`: those of every slice of its
@@ -958,6 +1052,7 @@ impl SliceBook {
                 let kind = d.attributes.get(&format!("{NVIDIA_GPU_DRIVER}/type"));
                 kind.is_none_or(|t| *t == DeviceAttribute::String("gpu".to_string()))
             })
+            .map(|d| self.with_rule_taints(d))
             .collect();
         out.sort_by_key(|d| (gpu_index(d).unwrap_or(u32::MAX), d.name.clone()));
         out

@@ -9,6 +9,7 @@
 
 pub mod annotations;
 pub mod crds;
+pub mod device_taint_rule;
 pub mod documents;
 pub mod dra;
 pub mod dra_cel;

@@ -63,11 +63,17 @@ pub fn load_kube_nodes(path: &Path, text: &str) -> Result<Vec<NodeSpec>, LoadErr
             slices.insert(&ctx, &slice)?;
             continue;
         }
+        if doc.kind() == "DeviceTaintRule" {
+            let rule: crate::device_taint_rule::DeviceTaintRule = doc.typed(path)?;
+            let ctx = crate::fields::Ctx { path, object };
+            slices.insert_taint_rule(&ctx, &rule)?;
+            continue;
+        }
         if doc.kind() != "Node" {
             return Err(LoadError::new(
                 path,
                 format!(
-                    "a node file holds only Node, ResourceSlice and CSINode objects, this is a {}; move it to a workload file",
+                    "a node file holds only Node, ResourceSlice, DeviceTaintRule and CSINode objects, this is a {}; move it to a workload file",
                     doc.kind()
                 ),
             )
@@ -490,7 +496,7 @@ status:
             &[
                 "Pod default/p",
                 "field kind",
-                "only Node, ResourceSlice and CSINode objects",
+                "only Node, ResourceSlice, DeviceTaintRule and CSINode objects",
             ],
         );
         let e = load("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nspec: {taints: [{key: a, effect: Never}]}\nstatus: {allocatable: {cpu: 1}}\n").unwrap_err();

@@ -198,7 +198,11 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             rule(&["apps"], &["daemonsets"], &["list"]),
             // DRA: the devices published, the claims pods make, and their allocation and
             // reservation, written before a bind as kube-scheduler does.
-            rule(&["resource.k8s.io"], &["deviceclasses", "resourceslices"], &["list", "watch"]),
+            rule(
+                &["resource.k8s.io"],
+                &["deviceclasses", "resourceslices", "devicetaintrules"],
+                &["list", "watch"],
+            ),
             // update: the delete-protection finalizer on a claim Kestrel allocates; create,
             // patch, delete: the claim for a pod's nvidia.com/gpu on a node where a DRA
             // device class serves it (removed again when its bind fails).

@@ -33,6 +33,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
 use kestrel_k8s::crds::{PodGroup, Topology};
+use kestrel_k8s::device_taint_rule::DeviceTaintRule;
 use kestrel_k8s::pods::WorkloadPriorityListing;
 use kestrel_k8s::warning::FieldWarning;
 use kestrel_k8s::workloads::{
@@ -396,7 +397,12 @@ const VOLUME_KINDS: [&str; 4] = [
 ];
 
 /// The DRA kinds watched.
-const DRA_KINDS: [&str; 3] = ["DeviceClass", "ResourceSlice", "ResourceClaim"];
+const DRA_KINDS: [&str; 4] = [
+    "DeviceClass",
+    "ResourceSlice",
+    "ResourceClaim",
+    "DeviceTaintRule",
+];
 
 impl Synced {
     /// Notes a listing that `change` completes.
@@ -441,6 +447,7 @@ impl Synced {
                     DraEvent::Class(Event::InitDone) => "DeviceClass",
                     DraEvent::Slice(Event::InitDone) => "ResourceSlice",
                     DraEvent::Claim(Event::InitDone) => "ResourceClaim",
+                    DraEvent::TaintRule(Event::InitDone) => "DeviceTaintRule",
                     _ => return,
                 };
                 self.dra.insert(kind);
@@ -670,6 +677,19 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         |e| Change::Dra(Box::new(DraEvent::Slice(e))),
         Some(Change::Unserved {
             kind: "ResourceSlice",
+        }),
+    );
+    forward_events(
+        tasks,
+        "DeviceTaintRule".to_string(),
+        watcher::watcher(
+            Api::<DeviceTaintRule>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+        tx.clone(),
+        |e| Change::Dra(Box::new(DraEvent::TaintRule(e))),
+        Some(Change::Unserved {
+            kind: "DeviceTaintRule",
         }),
     );
     forward_events(

@@ -390,6 +390,79 @@ items:
     );
 }
 
+#[test]
+fn device_taint_rules_in_a_cluster_dump_keep_claims_off_the_devices_they_name() {
+    let dump = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-a, labels: {kubernetes.io/hostname: node-a}}
+  status:
+    allocatable: {cpu: "32", memory: 256Gi, pods: "110"}
+- apiVersion: resource.k8s.io/v1
+  kind: ResourceSlice
+  metadata: {name: node-a-gpu.nvidia.com-abcde}
+  spec:
+    driver: gpu.nvidia.com
+    nodeName: node-a
+    pool: {name: node-a, generation: 1, resourceSliceCount: 1}
+    devices:
+    - name: gpu-0
+      attributes: {type: {string: gpu}, index: {int: 0}}
+    - name: gpu-1
+      attributes: {type: {string: gpu}, index: {int: 1}}
+- apiVersion: resource.k8s.io/v1
+  kind: DeviceTaintRule
+  metadata: {name: gpu-1-xid-79}
+  spec:
+    deviceSelector: {driver: gpu.nvidia.com, pool: node-a, device: gpu-1}
+    taint: {key: gpu.nvidia.com/xid, value: "79", effect: NoSchedule}
+- apiVersion: resource.k8s.io/v1
+  kind: DeviceTaintRule
+  metadata: {name: informational}
+  spec:
+    taint: {key: example.com/maintenance-soon, effect: None}
+"#;
+    let load = |text: &str| kestrel_k8s::nodes::load_kube_nodes(&PathBuf::from("dump.yaml"), text);
+    let nodes = load(dump).unwrap();
+    let taints = |i: usize| nodes[0].gpus[i].dra.as_ref().unwrap().taints.clone();
+    assert!(taints(0).is_empty(), "an effect of None only informs");
+    assert_eq!(taints(1).len(), 1);
+    assert_eq!(taints(1)[0].key, "gpu.nvidia.com/xid");
+
+    // Two pods claiming a GPU each: one takes gpu-0, the other waits for an untainted GPU.
+    let cluster = SimCluster {
+        nodes,
+        ..SimCluster::default()
+    };
+    let work = workload(&job(
+        "pair",
+        2,
+        "[{name: gpu, resourceClaimTemplateName: one-gpu}]",
+    ))
+    .unwrap();
+    let mut sim = Simulation::new(&cluster, &work, SimConfig::default()).unwrap();
+    sim.run_to(MIN).unwrap();
+    let placed: Vec<Vec<u32>> = sim
+        .scheduler()
+        .pods()
+        .filter_map(|(_, r)| match &r.phase {
+            PodPhase::Bound { gpus, .. } => Some(gpus.indices()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(placed, [vec![0]], "gpu-1 is tainted");
+
+    let bad = dump.replace("effect: NoSchedule", "effect: PreferNoSchedule");
+    let e = load(&bad).unwrap_err().to_string();
+    assert!(
+        e.contains("gpu-1-xid-79") && e.contains("spec.taint.effect"),
+        "{e}"
+    );
+}
+
 /// A class whose devices count as `whole-gpus` in queue quota, a template of 2 of them,
 /// and a Kueue ClusterQueue with 6 `whole-gpus`.
 const COUNTED: &str = r#"

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kestrel_core::{
     ClaimAllocation, DeviceClaim, DeviceResult, GpuAssignment, NodeId, NodeSpec, PodId, PodSpec,
 };
+use kestrel_k8s::device_taint_rule::DeviceTaintRule;
 use kestrel_k8s::dra::{self, ClaimSource, DeviceClasses, ExtendedMapping, GpuBacking, SliceBook};
 use kestrel_k8s::fields::Ctx;
 use kestrel_k8s::live;
@@ -27,6 +28,7 @@ pub enum DraEvent {
     Class(Event<DeviceClass>),
     Slice(Event<ResourceSlice>),
     Claim(Event<ResourceClaim>),
+    TaintRule(Event<DeviceTaintRule>),
 }
 
 /// What the index knows of DRA.
@@ -223,6 +225,7 @@ impl ClusterState {
             DraEvent::Class(_) => "DeviceClass",
             DraEvent::Slice(_) => "ResourceSlice",
             DraEvent::Claim(_) => "ResourceClaim",
+            DraEvent::TaintRule(_) => "DeviceTaintRule",
         };
         macro_rules! dispatch {
             ($event:expr, $apply:expr, $delete:expr) => {
@@ -274,6 +277,14 @@ impl ClusterState {
                     s.delete_resource_claim(&namespace, &name)
                 }
             ),
+            DraEvent::TaintRule(e) => dispatch!(
+                e,
+                |s: &mut Self, o: &DeviceTaintRule| {
+                    let name = o.metadata.name.clone().unwrap_or_default();
+                    s.apply_device_taint_rule(&name, Some(o))
+                },
+                |s: &mut Self, key: String| s.apply_device_taint_rule(&key, None)
+            ),
         }
     }
 
@@ -282,6 +293,7 @@ impl ClusterState {
         match kind {
             "DeviceClass" => self.dra.classes.names(),
             "ResourceSlice" => self.dra.slices.names(),
+            "DeviceTaintRule" => self.dra.slices.taint_rule_names(),
             _ => self.dra.claims.keys().cloned().collect(),
         }
     }
@@ -346,6 +358,29 @@ impl ClusterState {
             None => self.dra.slices.remove(name),
         }
         nodes.extend(self.dra.slices.nodes_of_pool_of(name));
+        for node in nodes {
+            self.refresh_node_devices(&node);
+        }
+    }
+
+    /// A DeviceTaintRule was added, changed (`Some`) or deleted: the devices it names, before
+    /// and after, change their taints.
+    pub fn apply_device_taint_rule(&mut self, name: &str, rule: Option<&DeviceTaintRule>) {
+        let mut nodes = self.dra.slices.nodes_of_taint_rule(name);
+        match rule {
+            Some(rule) => {
+                let ctx = Ctx {
+                    path: src(),
+                    object: format!("DeviceTaintRule {name}"),
+                };
+                if let Err(e) = self.dra.slices.insert_taint_rule(&ctx, rule) {
+                    tracing::warn!(error = %e, "DeviceTaintRule cannot be read; its taint is not applied");
+                    self.dra.slices.remove_taint_rule(name);
+                }
+            }
+            None => self.dra.slices.remove_taint_rule(name),
+        }
+        nodes.extend(self.dra.slices.nodes_of_taint_rule(name));
         for node in nodes {
             self.refresh_node_devices(&node);
         }

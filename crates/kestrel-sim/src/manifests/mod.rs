@@ -221,6 +221,14 @@ impl Builder {
                  beside the Nodes (kubectl get nodes,resourceslices -o yaml)",
             ));
         }
+        if doc.kind() == "DeviceTaintRule" {
+            return Err(ctx.err(
+                "kind",
+                "a DeviceTaintRule taints published devices: put it in the cluster file, \
+                 beside the Nodes and their ResourceSlices (kubectl get \
+                 nodes,resourceslices,devicetaintrules -o yaml)",
+            ));
+        }
         if doc.kind() == "CSINode" {
             return Err(ctx.err(
                 "kind",
