@@ -217,6 +217,7 @@ impl Snapshot {
                     gpu_devices: spec.gpus.len() as u32,
                     labels: spec.labels.clone(),
                     volume_limits: spec.volume_limits.clone(),
+                    unschedulable: spec.unschedulable,
                     taints: spec
                         .taints
                         .iter()
@@ -286,6 +287,14 @@ impl Snapshot {
                     queue: cq.map(|q| q.name.clone()),
                     flavors,
                     priority: r.spec.priority,
+                    resource_claims: r
+                        .spec
+                        .constraints
+                        .devices
+                        .iter()
+                        .flat_map(|d| &d.claims)
+                        .map(|c| c.key.clone())
+                        .collect(),
                     ..PodView::default()
                 };
                 placement(&mut view, &r.spec);

@@ -567,6 +567,11 @@ impl Snapshot {
             let gpu_devices = allocatable.get(GPU).map_or(0, |g| (g / 1000).max(0) as u32);
             out.nodes.push(NodeView {
                 volume_limits: Default::default(),
+                unschedulable: n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false),
                 name,
                 allocatable,
                 gpu_devices,
@@ -648,6 +653,13 @@ impl Snapshot {
                 queue: None,
                 flavors: BTreeMap::new(),
                 priority: pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
+                scheduler: Some(
+                    pod.spec
+                        .as_ref()
+                        .and_then(|s| s.scheduler_name.clone())
+                        .unwrap_or_else(|| crate::KUBE_SCHEDULER.to_string()),
+                ),
+                resource_claims: pod_claims(pod),
                 ..PodView::default()
             };
             if view.node.is_some() && extended_claim(pod).is_some() {
@@ -681,6 +693,30 @@ fn extended_claim(pod: &Pod) -> Option<String> {
         .as_ref()
         .map(|s| s.resource_claim_name.clone())
         .filter(|n| !n.is_empty())
+}
+
+/// The ResourceClaims a pod uses (`namespace/name`): those its spec names, those made
+/// from its templates as its status names them, and the claim of its extended resources.
+fn pod_claims(pod: &Pod) -> Vec<String> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref());
+    pod.spec
+        .iter()
+        .flat_map(|s| s.resource_claims.iter().flatten())
+        .filter_map(|c| {
+            c.resource_claim_name.clone().or_else(|| {
+                statuses?
+                    .iter()
+                    .find(|s| s.name == c.name)
+                    .and_then(|s| s.resource_claim_name.clone())
+            })
+        })
+        .chain(extended_claim(pod))
+        .map(|n| format!("{namespace}/{n}"))
+        .collect()
 }
 
 /// The API server's ResourceClaims, and the bound pods that use claims, for
@@ -734,26 +770,7 @@ pub fn claims_from_k8s(
                 return None;
             }
             let namespace = p.metadata.namespace.clone().unwrap_or_default();
-            let statuses = p
-                .status
-                .as_ref()
-                .and_then(|s| s.resource_claim_statuses.clone())
-                .unwrap_or_default();
-            let claims: Vec<String> = spec
-                .resource_claims
-                .iter()
-                .flatten()
-                .filter_map(|c| {
-                    c.resource_claim_name.clone().or_else(|| {
-                        statuses
-                            .iter()
-                            .find(|s| s.name == c.name)
-                            .and_then(|s| s.resource_claim_name.clone())
-                    })
-                })
-                .chain(extended_claim(p))
-                .map(|n| format!("{namespace}/{n}"))
-                .collect();
+            let claims = pod_claims(p);
             (!claims.is_empty()).then(|| crate::ClaimUser {
                 pod: format!(
                     "{namespace}/{}",

@@ -53,6 +53,8 @@ pub type Amount = i128;
 pub const GPU: &str = "nvidia.com/gpu";
 /// The pod-count resource: every bound pod takes one (1000 milli-units).
 pub const PODS: &str = "pods";
+/// kube-scheduler's `schedulerName`: it records no GPU indices.
+pub const KUBE_SCHEDULER: &str = "default-scheduler";
 
 /// A node and what it can hold.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -71,6 +73,8 @@ pub struct NodeView {
     /// Most volumes each CSI driver may attach to it (its CSINode); a driver left out: no
     /// limit.
     pub volume_limits: BTreeMap<String, u32>,
+    /// Cordoned (`spec.unschedulable`): no new pod goes there.
+    pub unschedulable: bool,
 }
 
 /// The GPUs a bound pod holds.
@@ -138,6 +142,12 @@ pub struct PodView {
     /// What the devices its ResourceClaims hold count against its queue, per quota
     /// resource (its classes'): set, its GPUs are DRA devices and count only here.
     pub device_quota: BTreeMap<String, Amount>,
+    /// Its `spec.schedulerName` (`default-scheduler` where unset, as the API server
+    /// defaults it); `None` in engine snapshots, whose pods are all the engine's.
+    pub scheduler: Option<String>,
+    /// The ResourceClaims it uses (`namespace/name`), the claim of its extended resources
+    /// included; [`check_claims`] holds them allocated on its node.
+    pub resource_claims: Vec<String>,
 }
 
 impl PodView {
@@ -262,6 +272,13 @@ pub enum Violation {
         pod: String,
         requested: Amount,
         claimed: Amount,
+    },
+    /// A pod that requests whole GPUs is bound to a node with GPU devices, yet holds no
+    /// device by index and uses no ResourceClaim (pods of kube-scheduler are left out).
+    GpuWithoutIndices {
+        pod: String,
+        node: String,
+        requested: Amount,
     },
     /// A pod bound to a node the cluster does not have.
     UnknownNode { pod: String, node: String },
@@ -444,6 +461,15 @@ impl fmt::Display for Violation {
                 "pod {pod} requests {} but holds {} whole",
                 amount(GPU, *requested),
                 amount(GPU, *claimed)
+            ),
+            Violation::GpuWithoutIndices {
+                pod,
+                node,
+                requested,
+            } => write!(
+                f,
+                "pod {pod} requests {} and is bound to node {node}, yet holds no GPU by index and uses no ResourceClaim",
+                amount(GPU, *requested)
             ),
             Violation::UnknownNode { pod, node } => {
                 write!(f, "pod {pod} is bound to node {node}, which does not exist")
@@ -709,6 +735,19 @@ fn check_nodes(snapshot: &Snapshot, nodes: &BTreeMap<&str, &NodeView>, out: &mut
             continue;
         }
         on.entry(node.as_str()).or_default().push(p);
+        let whole_gpus = p.requests.get(GPU).copied().unwrap_or(0);
+        if whole_gpus > 0
+            && p.gpu == GpuClaim::None
+            && nodes[node.as_str()].gpu_devices > 0
+            && p.resource_claims.is_empty()
+            && p.scheduler.as_deref() != Some(KUBE_SCHEDULER)
+        {
+            out.push(Violation::GpuWithoutIndices {
+                pod: p.key.clone(),
+                node: node.clone(),
+                requested: whole_gpus,
+            });
+        }
         if let GpuClaim::Whole(v) = &p.gpu {
             let requested = p.requests.get(GPU).copied().unwrap_or(0);
             if requested != 1000 * v.len() as Amount {

@@ -209,6 +209,51 @@ fn devices_are_held_once_shares_fit_and_indices_exist() {
 }
 
 #[test]
+fn a_whole_gpu_pod_is_bound_with_its_gpus_or_its_claims() {
+    let ok = cluster(vec![gpu_pod("a/w", "n1", &[0, 1])]);
+    let mut bare = ok.clone();
+    bare.pods[0].gpu = GpuClaim::None;
+    holds_then_breaks(
+        ok,
+        bare.clone(),
+        |v| {
+            matches!(
+                v,
+                Violation::GpuWithoutIndices {
+                    requested: 2000,
+                    ..
+                }
+            )
+        },
+        &["a/w", "2 GPU", "node n1", "no GPU by index"],
+    );
+    // Left out: kube-scheduler's pods (it records no indices), pods whose devices come
+    // through ResourceClaims, pods pending, and pods on nodes without GPU devices (they
+    // are over the node's allocatable instead).
+    let mut foreign = bare.clone();
+    foreign.pods[0].scheduler = Some(KUBE_SCHEDULER.into());
+    assert_eq!(check(&foreign), Ok(()));
+    let mut claimed = bare.clone();
+    claimed.pods[0].resource_claims = vec!["a/w-gpus".into()];
+    assert_eq!(check(&claimed), Ok(()));
+    let mut pending = bare.clone();
+    pending.pods[0].node = None;
+    assert_eq!(check(&pending), Ok(()));
+    let mut cpu_node = bare.clone();
+    cpu_node.pods[0].node = Some("n2".into());
+    assert!(violations(&cpu_node)
+        .iter()
+        .all(|v| matches!(v, Violation::OverAllocatable { .. })));
+    // Another scheduler than kube-scheduler is taken for Kestrel under another name.
+    let mut renamed = bare;
+    renamed.pods[0].scheduler = Some("kestrel-diff".into());
+    assert!(matches!(
+        violations(&renamed)[..],
+        [Violation::GpuWithoutIndices { .. }]
+    ));
+}
+
+#[test]
 fn pods_on_unknown_nodes_and_twice_are_reported() {
     holds_then_breaks(
         cluster(vec![pod("a/p", Some("n1"), 1)]),
@@ -673,6 +718,53 @@ mod k8s_adapter {
             bad.to_string().contains("Pod ml/w0")
                 && bad.to_string().contains(GPU_INDICES_ANNOTATION),
             "{bad}"
+        );
+    }
+
+    #[test]
+    fn a_gpu_pod_kestrel_bound_without_indices_is_reported_and_kube_schedulers_is_not() {
+        let bound = |name: &str, scheduler: Option<&str>, annotations: serde_json::Value| {
+            let mut p = pod(json!({
+                "metadata": {"name": name, "annotations": annotations},
+                "spec": {"nodeName": "g",
+                         "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            }));
+            p.spec.as_mut().unwrap().scheduler_name = scheduler.map(String::from);
+            p
+        };
+        let claimed = pod(json!({
+            "metadata": {"name": "claimed"},
+            "spec": {"nodeName": "g", "resourceClaims": [{"name": "gpu", "resourceClaimName": "shared-gpu"}],
+                     "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        }));
+        let pods = [
+            bound("k", Some("kestrel"), json!({GPU_INDICES_ANNOTATION: "0"})),
+            bound("d", Some("default-scheduler"), json!({})),
+            bound("unset", None, json!({})),
+            bound("cpu", Some("kestrel"), json!({})),
+            claimed,
+        ];
+        let mut pods = pods.to_vec();
+        // A CPU pod of Kestrel's needs no indices.
+        let containers = &mut pods[3].spec.as_mut().unwrap().containers;
+        containers[0].resources = None;
+        let s = Snapshot::from_k8s(&[node("g", "8")], &pods, &BTreeMap::new()).unwrap();
+        assert_eq!(
+            s.pod("ml/unset").unwrap().scheduler.as_deref(),
+            Some(KUBE_SCHEDULER)
+        );
+        assert_eq!(
+            s.pod("ml/claimed").unwrap().resource_claims,
+            vec!["ml/shared-gpu"]
+        );
+        assert_eq!(check(&s), Ok(()), "{}", describe(&violations(&s)));
+        pods.push(bound("bare", Some("kestrel"), json!({})));
+        let s = Snapshot::from_k8s(&[node("g", "8")], &pods, &BTreeMap::new()).unwrap();
+        let v = violations(&s);
+        assert!(
+            matches!(&v[..], [Violation::GpuWithoutIndices { pod, .. }] if pod == "ml/bare"),
+            "{}",
+            describe(&v)
         );
     }
 
