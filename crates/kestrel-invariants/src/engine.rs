@@ -2,7 +2,7 @@
 
 use crate::{Amount, CohortView, GangView, GpuClaim, NodeView, PodView, QueueView, QuotaView};
 use crate::{NodeTerm, Operator, PodTerm, Requirement, SpreadRule, TaintView, TolerationView};
-use crate::{Snapshot, VolumeAffinity, GPU, PODS};
+use crate::{ShareRequest, Snapshot, VolumeAffinity, GPU, PODS};
 use kestrel_core::{
     CohortSpec, GpuAssignment, GpuRequest, PodId, PodPhase, PodSpec, ResourceGroup, Resources,
     Scheduler, GPU_RESOURCE,
@@ -295,6 +295,12 @@ impl Snapshot {
                         .flat_map(|d| &d.claims)
                         .map(|c| c.key.clone())
                         .collect(),
+                    gpu_share: match r.spec.demand.gpu {
+                        GpuRequest::Shared { milli } => Some(ShareRequest::Milli(milli)),
+                        GpuRequest::Memory { mib } => Some(ShareRequest::MemoryMib(mib)),
+                        GpuRequest::None | GpuRequest::Whole(_) => None,
+                    },
+                    single_numa_node: r.spec.constraints.single_numa_node,
                     ..PodView::default()
                 };
                 placement(&mut view, &r.spec);
@@ -307,12 +313,17 @@ impl Snapshot {
         let gangs = s
             .gang_keys()
             .filter_map(|(ns, name)| {
-                let spec = s.gang(s.gang_id(ns, name)?).spec.as_ref()?;
+                let state = s.gang(s.gang_id(ns, name)?);
+                let spec = state.spec.as_ref()?;
                 Some(GangView {
                     key: format!("{ns}/{name}"),
                     min_member: spec.min_member,
                     total: spec.total,
                     departed: 0,
+                    required_domain: spec.topology.required.clone(),
+                    roles_or_slices: !spec.role_minimums.is_empty()
+                        || spec.topology.slice.is_some(),
+                    timed_out: state.phase == kestrel_core::GangPhase::TimedOut,
                 })
             })
             .collect();

@@ -2,7 +2,7 @@
 //! and the kubelet read them, with a parser of this crate's own.
 
 use crate::quantity;
-use crate::{Amount, GangView, GpuClaim, NodeView, PodView, Snapshot, GPU};
+use crate::{Amount, GangView, GpuClaim, NodeView, PodView, ShareRequest, Snapshot, GPU};
 use crate::{NodeTerm, Operator, PodTerm, Requirement, Selector, SpreadRule, TaintView};
 use crate::{TolerationView, VolumeAffinity};
 use k8s_openapi::api::core::v1::{
@@ -17,6 +17,13 @@ use std::fmt;
 /// The annotation with the GPUs Kestrel chose: `"0,1,2,3"` for whole devices, `"2:500"`
 /// for 500 thousandths of device 2.
 pub const GPU_INDICES_ANNOTATION: &str = "kestrel.dev/gpu-indices";
+
+/// Kestrel's share of one GPU in thousandths, KAI Scheduler's as a fraction and by device
+/// memory (MiB), and the per-pod Topology Manager policy.
+const GPU_MILLI_ANNOTATION: &str = "kestrel.dev/gpu-milli";
+const GPU_FRACTION_ANNOTATION: &str = "gpu-fraction";
+const GPU_MEMORY_ANNOTATION: &str = "gpu-memory";
+const NUMA_POLICY_ANNOTATION: &str = "kestrel.dev/numa-policy";
 
 /// Pod labels and annotations that name a pod's gang, in the order Kestrel reads them:
 /// (is a label, key).
@@ -175,6 +182,28 @@ pub fn parse_gpu_indices(value: &str) -> Option<GpuClaim> {
         .map(|s| s.trim().parse().ok())
         .collect::<Option<Vec<u32>>>()
         .map(GpuClaim::Whole)
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(|v| v.trim())
+}
+
+/// The share of one GPU a pod's annotations ask for (a malformed one: none).
+fn gpu_share(pod: &Pod) -> Option<ShareRequest> {
+    if let Some(mib) = annotation(pod, GPU_MEMORY_ANNOTATION) {
+        return mib.parse().ok().map(ShareRequest::MemoryMib);
+    }
+    let milli = annotation(pod, GPU_MILLI_ANNOTATION)
+        .and_then(|m| m.parse().ok())
+        .or_else(|| {
+            let f: f64 = annotation(pod, GPU_FRACTION_ANNOTATION)?.parse().ok()?;
+            Some((f * 1000.0).round() as u32)
+        })?;
+    (milli > 0 && milli < 1000).then_some(ShareRequest::Milli(milli))
 }
 
 fn gang_of(pod: &Pod) -> Option<String> {
@@ -601,6 +630,7 @@ impl Snapshot {
                     min_member: 0,
                     total: Some(0),
                     departed: 0,
+                    ..GangView::default()
                 });
                 g.total = g.total.map(|t| t + 1);
                 g.departed += u32::from(ended);
@@ -660,6 +690,14 @@ impl Snapshot {
                         .unwrap_or_else(|| crate::KUBE_SCHEDULER.to_string()),
                 ),
                 resource_claims: pod_claims(pod),
+                gpu_share: gpu_share(pod),
+                gated: pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.scheduling_gates.as_ref())
+                    .is_some_and(|g| !g.is_empty()),
+                single_numa_node: annotation(pod, NUMA_POLICY_ANNOTATION)
+                    == Some("single-numa-node"),
                 ..PodView::default()
             };
             if view.node.is_some() && extended_claim(pod).is_some() {

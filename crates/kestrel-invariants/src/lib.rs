@@ -29,6 +29,7 @@ mod engine;
 #[cfg(feature = "k8s")]
 mod k8s;
 mod placement;
+mod progress;
 pub mod quantity;
 pub mod shared;
 
@@ -41,6 +42,7 @@ pub use placement::{
     selects, Labels, NodeTerm, Operator, PodTerm, Requirement, Selector, SpreadRule, TaintView,
     TolerationView, VolumeAffinity,
 };
+pub use progress::{stranded, StrandedWatch};
 pub use shared::{in_ci, shared_path};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -100,6 +102,16 @@ impl GpuClaim {
     }
 }
 
+/// A share of one GPU that a pod asks for (`requests` holds whole GPUs only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum ShareRequest {
+    /// Thousandths of a device.
+    Milli(u32),
+    /// Device memory, MiB: it fits devices with that much.
+    MemoryMib(u64),
+}
+
 /// A pod, pending (`node: None`) or bound.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -148,6 +160,12 @@ pub struct PodView {
     /// The ResourceClaims it uses (`namespace/name`), the claim of its extended resources
     /// included; [`check_claims`] holds them allocated on its node.
     pub resource_claims: Vec<String>,
+    /// The share of one GPU it asks for, if it asks for one.
+    pub gpu_share: Option<ShareRequest>,
+    /// It has scheduling gates: no scheduler may place it yet.
+    pub gated: bool,
+    /// Its GPUs and their NICs must sit on one NUMA node (`single-numa-node`).
+    pub single_numa_node: bool,
 }
 
 impl PodView {
@@ -184,6 +202,13 @@ pub struct GangView {
     /// Members that left the running gang for reasons no scheduler decided (completed,
     /// deleted, lost with their node): they count towards `min_member`.
     pub departed: u32,
+    /// All its pods in one domain of this node label (its required topology).
+    pub required_domain: Option<String>,
+    /// It has role minimums or slices, which the stranded rule does not model.
+    pub roles_or_slices: bool,
+    /// It did not start within its schedule timeout: it waits out a back-off (of a length
+    /// the snapshot does not hold) before it is tried again.
+    pub timed_out: bool,
 }
 
 /// Quota of one resource in one flavor of a ClusterQueue (milli-units).
@@ -328,6 +353,14 @@ pub enum Violation {
     },
     /// A pod pending before a step is gone after it, though it did not leave.
     PendingPodDropped { pod: String },
+    /// A pod has stayed pending for `cycles` snapshots in a row while it fitted a node
+    /// that holds no pod (`node`, in the latest), with nothing in its way that the
+    /// snapshot shows ([`StrandedWatch`]).
+    Stranded {
+        pod: String,
+        node: String,
+        cycles: u32,
+    },
     /// DRA: one device in two allocated claims.
     DeviceInTwoClaims {
         node: String,
@@ -534,6 +567,10 @@ impl fmt::Display for Violation {
             Violation::PendingPodDropped { pod } => {
                 write!(f, "pending pod {pod} disappeared without completing or being deleted")
             }
+            Violation::Stranded { pod, node, cycles } => write!(
+                f,
+                "pod {pod} has been pending for {cycles} cycles in a row while it fits the empty node {node} (stranded)"
+            ),
             Violation::DeviceInTwoClaims {
                 node,
                 device,
