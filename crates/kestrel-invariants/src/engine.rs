@@ -190,8 +190,9 @@ fn quota_views(groups: &[ResourceGroup]) -> Vec<QuotaView> {
 }
 
 impl Snapshot {
-    /// The engine's state: its nodes' specs (allocatable, pod count, devices), every pod
-    /// that is not gone with its binding, its declared gangs, its ClusterQueues, and the
+    /// The engine's state: its nodes' specs (allocatable, pod count, devices, cordon) and
+    /// whether they are reserved or nominated for pending pods, every pod that is not gone
+    /// with its binding, its declared gangs, its ClusterQueues, and the
     /// `cohorts` the caller added (the engine does not list them). The engine's usage and
     /// free counters are never read. Pod keys are `namespace/name`: give pods unique
     /// names. Gangs' `departed` counts are 0 (see [`Snapshot::set_departed`]). Pods carry
@@ -202,9 +203,18 @@ impl Snapshot {
     /// them.
     pub fn from_engine(s: &Scheduler, cohorts: &[CohortSpec]) -> Snapshot {
         let cluster = s.cluster();
+        let mut reserved = s
+            .reservation()
+            .map(|(_, nodes, _)| nodes)
+            .unwrap_or_default();
+        reserved.extend(
+            s.pods()
+                .filter(|(_, r)| r.phase == PodPhase::Pending)
+                .filter_map(|(id, _)| s.nominated_node(id)),
+        );
         let nodes = cluster
             .iter()
-            .map(|(_, n)| {
+            .map(|(id, n)| {
                 let spec = &n.spec;
                 let mut allocatable = resources(&spec.allocatable);
                 allocatable.insert(PODS.to_string(), Amount::from(spec.max_pods) * 1000);
@@ -218,6 +228,7 @@ impl Snapshot {
                     labels: spec.labels.clone(),
                     volume_limits: spec.volume_limits.clone(),
                     unschedulable: spec.unschedulable,
+                    reserved: reserved.contains(&id),
                     taints: spec
                         .taints
                         .iter()

@@ -579,7 +579,10 @@ impl Snapshot {
     /// ClusterQueues are not read: fill in `queues`, `cohorts` and pods' `queue` if needed.
     /// Nodes' labels and taints and pods' labels, required pod (anti-)affinity,
     /// DoNotSchedule spread constraints, node selectors and tolerations are read;
-    /// namespaces and volumes only by [`Snapshot::from_k8s_with`].
+    /// namespaces and volumes only by [`Snapshot::from_k8s_with`]. For the stranded rule:
+    /// cordons, pending pods' `nominatedNodeName`, scheduling gates, Kestrel's and KAI's
+    /// GPU-share annotations and Kestrel's NUMA policy are read; gangs' required topology,
+    /// roles and timeouts are not (PodGroups are not read).
     pub fn from_k8s(
         nodes: &[Node],
         pods: &[Pod],
@@ -601,6 +604,7 @@ impl Snapshot {
                     .as_ref()
                     .and_then(|s| s.unschedulable)
                     .unwrap_or(false),
+                reserved: false,
                 name,
                 allocatable,
                 gpu_devices,
@@ -708,6 +712,25 @@ impl Snapshot {
             }
             placement(pod, &mut view)?;
             out.pods.push(view);
+        }
+        // Nodes nominated for pending pods (room promised to a preemptor).
+        for pod in pods.iter().filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_none_or(str::is_empty)
+        }) {
+            let nominated = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.as_deref());
+            for n in out
+                .nodes
+                .iter_mut()
+                .filter(|n| Some(n.name.as_str()) == nominated)
+            {
+                n.reserved = true;
+            }
         }
         for (key, mut g) in gangs {
             if let Some(&min) = gang_min_members.get(&key) {

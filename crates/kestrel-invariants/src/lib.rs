@@ -77,6 +77,9 @@ pub struct NodeView {
     pub volume_limits: BTreeMap<String, u32>,
     /// Cordoned (`spec.unschedulable`): no new pod goes there.
     pub unschedulable: bool,
+    /// Kept for other pods: the head of the queue's reservation, or room promised to a
+    /// preemptor (a pending pod's nominated node).
+    pub reserved: bool,
 }
 
 /// The GPUs a bound pod holds.

@@ -1,6 +1,7 @@
 //! Progress: no pod left pending while it fits a node that holds nothing, judged over
 //! successive snapshots with this crate's own fit (allocatable, node selection, taints,
-//! cordon, volumes), never a scheduler's.
+//! cordon, volumes), never a scheduler's. A node kept for the head of the queue
+//! ([`NodeView::reserved`]) is not empty to the others.
 //!
 //! Only what a snapshot shows is judged, so a pod is left out wherever waiting may be
 //! right for a reason the snapshot does not hold or the rule does not model:
@@ -14,8 +15,8 @@
 //! - members of gangs the snapshot does not declare, of gangs with role minimums or
 //!   slices, of gangs that timed out (backing off), and of gangs with a member bound (a
 //!   running gang's late members); a gang
-//!   counts as a whole: its pending members are stranded when `min_member` of them (less
-//!   those departed) fit distinct empty nodes, in one domain of its required topology key.
+//!   counts as a whole: its pending members are stranded when `min_member` of them fit
+//!   distinct empty nodes, in one domain of its required topology key.
 
 use crate::{GangView, NodeView, PodView, ShareRequest, Snapshot, Violation, PODS};
 use std::collections::{BTreeMap, BTreeSet};
@@ -75,7 +76,7 @@ pub fn stranded(snapshot: &Snapshot) -> BTreeMap<String, String> {
     let empty: Vec<&NodeView> = snapshot
         .nodes
         .iter()
-        .filter(|n| !n.unschedulable && !occupied.contains(n.name.as_str()))
+        .filter(|n| !n.unschedulable && !n.reserved && !occupied.contains(n.name.as_str()))
         .collect();
     let bound: Vec<&PodView> = snapshot.pods.iter().filter(|p| p.node.is_some()).collect();
     let judged = |p: &PodView| p.node.is_none() && judged_alone(snapshot, &bound, p);
@@ -107,7 +108,8 @@ pub fn stranded(snapshot: &Snapshot) -> BTreeMap<String, String> {
         if !pods.iter().all(|p| judged(p)) {
             continue;
         }
-        let need = gang.min_member.saturating_sub(gang.departed).max(1) as usize;
+        // None of it runs: it starts afresh, and members that departed do not count.
+        let need = gang.min_member.max(1) as usize;
         if let Some(placed) = place_gang(gang, &pods, &empty, need) {
             out.extend(placed);
         }

@@ -770,6 +770,36 @@ mod k8s_adapter {
     }
 
     #[test]
+    fn what_the_stranded_rule_reads_from_api_objects() {
+        let mut cordoned = node("c", "4");
+        cordoned.spec = Some(serde_json::from_value(json!({"unschedulable": true})).unwrap());
+        let pods = [
+            pod(json!({"metadata": {"name": "preemptor"}, "status": {"nominatedNodeName": "g"}})),
+            pod(json!({"metadata": {"name": "gated"},
+                       "spec": {"schedulingGates": [{"name": "example.com/wait"}]}})),
+            pod(json!({"metadata": {"name": "half", "annotations": {"gpu-fraction": "0.5"}}})),
+            pod(json!({"metadata": {"name": "mem", "annotations": {"gpu-memory": "20480"}}})),
+            pod(json!({"metadata": {"name": "numa",
+                       "annotations": {"kestrel.dev/numa-policy": "single-numa-node"}}})),
+        ];
+        let s = Snapshot::from_k8s(&[node("g", "8"), cordoned], &pods, &BTreeMap::new()).unwrap();
+        assert!(s.nodes[0].reserved && !s.nodes[0].unschedulable);
+        assert!(s.nodes[1].unschedulable && !s.nodes[1].reserved);
+        assert!(s.pod("ml/gated").unwrap().gated);
+        assert_eq!(
+            s.pod("ml/half").unwrap().gpu_share,
+            Some(ShareRequest::Milli(500))
+        );
+        assert_eq!(
+            s.pod("ml/mem").unwrap().gpu_share,
+            Some(ShareRequest::MemoryMib(20_480))
+        );
+        assert!(s.pod("ml/numa").unwrap().single_numa_node);
+        // Every node is reserved or cordoned: none is empty for the others.
+        assert!(stranded(&s).is_empty(), "{:?}", stranded(&s));
+    }
+
+    #[test]
     fn nvidia_gpu_served_by_dra_is_checked_through_the_claim_the_pod_status_names() {
         use k8s_openapi::api::resource::v1::ResourceClaim;
         let served = |name: &str, claim: &str| {
@@ -1538,6 +1568,9 @@ mod stranded_pods {
         s.nodes[0].unschedulable = true;
         never_stranded(&s);
         s.nodes[0].unschedulable = false;
+        s.nodes[0].reserved = true;
+        never_stranded(&s);
+        s.nodes[0].reserved = false;
         s.pods[0].node_selector.insert("pool".into(), "a".into());
         never_stranded(&s);
     }
