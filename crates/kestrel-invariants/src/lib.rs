@@ -6,6 +6,17 @@
 //! free counters) and lists each rule that is broken; [`check_transition`] compares two
 //! snapshots and finds pending pods that disappeared.
 //!
+//! Among [`check`]'s rules: a pod that requests whole `nvidia.com/gpu` and is bound to a
+//! node with GPU devices holds them by index ([`Violation::GpuWithoutIndices`]) unless it
+//! uses ResourceClaims ([`check_claims`] holds those) or kube-scheduler bound it (it records
+//! no indices; any other scheduler is taken for Kestrel, which runs under several names).
+//!
+//! Progress is judged over successive snapshots, one per scheduling cycle: a
+//! [`StrandedWatch`] reports a pod left pending for N snapshots in a row while it fits a
+//! node that holds no pod, by this crate's own fit ([`Violation::Stranded`]); pods whose
+//! wait a snapshot cannot judge (gated, queued, with claims or inter-pod rules, gangs that
+//! cannot start whole) are left out, as its docs list.
+//!
 //! Placement rules that involve other pods and volumes are matched by this crate's own
 //! code (a second opinion on the engine's), from pods' labels and terms, nodes' labels and
 //! taints and namespaces' labels: [`check`] finds required pod anti-affinity broken from

@@ -1,22 +1,6 @@
 //! Progress: no pod left pending while it fits a node that holds nothing, judged over
-//! successive snapshots with this crate's own fit (allocatable, node selection, taints,
-//! cordon, volumes), never a scheduler's. A node kept for the head of the queue
-//! ([`NodeView::reserved`]) is not empty to the others.
-//!
-//! Only what a snapshot shows is judged, so a pod is left out wherever waiting may be
-//! right for a reason the snapshot does not hold or the rule does not model:
-//! - pods with scheduling gates, ResourceClaims, a `single-numa-node` policy or a share
-//!   of a GPU given as device memory (a node's device memory is not in the snapshot);
-//! - pods charged to a ClusterQueue (whether the queue admits them turns on quota,
-//!   borrowing, cohort lending and flavors' node labels);
-//! - pods with required pod affinity, anti-affinity or DoNotSchedule spread constraints,
-//!   and pods that a bound pod's anti-affinity matches (their domains reach past one node);
-//! - pods whose `ReadWriteOncePod` claim a bound pod uses;
-//! - members of gangs the snapshot does not declare, of gangs with role minimums or
-//!   slices, of gangs that timed out (backing off), and of gangs with a member bound (a
-//!   running gang's late members); a gang
-//!   counts as a whole: its pending members are stranded when `min_member` of them fit
-//!   distinct empty nodes, in one domain of its required topology key.
+//! successive snapshots with this crate's own fit, never a scheduler's (see
+//! [`StrandedWatch`]).
 
 use crate::{GangView, NodeView, PodView, ShareRequest, Snapshot, Violation, PODS};
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,6 +9,28 @@ use std::collections::{BTreeMap, BTreeSet};
 /// scheduling cycle): a pod stranded in `cycles` snapshots in a row is a
 /// [`Violation::Stranded`], reported in every snapshot from then on until it is bound or
 /// no longer fits an empty node.
+///
+/// An empty node holds no pod, is not cordoned and is not [`NodeView::reserved`] for
+/// another pod. A pod fits it when its requests and one pod slot are within the node's
+/// allocatable, a share of a GPU finds a device, the node is selected (node selector,
+/// required node affinity), its taints are tolerated, and the pod's bound volumes' node
+/// affinity and CSI limits allow it.
+///
+/// Only what a snapshot shows is judged, so a pod is left out wherever waiting may be
+/// right for a reason the snapshot does not hold or the rule does not model:
+/// - pods with scheduling gates, ResourceClaims, a `single-numa-node` policy or a share
+///   of a GPU given as device memory (a node's device memory is not in the snapshot);
+/// - pods charged to a ClusterQueue (whether the queue admits them turns on quota,
+///   borrowing, cohort lending and flavors' node labels);
+/// - pods with required pod affinity, anti-affinity or DoNotSchedule spread constraints,
+///   and pods that a bound pod's anti-affinity matches (their domains reach past one node);
+/// - pods whose `ReadWriteOncePod` claim a bound pod uses;
+/// - members of gangs the snapshot does not declare, of gangs with role minimums or
+///   slices, of gangs that timed out (backing off), and of gangs with a member bound (a
+///   running gang's late members).
+///
+/// A gang counts as a whole: its pending members are stranded when `min_member` of them
+/// fit distinct empty nodes, in one domain of its required topology key.
 #[derive(Debug, Clone)]
 pub struct StrandedWatch {
     cycles: u32,
