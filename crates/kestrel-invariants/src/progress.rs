@@ -123,7 +123,7 @@ pub fn stranded(snapshot: &Snapshot) -> BTreeMap<String, String> {
     out
 }
 
-/// Whether a pending pod is one the rule can judge by itself (see the module docs).
+/// Whether a pending pod is one the rule can judge by itself (see [`StrandedWatch`]).
 fn judged_alone(snapshot: &Snapshot, bound: &[&PodView], p: &PodView) -> bool {
     let repelled = bound.iter().any(|q| {
         q.anti_affinity
