@@ -14,13 +14,17 @@
 //!
 //! After every step: no node over allocatable in any resource, no device handed out twice
 //! or over-shared, every gang bound whole or not at all, every queue and cohort within its
-//! limits, no pending pod dropped. 1,024 cases by default; `PROPTEST_CASES=5000` for more.
+//! limits, no pending pod dropped. And progress: no pod that fits an empty node (one
+//! neither reserved nor nominated for another pod), by the checker's own fit, without a
+//! queue, gang or pod rule in its way, stays pending for `STRANDED_CYCLES` cycles in a
+//! row (`StrandedWatch`); a scheduler that never binds is caught on every fixed case.
+//! 1,024 cases by default; `PROPTEST_CASES=5000` for more.
 //! And the same inputs give the same decisions, in this process and in another one.
 
 mod rules;
 
 use kestrel_core::*;
-use kestrel_invariants::{check, check_transition, describe, Snapshot};
+use kestrel_invariants::{check, check_transition, describe, Snapshot, StrandedWatch};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -28,6 +32,9 @@ use rules::{apply_rules, limit_volumes, rules_strategy};
 use std::collections::{BTreeMap, BTreeSet};
 
 const NAMESPACES: usize = 4;
+/// Cycles in a row after which a pod pending while it fits an empty node is stranded: the
+/// node may have been emptied at the end of the first (victims leave after the cycle).
+const STRANDED_CYCLES: u32 = 2;
 
 #[derive(Debug, Clone)]
 struct QueueCase {
@@ -365,6 +372,18 @@ type Outcome = Result<Vec<String>, String>;
 
 /// Runs a case, checking every step when `checked`.
 fn run(case: &Case, checked: bool) -> Outcome {
+    run_with(case, checked, Scheduling::Cycles)
+}
+
+/// Whether each step ends with a scheduling cycle, or with none (a scheduler that never
+/// binds, which the progress property must catch).
+#[derive(Clone, Copy, PartialEq)]
+enum Scheduling {
+    Cycles,
+    Never,
+}
+
+fn run_with(case: &Case, checked: bool, scheduling: Scheduling) -> Outcome {
     let mut s = Scheduler::new(SchedulerConfig {
         policy: case.policy,
         head_reservation: case.head_reservation,
@@ -401,6 +420,7 @@ fn run(case: &Case, checked: bool) -> Outcome {
     };
     let mut log = Vec::new();
     let mut before = Snapshot::from_engine(&s, &cohort_specs);
+    let mut stranded = StrandedWatch::new(STRANDED_CYCLES);
     let mut t = 0u64;
     for (step, op) in case.ops.iter().enumerate() {
         t += 1000;
@@ -502,7 +522,10 @@ fn run(case: &Case, checked: bool) -> Outcome {
             }
             Op::Tick => t += 10_000,
         }
-        let d = s.schedule(t);
+        let d = match scheduling {
+            Scheduling::Cycles => s.schedule(t),
+            Scheduling::Never => Decisions::default(),
+        };
         let victims: Vec<PodId> = d
             .preemptions
             .iter()
@@ -539,6 +562,9 @@ fn run(case: &Case, checked: bool) -> Outcome {
                     .err()
                     .unwrap_or_default(),
             );
+            // Progress is judged on the cycle's own result: a pod it bound and then took as
+            // a victim was bound, and lost its node to contention.
+            broken.extend(stranded.observe(mid).err().unwrap_or_default());
             if !broken.is_empty() {
                 // The engine's own counters, for the diagnosis only (never checked).
                 let counters: Vec<String> = s
@@ -619,6 +645,21 @@ fn fixed_cases() -> Vec<Case> {
     (0..24)
         .map(|_| case_strategy().new_tree(&mut runner).unwrap().current())
         .collect()
+}
+
+/// The progress property can fail: on the fixed cases, a scheduler that never binds
+/// leaves pods stranded on empty nodes.
+#[test]
+fn a_scheduler_that_never_binds_is_caught() {
+    let cases = fixed_cases();
+    let caught = cases
+        .iter()
+        .filter(|c| {
+            run_with(c, true, Scheduling::Never)
+                .is_err_and(|e| e.contains(&format!("{STRANDED_CYCLES} cycles in a row")))
+        })
+        .count();
+    assert_eq!(caught, cases.len());
 }
 
 fn fixed_decisions() -> String {

@@ -851,3 +851,41 @@ fn room_held_for_a_preemptor_is_its_planned_devices() {
     assert_eq!(gpus_of(&s, p), v_gpus, "p gets the devices it was promised");
     assert!(matches!(s.pod(w).phase, PodPhase::Bound { .. }));
 }
+
+#[test]
+fn the_head_of_the_queue_reserves_only_nodes_that_could_hold_it() {
+    // The head wants an RDMA adapter besides its GPU: the empty node without one could
+    // never hold it, so reserving it would only keep the next pod off an empty node.
+    let mut rdma = gpu_node("rdma", 1);
+    rdma.allocatable.set_extended("rdma/hca", 1);
+    let plain = gpu_node("plain", 4);
+    let mut s = Scheduler::new(SchedulerConfig {
+        seed: 1,
+        head_reservation: 60_000,
+        ..Default::default()
+    });
+    s.add_node(rdma).unwrap();
+    s.add_node(plain).unwrap();
+    let first = s.submit(pod("first", 1000, GpuRequest::Whole(1)), 0);
+    s.schedule(0);
+    assert_eq!(node_of(&s, first), "rdma");
+    let mut head = pod("head", 1000, GpuRequest::Whole(1));
+    head.demand.resources.set_extended("rdma/hca", 1);
+    let head = s.submit(head, 1);
+    s.schedule(1);
+    assert_eq!(s.pod(head).phase, PodPhase::Pending);
+    let reserved = s
+        .reservation()
+        .map(|(_, nodes, _)| nodes)
+        .unwrap_or_default();
+    assert!(
+        reserved
+            .iter()
+            .all(|&n| s.cluster().node(n).spec.name == "rdma"),
+        "{:?}",
+        s.reservation()
+    );
+    let next = s.submit(pod("next", 1000, GpuRequest::Whole(2)), 2);
+    s.schedule(2);
+    assert_eq!(node_of(&s, next), "plain");
+}

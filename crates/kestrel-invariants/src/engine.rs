@@ -2,7 +2,7 @@
 
 use crate::{Amount, CohortView, GangView, GpuClaim, NodeView, PodView, QueueView, QuotaView};
 use crate::{NodeTerm, Operator, PodTerm, Requirement, SpreadRule, TaintView, TolerationView};
-use crate::{Snapshot, VolumeAffinity, GPU, PODS};
+use crate::{ShareRequest, Snapshot, VolumeAffinity, GPU, PODS};
 use kestrel_core::{
     CohortSpec, GpuAssignment, GpuRequest, PodId, PodPhase, PodSpec, ResourceGroup, Resources,
     Scheduler, GPU_RESOURCE,
@@ -208,8 +208,9 @@ fn quota_views(groups: &[ResourceGroup]) -> Vec<QuotaView> {
 }
 
 impl Snapshot {
-    /// The engine's state: its nodes' specs (allocatable, pod count, devices), every pod
-    /// that is not gone with its binding, its declared gangs, its ClusterQueues, and the
+    /// The engine's state: its nodes' specs (allocatable, pod count, devices, cordon) and
+    /// whether they are reserved or nominated for pending pods, every pod that is not gone
+    /// with its binding, its declared gangs, its ClusterQueues, and the
     /// `cohorts` the caller added (the engine does not list them). The engine's usage and
     /// free counters are never read. Pod keys are `namespace/name`: give pods unique
     /// names. Gangs' `departed` counts are 0 (see [`Snapshot::set_departed`]). Pods carry
@@ -220,9 +221,18 @@ impl Snapshot {
     /// them.
     pub fn from_engine(s: &Scheduler, cohorts: &[CohortSpec]) -> Snapshot {
         let cluster = s.cluster();
+        let mut reserved = s
+            .reservation()
+            .map(|(_, nodes, _)| nodes)
+            .unwrap_or_default();
+        reserved.extend(
+            s.pods()
+                .filter(|(_, r)| r.phase == PodPhase::Pending)
+                .filter_map(|(id, _)| s.nominated_node(id)),
+        );
         let nodes = cluster
             .iter()
-            .map(|(_, n)| {
+            .map(|(id, n)| {
                 let spec = &n.spec;
                 let mut allocatable = resources(&spec.allocatable);
                 allocatable.insert(PODS.to_string(), Amount::from(spec.max_pods) * 1000);
@@ -235,6 +245,8 @@ impl Snapshot {
                     gpu_devices: spec.gpus.len() as u32,
                     labels: spec.labels.clone(),
                     volume_limits: spec.volume_limits.clone(),
+                    unschedulable: spec.unschedulable,
+                    reserved: reserved.contains(&id),
                     taints: spec
                         .taints
                         .iter()
@@ -304,6 +316,20 @@ impl Snapshot {
                     queue: cq.map(|q| q.name.clone()),
                     flavors,
                     priority: r.spec.priority,
+                    resource_claims: r
+                        .spec
+                        .constraints
+                        .devices
+                        .iter()
+                        .flat_map(|d| &d.claims)
+                        .map(|c| c.key.clone())
+                        .collect(),
+                    gpu_share: match r.spec.demand.gpu {
+                        GpuRequest::Shared { milli } => Some(ShareRequest::Milli(milli)),
+                        GpuRequest::Memory { mib } => Some(ShareRequest::MemoryMib(mib)),
+                        GpuRequest::None | GpuRequest::Whole(_) => None,
+                    },
+                    single_numa_node: r.spec.constraints.single_numa_node,
                     ..PodView::default()
                 };
                 placement(&mut view, &r.spec);
@@ -317,12 +343,17 @@ impl Snapshot {
         let gangs = s
             .gang_keys()
             .filter_map(|(ns, name)| {
-                let spec = s.gang(s.gang_id(ns, name)?).spec.as_ref()?;
+                let state = s.gang(s.gang_id(ns, name)?);
+                let spec = state.spec.as_ref()?;
                 Some(GangView {
                     key: format!("{ns}/{name}"),
                     min_member: spec.min_member,
                     total: spec.total,
                     departed: 0,
+                    required_domain: spec.topology.required.clone(),
+                    roles_or_slices: !spec.role_minimums.is_empty()
+                        || spec.topology.slice.is_some(),
+                    timed_out: state.phase == kestrel_core::GangPhase::TimedOut,
                 })
             })
             .collect();

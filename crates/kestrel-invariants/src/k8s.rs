@@ -2,7 +2,7 @@
 //! and the kubelet read them, with a parser of this crate's own.
 
 use crate::quantity;
-use crate::{Amount, GangView, GpuClaim, NodeView, PodView, Snapshot, GPU};
+use crate::{Amount, GangView, GpuClaim, NodeView, PodView, ShareRequest, Snapshot, GPU};
 use crate::{NodeTerm, Operator, PodTerm, Requirement, Selector, SpreadRule, TaintView};
 use crate::{TolerationView, VolumeAffinity};
 use k8s_openapi::api::core::v1::{
@@ -17,6 +17,13 @@ use std::fmt;
 /// The annotation with the GPUs Kestrel chose: `"0,1,2,3"` for whole devices, `"2:500"`
 /// for 500 thousandths of device 2.
 pub const GPU_INDICES_ANNOTATION: &str = "kestrel.dev/gpu-indices";
+
+/// Kestrel's share of one GPU in thousandths, KAI Scheduler's as a fraction and by device
+/// memory (MiB), and the per-pod Topology Manager policy.
+const GPU_MILLI_ANNOTATION: &str = "kestrel.dev/gpu-milli";
+const GPU_FRACTION_ANNOTATION: &str = "gpu-fraction";
+const GPU_MEMORY_ANNOTATION: &str = "gpu-memory";
+const NUMA_POLICY_ANNOTATION: &str = "kestrel.dev/numa-policy";
 
 /// Pod labels and annotations that name a pod's gang, in the order Kestrel reads them:
 /// (is a label, key).
@@ -175,6 +182,28 @@ pub fn parse_gpu_indices(value: &str) -> Option<GpuClaim> {
         .map(|s| s.trim().parse().ok())
         .collect::<Option<Vec<u32>>>()
         .map(GpuClaim::Whole)
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(|v| v.trim())
+}
+
+/// The share of one GPU a pod's annotations ask for (a malformed one: none).
+fn gpu_share(pod: &Pod) -> Option<ShareRequest> {
+    if let Some(mib) = annotation(pod, GPU_MEMORY_ANNOTATION) {
+        return mib.parse().ok().map(ShareRequest::MemoryMib);
+    }
+    let milli = annotation(pod, GPU_MILLI_ANNOTATION)
+        .and_then(|m| m.parse().ok())
+        .or_else(|| {
+            let f: f64 = annotation(pod, GPU_FRACTION_ANNOTATION)?.parse().ok()?;
+            Some((f * 1000.0).round() as u32)
+        })?;
+    (milli > 0 && milli < 1000).then_some(ShareRequest::Milli(milli))
 }
 
 fn gang_of(pod: &Pod) -> Option<String> {
@@ -550,7 +579,10 @@ impl Snapshot {
     /// ClusterQueues are not read: fill in `queues`, `cohorts` and pods' `queue` if needed.
     /// Nodes' labels and taints and pods' labels, required pod (anti-)affinity,
     /// DoNotSchedule spread constraints, node selectors and tolerations are read;
-    /// namespaces and volumes only by [`Snapshot::from_k8s_with`].
+    /// namespaces and volumes only by [`Snapshot::from_k8s_with`]. For the stranded rule:
+    /// cordons, pending pods' `nominatedNodeName`, scheduling gates, Kestrel's and KAI's
+    /// GPU-share annotations and Kestrel's NUMA policy are read; gangs' required topology,
+    /// roles and timeouts are not (PodGroups are not read).
     pub fn from_k8s(
         nodes: &[Node],
         pods: &[Pod],
@@ -567,6 +599,12 @@ impl Snapshot {
             let gpu_devices = allocatable.get(GPU).map_or(0, |g| (g / 1000).max(0) as u32);
             out.nodes.push(NodeView {
                 volume_limits: Default::default(),
+                unschedulable: n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false),
+                reserved: false,
                 name,
                 allocatable,
                 gpu_devices,
@@ -596,6 +634,7 @@ impl Snapshot {
                     min_member: 0,
                     total: Some(0),
                     departed: 0,
+                    ..GangView::default()
                 });
                 g.total = g.total.map(|t| t + 1);
                 g.departed += u32::from(ended);
@@ -648,6 +687,21 @@ impl Snapshot {
                 queue: None,
                 flavors: BTreeMap::new(),
                 priority: pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
+                scheduler: Some(
+                    pod.spec
+                        .as_ref()
+                        .and_then(|s| s.scheduler_name.clone())
+                        .unwrap_or_else(|| crate::KUBE_SCHEDULER.to_string()),
+                ),
+                resource_claims: pod_claims(pod),
+                gpu_share: gpu_share(pod),
+                gated: pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.scheduling_gates.as_ref())
+                    .is_some_and(|g| !g.is_empty()),
+                single_numa_node: annotation(pod, NUMA_POLICY_ANNOTATION)
+                    == Some("single-numa-node"),
                 ..PodView::default()
             };
             if view.node.is_some() && extended_claim(pod).is_some() {
@@ -658,6 +712,25 @@ impl Snapshot {
             }
             placement(pod, &mut view)?;
             out.pods.push(view);
+        }
+        // Nodes nominated for pending pods (room promised to a preemptor).
+        for pod in pods.iter().filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_none_or(str::is_empty)
+        }) {
+            let nominated = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.as_deref());
+            for n in out
+                .nodes
+                .iter_mut()
+                .filter(|n| Some(n.name.as_str()) == nominated)
+            {
+                n.reserved = true;
+            }
         }
         for (key, mut g) in gangs {
             if let Some(&min) = gang_min_members.get(&key) {
@@ -681,6 +754,30 @@ fn extended_claim(pod: &Pod) -> Option<String> {
         .as_ref()
         .map(|s| s.resource_claim_name.clone())
         .filter(|n| !n.is_empty())
+}
+
+/// The ResourceClaims a pod uses (`namespace/name`): those its spec names, those made
+/// from its templates as its status names them, and the claim of its extended resources.
+fn pod_claims(pod: &Pod) -> Vec<String> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref());
+    pod.spec
+        .iter()
+        .flat_map(|s| s.resource_claims.iter().flatten())
+        .filter_map(|c| {
+            c.resource_claim_name.clone().or_else(|| {
+                statuses?
+                    .iter()
+                    .find(|s| s.name == c.name)
+                    .and_then(|s| s.resource_claim_name.clone())
+            })
+        })
+        .chain(extended_claim(pod))
+        .map(|n| format!("{namespace}/{n}"))
+        .collect()
 }
 
 /// The API server's ResourceClaims, and the bound pods that use claims, for
@@ -734,26 +831,7 @@ pub fn claims_from_k8s(
                 return None;
             }
             let namespace = p.metadata.namespace.clone().unwrap_or_default();
-            let statuses = p
-                .status
-                .as_ref()
-                .and_then(|s| s.resource_claim_statuses.clone())
-                .unwrap_or_default();
-            let claims: Vec<String> = spec
-                .resource_claims
-                .iter()
-                .flatten()
-                .filter_map(|c| {
-                    c.resource_claim_name.clone().or_else(|| {
-                        statuses
-                            .iter()
-                            .find(|s| s.name == c.name)
-                            .and_then(|s| s.resource_claim_name.clone())
-                    })
-                })
-                .chain(extended_claim(p))
-                .map(|n| format!("{namespace}/{n}"))
-                .collect();
+            let claims = pod_claims(p);
             (!claims.is_empty()).then(|| crate::ClaimUser {
                 pod: format!(
                     "{namespace}/{}",

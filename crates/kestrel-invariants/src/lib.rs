@@ -6,6 +6,17 @@
 //! free counters) and lists each rule that is broken; [`check_transition`] compares two
 //! snapshots and finds pending pods that disappeared.
 //!
+//! Among [`check`]'s rules: a pod that requests whole `nvidia.com/gpu` and is bound to a
+//! node with GPU devices holds them by index ([`Violation::GpuWithoutIndices`]) unless it
+//! uses ResourceClaims ([`check_claims`] holds those) or kube-scheduler bound it (it records
+//! no indices; any other scheduler is taken for Kestrel, which runs under several names).
+//!
+//! Progress is judged over successive snapshots, one per scheduling cycle: a
+//! [`StrandedWatch`] reports a pod left pending for N snapshots in a row while it fits a
+//! node that holds no pod, by this crate's own fit ([`Violation::Stranded`]); pods whose
+//! wait a snapshot cannot judge (gated, queued, with claims or inter-pod rules, gangs that
+//! cannot start whole) are left out, as its docs list.
+//!
 //! Placement rules that involve other pods and volumes are matched by this crate's own
 //! code (a second opinion on the engine's), from pods' labels and terms, nodes' labels and
 //! taints and namespaces' labels: [`check`] finds required pod anti-affinity broken from
@@ -29,6 +40,7 @@ mod engine;
 #[cfg(feature = "k8s")]
 mod k8s;
 mod placement;
+mod progress;
 pub mod quantity;
 pub mod shared;
 
@@ -41,6 +53,7 @@ pub use placement::{
     selects, Labels, NodeTerm, Operator, PodTerm, Requirement, Selector, SpreadRule, TaintView,
     TolerationView, VolumeAffinity,
 };
+pub use progress::{stranded, StrandedWatch};
 pub use shared::{in_ci, shared_path};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,6 +66,8 @@ pub type Amount = i128;
 pub const GPU: &str = "nvidia.com/gpu";
 /// The pod-count resource: every bound pod takes one (1000 milli-units).
 pub const PODS: &str = "pods";
+/// kube-scheduler's `schedulerName`: it records no GPU indices.
+pub const KUBE_SCHEDULER: &str = "default-scheduler";
 
 /// A node and what it can hold.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -71,6 +86,11 @@ pub struct NodeView {
     /// Most volumes each CSI driver may attach to it (its CSINode); a driver left out: no
     /// limit.
     pub volume_limits: BTreeMap<String, u32>,
+    /// Cordoned (`spec.unschedulable`): no new pod goes there.
+    pub unschedulable: bool,
+    /// Kept for other pods: the head of the queue's reservation, or room promised to a
+    /// preemptor (a pending pod's nominated node).
+    pub reserved: bool,
 }
 
 /// The GPUs a bound pod holds.
@@ -94,6 +114,16 @@ impl GpuClaim {
             GpuClaim::Share { milli, .. } => Amount::from(*milli),
         }
     }
+}
+
+/// A share of one GPU that a pod asks for (`requests` holds whole GPUs only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum ShareRequest {
+    /// Thousandths of a device.
+    Milli(u32),
+    /// Device memory, MiB: it fits devices with that much.
+    MemoryMib(u64),
 }
 
 /// A pod, pending (`node: None`) or bound.
@@ -138,6 +168,18 @@ pub struct PodView {
     /// What the devices its ResourceClaims hold count against its queue, per quota
     /// resource (its classes'): set, its GPUs are DRA devices and count only here.
     pub device_quota: BTreeMap<String, Amount>,
+    /// Its `spec.schedulerName` (`default-scheduler` where unset, as the API server
+    /// defaults it); `None` in engine snapshots, whose pods are all the engine's.
+    pub scheduler: Option<String>,
+    /// The ResourceClaims it uses (`namespace/name`), the claim of its extended resources
+    /// included; [`check_claims`] holds them allocated on its node.
+    pub resource_claims: Vec<String>,
+    /// The share of one GPU it asks for, if it asks for one.
+    pub gpu_share: Option<ShareRequest>,
+    /// It has scheduling gates: no scheduler may place it yet.
+    pub gated: bool,
+    /// Its GPUs and their NICs must sit on one NUMA node (`single-numa-node`).
+    pub single_numa_node: bool,
 }
 
 impl PodView {
@@ -174,6 +216,13 @@ pub struct GangView {
     /// Members that left the running gang for reasons no scheduler decided (completed,
     /// deleted, lost with their node): they count towards `min_member`.
     pub departed: u32,
+    /// All its pods in one domain of this node label (its required topology).
+    pub required_domain: Option<String>,
+    /// It has role minimums or slices, which the stranded rule does not model.
+    pub roles_or_slices: bool,
+    /// It did not start within its schedule timeout: it waits out a back-off (of a length
+    /// the snapshot does not hold) before it is tried again.
+    pub timed_out: bool,
 }
 
 /// Quota of one resource in one flavor of a ClusterQueue (milli-units).
@@ -263,6 +312,13 @@ pub enum Violation {
         requested: Amount,
         claimed: Amount,
     },
+    /// A pod that requests whole GPUs is bound to a node with GPU devices, yet holds no
+    /// device by index and uses no ResourceClaim (pods of kube-scheduler are left out).
+    GpuWithoutIndices {
+        pod: String,
+        node: String,
+        requested: Amount,
+    },
     /// A pod bound to a node the cluster does not have.
     UnknownNode { pod: String, node: String },
     /// Two pods with one key.
@@ -311,6 +367,14 @@ pub enum Violation {
     },
     /// A pod pending before a step is gone after it, though it did not leave.
     PendingPodDropped { pod: String },
+    /// A pod has stayed pending for `cycles` snapshots in a row while it fitted a node
+    /// that holds no pod (`node`, in the latest), with nothing in its way that the
+    /// snapshot shows ([`StrandedWatch`]).
+    Stranded {
+        pod: String,
+        node: String,
+        cycles: u32,
+    },
     /// DRA: one device in two allocated claims.
     DeviceInTwoClaims {
         node: String,
@@ -445,6 +509,15 @@ impl fmt::Display for Violation {
                 amount(GPU, *requested),
                 amount(GPU, *claimed)
             ),
+            Violation::GpuWithoutIndices {
+                pod,
+                node,
+                requested,
+            } => write!(
+                f,
+                "pod {pod} requests {} and is bound to node {node}, yet holds no GPU by index and uses no ResourceClaim",
+                amount(GPU, *requested)
+            ),
             Violation::UnknownNode { pod, node } => {
                 write!(f, "pod {pod} is bound to node {node}, which does not exist")
             }
@@ -508,6 +581,10 @@ impl fmt::Display for Violation {
             Violation::PendingPodDropped { pod } => {
                 write!(f, "pending pod {pod} disappeared without completing or being deleted")
             }
+            Violation::Stranded { pod, node, cycles } => write!(
+                f,
+                "pod {pod} has been pending for {cycles} cycles in a row while it fits the empty node {node} (stranded)"
+            ),
             Violation::DeviceInTwoClaims {
                 node,
                 device,
@@ -709,6 +786,19 @@ fn check_nodes(snapshot: &Snapshot, nodes: &BTreeMap<&str, &NodeView>, out: &mut
             continue;
         }
         on.entry(node.as_str()).or_default().push(p);
+        let whole_gpus = p.requests.get(GPU).copied().unwrap_or(0);
+        if whole_gpus > 0
+            && p.gpu == GpuClaim::None
+            && nodes[node.as_str()].gpu_devices > 0
+            && p.resource_claims.is_empty()
+            && p.scheduler.as_deref() != Some(KUBE_SCHEDULER)
+        {
+            out.push(Violation::GpuWithoutIndices {
+                pod: p.key.clone(),
+                node: node.clone(),
+                requested: whole_gpus,
+            });
+        }
         if let GpuClaim::Whole(v) = &p.gpu {
             let requested = p.requests.get(GPU).copied().unwrap_or(0);
             if requested != 1000 * v.len() as Amount {

@@ -218,7 +218,7 @@ impl Snapshot {
     }
 
     /// Whether `term`, of a pod in namespace `own`, matches `other`.
-    fn term_matches(&self, term: &PodTerm, own: &str, other: &PodView) -> bool {
+    pub(crate) fn term_matches(&self, term: &PodTerm, own: &str, other: &PodView) -> bool {
         let Some(selector) = &term.selector else {
             return false;
         };

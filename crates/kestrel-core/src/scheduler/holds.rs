@@ -139,6 +139,13 @@ impl Scheduler {
             Some(g) => format!("gang {}", g.key()),
             None => format!("pod {}", rep.spec.key()),
         };
+        // A node whose allocatable cannot hold any of the pods even once empty (it lacks
+        // their cpu, memory or an extended resource) would only keep others off it.
+        let could_hold = |s: &Scheduler, n: NodeId| {
+            let allocatable = &s.cluster.node(n).spec.allocatable;
+            pods.iter()
+                .any(|p| allocatable.fits(&s.pods[p.0 as usize].spec.demand.resources))
+        };
         let eligible = |s: &Scheduler, n: NodeId| {
             let node = s.cluster.node(n);
             let room = if constraints.single_numa_node {
@@ -149,6 +156,7 @@ impl Scheduler {
             static_check(&constraints, &node.spec).is_ok()
                 && room as u64 * 1000 >= largest
                 && device_memory.is_none_or(|mib| node.has_device_memory(mib))
+                && could_hold(s, n)
         };
         let mut groups: Vec<Vec<NodeId>> = match gang.and_then(|g| g.topology.required.clone()) {
             Some(level) => self
