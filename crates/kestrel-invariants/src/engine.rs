@@ -106,6 +106,7 @@ fn placement(view: &mut PodView, spec: &PodSpec) {
             })
             .collect();
         view.exclusive_claims = volumes.exclusive.clone();
+        view.claims_to_bind = volumes.unbound_claims().map(str::to_string).collect();
         view.attached_volumes = volumes
             .attach
             .iter()

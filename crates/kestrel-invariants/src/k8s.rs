@@ -489,9 +489,16 @@ fn volumes(
         };
         let key = format!("{namespace}/{name}");
         let Some(claim) = claims.get(&(namespace, name.as_str())) else {
+            view.claims_to_bind.push(key);
             continue;
         };
         let spec = claim.spec.as_ref();
+        if spec
+            .and_then(|s| s.volume_name.as_deref())
+            .is_none_or(str::is_empty)
+        {
+            view.claims_to_bind.push(key.clone());
+        }
         if spec
             .and_then(|s| s.access_modes.as_ref())
             .is_some_and(|m| m.iter().any(|m| m == "ReadWriteOncePod"))

@@ -163,6 +163,9 @@ pub struct PodView {
     pub volume_affinity: Vec<VolumeAffinity>,
     /// Its `ReadWriteOncePod` claims (`namespace/name`).
     pub exclusive_claims: Vec<String>,
+    /// Its PersistentVolumeClaims not bound yet, or not there (`namespace/name`): where it
+    /// may go turns on which volumes are free or are yet to be made.
+    pub claims_to_bind: Vec<String>,
     /// The CSI volumes it attaches to its node: (driver, volume).
     pub attached_volumes: Vec<(String, String)>,
     /// What the devices its ResourceClaims hold count against its queue, per quota

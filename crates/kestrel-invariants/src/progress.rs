@@ -24,7 +24,8 @@ use std::collections::{BTreeMap, BTreeSet};
 ///   borrowing, cohort lending and flavors' node labels);
 /// - pods with required pod affinity, anti-affinity or DoNotSchedule spread constraints,
 ///   and pods that a bound pod's anti-affinity matches (their domains reach past one node);
-/// - pods whose `ReadWriteOncePod` claim a bound pod uses;
+/// - pods whose `ReadWriteOncePod` claim a bound pod uses, and pods with claims not bound
+///   yet (which volumes are free, or may be made, is not in the snapshot);
 /// - members of gangs the snapshot does not declare, of gangs with role minimums or
 ///   slices, of gangs that timed out (backing off), and of gangs with a member bound (a
 ///   running gang's late members).
@@ -145,6 +146,7 @@ fn judged_alone(snapshot: &Snapshot, bound: &[&PodView], p: &PodView) -> bool {
         && p.spread.is_empty()
         && !repelled
         && !claim_in_use
+        && p.claims_to_bind.is_empty()
 }
 
 /// Whether a pod fits a node that holds no pod: its requests and one pod slot within the

@@ -1017,6 +1017,11 @@ mod k8s_placement {
         assert!(w0.node_affinity.is_some());
         assert_eq!(w0.volume_affinity[0].claim, "ml/data");
         assert_eq!(w0.exclusive_claims, ["ml/w0-scratch"]);
+        assert_eq!(
+            w0.claims_to_bind,
+            ["ml/w0-scratch"],
+            "a claim without a volume yet"
+        );
         // w0 on n1 breaks its PV's affinity (zone b), its anti-affinity (w1 in zone a),
         // and the RWOP claim is used by both.
         let v = check(&s).err().unwrap_or_default();
@@ -1579,9 +1584,10 @@ mod stranded_pods {
     fn gated_claimed_and_queued_pods_and_pods_with_pod_rules_are_left_out() {
         let base = cluster(vec![pod("a/p", None, 1)]);
         assert!(stranded(&base).contains_key("a/p"));
-        let left_out: [fn(&mut PodView); 6] = [
+        let left_out: [fn(&mut PodView); 7] = [
             |p| p.gated = true,
             |p| p.resource_claims = vec!["a/c".into()],
+            |p| p.claims_to_bind = vec!["a/scratch".into()],
             |p| p.queue = Some("cq".into()),
             |p| p.single_numa_node = true,
             |p| p.gpu_share = Some(ShareRequest::MemoryMib(20_480)),
