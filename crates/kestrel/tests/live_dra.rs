@@ -1361,3 +1361,95 @@ async fn nvidia_gpu_pods_take_dra_gpus_through_the_claim_kube_scheduler_writes()
     assert_invariants(&client).await;
     cleanup(&client, &format!("{NS}-"), &[NS]).await;
 }
+
+/// A DeviceTaintRule (`resource.k8s.io/v1`) on one of a node's two DRA GPUs keeps claims off
+/// it, for Kestrel as for kube-scheduler beside it (each on a node of its own): of two pods
+/// claiming a GPU each, one takes the other GPU and one waits. Once the rule is deleted,
+/// Kestrel's waiting pod takes the GPU it named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_taint_rules_keep_claims_off_the_devices_they_name() {
+    const KESTREL_NS: &str = "taint-k";
+    const DEFAULT_NS: &str = "taint-d";
+    const SCHEDULER: &str = "kestrel-taints";
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let _started = Started::claim_controller(env).with_kube_scheduler();
+    let rules: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::api::ApiResource::erase::<kestrel_k8s::device_taint_rule::DeviceTaintRule>(&()),
+    );
+    for ns in [KESTREL_NS, DEFAULT_NS] {
+        dra_cluster(&client, ns, 1, 2).await;
+        apply(
+            &client,
+            &[json!({
+                "apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+                "metadata": {"name": format!("{ns}-gpu-1")},
+                "spec": {
+                    "deviceSelector": {"driver": "gpu.nvidia.com", "pool": format!("{ns}-0"),
+                                       "device": "gpu-1"},
+                    "taint": {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"},
+                },
+            })],
+        )
+        .await;
+    }
+    let _kestrel = env.kestrel(SCHEDULER, &["--scheduler-name", SCHEDULER]);
+    for (ns, scheduler) in [(KESTREL_NS, SCHEDULER), (DEFAULT_NS, "default-scheduler")] {
+        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+        create_pods(
+            &client,
+            ["a", "b"]
+                .iter()
+                .map(|name| to_pod(pod_in(ns, scheduler, name, from_template("one-gpu"))))
+                .collect(),
+        )
+        .await;
+        let (bound, waiting) = eventually(
+            Duration::from_secs(30),
+            &format!("{scheduler}: one pod bound"),
+            || async {
+                let (bound, pending) = bound_and_pending(&client, ns).await;
+                let waiting = pending.iter().next()?.clone();
+                (bound.len() == 1).then(|| (bound.keys().next().unwrap().clone(), waiting))
+            },
+        )
+        .await;
+        reported_unschedulable(
+            &api,
+            &waiting,
+            &format!("{scheduler}: {waiting} unschedulable"),
+        )
+        .await;
+        let claims = claims_in(&client, ns).await;
+        let pod = api.get(&bound).await.unwrap();
+        let claim = &claims[&generated_claim(&pod).unwrap()];
+        assert_eq!(
+            claim.devices,
+            [format!("{ns}-0/gpu-0")],
+            "{scheduler}: the untainted GPU\n{}",
+            describe(&claims)
+        );
+        assert_invariants(&client).await;
+    }
+
+    // Kestrel: the rule deleted, the waiting pod takes the GPU it named.
+    rules
+        .delete(&format!("{KESTREL_NS}-gpu-1"), &DeleteParams::default())
+        .await
+        .expect("deleting the rule");
+    eventually(
+        Duration::from_secs(30),
+        "both Kestrel pods bound",
+        || async {
+            let (bound, _) = bound_and_pending(&client, KESTREL_NS).await;
+            (bound.len() == 2).then_some(())
+        },
+    )
+    .await;
+    assert_invariants(&client).await;
+    let _ = rules
+        .delete(&format!("{DEFAULT_NS}-gpu-1"), &DeleteParams::default())
+        .await;
+    cleanup(&client, "taint-", &[KESTREL_NS, DEFAULT_NS]).await;
+}
