@@ -3,6 +3,7 @@
 
 use crate::backend::{BackendError, GpuBackend, HealthEvent, NoGpus};
 use crate::cluster::Cluster;
+use crate::device_taints;
 use crate::fake::FakeBackend;
 use crate::health::{HealthMap, HealthPolicy, HealthTracker, Transition};
 use crate::inventory::Inventory;
@@ -82,31 +83,33 @@ pub fn open_backend(
     }
 }
 
-/// Whether the agent may serve its device plugin: not where NVIDIA's DRA driver publishes
-/// the node's GPUs (ResourceSlices of `gpu.nvidia.com` for the node), which would hand the
-/// same GPUs out twice. The agent then keeps discovery, health, metrics and publication.
-/// When the slices cannot be read, the plugin is served and a warning says why.
-async fn device_plugin_allowed(cluster: &Cluster, node: &str) -> bool {
+/// Whether NVIDIA's DRA driver publishes the node's GPUs (ResourceSlices of
+/// `gpu.nvidia.com` for the node). Then the agent serves no device plugin, which would hand
+/// the same GPUs out twice, and marks unhealthy GPUs with DeviceTaintRules instead
+/// ([`crate::device_taints`]); discovery, health, metrics and publication go on. When the
+/// slices cannot be read, the device plugin is served and a warning says why.
+async fn dra_publishes_gpus(cluster: &Cluster, node: &str) -> bool {
     let driver = kestrel_k8s::dra::NVIDIA_GPU_DRIVER;
     match cluster.slices_of(node, driver).await {
-        Ok(slices) if slices.is_empty() => true,
+        Ok(slices) if slices.is_empty() => false,
         Ok(slices) => {
             tracing::info!(
                 node,
                 ?slices,
                 "NVIDIA's DRA driver publishes this node's GPUs: no device plugin (DRA hands \
-                 them out); discovery, health, metrics and publication go on"
+                 them out), unhealthy GPUs get DeviceTaintRules; discovery, health, metrics \
+                 and publication go on"
             );
-            false
+            true
         }
         Err(e) => {
             tracing::warn!(
                 node,
                 error = %e,
                 "cannot list this node's ResourceSlices (grant list on resourceslices, \
-                 resource.k8s.io): serving the device plugin"
+                 resource.k8s.io): its GPUs are taken as the device plugin's"
             );
-            true
+            false
         }
     }
 }
@@ -139,7 +142,8 @@ pub async fn run(
     ready: Option<tokio::sync::oneshot::Sender<Handles>>,
 ) -> Result<(), AgentError> {
     let mut cfg = cfg;
-    if cfg.plugin.is_some() && !device_plugin_allowed(&cluster, &cfg.node).await {
+    let dra_node = dra_publishes_gpus(&cluster, &cfg.node).await;
+    if dra_node {
         cfg.plugin = None;
     }
     let inv = discover(&backend).await?;
@@ -233,6 +237,10 @@ pub async fn run(
     // health changes.
     if cfg.publish && !inventory_rx.borrow().gpus.is_empty() {
         condition(&cluster, &node, &tracker).await;
+        if dra_node {
+            let inv = inventory_rx.borrow().clone();
+            device_taints::reconcile(&cluster, &node, &inv, tracker.map()).await;
+        }
     }
     let mut events_open = true;
     loop {
@@ -316,9 +324,14 @@ pub async fn run(
                     "Warning",
                     fault.reason(),
                     format!(
-                        "GPU {} ({uuid}) is unhealthy: {}; the kubelet no longer hands it out",
+                        "GPU {} ({uuid}) is unhealthy: {}; {}",
                         index_of(&inv, uuid),
-                        fault.describe()
+                        fault.describe(),
+                        if dra_node {
+                            "its DRA device is tainted (DeviceTaintRule)"
+                        } else {
+                            "the kubelet no longer hands it out"
+                        }
                     ),
                 ),
                 Transition::Recovered { uuid } => (
@@ -334,6 +347,10 @@ pub async fn run(
         }
         if cfg.publish {
             condition(&cluster, &node, &tracker).await;
+            if dra_node {
+                let inv = inventory_rx.borrow().clone();
+                device_taints::reconcile(&cluster, &node, &inv, tracker.map()).await;
+            }
         }
     }
     if let Some(task) = plugin_task {

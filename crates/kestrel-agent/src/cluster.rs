@@ -3,10 +3,12 @@
 //! events. `Memory` keeps the same state in process, for tests without an API server.
 
 use crate::choose::{format_indices, Candidate, GPU_ALLOCATED_ANNOTATION};
+use crate::device_taints::{DraGpu, RULE_NODE_ANNOTATION};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
+use kestrel_k8s::device_taint_rule::DeviceTaintRule;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -23,7 +25,7 @@ pub type MetaChanges = BTreeMap<String, Option<String>>;
 
 pub enum Cluster {
     Kube(Client),
-    Memory(MemoryCluster),
+    Memory(Box<MemoryCluster>),
 }
 
 /// An in-process stand-in for the API server: pods, one node's metadata, events.
@@ -38,6 +40,10 @@ pub struct MemoryCluster {
     pub events: Mutex<Vec<(String, String, String)>>,
     /// ResourceSlices: (name, driver, node).
     pub slices: Mutex<Vec<(String, String, String)>>,
+    /// The GPUs NVIDIA's DRA driver publishes, by node.
+    pub dra_gpus: Mutex<BTreeMap<String, Vec<DraGpu>>>,
+    /// DeviceTaintRules by name: (node, spec).
+    pub taint_rules: Mutex<BTreeMap<String, (String, serde_json::Value)>>,
 }
 
 fn apply_changes(map: &mut BTreeMap<String, String>, changes: &MetaChanges) {
@@ -88,6 +94,136 @@ impl Cluster {
                 .filter(|(_, d, n)| d == driver && n == node)
                 .map(|(name, _, _)| name.clone())
                 .collect()),
+        }
+    }
+
+    /// The GPUs NVIDIA's DRA driver publishes for `node` (none where DRA is not served).
+    pub async fn dra_gpus_of(&self, node: &str) -> Result<Vec<DraGpu>, kube::Error> {
+        match self {
+            Cluster::Kube(client) => {
+                let api: Api<k8s_openapi::api::resource::v1::ResourceSlice> =
+                    Api::all(client.clone());
+                let lp = ListParams::default().fields(&format!(
+                    "spec.nodeName={node},spec.driver={}",
+                    kestrel_k8s::dra::NVIDIA_GPU_DRIVER
+                ));
+                let slices = match api.list(&lp).await {
+                    Ok(list) => list.items,
+                    Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+                    Err(e) => return Err(e),
+                };
+                let driver = kestrel_k8s::dra::NVIDIA_GPU_DRIVER;
+                let attribute = |d: &k8s_openapi::api::resource::v1::Device, name: &str| {
+                    d.attributes.as_ref().and_then(|a| {
+                        a.get(name)
+                            .or_else(|| a.get(&format!("{driver}/{name}")))
+                            .cloned()
+                    })
+                };
+                Ok(slices
+                    .iter()
+                    .flat_map(|s| {
+                        s.spec.devices.iter().flatten().map(|d| DraGpu {
+                            pool: s.spec.pool.name.clone(),
+                            device: d.name.clone(),
+                            uuid: attribute(d, "uuid").and_then(|v| v.string),
+                            index: attribute(d, "index").and_then(|v| v.int),
+                        })
+                    })
+                    .collect())
+            }
+            Cluster::Memory(m) => Ok(m
+                .dra_gpus
+                .lock()
+                .expect("dra lock")
+                .get(node)
+                .cloned()
+                .unwrap_or_default()),
+        }
+    }
+
+    /// The specs of the DeviceTaintRules the agent wrote for `node`, by name.
+    pub async fn device_taint_rules_of(
+        &self,
+        node: &str,
+    ) -> Result<BTreeMap<String, serde_json::Value>, kube::Error> {
+        match self {
+            Cluster::Kube(client) => {
+                let api: Api<DeviceTaintRule> = Api::all(client.clone());
+                Ok(api
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|r| {
+                        r.metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(RULE_NODE_ANNOTATION))
+                            .is_some_and(|n| n == node)
+                    })
+                    .map(|r| {
+                        let spec = serde_json::to_value(&r.spec).unwrap_or_default();
+                        (r.metadata.name.unwrap_or_default(), spec)
+                    })
+                    .collect())
+            }
+            Cluster::Memory(m) => Ok(m
+                .taint_rules
+                .lock()
+                .expect("rules lock")
+                .iter()
+                .filter(|(_, (n, _))| n == node)
+                .map(|(name, (_, spec))| (name.clone(), spec.clone()))
+                .collect()),
+        }
+    }
+
+    /// Writes a DeviceTaintRule (server-side apply, as the agent's own).
+    pub async fn put_device_taint_rule(
+        &self,
+        name: &str,
+        rule: &serde_json::Value,
+    ) -> Result<(), kube::Error> {
+        match self {
+            Cluster::Kube(client) => {
+                let api: Api<DeviceTaintRule> = Api::all(client.clone());
+                api.patch(
+                    name,
+                    &PatchParams::apply(COMPONENT).force(),
+                    &Patch::Apply(rule),
+                )
+                .await?;
+                Ok(())
+            }
+            Cluster::Memory(m) => {
+                let node = rule["metadata"]["annotations"][RULE_NODE_ANNOTATION]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                m.taint_rules
+                    .lock()
+                    .expect("rules lock")
+                    .insert(name.to_string(), (node, rule["spec"].clone()));
+                Ok(())
+            }
+        }
+    }
+
+    pub async fn delete_device_taint_rule(&self, name: &str) -> Result<(), kube::Error> {
+        match self {
+            Cluster::Kube(client) => {
+                let api: Api<DeviceTaintRule> = Api::all(client.clone());
+                match api.delete(name, &Default::default()).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+            Cluster::Memory(m) => {
+                m.taint_rules.lock().expect("rules lock").remove(name);
+                Ok(())
+            }
         }
     }
 

@@ -6,6 +6,7 @@ pub mod agent;
 pub mod backend;
 pub mod choose;
 pub mod cluster;
+pub mod device_taints;
 pub mod fake;
 pub mod health;
 pub mod inventory;

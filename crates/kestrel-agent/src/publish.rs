@@ -78,7 +78,6 @@ pub async fn publish(cluster: &Cluster, node: &str, inv: &Inventory) -> Result<b
 mod tests {
     use super::*;
     use crate::backend::GpuBackend;
-    use crate::cluster::MemoryCluster;
     use crate::fake::FakeBackend;
     use kestrel_k8s::nodes::node_from_kube;
     use std::path::Path;
@@ -92,7 +91,7 @@ mod tests {
         )
         .unwrap();
         let inv = fake.discover().unwrap();
-        let cluster = Cluster::Memory(MemoryCluster::default());
+        let cluster = Cluster::Memory(Box::default());
         cluster
             .patch_node_meta(
                 "gpu-0",

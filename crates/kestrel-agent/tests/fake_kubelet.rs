@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kestrel_agent::agent::{self, AgentConfig, Handles, WithoutNvml};
 use kestrel_agent::backend::{GpuBackend, HealthEvent};
 use kestrel_agent::cluster::{Cluster, MemoryCluster};
+use kestrel_agent::device_taints::{self, DraGpu};
 use kestrel_agent::fake::FakeBackend;
 use kestrel_agent::health::HealthPolicy;
 use kestrel_agent::kubelet::channel;
@@ -25,6 +26,7 @@ use kestrel_agent::proto::podresources::{
     ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
     ListPodResourcesResponse, PodResources,
 };
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -231,7 +233,7 @@ async fn device_plugin_lifecycle_with_a_kubelet_restart() {
         pod("train", "4,5", 2, "2026-01-01T00:00:05Z"),
         pod("bad", "0,9", 2, "2026-01-01T00:00:09Z"),
     ];
-    let cluster = Arc::new(Cluster::Memory(memory));
+    let cluster = Arc::new(Cluster::Memory(Box::new(memory)));
     let cfg = AgentConfig {
         node: NODE.into(),
         fake_gpus: None,
@@ -518,7 +520,7 @@ async fn a_missing_device_plugin_directory_is_an_error_naming_it() {
     let missing = std::env::temp_dir().join(format!("ka-missing-{}", std::process::id()));
     let cfg = plugin_in_missing_dir(&missing, false);
     let (_stop, stop_rx) = watch::channel(false);
-    let cluster = Arc::new(Cluster::Memory(MemoryCluster::default()));
+    let cluster = Arc::new(Cluster::Memory(Box::default()));
     let err = tokio::time::timeout(WAIT, agent::run(cfg, fake, cluster, stop_rx, None))
         .await
         .unwrap()
@@ -550,7 +552,7 @@ async fn no_device_plugin_where_dra_publishes_the_gpus() {
     ];
     // Not this node's GPUs: the plugin is served (and fails on its missing directory).
     let (_stop, stop_rx) = watch::channel(false);
-    let cluster = Arc::new(Cluster::Memory(memory));
+    let cluster = Arc::new(Cluster::Memory(Box::new(memory)));
     let err = tokio::time::timeout(
         WAIT,
         agent::run(cfg(), fake(), cluster.clone(), stop_rx, None),
@@ -567,11 +569,30 @@ async fn no_device_plugin_where_dra_publishes_the_gpus() {
         .lock()
         .unwrap()
         .push(("gpus".into(), "gpu.nvidia.com".into(), NODE.into()));
+    // The driver's devices gpu-0..7, by the UUIDs the agent discovers; and a rule left from
+    // an earlier run on a GPU that is healthy now.
+    m.dra_gpus.lock().unwrap().insert(
+        NODE.into(),
+        (0..8)
+            .map(|i| DraGpu {
+                pool: NODE.into(),
+                device: format!("gpu-{i}"),
+                uuid: Some(format!("GPU-fake-000{i}")),
+                index: Some(i),
+            })
+            .collect(),
+    );
+    let stale = device_taints::rule_name(NODE, "gpu-5");
+    m.taint_rules
+        .lock()
+        .unwrap()
+        .insert(stale.clone(), (NODE.into(), json!({"left": "over"})));
+    let backend = Arc::new(FakeBackend::parse(Path::new("gpus.yaml"), GPUS).unwrap());
     let (stop_tx, stop_rx) = watch::channel(false);
     let (ready_tx, ready_rx) = oneshot::channel();
     let agent = tokio::spawn(agent::run(
         cfg(),
-        fake(),
+        backend.clone(),
         cluster.clone(),
         stop_rx,
         Some(ready_tx),
@@ -581,6 +602,29 @@ async fn no_device_plugin_where_dra_publishes_the_gpus() {
     let healthz = http_get(handles.metrics_addr, "/healthz").await;
     assert!(healthz.starts_with("HTTP/1.1 200"), "{healthz}");
     wait_for(|| !m.labels.lock().unwrap().is_empty()).await;
+    wait_for(|| m.taint_rules.lock().unwrap().is_empty()).await;
+
+    // XID 79 on GPU 3: its DRA device gets a DeviceTaintRule; recovered, the rule goes.
+    backend.inject(HealthEvent::Xid {
+        uuid: "GPU-fake-0003".into(),
+        xid: 79,
+    });
+    let rule = device_taints::rule_name(NODE, "gpu-3");
+    wait_for(|| m.taint_rules.lock().unwrap().contains_key(&rule)).await;
+    let spec = m.taint_rules.lock().unwrap()[&rule].1.clone();
+    assert_eq!(
+        spec,
+        json!({
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": NODE, "device": "gpu-3"},
+            "taint": {"key": device_taints::UNHEALTHY_TAINT, "value": "GpuLost",
+                      "effect": "NoSchedule"},
+        })
+    );
+    assert_eq!(m.taint_rules.lock().unwrap().len(), 1);
+    backend.inject(HealthEvent::Recovered {
+        uuid: "GPU-fake-0003".into(),
+    });
+    wait_for(|| m.taint_rules.lock().unwrap().is_empty()).await;
     stop_tx.send(true).unwrap();
     tokio::time::timeout(WAIT, agent)
         .await

@@ -452,8 +452,13 @@ pub fn agent_objects(v: &InstallValues, a: &AgentValues) -> Vec<Value> {
             rule(&[""], &["nodes/status"], &["patch"]),
             rule(&["events.k8s.io"], &["events"], &["create"]),
             // Whether NVIDIA's DRA driver publishes its node's GPUs (then it serves no
-            // device plugin).
+            // device plugin), and a DeviceTaintRule on each unhealthy GPU's DRA device there.
             rule(&["resource.k8s.io"], &["resourceslices"], &["list"]),
+            rule(
+                &["resource.k8s.io"],
+                &["devicetaintrules"],
+                &["list", "create", "patch", "delete"],
+            ),
         ]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                "metadata": {"name": name, "labels": labels},

@@ -47,7 +47,12 @@ fn uuid(i: u32) -> String {
 /// Starts `kestrel agent` for `node` with the RBAC of its own manifests (applied first),
 /// fake GPUs and a device plugin directory of its own; returns it, its log file and that
 /// directory.
-async fn start_agent(env: &Env, client: &kube::Client, node: &str) -> (Agent, PathBuf, PathBuf) {
+async fn start_agent(
+    env: &Env,
+    client: &kube::Client,
+    node: &str,
+    gpus_file: &str,
+) -> (Agent, PathBuf, PathBuf) {
     let out = Command::new(kestrel_bin())
         .args(["manifests", "--agent"])
         .output()
@@ -67,7 +72,7 @@ async fn start_agent(env: &Env, client: &kube::Client, node: &str) -> (Agent, Pa
     )
     .unwrap();
     let gpus = dir.join("gpus.yaml");
-    std::fs::write(&gpus, GPUS).unwrap();
+    std::fs::write(&gpus, gpus_file).unwrap();
     let plugin_dir = dir.join("dp");
     std::fs::create_dir_all(&plugin_dir).unwrap();
     let log = dir.join("agent.log");
@@ -115,7 +120,7 @@ async fn agent_publishes_its_node_and_the_schedulers_choice_reaches_allocate() {
     }
     kestrel_testenv::create_gpu_nodes(&client, vec![node]).await;
 
-    let (_agent, log, plugin_dir) = start_agent(env, &client, node_name).await;
+    let (_agent, log, plugin_dir) = start_agent(env, &client, node_name, GPUS).await;
 
     // Published: GPU Feature Discovery's labels, the topology template, the condition.
     let nodes: Api<Node> = Api::all(client.clone());
@@ -246,7 +251,8 @@ async fn agent_publishes_its_node_and_the_schedulers_choice_reaches_allocate() {
 
 /// On a node whose GPUs NVIDIA's DRA driver publishes (a ResourceSlice of `gpu.nvidia.com`
 /// for it, no `nvidia.com/gpu`), the agent registers no device plugin and still publishes
-/// the node's labels and topology.
+/// the node's labels and topology; a GPU that falls off the bus gets a DeviceTaintRule on
+/// its DRA device until it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_dra_node_the_agent_serves_no_device_plugin() {
     let Some((env, _serial)) = env() else { return };
@@ -254,11 +260,24 @@ async fn on_a_dra_node_the_agent_serves_no_device_plugin() {
     let node_name = "agent-dra-0";
     let node = kestrel_testenv::gpu_node(node_name, 0, &[]);
     kestrel_testenv::create_gpu_nodes(&client, vec![node]).await;
-    let slice = kestrel_testenv::nodes::nvidia_gpu_slice(node_name, 8);
+    let mut slice = kestrel_testenv::nodes::nvidia_gpu_slice(node_name, 8);
+    // The driver's UUIDs are NVML's, which the fake GPUs are.
+    for (i, device) in slice["spec"]["devices"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .enumerate()
+    {
+        device["attributes"]["uuid"]["string"] = serde_json::json!(uuid(i as u32));
+    }
     kestrel_testenv::apply_yaml(&client, &serde_json::to_string(&slice).unwrap(), false)
         .await
         .expect("applying the slice");
-    let (_agent, log, plugin_dir) = start_agent(env, &client, node_name).await;
+    // GPU 3 falls off the bus 2 s after the agent starts and is back 4 s later.
+    let gpus = format!(
+        "{GPUS}events:\n- {{at: 2s, gpu: 3, xid: 79}}\n- {{at: 6s, gpu: 3, recover: true}}\n"
+    );
+    let (_agent, log, plugin_dir) = start_agent(env, &client, node_name, &gpus).await;
     let nodes: Api<Node> = Api::all(client.clone());
     eventually(
         Duration::from_secs(30),
@@ -283,5 +302,35 @@ async fn on_a_dra_node_the_agent_serves_no_device_plugin() {
     assert!(!log_text.contains("cannot"), "{log_text}");
     let sockets: Vec<_> = std::fs::read_dir(&plugin_dir).unwrap().collect();
     assert!(sockets.is_empty(), "{sockets:?}");
+
+    // The XID: a DeviceTaintRule on GPU 3's DRA device, written with the agent's RBAC and
+    // accepted by the API server; the recovery deletes it.
+    let rules: Api<kestrel_k8s::device_taint_rule::DeviceTaintRule> = Api::all(client.clone());
+    let name = format!("kestrel-gpu-health-{node_name}-gpu-3");
+    let rule = eventually(
+        Duration::from_secs(30),
+        "GPU 3's DeviceTaintRule",
+        || async { rules.get(&name).await.ok() },
+    )
+    .await;
+    let selector = rule.spec.device_selector.clone().unwrap();
+    assert_eq!(
+        (
+            selector.driver.as_deref(),
+            selector.pool.as_deref(),
+            selector.device.as_deref()
+        ),
+        (Some("gpu.nvidia.com"), Some(node_name), Some("gpu-3"))
+    );
+    assert_eq!(rule.spec.taint.key, "kestrel.dev/gpu-unhealthy");
+    assert_eq!(rule.spec.taint.effect, "NoSchedule");
+    eventually(
+        Duration::from_secs(30),
+        "GPU 3's DeviceTaintRule deleted once it recovered",
+        || async { rules.get(&name).await.is_err().then_some(()) },
+    )
+    .await;
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!log_text.contains("cannot"), "{log_text}");
     cleanup(&client, "agent-dra-", &[]).await;
 }
