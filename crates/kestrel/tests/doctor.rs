@@ -523,6 +523,8 @@ fn the_dra_example_shows_the_dra_checks_and_no_false_gpu_alarm() {
         "where: gpu.nvidia.com pool dra-1 (generation 4: 1 of 2 slices, 1 slice of older generations)",
         // The newest generation's devices count: four of the eight GPUs dra-1 has.
         "where: dra-1 (4 allocatable, label nvidia.com/gpu.count=8)",
+        "the NVIDIA DRA driver (kubelet plugin) pod is missing on some nodes",
+        "DaemonSet nvidia-dra-driver-gpu/nvidia-dra-driver-gpu-kubelet-plugin: its pod runs on 1 of the 2 nodes it should (1 ready)",
     ] {
         assert!(stdout.contains(expected), "{expected:?} missing:\n{stdout}");
     }

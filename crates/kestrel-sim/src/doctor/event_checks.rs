@@ -784,6 +784,7 @@ fn component_words(c: &str) -> &'static str {
         "feature-discovery" => "GPU feature discovery",
         "validator" => "GPU operator validator",
         "mig-manager" => "MIG manager",
+        "dra-driver" => "NVIDIA DRA driver (kubelet plugin)",
         "ofed-driver" => "OFED (MOFED/DOCA) driver",
         "rdma-device-plugin" => "RDMA shared device plugin",
         "sriov-device-plugin" => "SR-IOV device plugin",

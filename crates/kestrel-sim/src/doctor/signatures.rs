@@ -361,7 +361,7 @@ fn slug_keep_case(s: &str) -> String {
 /// component's pattern and the regex of its DaemonSet names for kube-state-metrics.
 /// The names are those the operators' manifests give their DaemonSets (NVIDIA
 /// gpu-operator `assets/state-*`, Mellanox network-operator `manifests/state-*`).
-pub(super) const OPERATOR_COMPONENTS: [(&str, &[&str], &str); 13] = [
+pub(super) const OPERATOR_COMPONENTS: [(&str, &[&str], &str); 14] = [
     (
         "gpu-driver",
         &["nvidia-driver", "nvidia-gpu-driver"],
@@ -397,6 +397,11 @@ pub(super) const OPERATOR_COMPONENTS: [(&str, &[&str], &str); 13] = [
         "mig-manager",
         &["nvidia-mig-manager"],
         "nvidia-mig-manager.*",
+    ),
+    (
+        "dra-driver",
+        &["nvidia-dra-driver-gpu-kubelet-plugin", "nvidia-dra-driver"],
+        "nvidia-dra-driver.*",
     ),
     (
         "ofed-driver",
