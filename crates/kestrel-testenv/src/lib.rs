@@ -39,6 +39,13 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// `$CARGO_TARGET_DIR`, else `target/` in the workspace: where builds and `.ci/run` write.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
 /// The directory holding `kestrel-testenv`, `kube-apiserver`, `kube-scheduler` and
 /// `kube-controller-manager`:
 /// `$KESTREL_TESTENV_BIN`, else `target/testenv` in the workspace.

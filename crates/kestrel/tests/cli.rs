@@ -1,6 +1,5 @@
 //! The `kestrel` binary as a user runs it.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn kestrel(args: &[&str]) -> Output {
@@ -11,9 +10,7 @@ fn kestrel(args: &[&str]) -> Output {
         .expect("run kestrel")
 }
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use kestrel_testenv::workspace_root as repo;
 
 fn text(out: &Output) -> (String, String) {
     (

@@ -12,8 +12,9 @@
 mod browser;
 mod dashboard;
 
-use browser::{find_chromium, target_dir, Browser, DRAWN};
+use browser::{find_chromium, Browser, DRAWN};
 use dashboard::{get, start_dashboard};
+use kestrel_testenv::target_dir;
 use serde_json::{json, Value};
 
 const CLUSTER: &str = r#"apiVersion: sim.kestrel.dev/v1alpha1

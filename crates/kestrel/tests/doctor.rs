@@ -14,9 +14,7 @@ fn kestrel(args: &[&str]) -> Output {
         .expect("run kestrel")
 }
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use kestrel_testenv::workspace_root as repo;
 
 fn text(out: &Output) -> (String, String) {
     (

@@ -3,7 +3,6 @@
 
 mod dashboard;
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn kestrel(args: &[&str]) -> Output {
@@ -14,9 +13,7 @@ fn kestrel(args: &[&str]) -> Output {
         .expect("run kestrel")
 }
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use kestrel_testenv::workspace_root as repo;
 
 fn text(out: &Output) -> (String, String) {
     (

@@ -14,16 +14,6 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Instant;
 
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target"))
-}
-
 /// `$KESTREL_CHROMIUM`, else the first of Debian's and others' names found on PATH.
 pub fn find_chromium() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("KESTREL_CHROMIUM") {

@@ -7,16 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// `target/`, or `$CARGO_TARGET_DIR`, where the build scripts write `image/`.
-pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target"))
-}
+/// The workspace, and `target/` (or `$CARGO_TARGET_DIR`) where the build scripts write
+/// `image/`.
+pub use kestrel_testenv::{target_dir, workspace_root as repo};
 
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
