@@ -140,58 +140,39 @@ impl VolumeInfo {
     }
 }
 
-/// The CSI driver an in-tree volume of a PersistentVolume migrated to, and the disk it
-/// names. Kubernetes 1.37 runs every in-tree cloud disk through its CSI driver, and
-/// kube-scheduler counts such volumes against that driver's limit.
-fn migrated_volume(spec: &core::PersistentVolumeSpec) -> Option<(&'static str, String)> {
-    if let Some(v) = &spec.aws_elastic_block_store {
-        return Some(("ebs.csi.aws.com", v.volume_id.clone()));
-    }
-    if let Some(v) = &spec.gce_persistent_disk {
-        return Some(("pd.csi.storage.gke.io", v.pd_name.clone()));
-    }
-    if let Some(v) = &spec.azure_disk {
-        return Some(("disk.csi.azure.com", v.disk_uri.clone()));
-    }
-    if let Some(v) = &spec.azure_file {
-        return Some(("file.csi.azure.com", v.share_name.clone()));
-    }
-    if let Some(v) = &spec.cinder {
-        return Some(("cinder.csi.openstack.org", v.volume_id.clone()));
-    }
-    if let Some(v) = &spec.vsphere_volume {
-        return Some(("csi.vsphere.vmware.com", v.volume_path.clone()));
-    }
-    if let Some(v) = &spec.portworx_volume {
-        return Some(("pxd.portworx.com", v.volume_id.clone()));
-    }
-    None
+/// The CSI driver an in-tree cloud disk migrated to, and the disk it names, for a
+/// PersistentVolume's spec or a pod's inline volume (their fields have the same names).
+/// Kubernetes 1.37 runs every in-tree cloud disk through its CSI driver, and kube-scheduler
+/// counts such volumes against that driver's limit.
+macro_rules! migrated_disk {
+    ($source:expr) => {{
+        let s = $source;
+        if let Some(d) = &s.aws_elastic_block_store {
+            Some(("ebs.csi.aws.com", d.volume_id.clone()))
+        } else if let Some(d) = &s.gce_persistent_disk {
+            Some(("pd.csi.storage.gke.io", d.pd_name.clone()))
+        } else if let Some(d) = &s.azure_disk {
+            Some(("disk.csi.azure.com", d.disk_uri.clone()))
+        } else if let Some(d) = &s.azure_file {
+            Some(("file.csi.azure.com", d.share_name.clone()))
+        } else if let Some(d) = &s.cinder {
+            Some(("cinder.csi.openstack.org", d.volume_id.clone()))
+        } else if let Some(d) = &s.vsphere_volume {
+            Some(("csi.vsphere.vmware.com", d.volume_path.clone()))
+        } else if let Some(d) = &s.portworx_volume {
+            Some(("pxd.portworx.com", d.volume_id.clone()))
+        } else {
+            None
+        }
+    }};
 }
 
-/// [`migrated_volume`] for a pod's inline volume.
+fn migrated_volume(spec: &core::PersistentVolumeSpec) -> Option<(&'static str, String)> {
+    migrated_disk!(spec)
+}
+
 fn migrated_inline_volume(v: &core::Volume) -> Option<(&'static str, String)> {
-    if let Some(d) = &v.aws_elastic_block_store {
-        return Some(("ebs.csi.aws.com", d.volume_id.clone()));
-    }
-    if let Some(d) = &v.gce_persistent_disk {
-        return Some(("pd.csi.storage.gke.io", d.pd_name.clone()));
-    }
-    if let Some(d) = &v.azure_disk {
-        return Some(("disk.csi.azure.com", d.disk_uri.clone()));
-    }
-    if let Some(d) = &v.azure_file {
-        return Some(("file.csi.azure.com", d.share_name.clone()));
-    }
-    if let Some(d) = &v.cinder {
-        return Some(("cinder.csi.openstack.org", d.volume_id.clone()));
-    }
-    if let Some(d) = &v.vsphere_volume {
-        return Some(("csi.vsphere.vmware.com", d.volume_path.clone()));
-    }
-    if let Some(d) = &v.portworx_volume {
-        return Some(("pxd.portworx.com", d.volume_id.clone()));
-    }
-    None
+    migrated_disk!(v)
 }
 
 /// A quantity of bytes at `field`.

@@ -329,27 +329,43 @@ async fn pods_go_where_their_volumes_are_and_wait_for_claims_to_be_provisioned()
             &ListParams::default(),
         )
         .await;
-    // No volume controllers run here to take the protection finalizers off.
-    let unprotect = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-    for pvc in ["dataset", "dataset-2", "scratch", "later", "solo", "nope"] {
-        let _ = claims.patch(pvc, &PatchParams::default(), &unprotect).await;
-        let _ = claims.delete(pvc, &DeleteParams::default()).await;
-    }
-    let volumes: Api<PersistentVolume> = Api::all(client.clone());
-    for pv in [
-        "volumes-zonal-b",
-        "volumes-zonal-b2",
-        "volumes-zonal-a",
-        "volumes-solo",
-        "volumes-scratch",
-    ] {
-        let _ = volumes.patch(pv, &PatchParams::default(), &unprotect).await;
-        let _ = volumes.delete(pv, &DeleteParams::default()).await;
-    }
+    delete_storage(
+        &client,
+        NS,
+        &["dataset", "dataset-2", "scratch", "later", "solo", "nope"],
+        &[
+            "volumes-zonal-b",
+            "volumes-zonal-b2",
+            "volumes-zonal-a",
+            "volumes-solo",
+            "volumes-scratch",
+        ],
+    )
+    .await;
     let _ = Api::<k8s_openapi::api::storage::v1::CSINode>::all(client.clone())
         .delete(&zone_b, &DeleteParams::default())
         .await;
     cleanup(&client, &format!("{NS}-"), &[NS]).await;
+}
+
+/// Deletes claims of `ns` and volumes, their protection finalizers taken off first (no
+/// protection controller runs here).
+async fn delete_storage(client: &kube::Client, ns: &str, claims: &[&str], volumes: &[&str]) {
+    let unprotect = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    for name in claims {
+        let _ = claim_api
+            .patch(name, &PatchParams::default(), &unprotect)
+            .await;
+        let _ = claim_api.delete(name, &DeleteParams::default()).await;
+    }
+    let volume_api: Api<PersistentVolume> = Api::all(client.clone());
+    for name in volumes {
+        let _ = volume_api
+            .patch(name, &PatchParams::default(), &unprotect)
+            .await;
+        let _ = volume_api.delete(name, &DeleteParams::default()).await;
+    }
 }
 
 /// What a scheduler wrote on a volume it bound a claim to: the claim reference's kind,
@@ -562,22 +578,25 @@ async fn local_volumes_are_bound_where_their_pods_go_as_kube_scheduler_binds_the
             &ListParams::default(),
         )
         .await;
-    let unprotect = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-    for claim in claims.list(&ListParams::default()).await.unwrap().items {
-        let name = claim.metadata.name.unwrap_or_default();
-        let _ = claims
-            .patch(&name, &PatchParams::default(), &unprotect)
-            .await;
-        let _ = claims.delete(&name, &DeleteParams::default()).await;
-    }
-    for pv in volumes.list(&ListParams::default()).await.unwrap().items {
-        let name = pv.metadata.name.unwrap_or_default();
-        if name.starts_with(NS) {
-            let _ = volumes
-                .patch(&name, &PatchParams::default(), &unprotect)
-                .await;
-            let _ = volumes.delete(&name, &DeleteParams::default()).await;
-        }
-    }
+    let claim_names: Vec<String> = claims
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    let volume_names: Vec<String> = volumes
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|v| v.metadata.name)
+        .filter(|n| n.starts_with(NS))
+        .collect();
+    let claim_names: Vec<&str> = claim_names.iter().map(String::as_str).collect();
+    let volume_names: Vec<&str> = volume_names.iter().map(String::as_str).collect();
+    delete_storage(&client, NS, &claim_names, &volume_names).await;
     cleanup(&client, &format!("{NS}-"), &[NS]).await;
 }
