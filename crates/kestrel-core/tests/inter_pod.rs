@@ -521,3 +521,64 @@ fn csi_volume_limits_count_each_volume_once_per_node_and_free_when_pods_end() {
     s.schedule(3);
     assert!(node_of(&s, ids[4]).is_some(), "{}", reason(&s, ids[4]));
 }
+
+/// A preemptor waiting for its victim counts as placed on the node held for it (as
+/// kube-scheduler counts a nominated pod): a pod its required anti-affinity repels may not
+/// take the domain the victim is leaving, or the preemptor would find it there and preempt
+/// again, cycle after cycle.
+#[test]
+fn a_waiting_preemptors_anti_affinity_keeps_matching_pods_out_of_its_held_domain() {
+    let mut s = scheduler(vec![
+        node("z0-a", "z0"),
+        node("z0-b", "z0"),
+        node("z0-c", "z0"),
+        node("z1-a", "z1"),
+    ]);
+    let sized = |name: &str, app: &str, cpu: i64, priority: i32, on: Option<&str>| {
+        let mut p = pod(name, app);
+        p.demand.resources = Resources::new(cpu * 1000, 1 << 30);
+        p.priority = priority;
+        if let Some(node) = on {
+            p.constraints.node_selector.insert(HOST.into(), node.into());
+        }
+        p
+    };
+    // Fillers nobody may preempt; the victim on z0-a.
+    for (name, cpu, node) in [
+        ("b1", 4, "z0-a"),
+        ("b2", 16, "z0-b"),
+        ("b3", 16, "z1-a"),
+        ("b4", 12, "z0-c"),
+    ] {
+        s.submit(sized(name, "filler", cpu, 1000, Some(node)), 0);
+    }
+    let victim = s.submit(sized("v", "a", 12, 0, Some("z0-a")), 0);
+    s.schedule(0);
+    assert_eq!(node_of(&s, victim).as_deref(), Some("z0-a"));
+    // The preemptor keeps pods of app a out of its zone and finds no room.
+    let preemptor = s.submit(
+        with(sized("p", "b", 8, 100, None), |r| {
+            r.anti_affinity.push(term("a", ZONE))
+        }),
+        1,
+    );
+    let d = s.schedule(1);
+    assert_eq!(d.preemptions.len(), 1);
+    assert_eq!(d.preemptions[0].victims[0].pod, victim);
+    let held = s.nominated_node(preemptor).expect("room held");
+    assert_eq!(s.cluster().node(held).spec.name, "z0-a");
+    // While the victim leaves, a pod of app a may not take z0-c's room in zone z0.
+    let late = s.submit(sized("late", "a", 4, 0, None), 2);
+    s.schedule(2);
+    assert_eq!(node_of(&s, late), None, "kept out of the preemptor's zone");
+    assert!(
+        reason(&s, late).contains("didn't satisfy existing pods anti-affinity rules"),
+        "{}",
+        reason(&s, late)
+    );
+    // The victim gone, the preemptor binds where its room was held.
+    s.finish(victim).unwrap();
+    s.schedule(3);
+    assert_eq!(node_of(&s, preemptor).as_deref(), Some("z0-a"));
+    assert_eq!(node_of(&s, late), None);
+}

@@ -612,6 +612,36 @@ impl Scheduler {
         terms.into_iter().collect()
     }
 
+    /// The required anti-affinity of preemptors that room is held for and that pod `id` may
+    /// not overtake (no lower priority, another workload), where it matches the pod: (the
+    /// held node, the term's topology key). Such a preemptor counts as if placed on its
+    /// node, as kube-scheduler counts nominated pods, or the pod could take the domain the
+    /// victims left and be preempted again, cycle after cycle.
+    fn held_repelling(&self, id: PodId) -> Vec<(NodeId, String)> {
+        if self.holds.is_empty() {
+            return Vec::new();
+        }
+        let spec = &self.pods[id.0 as usize].spec;
+        let ns_labels = |ns: &str| self.namespace_labels(ns);
+        let mut out = Vec::new();
+        for &node in self.holds.keys() {
+            for hold in self.holds_against(id, node) {
+                let holder = &self.pods[hold.pod.0 as usize];
+                let terms = self
+                    .constraint_of(holder.constraint)
+                    .inter_pod
+                    .iter()
+                    .flat_map(|r| &r.anti_affinity);
+                for term in terms {
+                    if term.matches(&spec.namespace, &spec.labels, &ns_labels) {
+                        out.push((node, term.topology_key.clone()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// What a pod's inter-pod rules and host ports allow now; `None` when nothing
     /// restricts it (no rules, no host ports, and no placed pod's anti-affinity matches
     /// it).
@@ -624,10 +654,12 @@ impl Scheduler {
         let c = self.constraint_of(constraint);
         let spec = &record.spec;
         let repelling = self.repelling_terms(spec);
+        let held_repelling = self.held_repelling(id);
         if c.inter_pod.is_none()
             && c.host_ports.is_empty()
             && !volumes_depend_on_pods(c)
             && repelling.is_empty()
+            && held_repelling.is_empty()
         {
             return None;
         }
@@ -654,7 +686,7 @@ impl Scheduler {
             }
         }
         let rules = c.inter_pod.clone();
-        for (holder, i) in repelling {
+        let placed = repelling.into_iter().map(|(holder, i)| {
             let record = &self.pods[holder.0 as usize];
             let key = self
                 .constraint_of(record.constraint)
@@ -664,7 +696,10 @@ impl Scheduler {
                 .anti_affinity[i]
                 .topology_key
                 .clone();
-            let node = self.node_of_bound(holder);
+            (self.node_of_bound(holder), key)
+        });
+        let placed: Vec<(NodeId, String)> = placed.collect();
+        for (node, key) in placed.into_iter().chain(held_repelling) {
             let at = match check.existing_anti.iter().position(|(k, _)| *k == key) {
                 Some(at) => at,
                 None => {
