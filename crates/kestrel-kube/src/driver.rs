@@ -306,10 +306,16 @@ pub fn other_projects_listings() -> Vec<String> {
     let priorities = WORKLOAD_PRIORITY_WATCHES
         .iter()
         .map(|(_, version)| path(KUEUE_GROUP, version, "workloadpriorityclasses"));
-    // A cluster before Kubernetes 1.34 does not serve resource.k8s.io/v1.
-    let dra = ["deviceclasses", "resourceslices", "resourceclaims"]
-        .into_iter()
-        .map(move |plural| path("resource.k8s.io", "v1", plural));
+    // A cluster before Kubernetes 1.34 does not serve resource.k8s.io/v1, nor one before
+    // 1.37 its DeviceTaintRules.
+    let dra = [
+        "deviceclasses",
+        "resourceslices",
+        "resourceclaims",
+        "devicetaintrules",
+    ]
+    .into_iter()
+    .map(move |plural| path("resource.k8s.io", "v1", plural));
     pod_groups
         .chain(queues)
         .chain(owners)
