@@ -774,13 +774,14 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
     let client = env.client().await;
     // Claims from templates are kube-controller-manager's: it creates them for the pods
     // and releases those of ended pods. Its volume controller completes the bindings of
-    // volume claims that a scheduler wrote on PersistentVolumes.
+    // volume claims that a scheduler wrote on PersistentVolumes (synced every second
+    // rather than every 15 s, so a case's claims bind within its time).
     env.cp.start_controller_manager(
         &[
             "resourceclaim-controller",
             "persistentvolume-binder-controller",
         ],
-        &[],
+        &["--pvclaimbinder-sync-period=1s"],
     );
     kestrel_testenv::apply_yaml(&client, &other_projects_crds(), false)
         .await
