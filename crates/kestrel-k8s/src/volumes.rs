@@ -670,6 +670,15 @@ mod tests {
         );
     }
 
+    /// The rules' attached volumes as (driver, volume).
+    fn attached(rules: &VolumeRules) -> Vec<(&str, &str)> {
+        rules
+            .attach
+            .iter()
+            .map(|a| (a.driver.as_str(), a.volume.as_str()))
+            .collect()
+    }
+
     #[test]
     fn csi_volumes_count_by_driver_and_csinodes_give_the_limits() {
         let mut c = catalog();
@@ -696,13 +705,8 @@ mod tests {
             )
             .unwrap()
             .unwrap();
-        let attach: Vec<(&str, &str)> = rules
-            .attach
-            .iter()
-            .map(|a| (a.driver.as_str(), a.volume.as_str()))
-            .collect();
         assert_eq!(
-            attach,
+            attached(&rules),
             [
                 ("csi.example.com", "ns/scratch"),
                 ("ebs.csi.aws.com", "disk-1"),
@@ -733,13 +737,8 @@ mod tests {
             )
             .unwrap()
             .unwrap();
-        let attach: Vec<(&str, &str)> = rules
-            .attach
-            .iter()
-            .map(|a| (a.driver.as_str(), a.volume.as_str()))
-            .collect();
         assert_eq!(
-            attach,
+            attached(&rules),
             [
                 ("ebs.csi.aws.com", "old-ebs"),
                 ("pd.csi.storage.gke.io", "disk-7")
