@@ -43,6 +43,13 @@ pub struct GpuUse {
     whole_holders: u16,
     #[serde(skip)]
     shared_milli: u32,
+    /// The partitions of it held (a bit per [`crate::devices::Partitions::devices`]
+    /// entry), and their holders (a claim and the pods that use it): a partition's
+    /// thousandths count among the shares once while any holds it.
+    #[serde(skip)]
+    partitions: u64,
+    #[serde(skip)]
+    partition_holders: [u8; crate::devices::Partitions::MAX],
 }
 
 impl GpuUse {
@@ -59,7 +66,34 @@ impl GpuUse {
             } else {
                 1000 - free_milli
             },
+            partitions: 0,
+            partition_holders: [0; crate::devices::Partitions::MAX],
         }
+    }
+
+    /// The partitions of the device held (a bit each).
+    pub fn partitions_taken(&self) -> u64 {
+        self.partitions
+    }
+
+    fn take_partition(&mut self, partition: u8, milli: u32, take: bool) {
+        let bit = 1u64 << partition;
+        let holders = &mut self.partition_holders[partition as usize];
+        match take {
+            true => *holders = holders.saturating_add(1),
+            // Not held: nothing to give back.
+            false if *holders == 0 => return,
+            false => *holders -= 1,
+        }
+        let held = *holders > 0;
+        if held == (self.partitions & bit != 0) {
+            return;
+        }
+        match held {
+            true => self.partitions |= bit,
+            false => self.partitions &= !bit,
+        }
+        self.take_shared(milli, held);
     }
 
     fn take_whole(&mut self, take: bool) {
@@ -320,22 +354,43 @@ impl NodeState {
         }
     }
 
+    /// Takes devices for `claims` with partitions chosen by `how`, holding them with no
+    /// pod (as an allocated claim holds them), when they fit; for measuring one choice of
+    /// partitions against another on a copy of a node. Give them back with
+    /// [`NodeState::give_back_devices`].
+    pub fn take_devices(
+        &mut self,
+        claims: &crate::devices::DeviceClaims,
+        how: crate::devices::PartitionChoice,
+    ) -> Option<GpuAssignment> {
+        let choice = self.choose_devices_in(claims, None, how).ok()?;
+        let devices: Vec<crate::devices::DeviceRef> =
+            choice.per_claim.iter().flatten().map(|(_, d)| *d).collect();
+        let gpus = self.spec.assignment_of(&devices)?;
+        self.apply_gpus(&gpus, true);
+        Some(gpus)
+    }
+
+    /// Gives back devices [`NodeState::take_devices`] took.
+    pub fn give_back_devices(&mut self, gpus: &GpuAssignment) {
+        self.apply_gpus(gpus, false);
+    }
+
     /// The devices a pod's claims get here, as the binding records them (every device of
     /// its claims, those already allocated too).
     pub fn claim_assignment(&self, claims: &crate::devices::DeviceClaims) -> GpuAssignment {
         let choice = self
             .choose_devices(claims)
             .expect("fits_pod found the claims' devices");
-        if choice.positions.is_empty() {
-            return GpuAssignment::None;
-        }
-        let mut indices: Vec<u32> = choice
-            .positions
+        let devices: Vec<crate::devices::DeviceRef> = choice
+            .per_claim
             .iter()
-            .map(|&p| self.spec.gpus[p].index)
+            .flatten()
+            .map(|(_, d)| *d)
             .collect();
-        indices.sort_unstable();
-        GpuAssignment::Whole(indices)
+        self.spec
+            .assignment_of(&devices)
+            .expect("choose_devices gives a pod whole GPUs or partitions")
     }
 
     /// What the node reports as missing, in MiB, when none of its devices has the memory
@@ -460,15 +515,17 @@ impl NodeState {
 
     /// The part of an assignment whose devices exist on this node.
     pub(crate) fn known_devices(&self, gpus: &GpuAssignment) -> GpuAssignment {
-        self.devices_where(gpus, |_, _| true)
+        self.devices_where(gpus, |_, _| true, false)
     }
 
     /// The part of an assignment whose devices exist on this node and pass `keep`, given
-    /// each device's use and the thousandths the assignment takes of it.
+    /// each device's use and the thousandths the assignment takes of it; partitions pass
+    /// when they exist (and, with `free_partitions`, fit beside those held now).
     fn devices_where(
         &self,
         gpus: &GpuAssignment,
         keep: impl Fn(&GpuUse, u32) -> bool,
+        free_partitions: bool,
     ) -> GpuAssignment {
         let kept = |index: u32, milli: u32| {
             let position = self.spec.gpus.iter().position(|g| g.index == index);
@@ -479,6 +536,26 @@ impl NodeState {
                 GpuAssignment::Whole(v.iter().copied().filter(|&i| kept(i, 1000)).collect())
             }
             GpuAssignment::Shared { index, milli } if !kept(*index, *milli) => GpuAssignment::None,
+            GpuAssignment::Partitions(parts) => GpuAssignment::Partitions(
+                parts
+                    .iter()
+                    .copied()
+                    .filter(|r| {
+                        let position = self.spec.gpus.iter().position(|g| g.index == r.index);
+                        position.is_some_and(|p| {
+                            keep(&self.gpus[p], 0)
+                                && self.spec.partitions_of(p).is_some_and(|ps| {
+                                    (r.partition as usize) < ps.devices.len()
+                                        && (!free_partitions
+                                            || ps.fits(
+                                                self.gpus[p].partitions_taken(),
+                                                r.partition as usize,
+                                            ))
+                                })
+                        })
+                    })
+                    .collect(),
+            ),
             other => other.clone(),
         }
     }
@@ -513,7 +590,11 @@ impl NodeState {
     pub(crate) fn reserve_free(&mut self, resources: &Resources, gpus: &GpuAssignment) {
         self.free.sub(resources);
         self.free_pods = self.free_pods.saturating_sub(1);
-        let free = self.devices_where(gpus, |g, milli| !g.held_whole && g.free_milli >= milli);
+        let free = self.devices_where(
+            gpus,
+            |g, milli| !g.held_whole && g.free_milli >= milli,
+            true,
+        );
         self.apply_gpus(&free, true);
     }
 
@@ -534,6 +615,12 @@ impl NodeState {
             GpuAssignment::Shared { index, milli } => {
                 let p = self.device_position(*index);
                 self.gpus[p].take_shared(*milli, take);
+            }
+            GpuAssignment::Partitions(parts) => {
+                for r in parts {
+                    let p = self.device_position(r.index);
+                    self.gpus[p].take_partition(r.partition, r.milli, take);
+                }
             }
         }
     }
@@ -750,6 +837,8 @@ pub struct ClusterIndex {
     device_memory: BTreeMap<u64, u32>,
     /// Allocatable cpu and memory, and GPUs, of the live nodes together.
     capacity: Capacity,
+    /// Live nodes with a GPU published in partitions.
+    partitioned: usize,
 }
 
 /// What the live nodes offer together.
@@ -811,6 +900,15 @@ impl ClusterIndex {
         self.capacity.cpu_milli += sign * spec.allocatable.cpu_milli;
         self.capacity.memory_bytes += sign * spec.allocatable.memory_bytes;
         self.capacity.gpus = (self.capacity.gpus as i64 + sign * spec.gpus.len() as i64) as u64;
+        if spec.has_partitions() {
+            self.partitioned = (self.partitioned as i64 + sign) as usize;
+        }
+    }
+
+    /// Whether some live node publishes a GPU in partitions: a claim may then fit on a
+    /// GPU that is partly taken.
+    pub fn has_partitions(&self) -> bool {
+        self.partitioned > 0
     }
 
     fn count_devices(&mut self, memory: impl IntoIterator<Item = u64>, add: bool) {

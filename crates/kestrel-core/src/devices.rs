@@ -11,6 +11,7 @@
 
 use crate::cluster::NodeState;
 use crate::model::{GpuDevice, NodeSpec};
+use crate::types::{GpuAssignment, PartitionRef};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -40,6 +41,77 @@ pub struct DraDevice {
     pub capacity: BTreeMap<String, i64>,
     /// The device's taints (`spec.devices[].taints`): a request must tolerate them.
     pub taints: Vec<crate::model::Taint>,
+    /// For a whole GPU whose driver publishes partitions of it (MIG devices) that share its
+    /// counters: those partitions. A GPU is taken whole or partition by partition, never
+    /// both.
+    pub partitions: Option<Arc<Partitions>>,
+}
+
+/// The partitions of one GPU (KEP-4815 partitionable devices): devices that consume the
+/// counters of the GPU's counter set (`sharedCounters`), which they may never exceed
+/// together. The NVIDIA driver gives each MIG placement its own memory-slice counters, so
+/// counters alone say which partitions may coexist.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Partitions {
+    /// The counter set's name in its pool.
+    pub counter_set: String,
+    /// Each counter's capacity.
+    pub capacity: BTreeMap<String, i64>,
+    /// At most [`Partitions::MAX`].
+    pub devices: Vec<Partition>,
+}
+
+/// One partition and what it takes of its GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Partition {
+    pub device: Arc<DraDevice>,
+    /// The counters it consumes (`consumesCounters`).
+    pub consumes: BTreeMap<String, i64>,
+    /// The thousandths of the GPU it stands for: its largest share of any counter.
+    pub milli: u32,
+}
+
+impl Partitions {
+    /// Partitions one GPU may have (a bit each in [`crate::GpuUse`]).
+    pub const MAX: usize = 64;
+
+    /// Whether partition `k` fits beside the partitions `taken` (a bit per partition).
+    pub fn fits(&self, taken: u64, k: usize) -> bool {
+        if taken & (1 << k) != 0 {
+            return false;
+        }
+        self.devices[k].consumes.iter().all(|(counter, want)| {
+            let used: i64 = (0..self.devices.len())
+                .filter(|j| taken & (1 << j) != 0)
+                .filter_map(|j| self.devices[j].consumes.get(counter))
+                .sum();
+            used + want <= self.capacity.get(counter).copied().unwrap_or(0)
+        })
+    }
+
+    /// Whether the partitions `taken` exceed a counter together.
+    pub fn over_committed(&self, taken: u64) -> Option<String> {
+        self.capacity.iter().find_map(|(counter, capacity)| {
+            let used: i64 = (0..self.devices.len())
+                .filter(|j| taken & (1 << j) != 0)
+                .filter_map(|j| self.devices[j].consumes.get(counter))
+                .sum();
+            (used > *capacity).then(|| format!("counter {counter}: {used} of {capacity}"))
+        })
+    }
+
+    /// Thousandths of the GPU that `consumes` stands for: its largest share of a counter,
+    /// at least 1.
+    pub fn milli_of(capacity: &BTreeMap<String, i64>, consumes: &BTreeMap<String, i64>) -> u32 {
+        consumes
+            .iter()
+            .filter_map(|(counter, want)| {
+                let cap = *capacity.get(counter)?;
+                (cap > 0).then(|| ((want * 1000 + cap - 1) / cap).clamp(1, 1000) as u32)
+            })
+            .max()
+            .unwrap_or(1)
+    }
 }
 
 /// Whether a device is one a request may take: the device class's selectors and the
@@ -240,12 +312,57 @@ impl DeviceClaims {
     }
 }
 
-/// Devices chosen for a pod on one node: per claim, its results (request and device
-/// position in `NodeSpec::gpus`), and all positions together.
+/// One published device of a node: a GPU (its position in `NodeSpec::gpus`) or one of
+/// its partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceRef {
+    pub position: usize,
+    pub partition: Option<u8>,
+}
+
+impl DeviceRef {
+    pub fn whole(position: usize) -> DeviceRef {
+        DeviceRef {
+            position,
+            partition: None,
+        }
+    }
+}
+
+/// Devices chosen for a pod on one node: per claim, its results (request and device), the
+/// GPUs taken whole and the partitions taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceChoiceOnNode {
-    pub per_claim: Vec<Vec<(String, usize)>>,
+    pub per_claim: Vec<Vec<(String, DeviceRef)>>,
     pub positions: Vec<usize>,
+    pub partitions: Vec<(usize, u8)>,
+}
+
+/// How partitions are chosen among those that fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionChoice {
+    /// GPUs already partitioned first, then the placement that leaves the largest
+    /// partition (then the most) still possible on the GPU: whole GPUs and large profiles
+    /// stay free for later requests.
+    Packed,
+    /// The first that fits, GPU by GPU: the baseline the packing is measured against.
+    FirstFit,
+}
+
+/// Devices a choice has taken so far: GPUs whole, partitions (a bit each) per GPU.
+#[derive(Clone)]
+struct Trial {
+    whole: Vec<bool>,
+    parts: Vec<u64>,
+}
+
+impl Trial {
+    fn take(&mut self, device: DeviceRef) {
+        match device.partition {
+            None => self.whole[device.position] = true,
+            Some(k) => self.parts[device.position] |= 1 << k,
+        }
+    }
 }
 
 /// Why a node cannot serve a pod's claims, for explanations.
@@ -303,22 +420,107 @@ impl NodeSpec {
         self.gpus.iter().any(|g| g.dra.is_some())
     }
 
-    /// The position of the published device `(driver, pool, name)`.
-    pub fn dra_position(&self, driver: &str, pool: &str, name: &str) -> Option<usize> {
-        self.gpus.iter().position(|g| {
-            g.dra
-                .as_ref()
-                .is_some_and(|d| d.driver == driver && d.pool == pool && d.name == name)
+    /// The published device `(driver, pool, name)`: a GPU or a partition of one.
+    pub fn dra_device(&self, driver: &str, pool: &str, name: &str) -> Option<DeviceRef> {
+        let is = |d: &DraDevice| d.driver == driver && d.pool == pool && d.name == name;
+        self.gpus.iter().enumerate().find_map(|(p, g)| {
+            let dra = g.dra.as_ref()?;
+            if is(dra) {
+                return Some(DeviceRef::whole(p));
+            }
+            let k = dra.partitions.as_ref()?.devices.iter().position(|x| is(&x.device))?;
+            Some(DeviceRef {
+                position: p,
+                partition: Some(k as u8),
+            })
+        })
+    }
+
+    /// The published device behind `device`.
+    pub fn dra_of(&self, device: DeviceRef) -> Option<&Arc<DraDevice>> {
+        let dra = self.gpus.get(device.position)?.dra.as_ref()?;
+        match device.partition {
+            None => Some(dra),
+            Some(k) => Some(&dra.partitions.as_ref()?.devices.get(k as usize)?.device),
+        }
+    }
+
+    /// The partitions of the GPU at `position`, if its driver publishes any.
+    pub fn partitions_of(&self, position: usize) -> Option<&Partitions> {
+        self.gpus.get(position)?.dra.as_ref()?.partitions.as_deref()
+    }
+
+    /// Whether some GPU of the node is published with partitions.
+    pub fn has_partitions(&self) -> bool {
+        (0..self.gpus.len()).any(|p| self.partitions_of(p).is_some())
+    }
+
+    /// The assignment that holds `devices`: GPUs whole, or partitions; `None` for a mix,
+    /// which Kestrel does not give one pod.
+    pub fn assignment_of(&self, devices: &[DeviceRef]) -> Option<GpuAssignment> {
+        let (whole, parts): (Vec<&DeviceRef>, Vec<&DeviceRef>) =
+            devices.iter().partition(|d| d.partition.is_none());
+        match (whole.is_empty(), parts.is_empty()) {
+            (true, true) => Some(GpuAssignment::None),
+            (false, true) => {
+                let mut indices: Vec<u32> =
+                    whole.iter().map(|d| self.gpus[d.position].index).collect();
+                indices.sort_unstable();
+                indices.dedup();
+                Some(GpuAssignment::Whole(indices))
+            }
+            (true, false) => {
+                let mut refs: Vec<PartitionRef> = parts
+                    .iter()
+                    .map(|d| {
+                        let k = d.partition.expect("a partition");
+                        let milli = self
+                            .partitions_of(d.position)
+                            .map_or(1, |ps| ps.devices[k as usize].milli);
+                        PartitionRef {
+                            index: self.gpus[d.position].index,
+                            partition: k,
+                            milli,
+                        }
+                    })
+                    .collect();
+                refs.sort_unstable();
+                refs.dedup();
+                Some(GpuAssignment::Partitions(refs))
+            }
+            (false, false) => None,
+        }
+    }
+
+    /// The assignment that holds the devices an allocation names (`None` when the node
+    /// does not publish one of them). A mix of whole GPUs and partitions, which another
+    /// scheduler may write, holds the partitions' GPUs whole: never less than is taken.
+    pub fn allocation_assignment(&self, results: &[DeviceResult]) -> Option<GpuAssignment> {
+        let devices = results
+            .iter()
+            .map(|r| self.dra_device(&r.driver, &r.pool, &r.device))
+            .collect::<Option<Vec<DeviceRef>>>()?;
+        self.assignment_of(&devices).or_else(|| {
+            let whole: Vec<DeviceRef> = devices
+                .iter()
+                .map(|d| DeviceRef::whole(d.position))
+                .collect();
+            self.assignment_of(&whole)
         })
     }
 }
 
 pub(crate) fn tolerates_all(device: &GpuDevice, tolerations: &[crate::model::Toleration]) -> bool {
-    device.dra.as_ref().is_none_or(|d| {
-        d.taints.iter().all(|taint| {
-            taint.effect == crate::model::TaintEffect::PreferNoSchedule
-                || tolerations.iter().any(|t| t.tolerates(taint))
-        })
+    device
+        .dra
+        .as_ref()
+        .is_none_or(|d| tolerates(d, tolerations))
+}
+
+fn tolerates(device: &DraDevice, tolerations: &[crate::model::Toleration]) -> bool {
+    device.taints.iter().all(|taint| {
+        taint.effect == crate::model::TaintEffect::PreferNoSchedule
+            || tolerations.iter().any(|t| t.tolerates(taint))
     })
 }
 
@@ -328,24 +530,29 @@ impl NodeState {
     /// filters accept: for each request the first alternative that fits, from the NUMA
     /// node (then NVLink island) with the fewest free matching devices that holds them
     /// all, so that emptier ones stay whole for bigger claims; devices bound by a
-    /// `matchAttribute` share its value.
+    /// `matchAttribute` share its value. Partitions are chosen as
+    /// [`PartitionChoice::Packed`] chooses them.
     pub fn choose_devices(
         &self,
         claims: &DeviceClaims,
     ) -> Result<DeviceChoiceOnNode, ClaimShortfall> {
-        self.choose_devices_in(claims, None)
+        self.choose_devices_in(claims, None, PartitionChoice::Packed)
     }
 
-    /// [`NodeState::choose_devices`] among the given positions only: which request of
-    /// which claim each device of a binding serves.
+    /// [`NodeState::choose_devices`] among the given devices only (which request of which
+    /// claim each device of a binding serves), partitions chosen by `how`.
     pub fn choose_devices_in(
         &self,
         claims: &DeviceClaims,
-        only: Option<&BTreeSet<usize>>,
+        only: Option<&BTreeSet<DeviceRef>>,
+        how: PartitionChoice,
     ) -> Result<DeviceChoiceOnNode, ClaimShortfall> {
         // By position: a node's devices are few, and this runs for every node a placement
         // looks at.
-        let mut taken = vec![false; self.spec.gpus.len()];
+        let mut trial = Trial {
+            whole: vec![false; self.spec.gpus.len()],
+            parts: vec![0; self.spec.gpus.len()],
+        };
         let mut per_claim = Vec::with_capacity(claims.claims.len());
         for claim in &claims.claims {
             if let Some(allocation) = &claim.allocation {
@@ -357,47 +564,70 @@ impl NodeState {
                 }
                 let mut results = Vec::new();
                 for r in &allocation.results {
-                    let p = self
+                    let d = self
                         .spec
-                        .dra_position(&r.driver, &r.pool, &r.device)
+                        .dra_device(&r.driver, &r.pool, &r.device)
                         .ok_or_else(|| ClaimShortfall::AllocationGone {
                             claim: claim.key.clone(),
                         })?;
-                    taken[p] = true;
-                    results.push((r.request.clone(), p));
+                    trial.take(d);
+                    results.push((r.request.clone(), d));
                 }
                 per_claim.push(results);
                 continue;
             }
-            per_claim.push(self.choose_claim(claim, only, &mut taken)?);
+            per_claim.push(self.choose_claim(claim, only, how, &mut trial)?);
+        }
+        let all: Vec<DeviceRef> = per_claim.iter().flatten().map(|(_, d)| *d).collect();
+        if all.iter().any(|d| d.partition.is_some()) && all.iter().any(|d| d.partition.is_none())
+        {
+            let claim = claims.claims.first().map(|c| c.key.clone()).unwrap_or_default();
+            return Err(ClaimShortfall::Request {
+                claim,
+                request: String::new(),
+                matching: 0,
+                free: 0,
+                error: Some(
+                    "Kestrel gives one pod whole GPUs or GPU partitions, not both: split the \
+                     claims over two pods"
+                        .to_string(),
+                ),
+            });
         }
         Ok(DeviceChoiceOnNode {
             per_claim,
-            positions: (0..taken.len()).filter(|&p| taken[p]).collect(),
+            positions: (0..trial.whole.len()).filter(|&p| trial.whole[p]).collect(),
+            partitions: (0..trial.parts.len())
+                .flat_map(|p| {
+                    let bits = trial.parts[p];
+                    (0..Partitions::MAX as u8)
+                        .filter(move |k| bits & (1 << k) != 0)
+                        .map(move |k| (p, k))
+                })
+                .collect(),
         })
     }
 
     fn choose_claim(
         &self,
         claim: &DeviceClaim,
-        only: Option<&BTreeSet<usize>>,
-        taken: &mut Vec<bool>,
-    ) -> Result<Vec<(String, usize)>, ClaimShortfall> {
+        only: Option<&BTreeSet<DeviceRef>>,
+        how: PartitionChoice,
+        trial: &mut Trial,
+    ) -> Result<Vec<(String, DeviceRef)>, ClaimShortfall> {
         // Attributes that bind requests: each value of the first such attribute is tried
         // in turn (fullest group first), the others checked on the result.
         let bound: Vec<&(String, Vec<String>)> = claim.match_attributes.iter().collect();
         if bound.is_empty() {
             // One try: a failure fails the whole choice, so what it took is dropped anyway.
-            return self.choose_requests(claim, &bound, None, only, taken);
+            return self.choose_requests(claim, &bound, None, only, how, trial);
         }
         let groups: Vec<Option<&DeviceAttribute>> = match bound.first() {
             None => vec![None],
             Some((attribute, _)) => {
                 let mut values: Vec<&DeviceAttribute> = self
-                    .spec
-                    .gpus
-                    .iter()
-                    .filter_map(|g| g.dra.as_ref()?.attributes.get(attribute))
+                    .devices()
+                    .filter_map(|(_, d)| d.attributes.get(attribute))
                     .collect();
                 values.sort();
                 values.dedup();
@@ -406,10 +636,10 @@ impl NodeState {
         };
         let mut last_err = None;
         for group in &groups {
-            let mut trial = taken.clone();
-            match self.choose_requests(claim, &bound, *group, only, &mut trial) {
+            let mut attempt = trial.clone();
+            match self.choose_requests(claim, &bound, *group, only, how, &mut attempt) {
                 Ok(results) => {
-                    *taken = trial;
+                    *trial = attempt;
                     return Ok(results);
                 }
                 Err(e) => last_err = Some(e),
@@ -428,17 +658,52 @@ impl NodeState {
         }))
     }
 
+    /// Every published device of the node: each GPU, then its partitions.
+    fn devices(&self) -> impl Iterator<Item = (DeviceRef, &Arc<DraDevice>)> {
+        self.spec.gpus.iter().enumerate().flat_map(|(p, g)| {
+            let whole = g.dra.as_ref().map(|d| (DeviceRef::whole(p), d));
+            let parts = g
+                .dra
+                .iter()
+                .flat_map(|d| d.partitions.iter())
+                .flat_map(move |ps| {
+                    ps.devices.iter().enumerate().map(move |(k, x)| {
+                        let r = DeviceRef {
+                            position: p,
+                            partition: Some(k as u8),
+                        };
+                        (r, &x.device)
+                    })
+                });
+            whole.into_iter().chain(parts)
+        })
+    }
+
+    /// Whether `device` is free now, beside what `trial` has taken.
+    fn is_free(&self, device: DeviceRef, trial: &Trial) -> bool {
+        let p = device.position;
+        if trial.whole[p] || self.gpus[p].held_whole {
+            return false;
+        }
+        match device.partition {
+            None => trial.parts[p] == 0 && self.gpus[p].free_milli == 1000,
+            Some(k) => self.spec.partitions_of(p).is_some_and(|ps| {
+                ps.fits(self.gpus[p].partitions_taken() | trial.parts[p], k as usize)
+            }),
+        }
+    }
+
     fn choose_requests(
         &self,
         claim: &DeviceClaim,
         bound: &[&(String, Vec<String>)],
         group: Option<&DeviceAttribute>,
-        only: Option<&BTreeSet<usize>>,
-        taken: &mut [bool],
-    ) -> Result<Vec<(String, usize)>, ClaimShortfall> {
+        only: Option<&BTreeSet<DeviceRef>>,
+        how: PartitionChoice,
+        trial: &mut Trial,
+    ) -> Result<Vec<(String, DeviceRef)>, ClaimShortfall> {
         let mut results = Vec::new();
         for request in &claim.requests {
-            // The attribute value this request's devices must have, if it is bound.
             // The attributes that bind this request's devices.
             let binds: Vec<&str> = bound
                 .iter()
@@ -455,11 +720,9 @@ impl NodeState {
                     let mut matching = 0u32;
                     let mut free = Vec::new();
                     let mut error = None;
-                    for (p, device) in self.spec.gpus.iter().enumerate() {
-                        let Some(dra) = &device.dra else { continue };
-                        let is_free = only.is_none_or(|o| o.contains(&p))
-                            && !taken[p]
-                            && self.gpus[p].free_milli == 1000;
+                    for (r, dra) in self.devices() {
+                        let is_free =
+                            only.is_none_or(|o| o.contains(&r)) && self.is_free(r, trial);
                         if free_only && !is_free {
                             continue;
                         }
@@ -471,7 +734,7 @@ impl NodeState {
                                 continue;
                             }
                         }
-                        if !tolerates_all(device, &choice.tolerations) {
+                        if !tolerates(dra, &choice.tolerations) {
                             continue;
                         }
                         let in_group = binds.iter().enumerate().all(|(i, attribute)| {
@@ -486,28 +749,34 @@ impl NodeState {
                         }
                         matching += 1;
                         if is_free {
-                            free.push(p);
+                            free.push(r);
                         }
                     }
                     (matching, free, error)
                 };
                 if let DeviceCount::Exact(n) = choice.count {
                     let (_, free, _) = scan(true);
-                    if free.len() >= n as usize {
-                        chosen = Some((choice.name.clone(), self.aligned(free, n as usize)));
+                    if let Some(picked) = self.pick(free, n as usize, how, trial) {
+                        chosen = Some((choice.name.clone(), picked));
                         break;
                     }
                 }
                 let (matching, free, error) = scan(false);
-                let need = match choice.count {
-                    DeviceCount::Exact(n) => n as usize,
-                    DeviceCount::All if matching > 0 && free.len() == matching as usize => {
-                        free.len()
+                // `All` takes every matching GPU, whole: partitions of one GPU exclude
+                // each other, so "all of them" means nothing for them.
+                let whole_only: Vec<DeviceRef> =
+                    free.iter().copied().filter(|d| d.partition.is_none()).collect();
+                let picked = match choice.count {
+                    DeviceCount::Exact(n) => self.pick(free.clone(), n as usize, how, trial),
+                    DeviceCount::All
+                        if matching > 0 && whole_only.len() == matching as usize =>
+                    {
+                        self.pick(whole_only, matching as usize, how, trial)
                     }
-                    DeviceCount::All => usize::MAX,
+                    DeviceCount::All => None,
                 };
-                if free.len() >= need {
-                    chosen = Some((choice.name.clone(), self.aligned(free, need)));
+                if let Some(picked) = picked {
+                    chosen = Some((choice.name.clone(), picked));
                     break;
                 }
                 shortfall.get_or_insert(ClaimShortfall::Request {
@@ -518,12 +787,12 @@ impl NodeState {
                     error,
                 });
             }
-            let Some((name, positions)) = chosen else {
+            let Some((name, devices)) = chosen else {
                 return Err(shortfall.expect("a request has an alternative"));
             };
-            for p in positions {
-                taken[p] = true;
-                results.push((name.clone(), p));
+            for d in devices {
+                trial.take(d);
+                results.push((name.clone(), d));
             }
         }
         // The other bound attributes: one value across their requests.
@@ -534,12 +803,7 @@ impl NodeState {
                     let base = r.split('/').next().unwrap_or(r);
                     requests.is_empty() || requests.iter().any(|q| q == base)
                 })
-                .map(|(_, p)| {
-                    self.spec.gpus[*p]
-                        .dra
-                        .as_ref()
-                        .and_then(|d| d.attributes.get(attribute))
-                });
+                .map(|(_, d)| self.spec.dra_of(*d).and_then(|d| d.attributes.get(attribute)));
             if let Some(first) = values.next() {
                 if values.any(|v| v != first) {
                     return Err(ClaimShortfall::Request {
@@ -553,6 +817,66 @@ impl NodeState {
             }
         }
         Ok(results)
+    }
+
+    /// `need` of the `free` devices, or `None` when they cannot hold that many together:
+    /// partitions when enough of them fit together (they are smaller), chosen by `how`;
+    /// else whole GPUs, aligned ([`NodeState::aligned`]).
+    fn pick(
+        &self,
+        free: Vec<DeviceRef>,
+        need: usize,
+        how: PartitionChoice,
+        trial: &Trial,
+    ) -> Option<Vec<DeviceRef>> {
+        let (whole, parts): (Vec<DeviceRef>, Vec<DeviceRef>) =
+            free.into_iter().partition(|d| d.partition.is_none());
+        if !parts.is_empty() {
+            let mut attempt = trial.clone();
+            let mut picked = Vec::with_capacity(need);
+            while picked.len() < need {
+                let candidates = parts.iter().filter(|d| self.is_free(**d, &attempt));
+                let next = match how {
+                    PartitionChoice::FirstFit => candidates.min().copied(),
+                    PartitionChoice::Packed => candidates
+                        .min_by_key(|d| self.partition_cost(**d, &attempt))
+                        .copied(),
+                };
+                let Some(next) = next else { break };
+                attempt.take(next);
+                picked.push(next);
+            }
+            if picked.len() == need {
+                return Some(picked);
+            }
+        }
+        (whole.len() >= need).then(|| {
+            let positions = whole.iter().map(|d| d.position).collect();
+            self.aligned(positions, need)
+                .into_iter()
+                .map(DeviceRef::whole)
+                .collect()
+        })
+    }
+
+    /// What taking partition `device` costs, least first: a GPU no partition of which is
+    /// taken yet last (it stays whole), then what the GPU can still hold once it is taken
+    /// (the largest partition, then all that fit), more being better.
+    fn partition_cost(&self, device: DeviceRef, trial: &Trial) -> (bool, i64, i64, DeviceRef) {
+        let p = device.position;
+        let Some(ps) = self.spec.partitions_of(p) else {
+            return (true, 0, 0, device);
+        };
+        let before = self.gpus[p].partitions_taken() | trial.parts[p];
+        let after = before | 1 << device.partition.unwrap_or(0);
+        let (mut largest, mut total) = (0i64, 0i64);
+        for (k, part) in ps.devices.iter().enumerate() {
+            if ps.fits(after, k) {
+                largest = largest.max(i64::from(part.milli));
+                total += i64::from(part.milli);
+            }
+        }
+        (before == 0, -largest, -total, device)
     }
 
     /// `need` of the free positions, from the NUMA node (then NVLink island) with the
@@ -637,6 +961,7 @@ mod tests {
                 name: format!("gpu-{i}"),
                 attributes,
                 capacity: BTreeMap::new(),
+                partitions: None,
                 taints: if i == 7 {
                     vec![crate::model::Taint {
                         key: "unhealthy".into(),
@@ -802,7 +1127,7 @@ mod tests {
         let x: Vec<usize> = choice.per_claim[0]
             .iter()
             .filter(|(r, _)| r == "x/0")
-            .map(|(_, p)| *p)
+            .map(|(_, d)| d.position)
             .collect();
         assert!(x.iter().all(|&p| p < 3), "{x:?}");
         // Tainted gpu-7 is never taken untolerated: 7 usable devices, not 8.
@@ -847,7 +1172,7 @@ mod tests {
         let choice = n.choose_devices(&c).unwrap();
         assert!(choice.per_claim[0]
             .iter()
-            .all(|(r, p)| r == "r/1" && *p >= 3));
+            .all(|(r, p)| r == "r/1" && p.position >= 3));
         let all = claims(
             vec![request("r", vec![(filter(&["a"]), DeviceCount::All)])],
             vec![],
@@ -914,5 +1239,196 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A GPU's partitions as MIG lays them out on an 8-memory-slice GPU: `1g` at slices
+    /// 0..7, `2g` at 0, 2, 4, `3g` at 0 and 4, `7g` over all; each consumes the slices it
+    /// covers (`x/model` is its profile).
+    fn mig_partitions(gpu: usize) -> Partitions {
+        let mut devices = Vec::new();
+        for (profile, starts, width) in [
+            ("1g", vec![0, 1, 2, 3, 4, 5, 6], 1),
+            ("2g", vec![0, 2, 4], 2),
+            ("3g", vec![0, 4], 4),
+            ("7g", vec![0], 8),
+        ] {
+            for start in starts {
+                let consumes: BTreeMap<String, i64> = (start..start + width)
+                    .map(|s| (format!("slice{s}"), 1))
+                    .collect();
+                let mut attributes = BTreeMap::new();
+                attributes.insert("x/model".into(), DeviceAttribute::String(profile.into()));
+                devices.push(Partition {
+                    device: Arc::new(DraDevice {
+                        driver: "x".into(),
+                        pool: "n".into(),
+                        name: format!("gpu-{gpu}-{profile}-{start}"),
+                        attributes,
+                        capacity: BTreeMap::new(),
+                        taints: Vec::new(),
+                        partitions: None,
+                    }),
+                    milli: width as u32 * 125,
+                    consumes,
+                });
+            }
+        }
+        Partitions {
+            counter_set: format!("gpu-{gpu}-counters"),
+            capacity: (0..8).map(|s| (format!("slice{s}"), 1)).collect(),
+            devices,
+        }
+    }
+
+    /// Two published GPUs (`x/model` "a"), each with [`mig_partitions`].
+    fn mig_node() -> NodeState {
+        let mut spec = NodeSpec::new("n", Resources::new(64_000, 512 << 30));
+        spec.gpus = GpuTopology::DgxH100.devices("H100", 81_559, 8).0;
+        spec.gpus.truncate(2);
+        for (i, g) in spec.gpus.iter_mut().enumerate() {
+            let mut attributes = BTreeMap::new();
+            attributes.insert("x/model".into(), DeviceAttribute::String("a".into()));
+            g.dra = Some(Arc::new(DraDevice {
+                driver: "x".into(),
+                pool: "n".into(),
+                name: format!("gpu-{i}"),
+                attributes,
+                capacity: BTreeMap::new(),
+                taints: Vec::new(),
+                partitions: Some(Arc::new(mig_partitions(i))),
+            }));
+        }
+        let mut index = crate::cluster::ClusterIndex::default();
+        let id = index.insert(spec, |_: &crate::cluster::ClusterIndex, _: &NodeState| 0);
+        index.node(id).clone()
+    }
+
+    fn one(model: &'static str) -> DeviceClaims {
+        claims(
+            vec![request("r", vec![(filter(&[model]), DeviceCount::Exact(1))])],
+            vec![],
+        )
+    }
+
+    fn assert_counters_hold(n: &NodeState) {
+        for p in 0..n.spec.gpus.len() {
+            let ps = n.spec.partitions_of(p).unwrap();
+            let taken = n.gpus[p].partitions_taken();
+            assert_eq!(ps.over_committed(taken), None, "GPU {p}");
+            assert!(
+                taken == 0 || !n.gpus[p].held_whole,
+                "GPU {p} held whole and in partitions"
+            );
+        }
+    }
+
+    #[test]
+    fn partitions_and_the_whole_gpu_exclude_each_other() {
+        let mut n = mig_node();
+        let part = n.take_devices(&one("1g"), PartitionChoice::Packed).unwrap();
+        let GpuAssignment::Partitions(refs) = &part else {
+            panic!("{part:?}")
+        };
+        assert_eq!(refs.len(), 1);
+        let used = refs[0].index;
+        // The partitioned GPU is not free whole; the other one is.
+        let whole = n.take_devices(&one("a"), PartitionChoice::Packed).unwrap();
+        assert_eq!(whole.indices(), vec![1 - used]);
+        assert!(n.take_devices(&one("a"), PartitionChoice::Packed).is_none());
+        // A 7g covers every slice: neither GPU has room for it now.
+        assert!(n.take_devices(&one("7g"), PartitionChoice::Packed).is_none());
+        n.give_back_devices(&part);
+        assert_eq!(n.gpus[used as usize].free_milli, 1000);
+        assert!(n.take_devices(&one("7g"), PartitionChoice::Packed).is_some());
+        assert_counters_hold(&n);
+    }
+
+    #[test]
+    fn packed_partitions_fill_a_partitioned_gpu_and_keep_large_profiles_possible() {
+        let mut n = mig_node();
+        // Seven 1g partitions all go to one GPU: the other stays whole.
+        for _ in 0..7 {
+            n.take_devices(&one("1g"), PartitionChoice::Packed).unwrap();
+        }
+        assert_eq!(n.free_whole_gpus(), 1);
+        assert_counters_hold(&n);
+        // One 1g then two 3g: packed, the 1g leaves a 3g possible beside it, so the two
+        // 3g fit on the GPUs with one whole GPU's worth... first-fit's 1g at slice 0
+        // leaves one 3g on that GPU too; both then fit. A 1g, a 3g, then a 7g: the 7g
+        // needs a GPU no partition touches, which packing keeps.
+        for how in [PartitionChoice::Packed, PartitionChoice::FirstFit] {
+            let mut n = mig_node();
+            n.take_devices(&one("1g"), how).unwrap();
+            n.take_devices(&one("3g"), how).unwrap();
+            assert!(n.take_devices(&one("7g"), how).is_some(), "{how:?}");
+            assert_counters_hold(&n);
+        }
+        // A 2g after a 1g: packed keeps the 3g beside them possible on the same GPU.
+        let mut n = mig_node();
+        n.take_devices(&one("1g"), PartitionChoice::Packed).unwrap();
+        n.take_devices(&one("2g"), PartitionChoice::Packed).unwrap();
+        n.take_devices(&one("3g"), PartitionChoice::Packed).unwrap();
+        assert_eq!(n.free_whole_gpus(), 1, "1g + 2g + 3g share one GPU");
+        // First-fit puts the 1g at slice 0 and the 2g at slices 2-3: the 3g then needs
+        // slices 4-7 and still fits; what differs is measured by `kestrel bench mig`.
+        assert_counters_hold(&n);
+    }
+
+    #[test]
+    fn random_partition_requests_never_over_commit_counters() {
+        let profiles = ["1g", "2g", "3g", "7g", "a"];
+        for how in [PartitionChoice::Packed, PartitionChoice::FirstFit] {
+            let mut rng = crate::Rng::new(7);
+            for _ in 0..200 {
+                let mut n = mig_node();
+                let mut held = Vec::new();
+                for _ in 0..24 {
+                    if !held.is_empty() && rng.below(3) == 0 {
+                        let gpus: GpuAssignment =
+                            held.swap_remove(rng.below(held.len() as u64) as usize);
+                        n.give_back_devices(&gpus);
+                    } else {
+                        let profile = profiles[rng.below(profiles.len() as u64) as usize];
+                        if let Some(gpus) = n.take_devices(&one(profile), how) {
+                            held.push(gpus);
+                        }
+                    }
+                    assert_counters_hold(&n);
+                }
+                for gpus in held.drain(..) {
+                    n.give_back_devices(&gpus);
+                }
+                assert_eq!(n.free_whole_gpus(), 2, "everything given back");
+            }
+        }
+    }
+
+    #[test]
+    fn allocations_name_partitions_and_a_mix_holds_whole_gpus() {
+        let n = mig_node();
+        let result = |device: &str| DeviceResult {
+            request: "r".into(),
+            driver: "x".into(),
+            pool: "n".into(),
+            device: device.into(),
+        };
+        let parts = n
+            .spec
+            .allocation_assignment(&[result("gpu-1-3g-4"), result("gpu-1-1g-0")])
+            .unwrap();
+        match parts {
+            GpuAssignment::Partitions(refs) => {
+                assert_eq!(refs.len(), 2);
+                assert!(refs.iter().all(|r| r.index == 1));
+                assert_eq!(refs.iter().map(|r| r.milli).sum::<u32>(), 625);
+            }
+            other => panic!("{other:?}"),
+        }
+        let mixed = n
+            .spec
+            .allocation_assignment(&[result("gpu-0"), result("gpu-1-1g-0")])
+            .unwrap();
+        assert_eq!(mixed, GpuAssignment::Whole(vec![0, 1]));
+        assert_eq!(n.spec.allocation_assignment(&[result("gpu-9")]), None);
     }
 }

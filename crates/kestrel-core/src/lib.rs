@@ -29,7 +29,8 @@ pub mod volumes;
 pub use cluster::{ClusterIndex, GpuUse, NodeState};
 pub use devices::{
     ClaimAllocation, ClaimShortfall, DeviceAttribute, DeviceChoice, DeviceClaim, DeviceClaims,
-    DeviceCount, DeviceFilter, DeviceRequest, DeviceResult, DraDevice, Filter,
+    DeviceCount, DeviceFilter, DeviceRef, DeviceRequest, DeviceResult, DraDevice, Filter,
+    Partition, PartitionChoice, Partitions,
 };
 pub use explain::{GangProblem, NodeReason, Unschedulable, NUMA_ALIGNED_GPUS};
 pub use gang::{GangError, GangId, GangPhase, GangSpec, GangState, GangTopology};
@@ -53,7 +54,7 @@ pub use resources::{parse_quantity, request_scale, Bytes, QuantityError, Resourc
 pub use rng::Rng;
 pub use scheduler::{PodRecord, Scheduler, SchedulerConfig, DEFAULT_GANG_BACKOFF};
 pub use topology::GpuTopology;
-pub use types::{Binding, GpuAssignment, Millis, NodeId, PodId, PodPhase};
+pub use types::{Binding, GpuAssignment, Millis, NodeId, PartitionRef, PodId, PodPhase};
 pub use volumes::{
     AttachedVolume, ClaimBinding, ClaimTarget, StaticVolume, VolumeConflict, VolumeRules,
     VolumeTopology,

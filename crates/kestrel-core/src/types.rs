@@ -22,6 +22,18 @@ pub enum GpuAssignment {
         index: u32,
         milli: u32,
     },
+    /// Partitions of GPUs (MIG devices a DRA driver publishes over a GPU's counters), by
+    /// GPU index then partition number, ascending.
+    Partitions(Vec<PartitionRef>),
+}
+
+/// One partition a binding holds: the GPU, which of its partitions
+/// ([`crate::devices::Partitions::devices`]), and the thousandths of the GPU it stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct PartitionRef {
+    pub index: u32,
+    pub partition: u8,
+    pub milli: u32,
 }
 
 impl GpuAssignment {
@@ -30,6 +42,11 @@ impl GpuAssignment {
             GpuAssignment::None => vec![],
             GpuAssignment::Whole(v) => v.clone(),
             GpuAssignment::Shared { index, .. } => vec![*index],
+            GpuAssignment::Partitions(parts) => {
+                let mut v: Vec<u32> = parts.iter().map(|p| p.index).collect();
+                v.dedup();
+                v
+            }
         }
     }
 
@@ -39,6 +56,7 @@ impl GpuAssignment {
             GpuAssignment::None => 0,
             GpuAssignment::Whole(v) => 1000 * v.len() as u64,
             GpuAssignment::Shared { milli, .. } => *milli as u64,
+            GpuAssignment::Partitions(parts) => parts.iter().map(|p| p.milli as u64).sum(),
         }
     }
 }

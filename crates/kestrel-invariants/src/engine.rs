@@ -1,6 +1,6 @@
 //! Snapshots of the engine, from per-pod bindings and node capacity only.
 
-use crate::{Amount, CohortView, GangView, GpuClaim, NodeView, PodView, QueueView, QuotaView};
+use crate::{Amount, CohortView, GangView, GpuClaim, NodeView, PartitionsView, PodView, QueueView, QuotaView};
 use crate::{NodeTerm, Operator, PodTerm, Requirement, SpreadRule, TaintView, TolerationView};
 use crate::{ShareRequest, Snapshot, VolumeAffinity, GPU, PODS};
 use kestrel_core::{
@@ -248,6 +248,23 @@ impl Snapshot {
                     volume_limits: spec.volume_limits.clone(),
                     unschedulable: spec.unschedulable,
                     reserved: reserved.contains(&id),
+                    partitions: (0..spec.gpus.len())
+                        .filter_map(|p| {
+                            let ps = spec.partitions_of(p)?;
+                            let amounts = |m: &BTreeMap<String, i64>| {
+                                m.iter()
+                                    .map(|(k, v)| (k.clone(), Amount::from(*v)))
+                                    .collect::<BTreeMap<String, Amount>>()
+                            };
+                            Some((
+                                spec.gpus[p].index,
+                                PartitionsView {
+                                    capacity: amounts(&ps.capacity),
+                                    consumes: ps.devices.iter().map(|d| amounts(&d.consumes)).collect(),
+                                },
+                            ))
+                        })
+                        .collect(),
                     taints: spec
                         .taints
                         .iter()
@@ -289,6 +306,9 @@ impl Snapshot {
                                 index: *index,
                                 milli: *milli,
                             },
+                            GpuAssignment::Partitions(parts) => GpuClaim::Partitions(
+                                parts.iter().map(|r| (r.index, r.partition)).collect(),
+                            ),
                         },
                     ),
                     _ => (None, GpuClaim::None),

@@ -606,6 +606,7 @@ impl Snapshot {
             let gpu_devices = allocatable.get(GPU).map_or(0, |g| (g / 1000).max(0) as u32);
             out.nodes.push(NodeView {
                 volume_limits: Default::default(),
+                partitions: Default::default(),
                 unschedulable: n
                     .spec
                     .as_ref()

@@ -91,6 +91,17 @@ pub struct NodeView {
     /// Kept for other pods: the head of the queue's reservation, or room promised to a
     /// preemptor (a pending pod's nominated node).
     pub reserved: bool,
+    /// GPUs (by index) published with partitions: their counters.
+    pub partitions: BTreeMap<u32, PartitionsView>,
+}
+
+/// The counters of one partitionable GPU, and what each of its partitions consumes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct PartitionsView {
+    pub capacity: BTreeMap<String, Amount>,
+    /// Per partition number.
+    pub consumes: Vec<BTreeMap<String, Amount>>,
 }
 
 /// The GPUs a bound pod holds.
@@ -103,6 +114,8 @@ pub enum GpuClaim {
     Whole(Vec<u32>),
     /// A share of one device, in thousandths.
     Share { index: u32, milli: u32 },
+    /// Partitions: (device index, partition number).
+    Partitions(Vec<(u32, u8)>),
 }
 
 impl GpuClaim {
@@ -112,6 +125,8 @@ impl GpuClaim {
             GpuClaim::None => 0,
             GpuClaim::Whole(v) => 1000 * v.len() as Amount,
             GpuClaim::Share { milli, .. } => Amount::from(*milli),
+            // Counters, not thousandths, bound partitions: checked on their own.
+            GpuClaim::Partitions(_) => 0,
         }
     }
 }
@@ -300,6 +315,22 @@ pub enum Violation {
         node: String,
         index: u32,
         milli: Amount,
+        pods: Vec<String>,
+    },
+    /// Partitions of one GPU held together consume more of a counter than it has.
+    CountersOverCommitted {
+        node: String,
+        index: u32,
+        counter: String,
+        used: Amount,
+        capacity: Amount,
+        pods: Vec<String>,
+    },
+    /// A pod holds a partition the GPU does not publish.
+    UnknownPartition {
+        node: String,
+        index: u32,
+        partition: u8,
         pods: Vec<String>,
     },
     /// A pod holds a device the node does not have.
@@ -491,6 +522,29 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "node {node}: shares of GPU {index} add up to {milli}/1000: {}",
+                pods.join(", ")
+            ),
+            Violation::CountersOverCommitted {
+                node,
+                index,
+                counter,
+                used,
+                capacity,
+                pods,
+            } => write!(
+                f,
+                "node {node}: partitions of GPU {index} consume {used} of counter {counter}, \
+                 which has {capacity}: {}",
+                pods.join(", ")
+            ),
+            Violation::UnknownPartition {
+                node,
+                index,
+                partition,
+                pods,
+            } => write!(
+                f,
+                "node {node}: GPU {index} publishes no partition {partition}, held by {}",
                 pods.join(", ")
             ),
             Violation::DeviceOutOfRange {
@@ -844,6 +898,7 @@ fn check_nodes(snapshot: &Snapshot, nodes: &BTreeMap<&str, &NodeView>, out: &mut
         // Devices: who holds each, whole or in part.
         let mut whole: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
         let mut shares: BTreeMap<u32, (Amount, Vec<&str>)> = BTreeMap::new();
+        let mut parts: BTreeMap<u32, Vec<(u8, &str)>> = BTreeMap::new();
         for p in &pods {
             let indices: Vec<u32> = match &p.gpu {
                 GpuClaim::None => continue,
@@ -859,6 +914,12 @@ fn check_nodes(snapshot: &Snapshot, nodes: &BTreeMap<&str, &NodeView>, out: &mut
                     e.1.push(&p.key);
                     vec![*index]
                 }
+                GpuClaim::Partitions(v) => {
+                    for &(index, k) in v {
+                        parts.entry(index).or_default().push((k, &p.key));
+                    }
+                    v.iter().map(|(i, _)| *i).collect()
+                }
             };
             for index in indices.into_iter().filter(|&i| i >= node.gpu_devices) {
                 out.push(Violation::DeviceOutOfRange {
@@ -871,15 +932,58 @@ fn check_nodes(snapshot: &Snapshot, nodes: &BTreeMap<&str, &NodeView>, out: &mut
         }
         for (index, holders) in &whole {
             let sharers = shares.get(index).map(|(_, p)| p.as_slice()).unwrap_or(&[]);
+            let partitioners: Vec<&str> = parts
+                .get(index)
+                .into_iter()
+                .flatten()
+                .map(|(_, p)| *p)
+                .collect();
+            let sharers: Vec<&str> = sharers.iter().copied().chain(partitioners).collect();
             if holders.len() + sharers.len() > 1 {
                 out.push(Violation::DeviceTwice {
                     node: name.to_string(),
                     index: *index,
                     pods: holders
                         .iter()
-                        .chain(sharers)
+                        .chain(&sharers)
                         .map(|s| s.to_string())
                         .collect(),
+                });
+            }
+        }
+        for (index, held) in &parts {
+            let pods: Vec<String> = held.iter().map(|(_, p)| p.to_string()).collect();
+            let Some(view) = node.partitions.get(index) else {
+                out.push(Violation::UnknownPartition {
+                    node: name.to_string(),
+                    index: *index,
+                    partition: held[0].0,
+                    pods,
+                });
+                continue;
+            };
+            for (counter, capacity) in &view.capacity {
+                let used: Amount = held
+                    .iter()
+                    .filter_map(|(k, _)| view.consumes.get(*k as usize)?.get(counter))
+                    .sum();
+                if used > *capacity {
+                    out.push(Violation::CountersOverCommitted {
+                        node: name.to_string(),
+                        index: *index,
+                        counter: counter.clone(),
+                        used,
+                        capacity: *capacity,
+                        pods: pods.clone(),
+                    });
+                }
+            }
+            if let Some((k, _)) = held.iter().find(|(k, _)| *k as usize >= view.consumes.len()) {
+                out.push(Violation::UnknownPartition {
+                    node: name.to_string(),
+                    index: *index,
+                    partition: *k,
+                    pods: pods.clone(),
                 });
             }
         }

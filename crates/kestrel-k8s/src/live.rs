@@ -33,6 +33,8 @@ pub fn format_gpu_indices(gpus: &GpuAssignment) -> Option<String> {
         GpuAssignment::Whole(v) if v.is_empty() => None,
         GpuAssignment::Whole(v) => Some(v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
         GpuAssignment::Shared { index, milli } => Some(format!("{index}:{milli}")),
+        // Partitions are DRA devices: the claim's allocation records them.
+        GpuAssignment::Partitions(_) => None,
     }
 }
 

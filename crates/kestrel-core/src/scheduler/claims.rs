@@ -7,7 +7,7 @@
 //! deallocated; in the simulator, when its last pod ends).
 
 use super::Scheduler;
-use crate::devices::{ClaimAllocation, DeviceResult};
+use crate::devices::{ClaimAllocation, DeviceRef, DeviceResult, PartitionChoice};
 use crate::types::{GpuAssignment, NodeId, PodId, PodPhase};
 use std::collections::BTreeSet;
 
@@ -106,14 +106,7 @@ impl Scheduler {
     fn hold_devices(&mut self, allocation: &ClaimAllocation) -> Option<(NodeId, GpuAssignment)> {
         let node = self.cluster.id_of(&allocation.node)?;
         let spec = &self.cluster.node(node).spec;
-        let mut indices = Vec::new();
-        for r in &allocation.results {
-            let p = spec.dra_position(&r.driver, &r.pool, &r.device)?;
-            indices.push(spec.gpus[p].index);
-        }
-        indices.sort_unstable();
-        indices.dedup();
-        let gpus = GpuAssignment::Whole(indices);
+        let gpus = spec.allocation_assignment(&allocation.results)?;
         let key = self.node_key();
         self.cluster.unindex(node);
         self.cluster
@@ -241,12 +234,25 @@ impl Scheduler {
             return Vec::new();
         };
         let state = self.cluster.node(node);
-        let positions: BTreeSet<usize> = gpus
-            .indices()
-            .iter()
-            .filter_map(|&i| state.spec.gpus.iter().position(|g| g.index == i))
-            .collect();
-        let Ok(choice) = state.choose_devices_in(claims, Some(&positions)) else {
+        let position = |index: u32| state.spec.gpus.iter().position(|g| g.index == index);
+        let devices: BTreeSet<DeviceRef> = match gpus {
+            GpuAssignment::Partitions(parts) => parts
+                .iter()
+                .filter_map(|r| {
+                    Some(DeviceRef {
+                        position: position(r.index)?,
+                        partition: Some(r.partition),
+                    })
+                })
+                .collect(),
+            other => other
+                .indices()
+                .into_iter()
+                .filter_map(|i| Some(DeviceRef::whole(position(i)?)))
+                .collect(),
+        };
+        let Ok(choice) = state.choose_devices_in(claims, Some(&devices), PartitionChoice::Packed)
+        else {
             return Vec::new();
         };
         let node_name = state.spec.name.clone();
@@ -257,8 +263,8 @@ impl Scheduler {
             }
             let results = results
                 .iter()
-                .map(|(request, p)| {
-                    let dra = state.spec.gpus[*p].dra.as_ref().expect("a DRA device");
+                .map(|(request, d)| {
+                    let dra = state.spec.dra_of(*d).expect("a DRA device");
                     DeviceResult {
                         request: request.clone(),
                         driver: dra.driver.clone(),

@@ -121,7 +121,11 @@ impl Scheduler {
         // Random draws among all fitting nodes whatever their score.
         let mut top: Option<i64> = None;
         let skip_worse = policy != Policy::Random && !per_node;
-        let first_bucket = first_bucket_for(demand.gpu);
+        let first_bucket = match &entry.constraints.devices {
+            // A claim's request may be a partition, which a partly taken GPU still holds.
+            Some(_) if self.cluster.has_partitions() => first_bucket_for(demand.gpu).min(1),
+            _ => first_bucket_for(demand.gpu),
+        };
         // Visits one class's or shape's buckets; `only_score`: skip nodes whose class
         // the constraints do not allow with this score (a shape mixes classes).
         let mut visit = |buckets: &[Bucket], class_score: i64, only_score: bool| {

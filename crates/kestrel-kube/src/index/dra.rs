@@ -510,14 +510,16 @@ impl ClusterState {
             .as_ref()?;
         let id = self.scheduler.cluster().id_of(node)?;
         let spec = &self.scheduler.cluster().node(id).spec;
-        let indices = results
+        let results: Vec<DeviceResult> = results
             .iter()
-            .map(|r| {
-                let position = spec.dra_position(&r.driver, &r.pool, &r.device)?;
-                Some(spec.gpus[position].index)
+            .map(|r| DeviceResult {
+                request: r.request.clone(),
+                driver: r.driver.clone(),
+                pool: r.pool.clone(),
+                device: r.device.clone(),
             })
-            .collect::<Option<Vec<u32>>>()?;
-        Some(GpuAssignment::Whole(indices))
+            .collect();
+        spec.allocation_assignment(&results)
     }
 
     /// Keeps the `nvidia.com/gpu` requests of a pending pod `key`, for the claim its bind
