@@ -67,7 +67,7 @@ pub struct Partition {
     pub device: Arc<DraDevice>,
     /// The counters it consumes (`consumesCounters`).
     pub consumes: BTreeMap<String, i64>,
-    /// The thousandths of the GPU it stands for: its largest share of any counter.
+    /// The thousandths of the GPU it stands for ([`Partitions::milli_of`]).
     pub milli: u32,
 }
 
@@ -100,17 +100,20 @@ impl Partitions {
         })
     }
 
-    /// Thousandths of the GPU that `consumes` stands for: its largest share of a counter,
-    /// at least 1.
+    /// Thousandths of the GPU that `consumes` stands for: its mean share of the set's
+    /// counters (a MIG device taking one of eight memory slices and an eighth of the
+    /// memory and compute stands for an eighth), at least 1.
     pub fn milli_of(capacity: &BTreeMap<String, i64>, consumes: &BTreeMap<String, i64>) -> u32 {
-        consumes
+        let shares: f64 = capacity
             .iter()
-            .filter_map(|(counter, want)| {
-                let cap = *capacity.get(counter)?;
-                (cap > 0).then(|| ((want * 1000 + cap - 1) / cap).clamp(1, 1000) as u32)
+            .filter(|(_, cap)| **cap > 0)
+            .map(|(counter, cap)| {
+                let want = consumes.get(counter).copied().unwrap_or(0);
+                want.clamp(0, *cap) as f64 / *cap as f64
             })
-            .max()
-            .unwrap_or(1)
+            .sum();
+        let counted = capacity.values().filter(|cap| **cap > 0).count().max(1);
+        ((1000.0 * shares / counted as f64).ceil() as u32).clamp(1, 1000)
     }
 }
 

@@ -32,7 +32,8 @@ use k8s_openapi::api::resource::v1::{
 };
 use kestrel_core::{
     parse_quantity, ClaimAllocation, DeviceAttribute, DeviceChoice, DeviceClaim, DeviceCount,
-    DeviceFilter, DeviceRequest, DeviceResult, DraDevice, Filter, GpuDevice, NodeSpec, Taint,
+    DeviceFilter, DeviceRequest, DeviceResult, DraDevice, Filter, GpuDevice, NodeSpec, Partition,
+    Partitions, Taint,
     TaintEffect, GPU_CLIQUE_LABEL,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -805,6 +806,10 @@ struct Slice {
     generation: i64,
     slice_count: i64,
     devices: Vec<Arc<DraDevice>>,
+    /// Per device (in `devices` order): the counter sets it consumes from, and how much.
+    consumes: Vec<Vec<(String, BTreeMap<String, i64>)>>,
+    /// The counter sets the slice declares (`sharedCounters`): their counters' capacity.
+    counter_sets: BTreeMap<String, BTreeMap<String, i64>>,
 }
 
 /// ResourceSlices by name, and the devices they publish per node, with the taints
@@ -869,7 +874,28 @@ impl SliceBook {
         let name = slice.metadata.name.clone().unwrap_or_default();
         let spec = &slice.spec;
         let node = spec.node_name.clone().filter(|n| !n.is_empty());
+        let counter_amount = |field: String, value: &k8s_openapi::api::resource::v1::Counter| {
+            parse_quantity(&value.value.0, 1).map_err(|e| ctx.err(field, e.to_string()))
+        };
+        let mut counter_sets = BTreeMap::new();
+        for (i, set) in spec.shared_counters.iter().flatten().enumerate() {
+            let mut counters = BTreeMap::new();
+            for (name, value) in &set.counters {
+                let field = format!("spec.sharedCounters[{i}].counters[{name:?}].value");
+                counters.insert(name.clone(), counter_amount(field, value)?);
+            }
+            if counter_sets.insert(set.name.clone(), counters).is_some() {
+                return Err(ctx.err(
+                    format!("spec.sharedCounters[{i}].name"),
+                    format!(
+                        "counter set {:?} is declared twice; a pool declares each set once",
+                        set.name
+                    ),
+                ));
+            }
+        }
         let mut devices = Vec::new();
+        let mut consumes = Vec::new();
         let mut seen = BTreeSet::new();
         for (i, d) in spec.devices.iter().flatten().enumerate() {
             let df = format!("spec.devices[{i}]");
@@ -912,6 +938,35 @@ impl SliceBook {
             for (j, t) in d.taints.iter().flatten().enumerate() {
                 taints.extend(device_taint(ctx, &format!("{df}.taints[{j}]"), t)?);
             }
+            let mut uses = Vec::new();
+            for (j, c) in d.consumes_counters.iter().flatten().enumerate() {
+                let mut counters = BTreeMap::new();
+                for (name, value) in &c.counters {
+                    let field = format!("{df}.consumesCounters[{j}].counters[{name:?}]");
+                    let amount = counter_amount(format!("{field}.value"), value)?;
+                    // A set declared here is checked here; one another slice of the pool
+                    // declares is checked when the pool is put together.
+                    if let Some(set) = counter_sets.get(&c.counter_set) {
+                        let capacity = set.get(name).copied();
+                        if capacity.is_none_or(|cap| amount > cap) {
+                            return Err(ctx.err(
+                                field,
+                                format!(
+                                    "device {:?} consumes {amount} of counter {name:?}, and \
+                                     counter set {:?} has {}: a device never consumes more \
+                                     than its set holds; fix the amount or the set",
+                                    d.name,
+                                    c.counter_set,
+                                    capacity.map_or("no such counter".to_string(), |c| c.to_string())
+                                ),
+                            ));
+                        }
+                    }
+                    counters.insert(name.clone(), amount);
+                }
+                uses.push((c.counter_set.clone(), counters));
+            }
+            consumes.push(uses);
             devices.push(Arc::new(DraDevice {
                 driver: spec.driver.clone(),
                 pool: spec.pool.name.clone(),
@@ -919,6 +974,7 @@ impl SliceBook {
                 attributes,
                 capacity,
                 taints,
+                partitions: None,
             }));
         }
         self.slices.insert(
@@ -930,6 +986,8 @@ impl SliceBook {
                 generation: spec.pool.generation,
                 slice_count: spec.pool.resource_slice_count.max(1),
                 devices,
+                consumes,
+                counter_sets,
             },
         );
         Ok(())
@@ -1024,7 +1082,9 @@ impl SliceBook {
     }
 
     /// The GPUs published for `node` that count: NVIDIA `gpu` devices of each pool's
-    /// newest generation once all its slices are there, by GPU index.
+    /// newest generation once all its slices are there, by GPU index. A GPU that consumes
+    /// one counter set (partitionable devices) carries, as its partitions, the pool's
+    /// other devices that consume from that set alone (MIG devices).
     pub fn gpus_of(&self, node: &str) -> Vec<Arc<DraDevice>> {
         // Newest generation per pool, and how many of its slices are here.
         let mut pools: BTreeMap<(&str, &str), (i64, i64, i64)> = BTreeMap::new();
@@ -1039,23 +1099,93 @@ impl SliceBook {
                 e.1 += 1;
             }
         }
-        let mut out: Vec<Arc<DraDevice>> = self
+        let current = |s: &Slice| {
+            let (generation, present, count) = pools[&(s.driver.as_str(), s.pool.as_str())];
+            s.generation == generation && present >= count
+        };
+        let is_gpu = |d: &DraDevice| {
+            let kind = d.attributes.get(&format!("{NVIDIA_GPU_DRIVER}/type"));
+            kind.is_none_or(|t| *t == DeviceAttribute::String("gpu".to_string()))
+        };
+        let here: Vec<&Slice> = self
             .slices
             .values()
             .filter(|s| s.node.as_deref() == Some(node) && s.driver == NVIDIA_GPU_DRIVER)
-            .filter(|s| {
-                let (generation, present, count) = pools[&(s.driver.as_str(), s.pool.as_str())];
-                s.generation == generation && present >= count
-            })
-            .flat_map(|s| s.devices.iter().cloned())
-            .filter(|d| {
-                let kind = d.attributes.get(&format!("{NVIDIA_GPU_DRIVER}/type"));
-                kind.is_none_or(|t| *t == DeviceAttribute::String("gpu".to_string()))
-            })
-            .map(|d| self.with_rule_taints(d))
+            .filter(|s| current(s))
             .collect();
+        let mut out: Vec<Arc<DraDevice>> = Vec::new();
+        for s in &here {
+            // The pool's counter sets, wherever in the pool they are declared.
+            let sets = |name: &str| {
+                self.slices
+                    .values()
+                    .filter(|o| o.driver == s.driver && o.pool == s.pool && current(o))
+                    .find_map(|o| o.counter_sets.get(name))
+            };
+            for (d, uses) in s.devices.iter().zip(&s.consumes) {
+                if !is_gpu(d) {
+                    continue;
+                }
+                let device = self.with_rule_taints(d.clone());
+                let partitions = match uses.as_slice() {
+                    [(set, _)] => sets(set).and_then(|capacity| {
+                        self.partitions_over(&here, s, d, set, capacity)
+                    }),
+                    _ => None,
+                };
+                out.push(match partitions {
+                    Some(p) => {
+                        let mut whole = (*device).clone();
+                        whole.partitions = Some(Arc::new(p));
+                        Arc::new(whole)
+                    }
+                    None => device,
+                });
+            }
+        }
         out.sort_by_key(|d| (gpu_index(d).unwrap_or(u32::MAX), d.name.clone()));
         out
+    }
+
+    /// The devices of the node's slices of `gpu`'s pool that consume from counter set
+    /// `set` alone (its partitions), with what each stands for; `None` when there are
+    /// none. Sets a device over-subscribes leave it out; past [`Partitions::MAX`], the
+    /// rest are left out.
+    fn partitions_over(
+        &self,
+        here: &[&Slice],
+        of: &Slice,
+        gpu: &Arc<DraDevice>,
+        set: &str,
+        capacity: &BTreeMap<String, i64>,
+    ) -> Option<Partitions> {
+        let mut devices: Vec<Partition> = here
+            .iter()
+            .filter(|s| s.driver == of.driver && s.pool == of.pool)
+            .flat_map(|s| s.devices.iter().zip(&s.consumes))
+            .filter(|(d, _)| d.name != gpu.name)
+            .filter_map(|(d, uses)| match uses.as_slice() {
+                [(s, consumes)] if s == set => Some((d, consumes)),
+                _ => None,
+            })
+            .filter(|(_, consumes)| {
+                consumes
+                    .iter()
+                    .all(|(c, want)| capacity.get(c).is_some_and(|cap| want <= cap))
+            })
+            .map(|(d, consumes)| Partition {
+                device: self.with_rule_taints(d.clone()),
+                consumes: consumes.clone(),
+                milli: Partitions::milli_of(capacity, consumes),
+            })
+            .collect();
+        devices.sort_by(|a, b| a.device.name.cmp(&b.device.name));
+        devices.truncate(Partitions::MAX);
+        (!devices.is_empty()).then(|| Partitions {
+            counter_set: set.to_string(),
+            capacity: capacity.clone(),
+            devices,
+        })
     }
 }
 
@@ -1315,6 +1445,7 @@ pub fn nvidia_gpu_device(node: &str, gpu: &GpuDevice) -> DraDevice {
         attributes,
         capacity,
         taints: Vec::new(),
+        partitions: None,
     }
 }
 
@@ -1357,6 +1488,7 @@ mod tests {
                 .collect(),
             capacity: BTreeMap::from([("gpu.nvidia.com/memory".into(), memory_gib << 30)]),
             taints: Vec::new(),
+            partitions: None,
         })
     }
 
@@ -1439,6 +1571,118 @@ mod tests {
         assert_eq!(nodes("a"), ["node-a", "node-b"]);
         assert_eq!(nodes("c"), ["node-c"]);
         assert!(nodes("gone").is_empty());
+    }
+
+    /// NVIDIA's partitionable layout on one node: pool `node-a` with two slices, one
+    /// declaring GPU 0's counter set (8 memory slices), one publishing the GPU (consuming
+    /// all of them) and two MIG devices, `1g` at slice 0 and `3g` at slices 4-7.
+    fn mig_slices(mig_3g_slices: i64) -> Vec<ResourceSlice> {
+        let consume = |from: i64, to: i64| -> serde_json::Value {
+            let counters: serde_json::Map<String, serde_json::Value> = (from..to)
+                .map(|s| (format!("memory-slice-{s}"), json!({"value": "1"})))
+                .collect();
+            json!([{"counterSet": "gpu-0-counter-set", "counters": counters}])
+        };
+        let counters: serde_json::Map<String, serde_json::Value> = (0..8)
+            .map(|s| (format!("memory-slice-{s}"), json!({"value": "1"})))
+            .collect();
+        let pool = json!({"name": "node-a", "generation": 1, "resourceSliceCount": 2});
+        let mig = |name: &str, profile: &str, from: i64, to: i64| {
+            json!({"name": name,
+                   "attributes": {"type": {"string": "mig"}, "profile": {"string": profile},
+                                  "parentIndex": {"int": 0}},
+                   "consumesCounters": consume(from, to)})
+        };
+        [
+            json!({"metadata": {"name": "counters"},
+                   "spec": {"driver": NVIDIA_GPU_DRIVER, "nodeName": "node-a", "pool": pool,
+                            "sharedCounters": [{"name": "gpu-0-counter-set",
+                                                "counters": counters}]}}),
+            json!({"metadata": {"name": "devices"},
+                   "spec": {"driver": NVIDIA_GPU_DRIVER, "nodeName": "node-a", "pool": pool,
+                            "devices": [
+                                {"name": "gpu-0",
+                                 "attributes": {"type": {"string": "gpu"}, "index": {"int": 0},
+                                                "productName": {"string": "NVIDIA H100 80GB HBM3"}},
+                                 "consumesCounters": consume(0, 8)},
+                                mig("gpu-0-mig-1g.10gb-0", "1g.10gb", 0, 1),
+                                mig("gpu-0-mig-3g.40gb-4", "3g.40gb", 4, 4 + mig_3g_slices),
+                            ]}}),
+        ]
+        .into_iter()
+        .map(|v| serde_json::from_value(v).unwrap())
+        .collect()
+    }
+
+    #[test]
+    fn mig_devices_over_a_gpus_counters_are_its_partitions() {
+        let path = std::path::PathBuf::from("slices.yaml");
+        let ctx = Ctx {
+            path: &path,
+            object: "ResourceSlice".into(),
+        };
+        let mut book = SliceBook::default();
+        let slices = mig_slices(4);
+        book.insert(&ctx, &slices[1]).unwrap();
+        // Until the pool's counter set is there (its other slice), the pool is incomplete.
+        assert!(book.gpus_of("node-a").is_empty());
+        book.insert(&ctx, &slices[0]).unwrap();
+        let gpus = book.gpus_of("node-a");
+        assert_eq!(gpus.len(), 1, "MIG devices are partitions, not GPUs");
+        let parts = gpus[0].partitions.as_ref().expect("partitions");
+        assert_eq!(parts.counter_set, "gpu-0-counter-set");
+        assert_eq!(parts.capacity.len(), 8);
+        let names: Vec<&str> = parts.devices.iter().map(|p| p.device.name.as_str()).collect();
+        assert_eq!(names, ["gpu-0-mig-1g.10gb-0", "gpu-0-mig-3g.40gb-4"]);
+        assert_eq!(
+            parts.devices.iter().map(|p| p.milli).collect::<Vec<_>>(),
+            [125, 500]
+        );
+        // The whole GPU still lays out as a node's GPU, with its partitions.
+        let mut node = NodeSpec::new("node-a", kestrel_core::Resources::new(1000, 1 << 30));
+        assert_eq!(attach_gpus(&mut node, &gpus), None);
+        assert!(node.has_partitions());
+    }
+
+    #[test]
+    fn a_device_consuming_more_than_its_counter_set_is_refused_by_field() {
+        let path = std::path::PathBuf::from("slices.yaml");
+        let ctx = Ctx {
+            path: &path,
+            object: "ResourceSlice devices".into(),
+        };
+        // Both in one slice: the set is checked where it is declared.
+        let mut slices = mig_slices(4);
+        let counters = slices[0].spec.shared_counters.clone();
+        slices[1].spec.shared_counters = counters;
+        if let Some(devices) = slices[1].spec.devices.as_mut() {
+            let c = devices[2].consumes_counters.as_mut().unwrap();
+            c[0].counters.insert(
+                "memory-slice-4".into(),
+                k8s_openapi::api::resource::v1::Counter {
+                    value: k8s_openapi::apimachinery::pkg::api::resource::Quantity("2".into()),
+                },
+            );
+        }
+        let e = SliceBook::default()
+            .insert(&ctx, &slices[1])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("spec.devices[2].consumesCounters[0].counters[\"memory-slice-4\"]")
+                && e.contains("consumes 2")
+                && e.contains("has 1"),
+            "{e}"
+        );
+        // A counter the set does not have.
+        let mut slices = mig_slices(5);
+        let counters = slices[0].spec.shared_counters.clone();
+        slices[1].spec.shared_counters = counters;
+        let e = SliceBook::default()
+            .insert(&ctx, &slices[1])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("memory-slice-8") && e.contains("no such counter"), "{e}");
     }
 
     #[test]

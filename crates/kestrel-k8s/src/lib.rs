@@ -20,6 +20,7 @@ pub mod gangs;
 pub mod inter_pod;
 pub mod limit_range;
 pub mod live;
+pub mod mig;
 pub mod nodes;
 pub mod pods;
 pub mod queues;
