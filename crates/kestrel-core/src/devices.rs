@@ -384,6 +384,9 @@ pub enum ClaimShortfall {
         free: u32,
         /// The first selector error met, if any.
         error: Option<String>,
+        /// A matching partition is taken or blocked on a GPU with room enough for it:
+        /// the room is split between the partitions held (MIG fragmentation).
+        fragmented: bool,
     },
 }
 
@@ -403,11 +406,15 @@ impl fmt::Display for ClaimShortfall {
                 matching,
                 free,
                 error,
+                fragmented,
             } => {
                 write!(
                     f,
                     "ResourceClaim {claim} request {request}: {matching} matching device(s), {free} free"
                 )?;
+                if *fragmented {
+                    write!(f, " (free GPU room split between MIG partitions)")?;
+                }
                 if let Some(e) = error {
                     write!(f, " (selector error: {e})")?;
                 }
@@ -590,6 +597,7 @@ impl NodeState {
                 request: String::new(),
                 matching: 0,
                 free: 0,
+                fragmented: false,
                 error: Some(
                     "Kestrel gives one pod whole GPUs or GPU partitions, not both: split the \
                      claims over two pods"
@@ -658,6 +666,7 @@ impl NodeState {
             matching: 0,
             free: 0,
             error: None,
+            fragmented: false,
         }))
     }
 
@@ -723,6 +732,7 @@ impl NodeState {
                     let mut matching = 0u32;
                     let mut free = Vec::new();
                     let mut error = None;
+                    let mut fragmented = false;
                     for (r, dra) in self.devices() {
                         let is_free =
                             only.is_none_or(|o| o.contains(&r)) && self.is_free(r, trial);
@@ -753,18 +763,25 @@ impl NodeState {
                         matching += 1;
                         if is_free {
                             free.push(r);
+                        } else if let Some(k) = r.partition {
+                            let gpu = &self.gpus[r.position];
+                            let milli = self
+                                .spec
+                                .partitions_of(r.position)
+                                .map_or(u32::MAX, |ps| ps.devices[k as usize].milli);
+                            fragmented |= !gpu.held_whole && gpu.free_milli >= milli;
                         }
                     }
-                    (matching, free, error)
+                    (matching, free, error, fragmented)
                 };
                 if let DeviceCount::Exact(n) = choice.count {
-                    let (_, free, _) = scan(true);
+                    let (_, free, _, _) = scan(true);
                     if let Some(picked) = self.pick(free, n as usize, how, trial) {
                         chosen = Some((choice.name.clone(), picked));
                         break;
                     }
                 }
-                let (matching, free, error) = scan(false);
+                let (matching, free, error, fragmented) = scan(false);
                 // `All` takes every matching GPU, whole: partitions of one GPU exclude
                 // each other, so "all of them" means nothing for them.
                 let whole_only: Vec<DeviceRef> =
@@ -788,6 +805,7 @@ impl NodeState {
                     matching,
                     free: free.len() as u32,
                     error,
+                    fragmented,
                 });
             }
             let Some((name, devices)) = chosen else {
@@ -814,6 +832,7 @@ impl NodeState {
                         request: claim.requests[0].name.clone(),
                         matching: 0,
                         free: 0,
+                        fragmented: false,
                         error: Some(format!("no devices share one value of {attribute}")),
                     });
                 }
@@ -1433,5 +1452,43 @@ mod tests {
             .unwrap();
         assert_eq!(mixed, GpuAssignment::Whole(vec![0, 1]));
         assert_eq!(n.spec.allocation_assignment(&[result("gpu-9")]), None);
+    }
+
+    #[test]
+    fn a_partition_blocked_by_split_room_is_named_mig_fragmentation() {
+        let mut n = mig_node();
+        // 1g instances at slices 1 and 5 of both GPUs: three quarters of each GPU free,
+        // yet neither 3g placement (slices 0-3, 4-7) is whole.
+        for gpu in 0..2 {
+            let parts = n.spec.partitions_of(gpu).unwrap().clone();
+            let at = |name: &str| {
+                let k = parts
+                    .devices
+                    .iter()
+                    .position(|p| p.device.name == format!("gpu-{gpu}-{name}"))
+                    .unwrap() as u8;
+                PartitionRef {
+                    index: gpu as u32,
+                    partition: k,
+                    milli: 125,
+                }
+            };
+            n.reserve_devices(&GpuAssignment::Partitions(vec![at("1g-1"), at("1g-5")]), true);
+        }
+        let short = n.choose_devices(&one("3g")).unwrap_err();
+        assert!(
+            matches!(short, ClaimShortfall::Request { fragmented: true, free: 0, .. }),
+            "{short:?}"
+        );
+        assert!(short.to_string().contains("split between MIG partitions"), "{short}");
+        // A 7g never fits beside a partition: no GPU has the room, nothing is split.
+        let mut n = mig_node();
+        n.take_devices(&one("a"), PartitionChoice::Packed).unwrap();
+        n.take_devices(&one("1g"), PartitionChoice::Packed).unwrap();
+        let short = n.choose_devices(&one("7g")).unwrap_err();
+        assert!(
+            matches!(short, ClaimShortfall::Request { fragmented: false, .. }),
+            "{short:?}"
+        );
     }
 }

@@ -32,6 +32,9 @@ pub enum NodeReason {
     /// DRA: the pod's claims cannot all be allocated here now (matching devices are taken);
     /// kube-scheduler's words.
     ClaimsUnallocatable,
+    /// DRA: a claim's partition (a MIG instance) fits nowhere on the node, though one of its
+    /// GPUs has the room free: the room is split between the partitions held.
+    PartitionsFragmented,
     /// DRA: a claim cannot be allocated here at all (what is missing, the same on every
     /// node alike: no device matches a request, or the claim is allocated elsewhere).
     NoMatchingDevice(String),
@@ -102,6 +105,7 @@ impl NodeReason {
                 | NodeReason::Reserved(_)
                 | NodeReason::Nominated(_)
                 | NodeReason::ClaimsUnallocatable
+                | NodeReason::PartitionsFragmented
         )
     }
 }
@@ -138,6 +142,10 @@ impl fmt::Display for NodeReason {
                 )
             }
             NodeReason::ClaimsUnallocatable => write!(f, "cannot allocate all claims"),
+            NodeReason::PartitionsFragmented => write!(
+                f,
+                "cannot allocate all claims (free GPU room split between MIG partitions)"
+            ),
             NodeReason::NoMatchingDevice(what) => {
                 write!(f, "cannot allocate all claims ({what})")
             }

@@ -186,6 +186,9 @@ fn claim_reason(short: crate::devices::ClaimShortfall) -> NodeReason {
             Some(e) => format!("ResourceClaim {claim} request {request}: no device matches; a selector failed: {e}"),
             None => format!("ResourceClaim {claim} request {request}: no device matches"),
         }),
+        ClaimShortfall::Request {
+            fragmented: true, ..
+        } => NodeReason::PartitionsFragmented,
         ClaimShortfall::Request { .. } => NodeReason::ClaimsUnallocatable,
         other => NodeReason::NoMatchingDevice(other.to_string()),
     }

@@ -14,7 +14,8 @@
 //!     gpu: {model: H100-80GB, count: 8, memoryMiB: 81559}
 //!     topology: dgx-h100
 //!     # gpu.publish: dra publishes the GPUs as NVIDIA's DRA driver does (ResourceSlices):
-//!     # pods then claim them through ResourceClaims.
+//!     # pods then claim them through ResourceClaims. With gpu.partitions: mig, each GPU is
+//!     # published with its MIG partitions (class mig.nvidia.com) over shared counters.
 //!     racks: 4
 //!     volumeLimits: {ebs.csi.aws.com: 25}   # CSI volumes each driver attaches per node
 //!     taints: [{key: nvidia.com/gpu, value: "true", effect: NoSchedule}]
@@ -177,6 +178,9 @@ struct GpuShape {
     /// How the node publishes its GPUs: `devicePlugin` (`nvidia.com/gpu`, the default) or
     /// `dra` (ResourceSlices as NVIDIA's DRA driver writes them; pods claim them).
     publish: Option<String>,
+    /// `mig`: with `publish: dra`, each GPU is published with its MIG partitions over
+    /// shared counters (partitionable devices), as NVIDIA's driver does on 80 GB GPUs.
+    partitions: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -202,6 +206,22 @@ struct EventSpec {
 struct AddSpec {
     pool: String,
     count: u32,
+}
+
+/// The GPUs of node `name` published with their MIG partitions, read back through the
+/// DRA reader from the slices NVIDIA's driver would write.
+fn mig_gpus(name: &str, shape: &GpuShape) -> Vec<std::sync::Arc<kestrel_core::DraDevice>> {
+    let path = std::path::PathBuf::from(name);
+    let ctx = kestrel_k8s::fields::Ctx {
+        path: &path,
+        object: format!("ResourceSlice of {name}"),
+    };
+    let mut book = kestrel_k8s::dra::SliceBook::default();
+    for slice in kestrel_k8s::mig::nvidia_mig_slices(name, shape.count, &shape.model) {
+        let slice = serde_json::from_value(slice).expect("a ResourceSlice");
+        book.insert(&ctx, &slice).expect("MIG slices read back");
+    }
+    book.gpus_of(name)
 }
 
 /// A pool ready to stamp out nodes.
@@ -240,16 +260,21 @@ impl Pool {
             }
             None => (Vec::new(), Vec::new()),
         };
-        if self
-            .gpu
-            .as_ref()
-            .is_some_and(|(shape, _)| shape.publish.as_deref() == Some("dra"))
-        {
-            for gpu in &mut gpus {
-                gpu.dra = Some(std::sync::Arc::new(kestrel_k8s::dra::nvidia_gpu_device(
-                    &name, gpu,
-                )));
+        match &self.gpu {
+            Some((shape, _)) if shape.partitions.as_deref() == Some("mig") => {
+                let published = mig_gpus(&name, shape);
+                for (gpu, device) in gpus.iter_mut().zip(published) {
+                    gpu.dra = Some(device);
+                }
             }
+            Some((shape, _)) if shape.publish.as_deref() == Some("dra") => {
+                for gpu in &mut gpus {
+                    gpu.dra = Some(std::sync::Arc::new(kestrel_k8s::dra::nvidia_gpu_device(
+                        &name, gpu,
+                    )));
+                }
+            }
+            _ => {}
         }
         // The pool's labels (block, GPU Feature Discovery, user labels) come last: a user
         // label may override a generated one, except the hostname (rejected on load).
@@ -562,6 +587,22 @@ fn build_pool(path: &Path, object: &str, spec: PoolSpec) -> Result<Pool, LoadErr
                     "gpu.publish",
                     format!("{other:?} is not a way to publish GPUs; write devicePlugin or dra"),
                 ));
+            }
+            match shape.partitions.as_deref() {
+                None => {}
+                Some("mig") if shape.publish.as_deref() == Some("dra") => {}
+                Some("mig") => {
+                    return Err(err(
+                        "gpu.partitions",
+                        "MIG partitions are published through DRA; add publish: dra".into(),
+                    ))
+                }
+                Some(other) => {
+                    return Err(err(
+                        "gpu.partitions",
+                        format!("{other:?} is not a way to partition GPUs; write mig or remove it"),
+                    ))
+                }
             }
             if shape.model.trim().is_empty() {
                 return Err(err(

@@ -38,6 +38,9 @@ pub enum BenchCommand {
     /// Time to explain a pod, a gang, a ClusterQueue and a node, and to list the queue, on
     /// a large cluster (default 5,000 nodes x 8 GPUs, 50,000 pending pods).
     Explain(crate::bench_explain::ExplainArgs),
+    /// A MIG-heavy day: 1g/2g/3g/7g requests at 130% of capacity on GPUs published with
+    /// their MIG partitions; Kestrel's partition choice against first-fit.
+    Mig(crate::bench_mig::MigArgs),
     /// Bind throughput on a real API server (the test control plane, testenv/):
     /// kube-scheduler and `kestrel serve` one after the other, same pods, same client
     /// limits; binds/s, the ratio, Kestrel's peak RSS.
@@ -128,6 +131,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Predict(args) => crate::bench_explain::run_predict(args),
         BenchCommand::Explain(args) => crate::bench_explain::run_explain(args),
         BenchCommand::Live(args) => crate::bench_live::run_live(args),
+        BenchCommand::Mig(args) => crate::bench_mig::run_mig(args),
     }
 }
 

@@ -4,6 +4,7 @@ mod agent;
 mod bench;
 mod bench_explain;
 mod bench_live;
+mod bench_mig;
 mod bench_queues;
 mod dashboard;
 mod doctor;

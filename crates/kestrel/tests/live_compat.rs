@@ -58,7 +58,7 @@ fn faster(value: &str) -> String {
 
 /// The cluster of `tests/compat/cluster.yaml`, named after `prefix`: its nodes, and the
 /// ResourceSlices of the pools whose GPUs are published through DRA (`publish: dra`; such
-/// nodes have no `nvidia.com/gpu`).
+/// nodes have no `nvidia.com/gpu`), with their MIG partitions for `partitions: mig`.
 fn compat_nodes(prefix: &str) -> (Vec<Node>, Vec<Value>) {
     let text = std::fs::read_to_string(compat_dir().join("cluster.yaml")).unwrap();
     let cluster = read_documents(Path::new("cluster.yaml"), &text, None).unwrap()[0]
@@ -69,6 +69,7 @@ fn compat_nodes(prefix: &str) -> (Vec<Node>, Vec<Value>) {
         let name = pool["name"].as_str().unwrap();
         let gpus = pool["gpu"]["count"].as_u64().unwrap_or(0) as u32;
         let dra = pool["gpu"]["publish"] == "dra";
+        let mig = pool["gpu"]["partitions"] == "mig";
         let labels: Vec<(String, String)> = pool["labels"]
             .as_object()
             .map(|l| {
@@ -85,7 +86,12 @@ fn compat_nodes(prefix: &str) -> (Vec<Node>, Vec<Value>) {
             let node_name = format!("{prefix}{name}-{i}");
             let device_plugin_gpus = if dra { 0 } else { gpus };
             let mut node = kestrel_testenv::gpu_node(&node_name, device_plugin_gpus, &labels);
-            if dra {
+            if mig {
+                let product = pool["gpu"]["model"].as_str().unwrap_or_default();
+                slices.extend(kestrel_k8s::mig::nvidia_mig_slices(
+                    &node_name, gpus, product,
+                ));
+            } else if dra {
                 slices.push(kestrel_testenv::nodes::nvidia_gpu_slice(&node_name, gpus));
             }
             if let Some(taints) = pool.get("taints") {

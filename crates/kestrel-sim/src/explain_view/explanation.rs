@@ -86,6 +86,7 @@ impl Explanation {
                     NodeReason::Reserved(holder) => ("reserved", Some(holder.clone())),
                     NodeReason::Nominated(preemptor) => ("nominated", Some(preemptor.clone())),
                     NodeReason::ClaimsUnallocatable => ("claims", None),
+                    NodeReason::PartitionsFragmented => ("mig-fragmented", None),
                     NodeReason::NoMatchingDevice(what) => {
                         ("no-matching-device", Some(what.clone()))
                     }
