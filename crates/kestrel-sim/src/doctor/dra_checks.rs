@@ -10,8 +10,9 @@ use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// GPUs NVIDIA's DRA driver publishes per node: the devices of node-local slices of each
-/// pool's newest generation (older ones are left over; schedulers ignore them).
+/// GPUs NVIDIA's DRA driver publishes per node: the GPU devices (not their MIG partitions)
+/// of node-local slices of each pool's newest generation (older ones are left over;
+/// schedulers ignore them).
 pub(super) fn dra_gpus_by_node(slices: &[ResourceSlice]) -> BTreeMap<String, i64> {
     let gpu_slices = || {
         slices
@@ -29,7 +30,15 @@ pub(super) fn dra_gpus_by_node(slices: &[ResourceSlice]) -> BTreeMap<String, i64
         let Some(node) = spec.node_name.as_ref() else {
             continue;
         };
-        let devices = spec.devices.as_ref().map_or(0, Vec::len) as i64;
+        let devices = spec
+            .devices
+            .iter()
+            .flatten()
+            .filter(|d| {
+                let kind = d.attributes.as_ref().and_then(|a| a.get("type"));
+                kind.is_none_or(|t| t.string.as_deref() == Some("gpu"))
+            })
+            .count() as i64;
         *out.entry(node.clone()).or_default() += devices;
     }
     out
