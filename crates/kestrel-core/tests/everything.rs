@@ -419,6 +419,7 @@ fn run_with(case: &Case, checked: bool, scheduling: Scheduling) -> Outcome {
             .map(|g| format!("{}/{}", spec.namespace, g.gang))
     };
     let mut log = Vec::new();
+    let mut evicted_by: BTreeMap<(Option<String>, String), u32> = BTreeMap::new();
     let mut before = Snapshot::from_engine(&s, &cohort_specs);
     let mut stranded = StrandedWatch::new(STRANDED_CYCLES);
     let mut t = 0u64;
@@ -538,6 +539,27 @@ fn run_with(case: &Case, checked: bool, scheduling: Scheduling) -> Outcome {
             mid.set_departed(&departed);
             mid
         });
+        // A preemptor that takes the same victim again and again never gets its room:
+        // the victim comes back between its evictions (a livelock, not progress).
+        for p in &d.preemptions {
+            let preemptor = p.preemptor.map(|id| s.pod(id).spec.key());
+            for v in &p.victims {
+                let taken = evicted_by
+                    .entry((preemptor.clone(), s.pod(v.pod).spec.key()))
+                    .or_insert(0u32);
+                *taken += 1;
+                if *taken >= 3 {
+                    return Err(format!(
+                        "after step {step} ({op:?}): {preemptor:?} evicted {} for the {} \
+                         time ({}): it never got the room\n{}",
+                        s.pod(v.pod).spec.key(),
+                        taken,
+                        p.reason,
+                        log.join("\n")
+                    ));
+                }
+            }
+        }
         for &v in &victims {
             if matches!(s.pod(v).phase, PodPhase::Bound { .. }) {
                 s.evict(v).unwrap();

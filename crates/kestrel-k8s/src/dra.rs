@@ -1605,8 +1605,8 @@ mod tests {
                                  "attributes": {"type": {"string": "gpu"}, "index": {"int": 0},
                                                 "productName": {"string": "NVIDIA H100 80GB HBM3"}},
                                  "consumesCounters": consume(0, 8)},
-                                mig("gpu-0-mig-1g.10gb-0", "1g.10gb", 0, 1),
-                                mig("gpu-0-mig-3g.40gb-4", "3g.40gb", 4, 4 + mig_3g_slices),
+                                mig("gpu-0-mig-1g10gb-0", "1g.10gb", 0, 1),
+                                mig("gpu-0-mig-3g40gb-4", "3g.40gb", 4, 4 + mig_3g_slices),
                             ]}}),
         ]
         .into_iter()
@@ -1633,7 +1633,7 @@ mod tests {
         assert_eq!(parts.counter_set, "gpu-0-counter-set");
         assert_eq!(parts.capacity.len(), 8);
         let names: Vec<&str> = parts.devices.iter().map(|p| p.device.name.as_str()).collect();
-        assert_eq!(names, ["gpu-0-mig-1g.10gb-0", "gpu-0-mig-3g.40gb-4"]);
+        assert_eq!(names, ["gpu-0-mig-1g10gb-0", "gpu-0-mig-3g40gb-4"]);
         assert_eq!(
             parts.devices.iter().map(|p| p.milli).collect::<Vec<_>>(),
             [125, 500]

@@ -81,9 +81,10 @@ fn consumes(gpu: u32, from: u32, memory: u32, compute: u32) -> Value {
     json!([{"counterSet": counter_set(gpu), "counters": counters}])
 }
 
-/// The name of the MIG device of `profile` starting at memory slice `start` on GPU `gpu`.
+/// The name of the MIG device of `profile` starting at memory slice `start` on GPU `gpu`
+/// (a device name is a DNS label: the profile without its dot).
 pub fn mig_device_name(gpu: u32, profile: &str, start: u32) -> String {
-    format!("gpu-{gpu}-mig-{profile}-{start}")
+    format!("gpu-{gpu}-mig-{}-{start}", profile.replace('.', ""))
 }
 
 /// The ResourceSlices of node `node` with `gpus` GPUs of `product` published with their MIG

@@ -13,11 +13,18 @@ use crate::types::{PodId, PodPhase};
 use std::collections::BTreeMap;
 
 impl Scheduler {
-    /// The pod that stands for a workload (a gang's first member) in queue checks.
-    fn representative(&self, workload: WorkloadKey) -> Option<PodId> {
+    /// A member of the workload still pending: a gang's bound members do not end its
+    /// wait, the rest of it still needs the room its victims leave.
+    fn pending_member(&self, workload: WorkloadKey) -> Option<PodId> {
         match workload {
-            WorkloadKey::Pod(p) => Some(p),
-            WorkloadKey::Gang(g) => self.gangs.gangs[g.0 as usize].members.first().copied(),
+            WorkloadKey::Pod(p) => {
+                Some(p).filter(|p| self.pods[p.0 as usize].phase == PodPhase::Pending)
+            }
+            WorkloadKey::Gang(g) => self.gangs.gangs[g.0 as usize]
+                .members
+                .iter()
+                .copied()
+                .find(|p| self.pods[p.0 as usize].phase == PodPhase::Pending),
         }
     }
 
@@ -34,14 +41,13 @@ impl Scheduler {
             .keys()
             .filter(|w| **w != workload)
             .find_map(|w| {
-                let rep = self.representative(*w)?;
+                let rep = self.pending_member(*w)?;
                 let record = &self.pods[rep.0 as usize];
                 let QueueLink::Cq(other) = record.link else {
                     return None;
                 };
                 let book = &self.queues.cqs[other.0 as usize];
-                let reclaiming = record.phase == PodPhase::Pending
-                    && book.root.as_ref() == Some(root)
+                let reclaiming = book.root.as_ref() == Some(root)
                     && !self
                         .queues
                         .is_borrowing(other, &self.workload_request(&[rep]));
@@ -57,11 +63,9 @@ impl Scheduler {
         }
         let priority = self.pods[pods[0].0 as usize].spec.priority;
         self.preemption.awaiting.keys().any(|w| {
-            self.representative(*w).is_some_and(|p| {
+            self.pending_member(*w).is_some_and(|p| {
                 let record = &self.pods[p.0 as usize];
-                record.link == QueueLink::Cq(cq)
-                    && record.phase == PodPhase::Pending
-                    && record.spec.priority >= priority
+                record.link == QueueLink::Cq(cq) && record.spec.priority >= priority
             })
         })
     }
