@@ -856,7 +856,8 @@ fn check_nodes(snapshot: &Snapshot, nodes: &BTreeMap<&str, &NodeView>, out: &mut
                 requested: whole_gpus,
             });
         }
-        if let GpuClaim::Whole(v) = &p.gpu {
+        // Whole GPUs a pod's ResourceClaims hold are the claims' to count, not its requests.
+        if let (GpuClaim::Whole(v), true) = (&p.gpu, p.resource_claims.is_empty()) {
             let requested = p.requests.get(GPU).copied().unwrap_or(0);
             if requested != 1000 * v.len() as Amount {
                 out.push(Violation::GpuClaimMismatch {
