@@ -382,12 +382,8 @@ impl NodeState {
         let choice = self
             .choose_devices(claims)
             .expect("fits_pod found the claims' devices");
-        let devices: Vec<crate::devices::DeviceRef> = choice
-            .per_claim
-            .iter()
-            .flatten()
-            .map(|(_, d)| *d)
-            .collect();
+        let devices: Vec<crate::devices::DeviceRef> =
+            choice.per_claim.iter().flatten().map(|(_, d)| *d).collect();
         self.spec
             .assignment_of(&devices)
             .expect("choose_devices gives a pod whole GPUs or partitions")

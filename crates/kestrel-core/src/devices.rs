@@ -438,7 +438,12 @@ impl NodeSpec {
             if is(dra) {
                 return Some(DeviceRef::whole(p));
             }
-            let k = dra.partitions.as_ref()?.devices.iter().position(|x| is(&x.device))?;
+            let k = dra
+                .partitions
+                .as_ref()?
+                .devices
+                .iter()
+                .position(|x| is(&x.device))?;
             Some(DeviceRef {
                 position: p,
                 partition: Some(k as u8),
@@ -589,9 +594,12 @@ impl NodeState {
             per_claim.push(self.choose_claim(claim, only, how, &mut trial)?);
         }
         let all: Vec<DeviceRef> = per_claim.iter().flatten().map(|(_, d)| *d).collect();
-        if all.iter().any(|d| d.partition.is_some()) && all.iter().any(|d| d.partition.is_none())
-        {
-            let claim = claims.claims.first().map(|c| c.key.clone()).unwrap_or_default();
+        if all.iter().any(|d| d.partition.is_some()) && all.iter().any(|d| d.partition.is_none()) {
+            let claim = claims
+                .claims
+                .first()
+                .map(|c| c.key.clone())
+                .unwrap_or_default();
             return Err(ClaimShortfall::Request {
                 claim,
                 request: String::new(),
@@ -734,8 +742,7 @@ impl NodeState {
                     let mut error = None;
                     let mut fragmented = false;
                     for (r, dra) in self.devices() {
-                        let is_free =
-                            only.is_none_or(|o| o.contains(&r)) && self.is_free(r, trial);
+                        let is_free = only.is_none_or(|o| o.contains(&r)) && self.is_free(r, trial);
                         if free_only && !is_free {
                             continue;
                         }
@@ -784,13 +791,14 @@ impl NodeState {
                 let (matching, free, error, fragmented) = scan(false);
                 // `All` takes every matching GPU, whole: partitions of one GPU exclude
                 // each other, so "all of them" means nothing for them.
-                let whole_only: Vec<DeviceRef> =
-                    free.iter().copied().filter(|d| d.partition.is_none()).collect();
+                let whole_only: Vec<DeviceRef> = free
+                    .iter()
+                    .copied()
+                    .filter(|d| d.partition.is_none())
+                    .collect();
                 let picked = match choice.count {
                     DeviceCount::Exact(n) => self.pick(free.clone(), n as usize, how, trial),
-                    DeviceCount::All
-                        if matching > 0 && whole_only.len() == matching as usize =>
-                    {
+                    DeviceCount::All if matching > 0 && whole_only.len() == matching as usize => {
                         self.pick(whole_only, matching as usize, how, trial)
                     }
                     DeviceCount::All => None,
@@ -824,7 +832,11 @@ impl NodeState {
                     let base = r.split('/').next().unwrap_or(r);
                     requests.is_empty() || requests.iter().any(|q| q == base)
                 })
-                .map(|(_, d)| self.spec.dra_of(*d).and_then(|d| d.attributes.get(attribute)));
+                .map(|(_, d)| {
+                    self.spec
+                        .dra_of(*d)
+                        .and_then(|d| d.attributes.get(attribute))
+                });
             if let Some(first) = values.next() {
                 if values.any(|v| v != first) {
                     return Err(ClaimShortfall::Request {
@@ -1327,7 +1339,10 @@ mod tests {
 
     fn one(model: &'static str) -> DeviceClaims {
         claims(
-            vec![request("r", vec![(filter(&[model]), DeviceCount::Exact(1))])],
+            vec![request(
+                "r",
+                vec![(filter(&[model]), DeviceCount::Exact(1))],
+            )],
             vec![],
         )
     }
@@ -1358,10 +1373,14 @@ mod tests {
         assert_eq!(whole.indices(), vec![1 - used]);
         assert!(n.take_devices(&one("a"), PartitionChoice::Packed).is_none());
         // A 7g covers every slice: neither GPU has room for it now.
-        assert!(n.take_devices(&one("7g"), PartitionChoice::Packed).is_none());
+        assert!(n
+            .take_devices(&one("7g"), PartitionChoice::Packed)
+            .is_none());
         n.give_back_devices(&part);
         assert_eq!(n.gpus[used as usize].free_milli, 1000);
-        assert!(n.take_devices(&one("7g"), PartitionChoice::Packed).is_some());
+        assert!(n
+            .take_devices(&one("7g"), PartitionChoice::Packed)
+            .is_some());
         assert_counters_hold(&n);
     }
 
@@ -1473,21 +1492,40 @@ mod tests {
                     milli: 125,
                 }
             };
-            n.reserve_devices(&GpuAssignment::Partitions(vec![at("1g-1"), at("1g-5")]), true);
+            n.reserve_devices(
+                &GpuAssignment::Partitions(vec![at("1g-1"), at("1g-5")]),
+                true,
+            );
         }
         let short = n.choose_devices(&one("3g")).unwrap_err();
         assert!(
-            matches!(short, ClaimShortfall::Request { fragmented: true, free: 0, .. }),
+            matches!(
+                short,
+                ClaimShortfall::Request {
+                    fragmented: true,
+                    free: 0,
+                    ..
+                }
+            ),
             "{short:?}"
         );
-        assert!(short.to_string().contains("split between MIG partitions"), "{short}");
+        assert!(
+            short.to_string().contains("split between MIG partitions"),
+            "{short}"
+        );
         // A 7g never fits beside a partition: no GPU has the room, nothing is split.
         let mut n = mig_node();
         n.take_devices(&one("a"), PartitionChoice::Packed).unwrap();
         n.take_devices(&one("1g"), PartitionChoice::Packed).unwrap();
         let short = n.choose_devices(&one("7g")).unwrap_err();
         assert!(
-            matches!(short, ClaimShortfall::Request { fragmented: false, .. }),
+            matches!(
+                short,
+                ClaimShortfall::Request {
+                    fragmented: false,
+                    ..
+                }
+            ),
             "{short:?}"
         );
     }

@@ -1,6 +1,8 @@
 //! Snapshots of the engine, from per-pod bindings and node capacity only.
 
-use crate::{Amount, CohortView, GangView, GpuClaim, NodeView, PartitionsView, PodView, QueueView, QuotaView};
+use crate::{
+    Amount, CohortView, GangView, GpuClaim, NodeView, PartitionsView, PodView, QueueView, QuotaView,
+};
 use crate::{NodeTerm, Operator, PodTerm, Requirement, SpreadRule, TaintView, TolerationView};
 use crate::{ShareRequest, Snapshot, VolumeAffinity, GPU, PODS};
 use kestrel_core::{
@@ -260,7 +262,11 @@ impl Snapshot {
                                 spec.gpus[p].index,
                                 PartitionsView {
                                     capacity: amounts(&ps.capacity),
-                                    consumes: ps.devices.iter().map(|d| amounts(&d.consumes)).collect(),
+                                    consumes: ps
+                                        .devices
+                                        .iter()
+                                        .map(|d| amounts(&d.consumes))
+                                        .collect(),
                                 },
                             ))
                         })

@@ -979,7 +979,10 @@ fn check_nodes(snapshot: &Snapshot, nodes: &BTreeMap<&str, &NodeView>, out: &mut
                     });
                 }
             }
-            if let Some((k, _)) = held.iter().find(|(k, _)| *k as usize >= view.consumes.len()) {
+            if let Some((k, _)) = held
+                .iter()
+                .find(|(k, _)| *k as usize >= view.consumes.len())
+            {
                 out.push(Violation::UnknownPartition {
                     node: name.to_string(),
                     index: *index,

@@ -33,8 +33,7 @@ use k8s_openapi::api::resource::v1::{
 use kestrel_core::{
     parse_quantity, ClaimAllocation, DeviceAttribute, DeviceChoice, DeviceClaim, DeviceCount,
     DeviceFilter, DeviceRequest, DeviceResult, DraDevice, Filter, GpuDevice, NodeSpec, Partition,
-    Partitions, Taint,
-    TaintEffect, GPU_CLIQUE_LABEL,
+    Partitions, Taint, TaintEffect, GPU_CLIQUE_LABEL,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -957,7 +956,8 @@ impl SliceBook {
                                      than its set holds; fix the amount or the set",
                                     d.name,
                                     c.counter_set,
-                                    capacity.map_or("no such counter".to_string(), |c| c.to_string())
+                                    capacity
+                                        .map_or("no such counter".to_string(), |c| c.to_string())
                                 ),
                             ));
                         }
@@ -1128,9 +1128,8 @@ impl SliceBook {
                 }
                 let device = self.with_rule_taints(d.clone());
                 let partitions = match uses.as_slice() {
-                    [(set, _)] => sets(set).and_then(|capacity| {
-                        self.partitions_over(&here, s, d, set, capacity)
-                    }),
+                    [(set, _)] => sets(set)
+                        .and_then(|capacity| self.partitions_over(&here, s, d, set, capacity)),
                     _ => None,
                 };
                 out.push(match partitions {
@@ -1599,15 +1598,15 @@ mod tests {
                             "sharedCounters": [{"name": "gpu-0-counter-set",
                                                 "counters": counters}]}}),
             json!({"metadata": {"name": "devices"},
-                   "spec": {"driver": NVIDIA_GPU_DRIVER, "nodeName": "node-a", "pool": pool,
-                            "devices": [
-                                {"name": "gpu-0",
-                                 "attributes": {"type": {"string": "gpu"}, "index": {"int": 0},
-                                                "productName": {"string": "NVIDIA H100 80GB HBM3"}},
-                                 "consumesCounters": consume(0, 8)},
-                                mig("gpu-0-mig-1g10gb-0", "1g.10gb", 0, 1),
-                                mig("gpu-0-mig-3g40gb-4", "3g.40gb", 4, 4 + mig_3g_slices),
-                            ]}}),
+            "spec": {"driver": NVIDIA_GPU_DRIVER, "nodeName": "node-a", "pool": pool,
+                     "devices": [
+                         {"name": "gpu-0",
+                          "attributes": {"type": {"string": "gpu"}, "index": {"int": 0},
+                                         "productName": {"string": "NVIDIA H100 80GB HBM3"}},
+                          "consumesCounters": consume(0, 8)},
+                         mig("gpu-0-mig-1g10gb-0", "1g.10gb", 0, 1),
+                         mig("gpu-0-mig-3g40gb-4", "3g.40gb", 4, 4 + mig_3g_slices),
+                     ]}}),
         ]
         .into_iter()
         .map(|v| serde_json::from_value(v).unwrap())
@@ -1632,7 +1631,11 @@ mod tests {
         let parts = gpus[0].partitions.as_ref().expect("partitions");
         assert_eq!(parts.counter_set, "gpu-0-counter-set");
         assert_eq!(parts.capacity.len(), 8);
-        let names: Vec<&str> = parts.devices.iter().map(|p| p.device.name.as_str()).collect();
+        let names: Vec<&str> = parts
+            .devices
+            .iter()
+            .map(|p| p.device.name.as_str())
+            .collect();
         assert_eq!(names, ["gpu-0-mig-1g10gb-0", "gpu-0-mig-3g40gb-4"]);
         assert_eq!(
             parts.devices.iter().map(|p| p.milli).collect::<Vec<_>>(),
@@ -1682,7 +1685,10 @@ mod tests {
             .insert(&ctx, &slices[1])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("memory-slice-8") && e.contains("no such counter"), "{e}");
+        assert!(
+            e.contains("memory-slice-8") && e.contains("no such counter"),
+            "{e}"
+        );
     }
 
     #[test]

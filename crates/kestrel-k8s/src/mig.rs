@@ -150,10 +150,10 @@ pub fn nvidia_mig_slices(node: &str, gpus: u32, product: &str) -> Vec<Value> {
 /// The DeviceClass that selects MIG devices (`mig.nvidia.com`), as NVIDIA's driver ships it.
 pub fn mig_device_class() -> Value {
     json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-           "metadata": {"name": MIG_DEVICE_CLASS},
-           "spec": {"selectors": [{"cel": {"expression": format!(
-               "device.driver == '{NVIDIA_GPU_DRIVER}' && device.attributes['{NVIDIA_GPU_DRIVER}'].type == 'mig'"
-           )}}]}})
+    "metadata": {"name": MIG_DEVICE_CLASS},
+    "spec": {"selectors": [{"cel": {"expression": format!(
+        "device.driver == '{NVIDIA_GPU_DRIVER}' && device.attributes['{NVIDIA_GPU_DRIVER}'].type == 'mig'"
+    )}}]}})
 }
 
 #[cfg(test)]
@@ -197,7 +197,11 @@ mod tests {
             let seven_1g: u64 = (0..7)
                 .map(|s| {
                     let n = mig_device_name(i as u32, "1g.10gb", s);
-                    1 << parts.devices.iter().position(|p| p.device.name == n).unwrap()
+                    1 << parts
+                        .devices
+                        .iter()
+                        .position(|p| p.device.name == n)
+                        .unwrap()
                 })
                 .sum();
             assert_eq!(parts.over_committed(seven_1g), None);
@@ -206,7 +210,11 @@ mod tests {
             assert!(!parts.fits(1 << index("1g.10gb"), index("7g.80gb")));
             // 4g at 0 and 3g at 4: the whole GPU in two.
             let n3 = mig_device_name(i as u32, "3g.40gb", 4);
-            let three = parts.devices.iter().position(|p| p.device.name == n3).unwrap();
+            let three = parts
+                .devices
+                .iter()
+                .position(|p| p.device.name == n3)
+                .unwrap();
             assert!(parts.fits(1 << index("4g.40gb"), three));
         }
     }

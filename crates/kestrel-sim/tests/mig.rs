@@ -202,7 +202,11 @@ fn a_full_gpu_of_small_instances_still_takes_the_next_one_on_another_gpu() {
     s.schedule(1);
     assert_eq!(s.pod(whole).phase, PodPhase::Pending);
     let (_, node) = s.cluster().iter().next().unwrap();
-    let held: Vec<u32> = node.gpus.iter().map(|g| g.partitions_taken().count_ones()).collect();
+    let held: Vec<u32> = node
+        .gpus
+        .iter()
+        .map(|g| g.partitions_taken().count_ones())
+        .collect();
     assert_eq!(held.iter().sum::<u32>(), 8);
     assert!(held.contains(&7), "one GPU holds seven: {held:?}");
     check(&s).unwrap();

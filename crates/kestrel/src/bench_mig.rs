@@ -109,7 +109,13 @@ fn exponential(rng: &mut Rng, mean: f64) -> f64 {
     -mean * (1.0 - rng.unit()).max(f64::MIN_POSITIVE).ln()
 }
 
-fn day(nodes: &[NodeState], claims: &[DeviceClaims], args: &MigArgs, seed: u64, how: PartitionChoice) -> Outcome {
+fn day(
+    nodes: &[NodeState],
+    claims: &[DeviceClaims],
+    args: &MigArgs,
+    seed: u64,
+    how: PartitionChoice,
+) -> Outcome {
     let mut nodes = nodes.to_vec();
     let mut rng = Rng::new(seed);
     let gpus: f64 = nodes.iter().map(|n| n.gpus.len() as f64).sum();
@@ -260,7 +266,11 @@ pub fn run_mig(args: MigArgs) -> Result<()> {
     }
     println!();
     for (name, placed, allocated, by_profile) in &rows {
-        print!("{name:<10} {:>7.1}% {:>9.1}%", placed * 100.0, allocated * 100.0);
+        print!(
+            "{name:<10} {:>7.1}% {:>9.1}%",
+            placed * 100.0,
+            allocated * 100.0
+        );
         for v in by_profile {
             print!(" {:>7.1}%", v * 100.0);
         }
