@@ -38,11 +38,8 @@ impl Scheduler {
         }
         let mut decisions = Decisions::default();
         self.drain_stopped_queues(now, &mut decisions);
-        let mut cycle = Cycle {
-            reclaimers: std::mem::take(&mut self.preemption.ready_preemptors),
-            ..Cycle::default()
-        };
-        for preemptor in cycle.reclaimers.clone() {
+        let mut cycle = Cycle::default();
+        for preemptor in std::mem::take(&mut self.preemption.ready_preemptors) {
             let first = match preemptor {
                 WorkloadKey::Pod(p) => Some(p),
                 WorkloadKey::Gang(g) => self.gangs.gangs[g.0 as usize]
@@ -244,9 +241,7 @@ impl Scheduler {
                     QuotaFit::Borrowing(_) if !cycle.borrowing_phase => return Attempt::Deferred,
                     QuotaFit::Borrowing(admission) => {
                         if waiting.is_none() {
-                            if let Some(cluster_queue) =
-                                self.reclaim_in_cohort(cq, workload, &cycle.reclaimers)
-                            {
+                            if let Some(cluster_queue) = self.reclaim_in_cohort(cq, workload) {
                                 return queue_failure(QueueProblem::BehindReclaim {
                                     cluster_queue,
                                 });

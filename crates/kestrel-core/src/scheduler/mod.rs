@@ -221,9 +221,6 @@ pub(crate) struct Cycle {
     pub(crate) quota_refused: HashMap<(CqId, bool, u32), Arc<Unschedulable>>,
     /// Whether the cycle's first capacity failure was seen (it may reserve).
     pub(crate) head_seen: bool,
-    /// Preemptors whose victims have all left, tried first this cycle: the quota their
-    /// victims gave back is theirs this cycle, borrowers of their cohort wait.
-    pub(crate) reclaimers: Vec<crate::preempt::WorkloadKey>,
 }
 
 pub(crate) type PreemptionSearch = (bool, Option<CqId>, i32, QuotaRequest, u32);

@@ -29,41 +29,29 @@ impl Scheduler {
     }
 
     /// A ClusterQueue of `cq`'s cohort (another workload's) whose preemptor waits for
-    /// victims it chose to get its quota back, or whose victims have just left
-    /// (`reclaimers`, this cycle's): borrowers wait, or they would take that quota again
-    /// and be its victims again.
-    pub(super) fn reclaim_in_cohort(
-        &self,
-        cq: CqId,
-        workload: WorkloadKey,
-        reclaimers: &[WorkloadKey],
-    ) -> Option<String> {
-        if self.preemption.awaiting.is_empty() && reclaimers.is_empty() {
+    /// victims it chose to get its quota back: borrowers wait, or they would take that
+    /// quota again.
+    pub(super) fn reclaim_in_cohort(&self, cq: CqId, workload: WorkloadKey) -> Option<String> {
+        if self.preemption.awaiting.is_empty() {
             return None;
         }
         let root = self.queues.cqs[cq.0 as usize].root.as_ref()?;
-        let same_cohort = |w: WorkloadKey| {
-            let rep = self.pending_member(w)?;
-            let QueueLink::Cq(other) = self.pods[rep.0 as usize].link else {
-                return None;
-            };
-            let book = &self.queues.cqs[other.0 as usize];
-            (book.root.as_ref() == Some(root)).then_some((rep, other, book))
-        };
-        let awaiting = self.preemption.awaiting.keys().filter(|w| **w != workload);
-        let waiting = awaiting.into_iter().find_map(|w| {
-            let (rep, other, book) = same_cohort(*w)?;
-            let within_nominal = !self
-                .queues
-                .is_borrowing(other, &self.workload_request(&[rep]));
-            within_nominal.then(|| book.spec.name.clone())
-        });
-        waiting.or_else(|| {
-            reclaimers
-                .iter()
-                .filter(|w| **w != workload)
-                .find_map(|w| same_cohort(*w).map(|(_, _, book)| book.spec.name.clone()))
-        })
+        self.preemption
+            .awaiting
+            .keys()
+            .filter(|w| **w != workload)
+            .find_map(|w| {
+                let rep = self.pending_member(*w)?;
+                let QueueLink::Cq(other) = self.pods[rep.0 as usize].link else {
+                    return None;
+                };
+                let book = &self.queues.cqs[other.0 as usize];
+                let reclaiming = book.root.as_ref() == Some(root)
+                    && !self
+                        .queues
+                        .is_borrowing(other, &self.workload_request(&[rep]));
+                reclaiming.then(|| book.spec.name.clone())
+            })
     }
 
     /// Whether a workload of `cq` with at least this priority waits for its victims: the
