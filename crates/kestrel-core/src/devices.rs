@@ -894,8 +894,9 @@ impl NodeState {
     }
 
     /// What taking partition `device` costs, least first: a GPU no partition of which is
-    /// taken yet last (it stays whole), then what the GPU can still hold once it is taken
-    /// (the largest partition, then all that fit), more being better.
+    /// taken yet last (it stays whole), then what the GPU loses of what it could still
+    /// hold (its largest partition that fits, then all that fit): a small partition goes
+    /// into a hole no larger one could use before it cuts into room a large one needs.
     fn partition_cost(&self, device: DeviceRef, trial: &Trial) -> (bool, i64, i64, DeviceRef) {
         let p = device.position;
         let Some(ps) = self.spec.partitions_of(p) else {
@@ -903,14 +904,24 @@ impl NodeState {
         };
         let before = self.gpus[p].partitions_taken() | trial.parts[p];
         let after = before | 1 << device.partition.unwrap_or(0);
-        let (mut largest, mut total) = (0i64, 0i64);
-        for (k, part) in ps.devices.iter().enumerate() {
-            if ps.fits(after, k) {
-                largest = largest.max(i64::from(part.milli));
-                total += i64::from(part.milli);
+        let room = |taken: u64| {
+            let (mut largest, mut total) = (0i64, 0i64);
+            for (k, part) in ps.devices.iter().enumerate() {
+                if ps.fits(taken, k) {
+                    largest = largest.max(i64::from(part.milli));
+                    total += i64::from(part.milli);
+                }
             }
-        }
-        (before == 0, -largest, -total, device)
+            (largest, total)
+        };
+        let (largest_before, total_before) = room(before);
+        let (largest_after, total_after) = room(after);
+        (
+            before == 0,
+            largest_before - largest_after,
+            total_before - total_after,
+            device,
+        )
     }
 
     /// `need` of the free positions, from the NUMA node (then NVLink island) with the
