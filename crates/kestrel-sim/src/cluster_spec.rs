@@ -756,6 +756,36 @@ mod tests {
 "#;
 
     #[test]
+    fn mig_pools_publish_every_gpu_with_its_partitions_and_bad_ones_name_the_field() {
+        let pool = |gpu: &str| {
+            spec(&format!(
+                "  pools:\n  - name: mig\n    count: 2\n    cpu: 64\n    memory: 256Gi\n    gpu: {gpu}\n"
+            ))
+        };
+        let c = load(&pool(
+            "{model: NVIDIA H100 80GB HBM3, count: 4, memoryMiB: 81559, publish: dra, partitions: mig}",
+        ))
+        .unwrap();
+        assert_eq!(c.nodes.len(), 2);
+        for node in &c.nodes {
+            assert_eq!(node.gpus.len(), 4);
+            assert!(node.gpus.iter().all(|g| g
+                .dra
+                .as_ref()
+                .and_then(|d| d.partitions.as_ref())
+                .is_some_and(|p| p.devices.len() == 18)));
+        }
+        let e = err(&pool(
+            "{model: NVIDIA H100 80GB HBM3, count: 4, memoryMiB: 81559, partitions: mig}",
+        ));
+        assert!(e.contains("gpu.partitions") && e.contains("add publish: dra"), "{e}");
+        let e = err(&pool(
+            "{model: NVIDIA H100 80GB HBM3, count: 4, memoryMiB: 81559, publish: dra, partitions: mps}",
+        ));
+        assert!(e.contains("gpu.partitions") && e.contains("\"mps\" is not a way"), "{e}");
+    }
+
+    #[test]
     fn stamps_pools_with_names_resources_labels_and_taints() {
         let c = load(&spec(GPU_POOL)).unwrap();
         assert_eq!(c.nodes.len(), 12);
