@@ -18,6 +18,7 @@ pub mod error;
 pub mod fields;
 pub mod gangs;
 pub mod inter_pod;
+pub mod kinds;
 pub mod limit_range;
 pub mod live;
 pub mod nodes;
