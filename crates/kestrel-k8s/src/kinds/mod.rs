@@ -11,6 +11,7 @@ mod jobset;
 mod kubernetes;
 mod leader_worker_set;
 mod pytorch_job;
+mod train_job;
 mod training_job;
 mod volcano_job;
 
@@ -24,6 +25,7 @@ use std::path::PathBuf;
 
 pub use jobset::{JOBSET_NAME_LABEL, JOBSET_ROLE_LABEL};
 pub use pytorch_job::KUBEFLOW_ROLE_LABEL;
+pub use train_job::{TRAINER_ANCESTOR_LABEL, TRAINER_GROUP, TRAINER_NODE, TRAINING_RUNTIME_KINDS};
 
 /// How the live scheduler reads a kind's objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +112,7 @@ pub static KINDS: &[&dyn WorkloadKind] = &[
     &jobset::JobSet,
     &leader_worker_set::LeaderWorkerSet,
     &training_job::TrainingJob,
+    &train_job::TrainJob,
 ];
 
 /// `group/version`, or `version` for the core group.
