@@ -800,3 +800,35 @@ fn a_train_job_naming_a_missing_runtime_is_refused_by_field() {
         "{e}"
     );
 }
+
+#[test]
+fn an_mpi_job_starts_its_launcher_and_workers_together_or_none() {
+    let mpi = |workers: u32| {
+        format!(
+            "apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {{name: pi, namespace: ml, annotations: {{kestrel.dev/sim-duration: 60s}}}}
+spec:
+  slotsPerWorker: 1
+  mpiReplicaSpecs:
+    Launcher:
+      replicas: 1
+      template: {{spec: {{containers: [{{name: l, image: x}}]}}}}
+    Worker:
+      replicas: {workers}
+      template:{TEMPLATE}
+"
+        )
+    };
+    // 3 workers of 2 GPUs and the launcher on 8 GPUs: all at once.
+    let r = run(8, &mpi(3));
+    assert_eq!((r.pods.created, r.pods.completed, r.span), (4, 4, 60_000));
+    // 5 workers of 2 GPUs on 8: four would fit, but the gang waits whole.
+    let r = run(8, &mpi(5));
+    assert_eq!((r.pods.created, r.pods.scheduled), (6, 0));
+    let e = read(&mpi(2).replace("kubeflow.org/v2beta1", "kubeflow.org/v1")).unwrap_err();
+    assert!(
+        e.contains("apiVersion") && e.contains("kubeflow.org/v2beta1"),
+        "{e}"
+    );
+}

@@ -10,6 +10,7 @@
 mod jobset;
 mod kubernetes;
 mod leader_worker_set;
+mod mpi_job;
 mod pytorch_job;
 mod train_job;
 mod training_job;
@@ -108,6 +109,7 @@ pub static KINDS: &[&dyn WorkloadKind] = &[
     &kubernetes::StatefulSet,
     &kubernetes::ReplicaSet,
     &pytorch_job::PyTorchJob,
+    &mpi_job::MpiJob,
     &volcano_job::VolcanoJob,
     &jobset::JobSet,
     &leader_worker_set::LeaderWorkerSet,
