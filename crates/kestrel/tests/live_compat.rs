@@ -13,7 +13,10 @@
 //! - The controllers: batch Jobs keep `min(parallelism, completions left)` pods and write
 //!   `status.succeeded`; a JobSet gets one Job per replica; a PyTorchJob one pod per
 //!   replica (the training operator's labels); a Volcano Job a PodGroup and its pods; a
-//!   LeaderWorkerSet each group's leader and workers (its controller's labels and size).
+//!   LeaderWorkerSet each group's leader and workers (its controller's labels and size); a
+//!   TrainJob its runtime's JobSet, sized by its trainer (Trainer's controller); an MPIJob
+//!   a scheduler-plugins PodGroup and its launcher's and workers' pods (the MPI Operator
+//!   with gang scheduling).
 //!   kube-controller-manager's resourceclaim controller runs for real: it makes the
 //!   claims of pods from templates and releases those of ended pods.
 //! - Pools that publish their GPUs through DRA get ResourceSlices as NVIDIA's driver
