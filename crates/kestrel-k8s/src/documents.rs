@@ -7,19 +7,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::path::Path;
 
-/// The kinds a workload file may hold (plus `List`s of them).
-pub const SUPPORTED_KINDS: [&str; 28] = [
-    "Pod",
-    "Job",
-    "CronJob",
-    "Deployment",
-    "StatefulSet",
-    "ReplicaSet",
-    "PyTorchJob (kubeflow.org)",
-    "Job (batch.volcano.sh)",
-    "JobSet (jobset.x-k8s.io)",
-    "LeaderWorkerSet (leaderworkerset.x-k8s.io)",
-    "TrainingJob (Kestrel)",
+/// The kinds a workload file may hold besides the workload kinds of the registry
+/// ([`crate::kinds::KINDS`]), which come after `Pod` in [`supported_kinds`].
+const OTHER_SUPPORTED_KINDS: [&str; 17] = [
     "PodGroup (Kestrel, scheduler-plugins, Volcano)",
     "Topology (Kestrel, Kueue)",
     "PriorityClass",
@@ -39,14 +29,23 @@ pub const SUPPORTED_KINDS: [&str; 28] = [
     "ResourceClaimTemplate",
 ];
 
-/// The apiVersions Kestrel reads of each kind that several projects (or several versions
-/// with different fields) define; another apiVersion is refused by name, never half read.
-pub const KIND_VERSIONS: [(&str, &[&str]); 7] = [
-    ("Job", &["batch/v1", "batch.volcano.sh/v1alpha1"]),
-    ("PyTorchJob", &["kubeflow.org/v1"]),
-    ("JobSet", &["jobset.x-k8s.io/v1alpha2"]),
-    ("LeaderWorkerSet", &["leaderworkerset.x-k8s.io/v1"]),
-    ("TrainingJob", &["scheduling.kestrel.dev/v1alpha1"]),
+/// The kinds a workload file may hold (plus `List`s of them): `Pod`, the workload kinds
+/// of the registry and the objects they refer to, then the rest.
+pub fn supported_kinds() -> Vec<String> {
+    let workloads = crate::kinds::KINDS.iter().map(|k| k.display());
+    let referenced =
+        crate::kinds::referenced_kinds().map(|(kind, _, by)| format!("{kind} ({})", by.group()));
+    std::iter::once("Pod".to_string())
+        .chain(workloads)
+        .chain(referenced)
+        .chain(OTHER_SUPPORTED_KINDS.iter().map(|k| k.to_string()))
+        .collect()
+}
+
+/// The apiVersions Kestrel reads of the kinds that are not workload kinds of the
+/// registry but that several projects (or several versions with different fields)
+/// define; another apiVersion is refused by name, never half read.
+const OTHER_KIND_VERSIONS: [(&str, &[&str]); 2] = [
     (
         "PodGroup",
         &[
@@ -66,11 +65,21 @@ pub const KIND_VERSIONS: [(&str, &[&str]); 7] = [
     ),
 ];
 
-/// Why Kestrel does not read `kind` at `api_version`, for a kind of [`KIND_VERSIONS`] at
+/// The apiVersions Kestrel reads of `kind` (a workload kind of the registry, or one of
+/// the other kinds several projects define); empty for other kinds.
+pub fn kind_versions(kind: &str) -> Vec<String> {
+    let mut versions = crate::kinds::versions_of(kind);
+    if let Some((_, other)) = OTHER_KIND_VERSIONS.iter().find(|(k, _)| *k == kind) {
+        versions.extend(other.iter().map(|v| v.to_string()));
+    }
+    versions
+}
+
+/// Why Kestrel does not read `kind` at `api_version`, for a kind of [`kind_versions`] at
 /// a version it does not read; `None` otherwise.
 pub fn unread_version(kind: &str, api_version: &str) -> Option<String> {
-    let (_, versions) = KIND_VERSIONS.iter().find(|(k, _)| *k == kind)?;
-    (!versions.contains(&api_version)).then(|| {
+    let versions = kind_versions(kind);
+    (!versions.is_empty() && !versions.iter().any(|v| v == api_version)).then(|| {
         format!(
             "apiVersion {api_version:?} is not one Kestrel reads for {kind}; Kestrel reads \
              {kind} at {}: set one of them (their fields are the ones Kestrel reads)",
@@ -131,6 +140,11 @@ const CLUSTER_SCOPED: [&str; 12] = [
     "ResourceFlavor",
 ];
 
+fn is_cluster_scoped(kind: &str) -> bool {
+    CLUSTER_SCOPED.contains(&kind)
+        || crate::kinds::referenced_kinds().any(|(k, cluster, _)| cluster && k == kind)
+}
+
 /// One Kubernetes object read from a file: a document, or an item of a List document.
 pub struct Document {
     pub value: Value,
@@ -184,7 +198,7 @@ impl Document {
     pub fn object(&self) -> String {
         let kind = self.kind();
         match self.meta_str("name") {
-            Some(name) if CLUSTER_SCOPED.contains(&kind) => format!("{kind} {name}"),
+            Some(name) if is_cluster_scoped(kind) => format!("{kind} {name}"),
             Some(name) => {
                 let ns = self.meta_str("namespace").unwrap_or("default");
                 format!("{kind} {ns}/{name}")
@@ -291,7 +305,10 @@ fn check_object(path: &Path, doc: &Document) -> Result<(), LoadError> {
     if doc.kind().is_empty() {
         return Err(LoadError::new(
             path,
-            format!("no kind; every object needs apiVersion and kind (one of {SUPPORTED_KINDS:?})"),
+            format!(
+                "no kind; every object needs apiVersion and kind (one of {:?})",
+                supported_kinds()
+            ),
         )
         .object(doc.position())
         .field("kind"));

@@ -4,8 +4,9 @@
 //! scheduler (objects from the API server) alike: Pods and the classes they name
 //! ([`pods`]), Nodes ([`nodes`]), PodGroups of every flavour ([`gangs`]), queue kinds
 //! ([`queues`]), ResourceQuotas ([`quota`]), LimitRanges ([`limit_range`]), and Kestrel's
-//! own CRDs as typed structs ([`crds`]), and the gang a queued Job or StatefulSet implies
-//! ([`workloads`]). Pure: no I/O, no clock.
+//! own CRDs as typed structs ([`crds`]), the workload kinds, one module each, and the
+//! registry the rest derives from ([`kinds`]), and the gang a queued Job or StatefulSet
+//! implies ([`workloads`]). Pure: no I/O, no clock.
 
 pub mod annotations;
 pub mod crds;
@@ -18,6 +19,7 @@ pub mod error;
 pub mod fields;
 pub mod gangs;
 pub mod inter_pod;
+pub mod kinds;
 pub mod limit_range;
 pub mod live;
 pub mod mig;

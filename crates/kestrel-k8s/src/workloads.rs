@@ -18,7 +18,7 @@
 //! the Job, so the pods left over wait and start as quota and room free up.
 
 use crate::fields::Ctx;
-use crate::queues::{queue_name, VOLCANO_QUEUE_ANNOTATION};
+use crate::queues::queue_name;
 use crate::LoadError;
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -33,28 +33,7 @@ use std::path::Path;
 /// does not fit the quota.
 pub const KUEUE_MIN_PARALLELISM_ANNOTATION: &str = "kueue.x-k8s.io/job-min-parallelism";
 
-/// The kinds whose pods are one workload when queued.
-pub const WHOLE_WORKLOAD_KINDS: [&str; 3] = ["Job", "StatefulSet", "ReplicaSet"];
-
-/// Other projects' multi-role kinds whose pods the live scheduler groups by their owner:
-/// (kind, API group, version read, plural). Volcano's Jobs are not among them: Volcano's
-/// controller gives every Job a PodGroup, which the pods name.
-pub const LIVE_ROLE_OWNER_KINDS: [(&str, &str, &str, &str); 2] = [
-    ("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs"),
-    ("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets"),
-];
-
-/// Every kind the live scheduler reads as the owner of a workload's pods.
-pub const LIVE_OWNER_KINDS: [&str; 5] =
-    ["Job", "StatefulSet", "ReplicaSet", "PyTorchJob", "JobSet"];
-
-/// The label JobSet's controller puts on its Jobs and their pods: the JobSet's name.
-pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
-/// The label JobSet's controller puts on its pods: their replicated Job (a role).
-pub const JOBSET_ROLE_LABEL: &str = "jobset.sigs.k8s.io/replicatedjob-name";
-/// The label Kubeflow's training operator puts on a PyTorchJob's pods: their replica type
-/// (a role), in lower case.
-pub const KUBEFLOW_ROLE_LABEL: &str = "training.kubeflow.org/replica-type";
+pub use crate::kinds::{JOBSET_NAME_LABEL, JOBSET_ROLE_LABEL, KUBEFLOW_ROLE_LABEL};
 
 /// The implied gang's name for an object: Kueue's workload naming, `job-<name>`.
 pub fn workload_gang_name(kind: &str, name: &str) -> String {
@@ -79,7 +58,7 @@ pub fn queued_workload(
     pod_management_policy: Option<&str>,
     annotations: &BTreeMap<String, String>,
 ) -> Result<Option<GangSpec>, LoadError> {
-    if !WHOLE_WORKLOAD_KINDS.contains(&kind) || pods == 0 {
+    if !crate::kinds::is_whole_workload(kind) || pods == 0 {
         return Ok(None);
     }
     let one_by_one = kind == "StatefulSet"
@@ -209,14 +188,6 @@ pub struct RoleWorkload {
     pub gang: GangSpec,
 }
 
-/// The multi-role kinds, by (API group, kind).
-pub const ROLE_WORKLOAD_KINDS: [(&str, &str); 4] = [
-    ("kubeflow.org", "PyTorchJob"),
-    (crate::crds::GROUP, "TrainingJob"),
-    ("batch.volcano.sh", "Job"),
-    ("jobset.x-k8s.io", "JobSet"),
-];
-
 /// The JobSet annotation that gives each child Job a topology domain of its own.
 pub const JOBSET_EXCLUSIVE_ANNOTATION: &str = "alpha.jobset.sigs.k8s.io/exclusive-topology";
 /// The label JobSet puts on a child Job's pods, unique to the Job.
@@ -292,263 +263,58 @@ pub fn check_pod_count(field: &str, n: i64) -> Result<(), String> {
 /// Reads `value` as a multi-role workload; `Ok(None)` for other kinds. Once started it
 /// stays admitted: pods that come later (a task's last replicas that did not fit, the next
 /// completions) start as they fit, as Volcano counts finished pods towards `minAvailable`.
-pub fn role_workload<'v>(
+pub fn role_workload(
     ctx: &Ctx,
-    value: &'v Value,
+    value: &Value,
     namespace: &str,
     name: &str,
 ) -> Result<Option<RoleWorkload>, LoadError> {
-    let group = value
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .and_then(|v| v.split_once('/'))
-        .map(|(g, _)| g)
-        .unwrap_or_default();
-    let kind = value
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if !ROLE_WORKLOAD_KINDS.contains(&(group, kind)) {
+    role_workload_with(ctx, value, namespace, name, None)
+}
+
+/// [`role_workload`], with the objects it may refer to (a TrainJob's runtime) where they
+/// are read (the simulator's files).
+pub fn role_workload_with(
+    ctx: &Ctx,
+    value: &Value,
+    namespace: &str,
+    name: &str,
+    references: Option<&crate::kinds::References>,
+) -> Result<Option<RoleWorkload>, LoadError> {
+    let Some(kind) =
+        crate::kinds::of_object(value).filter(|k| k.gang() == crate::kinds::GangScope::PerObject)
+    else {
         return Ok(None);
-    }
+    };
     let api_version = value.get("apiVersion").and_then(Value::as_str);
-    if let Some(why) = crate::documents::unread_version(kind, api_version.unwrap_or_default()) {
+    if let Some(why) =
+        crate::documents::unread_version(kind.kind(), api_version.unwrap_or_default())
+    {
         return Err(ctx.err("apiVersion", why));
     }
+    let kind_name = kind.kind();
     let spec = value
         .get("spec")
         .and_then(Value::as_object)
         .ok_or_else(|| {
             ctx.err(
                 "spec",
-                format!("a {kind} needs a spec with its pod templates"),
+                format!("a {kind_name} needs a spec with its pod templates"),
             )
         })?;
-    let count = |field: &str, v: Option<&Value>, default: u32| -> Result<u32, LoadError> {
-        let n = match v {
-            None | Some(Value::Null) => default,
-            Some(v) => v
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| {
-                    ctx.err(
-                        field,
-                        format!("{v} is not a pod count; write a whole number"),
-                    )
-                })?,
-        };
-        check_pod_count(field, i64::from(n)).map_err(|why| ctx.err(field, why))?;
-        Ok(n)
+    let reader = crate::kinds::RoleReader {
+        ctx,
+        kind: kind_name,
+        namespace,
+        name,
+        spec,
+        references,
     };
-    // A role's name must differ from those before it: its pods are named after it.
-    let unique_role = |roles: &[Role], role: &str, list: &str, here: &str| match roles
-        .iter()
-        .position(|r| r.name == role)
-    {
-        Some(first) => Err(ctx.err(
-            format!("{here}.name"),
-            format!(
-                "{role:?} is also the name of {list}[{first}]; names must differ within the {kind}"
-            ),
-        )),
-        None => Ok(()),
-    };
-    // A role's name (`<here>.name`), which its pods are named after.
-    let role_name = |here: &str, item: &'v Value, fix: &str| -> Result<&'v str, LoadError> {
-        item.get("name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| ctx.err(format!("{here}.name"), format!("missing; {fix}")))
-    };
-    let template = |field: &str, v: Option<&Value>| -> Result<PodTemplateSpec, LoadError> {
-        let v = v.ok_or_else(|| ctx.err(field, "missing; add the pod template"))?;
-        serde_json::from_value(v.clone())
-            .map_err(|e| ctx.err(field, format!("not a pod template: {e}")))
-    };
-    let mut roles = Vec::new();
-    let mut role_minimums = Vec::new();
-    let mut min_member = None;
-    match kind {
-        "PyTorchJob" => {
-            let field = "spec.pytorchReplicaSpecs";
-            let specs = spec
-                .get("pytorchReplicaSpecs")
-                .and_then(Value::as_object)
-                .ok_or_else(|| ctx.err(field, "missing; add Master and Worker replica specs"))?;
-            if !specs.contains_key("Master") {
-                return Err(ctx.err(
-                    field,
-                    "no Master; a PyTorchJob needs one Master replica (rank 0)",
-                ));
-            }
-            for (role, replica) in specs {
-                if role != "Master" && role != "Worker" {
-                    return Err(ctx.err(
-                        format!("{field}.{role}"),
-                        "unknown replica type; a PyTorchJob has Master and Worker",
-                    ));
-                }
-                let here = format!("{field}.{role}");
-                let pods = count(&format!("{here}.replicas"), replica.get("replicas"), 1)?;
-                roles.push(Role {
-                    name: role.clone(),
-                    pods,
-                    completions: pods,
-                    template: template(&format!("{here}.template"), replica.get("template"))?,
-                    field: format!("{here}.template"),
-                });
-                role_minimums.push((role.clone(), pods));
-            }
-        }
-        "TrainingJob" => {
-            // The live controller's validation and roles; its pods carry the job's queue,
-            // as the controller labels them live.
-            let job: crate::training::TrainingJob = serde_json::from_value(value.clone())
-                .map_err(|e| ctx.err("spec", format!("not a TrainingJob: {e}")))?;
-            let plan = crate::training::plan(ctx.path, &job)?;
-            for mut role in plan.roles {
-                if let Some(queue) = &plan.queue {
-                    role.template
-                        .metadata
-                        .get_or_insert_with(Default::default)
-                        .labels
-                        .get_or_insert_with(Default::default)
-                        .insert(crate::queues::KESTREL_QUEUE_LABEL.into(), queue.clone());
-                }
-                let field = format!("spec.replicaSpecs.{}.template", role.name);
-                role_minimums.push((role.name.clone(), role.replicas));
-                roles.push(Role {
-                    name: role.name,
-                    pods: role.replicas,
-                    completions: role.replicas,
-                    template: role.template,
-                    field,
-                });
-            }
-        }
-        "Job" => {
-            let tasks = spec
-                .get("tasks")
-                .and_then(Value::as_array)
-                .ok_or_else(|| ctx.err("spec.tasks", "missing; a Volcano Job needs its tasks"))?;
-            for (i, task) in tasks.iter().enumerate() {
-                let here = format!("spec.tasks[{i}]");
-                let role = role_name(&here, task, "name the task")?;
-                unique_role(&roles, role, "spec.tasks", &here)?;
-                let pods = count(&format!("{here}.replicas"), task.get("replicas"), 1)?;
-                if let Some(min) = task.get("minAvailable") {
-                    let min = count(&format!("{here}.minAvailable"), Some(min), 0)?;
-                    if min > pods {
-                        return Err(ctx.err(
-                            format!("{here}.minAvailable"),
-                            format!("{min} exceeds the task's {pods} replicas; lower it"),
-                        ));
-                    }
-                    role_minimums.push((role.to_string(), min));
-                }
-                roles.push(Role {
-                    name: role.to_string(),
-                    pods,
-                    completions: pods,
-                    template: template(&format!("{here}.template"), task.get("template"))?,
-                    field: format!("{here}.template"),
-                });
-            }
-            if spec.contains_key("minAvailable") {
-                min_member = Some(count("spec.minAvailable", spec.get("minAvailable"), 0)?);
-            }
-            // The Job's queue is its pods' (Volcano's controller puts it on their PodGroup).
-            match spec.get("queue") {
-                None | Some(Value::Null) => {}
-                Some(Value::String(queue)) if !queue.is_empty() => {
-                    for role in &mut roles {
-                        role.template
-                            .metadata
-                            .get_or_insert_with(Default::default)
-                            .annotations
-                            .get_or_insert_with(Default::default)
-                            .entry(VOLCANO_QUEUE_ANNOTATION.to_string())
-                            .or_insert_with(|| queue.clone());
-                    }
-                }
-                Some(other) => {
-                    return Err(ctx.err(
-                        "spec.queue",
-                        format!("{other} is not a queue name; write the name of a Queue"),
-                    ))
-                }
-            }
-        }
-        _ => {
-            let jobs = spec
-                .get("replicatedJobs")
-                .and_then(Value::as_array)
-                .ok_or_else(|| {
-                    ctx.err(
-                        "spec.replicatedJobs",
-                        "missing; a JobSet needs its replicated Jobs",
-                    )
-                })?;
-            let exclusive = value
-                .pointer("/metadata/annotations")
-                .and_then(|a| a.get(JOBSET_EXCLUSIVE_ANNOTATION))
-                .and_then(Value::as_str)
-                .filter(|t| !t.is_empty());
-            for (i, job) in jobs.iter().enumerate() {
-                let here = format!("spec.replicatedJobs[{i}]");
-                let role = role_name(&here, job, "name it")?;
-                unique_role(&roles, role, "spec.replicatedJobs", &here)?;
-                let replicas = count(&format!("{here}.replicas"), job.get("replicas"), 1)?;
-                let job_spec = job.pointer("/template/spec");
-                let field = format!("{here}.template.spec");
-                let parallelism = count(
-                    &format!("{field}.parallelism"),
-                    job_spec.and_then(|s| s.get("parallelism")),
-                    1,
-                )?;
-                let completions = count(
-                    &format!("{field}.completions"),
-                    job_spec.and_then(|s| s.get("completions")),
-                    parallelism,
-                )?;
-                let pods = replicas.saturating_mul(parallelism.min(completions));
-                let pod_template = template(
-                    &format!("{field}.template"),
-                    job_spec.and_then(|s| s.get("template")),
-                )?;
-                let Some(topology) = exclusive else {
-                    roles.push(Role {
-                        name: role.to_string(),
-                        pods,
-                        completions: replicas.saturating_mul(completions),
-                        template: pod_template,
-                        field: format!("{field}.template"),
-                    });
-                    role_minimums.push((role.to_string(), pods));
-                    continue;
-                };
-                // Exclusive placement: each child Job alone in its own domain, by the
-                // affinity JobSet's webhook gives its pods; one role per child Job.
-                for index in 0..replicas {
-                    let child = format!("{role}-{index}");
-                    let pods = parallelism.min(completions);
-                    roles.push(Role {
-                        template: exclusive_template(
-                            pod_template.clone(),
-                            JOBSET_JOB_KEY_LABEL,
-                            &format!("{name}-{child}"),
-                            topology,
-                        ),
-                        name: child.clone(),
-                        pods,
-                        completions,
-                        field: format!("{field}.template"),
-                    });
-                    role_minimums.push((child, pods));
-                }
-            }
-        }
-    }
+    let crate::kinds::RoleSet {
+        roles,
+        mut role_minimums,
+        min_member,
+    } = kind.roles(&reader, value)?;
     let total: u32 = roles.iter().map(|r| r.pods).sum();
     if total == 0 {
         return Ok(None);
@@ -565,7 +331,7 @@ pub fn role_workload<'v>(
         roles,
         gang: GangSpec {
             namespace: namespace.to_string(),
-            name: workload_gang_name(kind, name),
+            name: workload_gang_name(kind_name, name),
             min_member,
             total: Some(total),
             role_minimums,
@@ -584,7 +350,7 @@ pub enum Owner {
     Job(Job),
     StatefulSet(StatefulSet),
     ReplicaSet(ReplicaSet),
-    /// One of [`LIVE_ROLE_OWNER_KINDS`], read untyped.
+    /// A kind the live scheduler watches untyped ([`crate::kinds::Live::Untyped`]).
     Roles {
         kind: &'static str,
         meta: ObjectMeta,
@@ -596,7 +362,7 @@ pub enum Owner {
 pub type OwnerWorkload = (Option<String>, GangSpec);
 
 impl Owner {
-    /// An untyped object of one of [`LIVE_ROLE_OWNER_KINDS`] (`kind` names which).
+    /// An untyped object of a kind watched untyped (`kind` names which).
     pub fn roles(kind: &'static str, object: Value) -> Owner {
         let meta = object
             .get("metadata")
@@ -711,47 +477,18 @@ fn controller_kind(meta: &ObjectMeta) -> Option<&str> {
         .map(|o| o.kind.as_str())
 }
 
-/// The object whose workload `pod` belongs to, as its kind and name: the JobSet its
-/// label names (its pods' controller is one of the JobSet's Jobs), else its controller
-/// owner reference if that is a `batch/v1` Job, an `apps/v1` StatefulSet or ReplicaSet,
-/// or a `kubeflow.org` PyTorchJob.
+/// The object whose workload `pod` belongs to, as its kind and name: a live owner whose
+/// label the pod carries (a JobSet's), else its controller owner reference if that is a
+/// live owner kind of the registry ([`crate::kinds`]) in its API group.
 pub fn controlling_owner(pod: &Pod) -> Option<(&'static str, &str)> {
-    let labels = pod.metadata.labels.as_ref();
-    if let Some(jobset) = labels.and_then(|l| l.get(JOBSET_NAME_LABEL)) {
-        return Some(("JobSet", jobset.as_str()));
-    }
-    let owner = pod
-        .metadata
-        .owner_references
-        .as_ref()?
-        .iter()
-        .find(|o| o.controller == Some(true))?;
-    let group = owner.api_version.split_once('/').map_or("", |(g, _)| g);
-    let kind = LIVE_OWNER_KINDS
-        .into_iter()
-        .filter(|k| *k != "JobSet")
-        .find(|k| *k == owner.kind)?;
-    let expected = match kind {
-        "Job" => "batch",
-        "PyTorchJob" => "kubeflow.org",
-        _ => "apps",
-    };
-    (group == expected).then_some((kind, owner.name.as_str()))
+    crate::kinds::pod_owner(pod)
 }
 
 /// The role a pod of a multi-role owner plays, as the owner's spec names it: a JobSet's
 /// replicated Job, a PyTorchJob's replica type (`Master`, `Worker`; the operator's label
 /// is in lower case).
 pub fn owner_role(pod: &Pod) -> Option<String> {
-    let labels = pod.metadata.labels.as_ref()?;
-    if let Some(role) = labels.get(JOBSET_ROLE_LABEL) {
-        return Some(role.clone());
-    }
-    let kubeflow = labels.get(KUBEFLOW_ROLE_LABEL)?;
-    ["Master", "Worker"]
-        .into_iter()
-        .find(|r| r.eq_ignore_ascii_case(kubeflow))
-        .map(str::to_string)
+    crate::kinds::pod_role(pod)
 }
 
 #[cfg(test)]

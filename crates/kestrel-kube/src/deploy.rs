@@ -14,6 +14,7 @@
 //! generated file).
 
 use kestrel_k8s::crds;
+use kestrel_k8s::kinds;
 use serde_json::{json, Value};
 
 /// What an install can vary (the chart's `values.yaml`).
@@ -173,7 +174,7 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
                "metadata": {"name": name, "namespace": ns, "labels": labels}}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "kestrel-scheduler", "labels": labels},
-        "rules": [
+        "rules": ([
             // create: the TrainingJob controller's pods.
             rule(&[""], &["pods"], &["get", "list", "watch", "create", "patch", "delete"]),
             rule(&[""], &["services"], &["create"]),
@@ -184,11 +185,12 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             rule(&[""], &["pods/eviction"], &["create"]),
             rule(&[""], &["namespaces", "resourcequotas", "limitranges"], &["list", "watch"]),
             rule(&["policy"], &["poddisruptionbudgets"], &["list", "watch"]),
-            rule(&["batch"], &["jobs"], &["list", "watch"]),
-            rule(&["apps"], &["statefulsets", "replicasets"], &["list", "watch"]),
-            // PyTorchJobs and JobSets: their pods are one gang over their roles.
-            rule(&["kubeflow.org"], &["pytorchjobs"], &["list", "watch"]),
-            rule(&["jobset.x-k8s.io"], &["jobsets"], &["list", "watch"]),
+        ]
+        .into_iter()
+        // The owners of workloads' pods (queued Jobs, StatefulSets and ReplicaSets;
+        // multi-role kinds), from the registry of kinds.
+        .chain(kinds::rbac_rules().into_iter().map(|(group, plurals, verbs)| rule(&[group], &plurals, verbs)))
+        .chain([
             rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
             // The doctor's checks (--doctor-interval) read every Event.
             rule(&[""], &["events"], &["list"]),
@@ -246,7 +248,8 @@ pub fn objects(v: &InstallValues) -> Vec<Value> {
             // A TrainingJob's gang, and the job itself once its TTL passed.
             rule(&[crds::GROUP], &["podgroups"], &["create"]),
             rule(&[crds::GROUP], &["trainingjobs"], &["delete"]),
-        ]}),
+        ])
+        .collect::<Vec<_>>())}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                "metadata": {"name": "kestrel-scheduler", "labels": labels},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kestrel-scheduler"},

@@ -34,11 +34,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::SchedulerConfig;
 use kestrel_k8s::crds::{PodGroup, Topology};
 use kestrel_k8s::device_taint_rule::DeviceTaintRule;
+use kestrel_k8s::kinds;
 use kestrel_k8s::pods::WorkloadPriorityListing;
 use kestrel_k8s::warning::FieldWarning;
-use kestrel_k8s::workloads::{
-    Owner, LIVE_OWNER_KINDS, LIVE_ROLE_OWNER_KINDS, WHOLE_WORKLOAD_KINDS,
-};
+use kestrel_k8s::workloads::Owner;
 use kestrel_sim::sim::events::RunEvent;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, store::Writer, Store};
@@ -300,9 +299,7 @@ pub fn other_projects_listings() -> Vec<String> {
         .iter()
         .filter(|(watch, _)| watch.api_version != kestrel_k8s::crds::API_VERSION)
         .map(|(watch, plural)| format!("/apis/{}/{plural}", watch.api_version));
-    let owners = LIVE_ROLE_OWNER_KINDS
-        .iter()
-        .map(|(_, group, version, plural)| path(group, version, plural));
+    let owners = kinds::live_untyped_owners().map(|k| path(k.group(), k.versions()[0], k.plural()));
     let priorities = WORKLOAD_PRIORITY_WATCHES
         .iter()
         .map(|(_, version)| path(KUEUE_GROUP, version, "workloadpriorityclasses"));
@@ -439,7 +436,7 @@ impl Synced {
             Change::Owner { kind, event } if matches!(**event, Event::InitDone) => {
                 self.owners.insert(kind);
             }
-            Change::Unserved { kind } if LIVE_OWNER_KINDS.contains(kind) => {
+            Change::Unserved { kind } if kinds::is_live_owner(kind) => {
                 self.owners.insert(kind);
             }
             Change::ForeignPodGroup { kind, event } if matches!(**event, Event::InitDone) => {
@@ -510,9 +507,9 @@ impl Synced {
         missing.extend(DRA_KINDS.iter().filter(|k| !self.dra.contains(*k)));
         missing.extend(VOLUME_KINDS.iter().filter(|k| !self.volumes.contains(*k)));
         missing.extend(
-            LIVE_OWNER_KINDS
-                .iter()
-                .filter(|k| !self.owners.contains(*k)),
+            kinds::live_owners()
+                .map(|k| k.kind())
+                .filter(|k| !self.owners.contains(k)),
         );
         missing.extend(
             FOREIGN_POD_GROUPS
@@ -533,7 +530,7 @@ impl Synced {
             && self.topologies
             && self.resource_quotas
             && self.limit_ranges
-            && self.owners.len() == LIVE_OWNER_KINDS.len()
+            && self.owners.len() == kinds::live_owners().count()
             && self.queues.len() == QUEUE_WATCHES.len()
             && self.foreign_pod_groups.len() == FOREIGN_POD_GROUPS.len()
             && self.dra.len() == DRA_KINDS.len()
@@ -951,9 +948,10 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
     );
     // Other projects' multi-role kinds, read untyped (their CRDs may be missing).
     let mut role_owners = Vec::new();
-    for (kind, group, version, plural) in LIVE_ROLE_OWNER_KINDS {
-        let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
-        let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+    for owner in kinds::live_untyped_owners() {
+        let kind = owner.kind();
+        let gvk = kube::api::GroupVersionKind::gvk(owner.group(), owner.versions()[0], kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, owner.plural());
         let store = spawn_watch(
             tasks,
             Api::<DynamicObject>::all_with(client.clone(), &resource),
@@ -1018,8 +1016,12 @@ fn typed(mut json: serde_json::Value, api_version: &str, kind: &str) -> serde_js
 
 /// A watched PyTorchJob or JobSet as an owner.
 fn role_owner(kind: &'static str, object: &DynamicObject) -> Owner {
-    let json = match LIVE_ROLE_OWNER_KINDS.iter().find(|k| k.0 == kind) {
-        Some((_, group, version, _)) => typed(to_json(object), &format!("{group}/{version}"), kind),
+    let json = match kinds::live_untyped_owners().find(|k| k.kind() == kind) {
+        Some(k) => typed(
+            to_json(object),
+            &kinds::api_version(k.group(), k.versions()[0]),
+            kind,
+        ),
         None => to_json(object),
     };
     Owner::roles(kind, json)
@@ -1198,11 +1200,11 @@ pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -
             Event::Init => return false,
             Event::InitDone => state.retain_owners(kind, &stores.owner_keys(kind)),
         },
-        Change::Unserved { kind } if WHOLE_WORKLOAD_KINDS.contains(&kind) => {
+        Change::Unserved { kind } if kinds::is_whole_workload(kind) => {
             tracing::warn!(kind, "Kestrel may not list this kind (add its list and watch to Kestrel's ClusterRole): a queued one's pods are admitted one by one");
             state.set_owner_kind_unserved(kind);
         }
-        Change::Unserved { kind } if LIVE_OWNER_KINDS.contains(&kind) => {
+        Change::Unserved { kind } if kinds::is_live_owner(kind) => {
             // Its CRD is not installed (or not readable): its pods, if any, go one by one.
             tracing::info!(
                 kind,

@@ -641,3 +641,194 @@ spec:
         .to_string()
         .contains("spec.suspend"));
 }
+
+/// A Kubeflow Trainer runtime with a trainer Job of one 1-GPU pod (`kind`: TrainingRuntime
+/// in namespace ml, or ClusterTrainingRuntime) and a TrainJob on it (`trainer`: its
+/// `spec.trainer`, `labels`: its labels).
+fn train_job(kind: &str, trainer: &str, labels: &str) -> String {
+    let namespace = match kind {
+        "TrainingRuntime" => ", namespace: ml",
+        _ => "",
+    };
+    format!(
+        "apiVersion: trainer.kubeflow.org/v1alpha1
+kind: {kind}
+metadata: {{name: torch{namespace}}}
+spec:
+  mlPolicy: {{numNodes: 2}}
+  template:
+    spec:
+      replicatedJobs:
+      - name: node
+        template:
+          metadata: {{labels: {{trainer.kubeflow.org/trainjob-ancestor-step: trainer}}}}
+          spec:
+            template:
+              spec:
+                containers:
+                - {{name: node, image: x, resources: {{limits: {{nvidia.com/gpu: 1}}}}}}
+---
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {{name: llm, namespace: ml, labels: {{{labels}}}, annotations: {{kestrel.dev/sim-duration: 60s}}}}
+spec:
+  runtimeRef: {{name: torch, kind: {kind}}}
+  trainer: {{{trainer}}}
+"
+    )
+}
+
+#[test]
+fn a_train_job_runs_its_runtimes_jobset_sized_by_its_trainer_as_one_gang() {
+    // The runtime's 2 nodes, 1 GPU each.
+    let r = run(8, &train_job("ClusterTrainingRuntime", "", ""));
+    assert_eq!((r.pods.created, r.pods.completed), (2, 2));
+    let workload = read(&train_job("TrainingRuntime", "", "")).unwrap();
+    let names: Vec<&str> = workload.jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["llm-node"],
+        "the JobSet's replicated Job, named after the TrainJob"
+    );
+    // numNodes 3 x 4 GPUs on 8: two fit, so the gang of three waits whole.
+    let big = train_job(
+        "TrainingRuntime",
+        "numNodes: 3, resourcesPerNode: {limits: {nvidia.com/gpu: 4}}",
+        "",
+    );
+    let r = run(8, &big);
+    assert_eq!((r.pods.created, r.pods.scheduled), (3, 0), "{:?}", r.gangs);
+    // 2 nodes of 4 GPUs fit at once.
+    let r = run(
+        8,
+        &train_job(
+            "TrainingRuntime",
+            "resourcesPerNode: {limits: {nvidia.com/gpu: 4}}",
+            "",
+        ),
+    );
+    assert_eq!((r.pods.created, r.pods.completed, r.span), (2, 2, 60_000));
+}
+
+#[test]
+fn a_train_jobs_queue_label_counts() {
+    let queue = "apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: team}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: default
+      resources: [{name: nvidia.com/gpu, nominalQuota: 4}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: main, namespace: ml}
+spec: {clusterQueue: team}
+---
+";
+    let job = train_job(
+        "TrainingRuntime",
+        "resourcesPerNode: {limits: {nvidia.com/gpu: 4}}",
+        "kueue.x-k8s.io/queue-name: main",
+    );
+    // 8 GPUs over a quota of 4: admitted whole or not at all.
+    let r = run(8, &format!("{queue}{job}"));
+    assert_eq!((r.pods.created, r.pods.scheduled), (2, 0));
+    let r = run(8, &format!("{queue}{}", job.replace("gpu: 4}", "gpu: 2}")));
+    assert_eq!((r.pods.created, r.pods.completed), (2, 2));
+    // Named in spec.labels, which Trainer copies onto its JobSet, it counts as well.
+    let in_spec = train_job(
+        "TrainingRuntime",
+        "resourcesPerNode: {limits: {nvidia.com/gpu: 4}}",
+        "",
+    )
+    .replace(
+        "  trainer: {",
+        "  labels: {kueue.x-k8s.io/queue-name: main}\n  trainer: {",
+    );
+    let r = run(8, &format!("{queue}{in_spec}"));
+    assert_eq!((r.pods.created, r.pods.scheduled), (2, 0));
+}
+
+#[test]
+fn a_train_job_naming_a_missing_runtime_is_refused_by_field() {
+    let file = train_job("TrainingRuntime", "", "");
+    let e = read(&file.replace("name: torch, kind", "name: torhc, kind")).unwrap_err();
+    assert!(
+        e.contains("TrainJob ml/llm")
+            && e.contains("spec.runtimeRef.name")
+            && e.contains("no TrainingRuntime ml/torhc")
+            && e.contains("add it to the workload files"),
+        "{e}"
+    );
+    // A TrainingRuntime is namespaced: one in another namespace is not the one named.
+    let e = read(&file.replace("namespace: ml}", "namespace: other}")).unwrap_err();
+    assert!(e.contains("no TrainingRuntime ml/torch"), "{e}");
+    // Trainer's default kind is ClusterTrainingRuntime.
+    let e = read(&file.replace(", kind: TrainingRuntime}", "}")).unwrap_err();
+    assert!(e.contains("no ClusterTrainingRuntime torch"), "{e}");
+    // resourcesPerNode sets the trainer's `node` container: a runtime without one is wrong.
+    let e = read(
+        &file
+            .replace(
+                "trainer: {}",
+                "trainer: {resourcesPerNode: {limits: {nvidia.com/gpu: 2}}}",
+            )
+            .replace("{name: node, image", "{name: main, image"),
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("TrainingRuntime ml/torch")
+            && e.contains("no container named node")
+            && e.contains("TrainJob ml/llm"),
+        "{e}"
+    );
+    let e = read(&file.replace(
+        "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob",
+        "apiVersion: trainer.kubeflow.org/v2\nkind: TrainJob",
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains("apiVersion") && e.contains("trainer.kubeflow.org/v1alpha1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_mpi_job_starts_its_launcher_and_workers_together_or_none() {
+    let mpi = |workers: u32| {
+        format!(
+            "apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {{name: pi, namespace: ml, annotations: {{kestrel.dev/sim-duration: 60s}}}}
+spec:
+  slotsPerWorker: 1
+  mpiReplicaSpecs:
+    Launcher:
+      replicas: 1
+      template: {{spec: {{containers: [{{name: l, image: x}}]}}}}
+    Worker:
+      replicas: {workers}
+      template:{TEMPLATE}
+"
+        )
+    };
+    // 3 workers of 2 GPUs and the launcher on 8 GPUs: all at once.
+    let r = run(8, &mpi(3));
+    assert_eq!((r.pods.created, r.pods.completed, r.span), (4, 4, 60_000));
+    // 5 workers of 2 GPUs on 8: four would fit, but the gang waits whole.
+    let r = run(8, &mpi(5));
+    assert_eq!((r.pods.created, r.pods.scheduled), (6, 0));
+    let e = read(&mpi(2).replace("kubeflow.org/v2beta1", "kubeflow.org/v1")).unwrap_err();
+    assert!(
+        e.contains("apiVersion") && e.contains("kubeflow.org/v2beta1"),
+        "{e}"
+    );
+}

@@ -13,7 +13,10 @@
 //! - The controllers: batch Jobs keep `min(parallelism, completions left)` pods and write
 //!   `status.succeeded`; a JobSet gets one Job per replica; a PyTorchJob one pod per
 //!   replica (the training operator's labels); a Volcano Job a PodGroup and its pods; a
-//!   LeaderWorkerSet each group's leader and workers (its controller's labels and size).
+//!   LeaderWorkerSet each group's leader and workers (its controller's labels and size); a
+//!   TrainJob its runtime's JobSet, sized by its trainer (Trainer's controller); an MPIJob
+//!   a scheduler-plugins PodGroup and its launcher's and workers' pods (the MPI Operator
+//!   with gang scheduling).
 //!   kube-controller-manager's resourceclaim controller runs for real: it makes the
 //!   claims of pods from templates and releases those of ended pods.
 //! - Pools that publish their GPUs through DRA get ResourceSlices as NVIDIA's driver
@@ -183,6 +186,34 @@ fn other_projects_crds() -> String {
             "Namespaced",
             &["v1"],
         ),
+        crd(
+            "MPIJob",
+            "mpijobs",
+            "kubeflow.org",
+            "Namespaced",
+            &["v2beta1"],
+        ),
+        crd(
+            "TrainJob",
+            "trainjobs",
+            "trainer.kubeflow.org",
+            "Namespaced",
+            &["v1alpha1"],
+        ),
+        crd(
+            "TrainingRuntime",
+            "trainingruntimes",
+            "trainer.kubeflow.org",
+            "Namespaced",
+            &["v1alpha1"],
+        ),
+        crd(
+            "ClusterTrainingRuntime",
+            "clustertrainingruntimes",
+            "trainer.kubeflow.org",
+            "Cluster",
+            &["v1alpha1"],
+        ),
     ]
     .join("\n---\n")
 }
@@ -252,8 +283,12 @@ fn pod_from_template(
 
 /// The kinds the compatibility set creates (its cases' objects and what the controllers
 /// played here make), with their resource names.
-const PLURALS: [(&str, &str); 22] = [
+const PLURALS: [(&str, &str); 26] = [
     ("Pod", "pods"),
+    ("MPIJob", "mpijobs"),
+    ("TrainJob", "trainjobs"),
+    ("TrainingRuntime", "trainingruntimes"),
+    ("ClusterTrainingRuntime", "clustertrainingruntimes"),
     ("Job", "jobs"),
     ("JobSet", "jobsets"),
     ("LeaderWorkerSet", "leaderworkersets"),
@@ -288,6 +323,8 @@ struct Case {
     /// StatefulSets whose pods come one at a time (`OrderedReady`): (the set as created,
     /// its pods' duration).
     ordered_sets: Vec<(Value, Option<String>)>,
+    /// Trainer's runtimes created, by (kind, namespace or "", name), for the TrainJobs.
+    runtimes: BTreeMap<(String, String, String), Value>,
 }
 
 impl Case {
@@ -338,6 +375,15 @@ impl Case {
         } else {
             Value::Null
         };
+        if kind.ends_with("TrainingRuntime") {
+            let ns = if namespaced {
+                namespace.clone()
+            } else {
+                String::new()
+            };
+            self.runtimes
+                .insert((kind.clone(), ns, name.clone()), object.clone());
+        }
         let typed: kube::api::DynamicObject = serde_json::from_value(object).unwrap();
         // The API server serves a new CRD's kind a moment after accepting it.
         let created = eventually(
@@ -520,6 +566,97 @@ impl Case {
                         self.pod(pod).await;
                     }
                 }
+            }
+            ("kubeflow.org", "MPIJob") => {
+                // The MPI Operator with gang scheduling (scheduler-plugins): a PodGroup of
+                // all its pods, which they name, then the launcher and the workers.
+                let specs = object["spec"]["mpiReplicaSpecs"].as_object().unwrap();
+                let count = |role: &str| {
+                    let default = u64::from(role == "Launcher");
+                    specs
+                        .get(role)
+                        .map_or(0, |s| s["replicas"].as_u64().unwrap_or(default))
+                };
+                let group = json!({"apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                    "kind": "PodGroup",
+                    "metadata": {"name": name, "namespace": namespace,
+                        "ownerReferences": [owner_ref(&created)]},
+                    "spec": {"minMember": count("Launcher") + count("Worker")}});
+                self.create(&group).await;
+                for role in ["Launcher", "Worker"] {
+                    let Some(spec) = specs.get(role) else {
+                        continue;
+                    };
+                    let role_label = role.to_lowercase();
+                    let labels = json!({"training.kubeflow.org/job-name": name,
+                        "training.kubeflow.org/job-role": role_label,
+                        "scheduling.x-k8s.io/pod-group": name});
+                    let (template, duration) = (&spec["template"], duration.as_deref());
+                    self.pods_from_template(
+                        template,
+                        count(role),
+                        &namespace,
+                        duration,
+                        &created,
+                        |i| {
+                            (
+                                format!("{name}-{role_label}-{i}"),
+                                labels.clone(),
+                                json!({}),
+                            )
+                        },
+                    )
+                    .await;
+                }
+            }
+            ("trainer.kubeflow.org", "TrainJob") => {
+                // Trainer's controller: the runtime's JobSet, named after the TrainJob and
+                // owned by it, its trainer Job sized by spec.trainer.
+                let reference = &object["spec"]["runtimeRef"];
+                let kind = reference["kind"]
+                    .as_str()
+                    .unwrap_or("ClusterTrainingRuntime")
+                    .to_string();
+                let ns = match kind.as_str() {
+                    "TrainingRuntime" => namespace.clone(),
+                    _ => String::new(),
+                };
+                let runtime_name = reference["name"].as_str().unwrap().to_string();
+                let runtime = &self.runtimes[&(kind, ns, runtime_name)];
+                let mut spec = runtime["spec"]["template"]["spec"].clone();
+                let trainer = &object["spec"]["trainer"];
+                let nodes = trainer["numNodes"]
+                    .as_u64()
+                    .or_else(|| runtime["spec"]["mlPolicy"]["numNodes"].as_u64());
+                for job in spec["replicatedJobs"].as_array_mut().unwrap() {
+                    let ancestor = &job["template"]["metadata"]["labels"]
+                        ["trainer.kubeflow.org/trainjob-ancestor-step"];
+                    if ancestor != "trainer" && job["name"] != "node" {
+                        continue;
+                    }
+                    let job_spec = &mut job["template"]["spec"];
+                    if let Some(n) = nodes {
+                        job_spec["parallelism"] = json!(n);
+                        job_spec["completions"] = json!(n);
+                    }
+                    if !trainer["resourcesPerNode"].is_null() {
+                        for c in job_spec["template"]["spec"]["containers"]
+                            .as_array_mut()
+                            .unwrap()
+                        {
+                            if c["name"] == "node" {
+                                c["resources"] = trainer["resourcesPerNode"].clone();
+                            }
+                        }
+                    }
+                }
+                let jobset = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                    "metadata": {"name": name, "namespace": namespace,
+                        "labels": object["spec"]["labels"].as_object().cloned().unwrap_or_default(),
+                        "annotations": object["metadata"]["annotations"],
+                        "ownerReferences": [owner_ref(&created)]},
+                    "spec": spec});
+                Box::pin(self.workload(&jobset)).await;
             }
             // OrderedReady: the pass below creates each pod once the one before it is ready.
             ("apps", "StatefulSet") => self.ordered_sets.push((created, duration)),
@@ -822,6 +959,7 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
             created: Vec::new(),
             namespaces: BTreeSet::new(),
             ordered_sets: Vec::new(),
+            runtimes: BTreeMap::new(),
         };
         let documents: Vec<Value> = read_documents(path, &text, None)
             .unwrap()
@@ -841,6 +979,8 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
                         | "Deployment"
                         | "ReplicaSet"
                         | "StatefulSet"
+                        | "TrainJob"
+                        | "MPIJob"
                 )
             )
         };

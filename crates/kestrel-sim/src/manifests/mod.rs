@@ -30,14 +30,14 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kestrel_core::{GangSpec, GpuRequest, Millis};
-use kestrel_k8s::documents::{read_documents, Document, SUPPORTED_KINDS};
+use kestrel_k8s::documents::{read_documents, supported_kinds, Document};
 use kestrel_k8s::duration::parse_duration;
 use kestrel_k8s::fields::Ctx;
 use kestrel_k8s::gangs::{pod_gang, pod_topology, GangCollector, PodGang};
 use kestrel_k8s::pods::{Annotations, Catalog};
 use kestrel_k8s::queues::{is_queue_document, QueueCollector, QueueSetup};
 use kestrel_k8s::warning::{FieldWarning, WarnedObject};
-use kestrel_k8s::workloads::{queued_workload, role_workload};
+use kestrel_k8s::workloads::{queued_workload, role_workload_with};
 use kestrel_k8s::LoadError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -85,9 +85,12 @@ pub fn load_manifests_with(
     let mut queues = QueueCollector::default();
     let mut dra_objects = dra::DraObjects::default();
     let mut volume_objects = volumes::VolumeObjects::default();
+    let mut references = kestrel_k8s::kinds::References::new();
     for (path, docs) in &parsed {
         for doc in docs {
-            if dra::is_dra_kind(doc.kind()) {
+            if let Some(by) = referenced_by(doc) {
+                add_reference(&mut references, path, doc, by)?;
+            } else if dra::is_dra_kind(doc.kind()) {
                 dra_objects.add(path, doc)?;
             } else if volumes::is_volume_kind(doc.kind()) {
                 volume_objects.add(path, doc)?;
@@ -120,6 +123,7 @@ pub fn load_manifests_with(
         options: options.clone(),
         dra: dra_objects,
         volumes: volume_objects,
+        references,
     };
     for (path, docs) in &parsed {
         for doc in docs {
@@ -169,7 +173,68 @@ fn names_volcano_default_queue(value: &serde_json::Value) -> bool {
     walk(value)
 }
 
+/// The workload kind that refers to objects of `doc`'s kind (a TrainJob to its runtimes),
+/// if it is such a kind.
+fn referenced_by(doc: &Document) -> Option<&'static dyn kestrel_k8s::kinds::WorkloadKind> {
+    kestrel_k8s::kinds::referenced_kinds()
+        .find(|(kind, _, _)| *kind == doc.kind())
+        .map(|(_, _, by)| by)
+}
+
+/// Keeps an object that workloads refer to (a TrainJob's runtime), at a version Kestrel
+/// reads, once.
+fn add_reference(
+    references: &mut kestrel_k8s::kinds::References,
+    path: &Path,
+    doc: &Document,
+    by: &dyn kestrel_k8s::kinds::WorkloadKind,
+) -> Result<(), LoadError> {
+    let ctx = Ctx {
+        path,
+        object: doc.object(),
+    };
+    let kind = doc.kind();
+    let api_version = doc
+        .value
+        .get("apiVersion")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
+    let read: Vec<String> = by
+        .versions()
+        .iter()
+        .map(|v| kestrel_k8s::kinds::api_version(by.group(), v))
+        .collect();
+    if !read.iter().any(|v| v == api_version) {
+        return Err(ctx.err(
+            "apiVersion",
+            format!(
+                "apiVersion {api_version:?} is not one Kestrel reads for {kind}; set one of {}",
+                read.join(", ")
+            ),
+        ));
+    }
+    let name = doc
+        .meta_str("name")
+        .ok_or_else(|| ctx.err("metadata.name", "no name; set metadata.name"))?;
+    let cluster = kestrel_k8s::kinds::referenced_kinds().any(|(k, c, _)| k == kind && c);
+    let namespace = match cluster {
+        true => String::new(),
+        false => doc.meta_str("namespace").unwrap_or("default").to_string(),
+    };
+    let key = (kind.to_string(), namespace, name.to_string());
+    if references.contains_key(&key) {
+        return Err(ctx.err(
+            "metadata.name",
+            format!("{} is defined twice; remove one", doc.object()),
+        ));
+    }
+    references.insert(key, (path.to_path_buf(), doc.value.clone()));
+    Ok(())
+}
+
 struct Builder {
+    /// Objects workloads refer to by name (a TrainJob's runtime).
+    references: kestrel_k8s::kinds::References,
     catalog: Catalog,
     gangs: GangCollector,
     queues: QueueSetup,
@@ -208,6 +273,7 @@ impl Builder {
             object: object.clone(),
         };
         if doc.is_gang_document()
+            || referenced_by(doc).is_some()
             || is_queue_document(doc.kind())
             || dra::is_dra_kind(doc.kind())
             || volumes::is_volume_kind(doc.kind())
@@ -322,7 +388,7 @@ impl Builder {
                         "Kestrel does not simulate {other} objects; workload files \
                             may hold {} (and Lists of them): remove it or move it to a \
                             file the simulator does not read",
-                        SUPPORTED_KINDS.join(", ")
+                        supported_kinds().join(", ")
                     ),
                 ));
             }
@@ -660,7 +726,9 @@ impl Builder {
             .filter(|n| !n.is_empty())
             .unwrap_or("default");
         let name = meta.name.as_deref().unwrap_or_default();
-        let Some(mut workload) = role_workload(ctx, &doc.value, namespace, name)? else {
+        let Some(mut workload) =
+            role_workload_with(ctx, &doc.value, namespace, name, Some(&self.references))?
+        else {
             return Ok(None);
         };
         let training = match doc.kind() {
