@@ -991,6 +991,19 @@ mod tests {
         Filter(Arc::new(Model(models.to_vec(), format!("{models:?}"))))
     }
 
+    /// A device of driver `x`, pool `n`, untainted and unpartitioned.
+    fn test_device(name: String, attributes: BTreeMap<String, DeviceAttribute>) -> DraDevice {
+        DraDevice {
+            driver: "x".into(),
+            pool: "n".into(),
+            name,
+            attributes,
+            capacity: BTreeMap::new(),
+            taints: Vec::new(),
+            partitions: None,
+        }
+    }
+
     /// A DGX-shaped node whose GPUs `0..8` are published, GPU i of model `models[i]` and
     /// switch attribute `i / 4`.
     fn node(models: [&str; 8]) -> NodeState {
@@ -1001,12 +1014,6 @@ mod tests {
             attributes.insert("x/model".into(), DeviceAttribute::String(models[i].into()));
             attributes.insert("x/switch".into(), DeviceAttribute::Int(i as i64 / 4));
             g.dra = Some(Arc::new(DraDevice {
-                driver: "x".into(),
-                pool: "n".into(),
-                name: format!("gpu-{i}"),
-                attributes,
-                capacity: BTreeMap::new(),
-                partitions: None,
                 taints: if i == 7 {
                     vec![crate::model::Taint {
                         key: "unhealthy".into(),
@@ -1016,6 +1023,7 @@ mod tests {
                 } else {
                     Vec::new()
                 },
+                ..test_device(format!("gpu-{i}"), attributes)
             }));
         }
         let mut index = crate::cluster::ClusterIndex::default();
@@ -1304,15 +1312,10 @@ mod tests {
                 let mut attributes = BTreeMap::new();
                 attributes.insert("x/model".into(), DeviceAttribute::String(profile.into()));
                 devices.push(Partition {
-                    device: Arc::new(DraDevice {
-                        driver: "x".into(),
-                        pool: "n".into(),
-                        name: format!("gpu-{gpu}-{profile}-{start}"),
+                    device: Arc::new(test_device(
+                        format!("gpu-{gpu}-{profile}-{start}"),
                         attributes,
-                        capacity: BTreeMap::new(),
-                        taints: Vec::new(),
-                        partitions: None,
-                    }),
+                    )),
                     milli: width as u32 * 125,
                     consumes,
                 });
@@ -1334,13 +1337,8 @@ mod tests {
             let mut attributes = BTreeMap::new();
             attributes.insert("x/model".into(), DeviceAttribute::String("a".into()));
             g.dra = Some(Arc::new(DraDevice {
-                driver: "x".into(),
-                pool: "n".into(),
-                name: format!("gpu-{i}"),
-                attributes,
-                capacity: BTreeMap::new(),
-                taints: Vec::new(),
                 partitions: Some(Arc::new(mig_partitions(i))),
+                ..test_device(format!("gpu-{i}"), attributes)
             }));
         }
         let mut index = crate::cluster::ClusterIndex::default();
