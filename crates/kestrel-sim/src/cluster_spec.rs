@@ -778,11 +778,17 @@ mod tests {
         let e = err(&pool(
             "{model: NVIDIA H100 80GB HBM3, count: 4, memoryMiB: 81559, partitions: mig}",
         ));
-        assert!(e.contains("gpu.partitions") && e.contains("add publish: dra"), "{e}");
+        assert!(
+            e.contains("gpu.partitions") && e.contains("add publish: dra"),
+            "{e}"
+        );
         let e = err(&pool(
             "{model: NVIDIA H100 80GB HBM3, count: 4, memoryMiB: 81559, publish: dra, partitions: mps}",
         ));
-        assert!(e.contains("gpu.partitions") && e.contains("\"mps\" is not a way"), "{e}");
+        assert!(
+            e.contains("gpu.partitions") && e.contains("\"mps\" is not a way"),
+            "{e}"
+        );
     }
 
     #[test]

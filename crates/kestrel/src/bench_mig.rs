@@ -226,7 +226,12 @@ impl Ord for Held {
 }
 
 pub fn run_mig(args: MigArgs) -> Result<()> {
-    if args.nodes == 0 || args.seeds == 0 || args.hours == 0 || args.load.is_nan() || args.load <= 0.0 {
+    if args.nodes == 0
+        || args.seeds == 0
+        || args.hours == 0
+        || args.load.is_nan()
+        || args.load <= 0.0
+    {
         anyhow::bail!("--nodes, --seeds, --hours and --load must be more than 0");
     }
     let mut scheduler = Scheduler::new(SchedulerConfig::default());
