@@ -364,9 +364,7 @@ impl NodeState {
         how: crate::devices::PartitionChoice,
     ) -> Option<GpuAssignment> {
         let choice = self.choose_devices_in(claims, None, how).ok()?;
-        let devices: Vec<crate::devices::DeviceRef> =
-            choice.per_claim.iter().flatten().map(|(_, d)| *d).collect();
-        let gpus = self.spec.assignment_of(&devices)?;
+        let gpus = self.spec.assignment_of(&choice.devices())?;
         self.apply_gpus(&gpus, true);
         Some(gpus)
     }
@@ -382,10 +380,8 @@ impl NodeState {
         let choice = self
             .choose_devices(claims)
             .expect("fits_pod found the claims' devices");
-        let devices: Vec<crate::devices::DeviceRef> =
-            choice.per_claim.iter().flatten().map(|(_, d)| *d).collect();
         self.spec
-            .assignment_of(&devices)
+            .assignment_of(&choice.devices())
             .expect("choose_devices gives a pod whole GPUs or partitions")
     }
 

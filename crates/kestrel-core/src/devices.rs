@@ -81,23 +81,24 @@ impl Partitions {
             return false;
         }
         self.devices[k].consumes.iter().all(|(counter, want)| {
-            let used: i64 = (0..self.devices.len())
-                .filter(|j| taken & (1 << j) != 0)
-                .filter_map(|j| self.devices[j].consumes.get(counter))
-                .sum();
-            used + want <= self.capacity.get(counter).copied().unwrap_or(0)
+            self.used(taken, counter) + want <= self.capacity.get(counter).copied().unwrap_or(0)
         })
     }
 
     /// Whether the partitions `taken` exceed a counter together.
     pub fn over_committed(&self, taken: u64) -> Option<String> {
         self.capacity.iter().find_map(|(counter, capacity)| {
-            let used: i64 = (0..self.devices.len())
-                .filter(|j| taken & (1 << j) != 0)
-                .filter_map(|j| self.devices[j].consumes.get(counter))
-                .sum();
+            let used = self.used(taken, counter);
             (used > *capacity).then(|| format!("counter {counter}: {used} of {capacity}"))
         })
+    }
+
+    /// How much of `counter` the partitions `taken` consume together.
+    fn used(&self, taken: u64, counter: &str) -> i64 {
+        (0..self.devices.len())
+            .filter(|j| taken & (1 << j) != 0)
+            .filter_map(|j| self.devices[j].consumes.get(counter))
+            .sum()
     }
 
     /// Thousandths of the GPU that `consumes` stands for: its mean share of the set's
@@ -332,13 +333,17 @@ impl DeviceRef {
     }
 }
 
-/// Devices chosen for a pod on one node: per claim, its results (request and device), the
-/// GPUs taken whole and the partitions taken.
+/// Devices chosen for a pod on one node: per claim, its results (request and device).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceChoiceOnNode {
     pub per_claim: Vec<Vec<(String, DeviceRef)>>,
-    pub positions: Vec<usize>,
-    pub partitions: Vec<(usize, u8)>,
+}
+
+impl DeviceChoiceOnNode {
+    /// Every device chosen, claim by claim.
+    pub fn devices(&self) -> Vec<DeviceRef> {
+        self.per_claim.iter().flatten().map(|(_, d)| *d).collect()
+    }
 }
 
 /// How partitions are chosen among those that fit.
@@ -593,7 +598,8 @@ impl NodeState {
             }
             per_claim.push(self.choose_claim(claim, only, how, &mut trial)?);
         }
-        let all: Vec<DeviceRef> = per_claim.iter().flatten().map(|(_, d)| *d).collect();
+        let choice = DeviceChoiceOnNode { per_claim };
+        let all = choice.devices();
         if all.iter().any(|d| d.partition.is_some()) && all.iter().any(|d| d.partition.is_none()) {
             let claim = claims
                 .claims
@@ -613,18 +619,7 @@ impl NodeState {
                 ),
             });
         }
-        Ok(DeviceChoiceOnNode {
-            per_claim,
-            positions: (0..trial.whole.len()).filter(|&p| trial.whole[p]).collect(),
-            partitions: (0..trial.parts.len())
-                .flat_map(|p| {
-                    let bits = trial.parts[p];
-                    (0..Partitions::MAX as u8)
-                        .filter(move |k| bits & (1 << k) != 0)
-                        .map(move |k| (p, k))
-                })
-                .collect(),
-        })
+        Ok(choice)
     }
 
     fn choose_claim(
@@ -991,6 +986,18 @@ mod tests {
         Filter(Arc::new(Model(models.to_vec(), format!("{models:?}"))))
     }
 
+    /// The GPUs a choice takes whole, by position, ascending.
+    fn positions(choice: &DeviceChoiceOnNode) -> Vec<usize> {
+        let mut out: Vec<usize> = choice
+            .devices()
+            .iter()
+            .filter(|d| d.partition.is_none())
+            .map(|d| d.position)
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
     /// A device of driver `x`, pool `n`, untainted and unpartitioned.
     fn test_device(name: String, attributes: BTreeMap<String, DeviceAttribute>) -> DraDevice {
         DraDevice {
@@ -1176,7 +1183,7 @@ mod tests {
             vec![],
         );
         let choice = n.choose_devices(&c).unwrap();
-        assert_eq!(choice.positions.len(), 5);
+        assert_eq!(positions(&choice).len(), 5);
         let x: Vec<usize> = choice.per_claim[0]
             .iter()
             .filter(|(r, _)| r == "x/0")
@@ -1206,7 +1213,7 @@ mod tests {
             value: String::new(),
             effect: None,
         }];
-        assert_eq!(n.choose_devices(&tolerant).unwrap().positions.len(), 8);
+        assert_eq!(positions(&n.choose_devices(&tolerant).unwrap()).len(), 8);
     }
 
     #[test]
@@ -1230,7 +1237,7 @@ mod tests {
             vec![request("r", vec![(filter(&["a"]), DeviceCount::All)])],
             vec![],
         );
-        assert_eq!(n.choose_devices(&all).unwrap().positions, vec![0, 1, 2]);
+        assert_eq!(positions(&n.choose_devices(&all).unwrap()), vec![0, 1, 2]);
         let none = claims(
             vec![request("r", vec![(filter(&["z"]), DeviceCount::All)])],
             vec![],
@@ -1254,7 +1261,7 @@ mod tests {
         );
         let choice = n.choose_devices(&c).unwrap();
         assert_eq!(
-            choice.positions,
+            positions(&choice),
             vec![0, 1, 2, 3],
             "switch 1 has only 3 untainted"
         );
