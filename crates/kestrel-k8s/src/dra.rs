@@ -1115,20 +1115,26 @@ impl SliceBook {
             .collect();
         let mut out: Vec<Arc<DraDevice>> = Vec::new();
         for s in &here {
-            // The pool's counter sets, wherever in the pool they are declared.
-            let sets = |name: &str| {
-                self.slices
-                    .values()
-                    .filter(|o| o.driver == s.driver && o.pool == s.pool && current(o))
-                    .find_map(|o| o.counter_sets.get(name))
-            };
+            // The pool's counter sets, wherever in the pool they are declared: gathered
+            // once per slice, and only for a slice whose devices consume counters.
+            let mut sets: BTreeMap<&str, &BTreeMap<String, i64>> = BTreeMap::new();
+            if s.consumes.iter().any(|uses| !uses.is_empty()) {
+                for o in self.slices.values() {
+                    if o.driver == s.driver && o.pool == s.pool && current(o) {
+                        for (name, counters) in &o.counter_sets {
+                            sets.entry(name.as_str()).or_insert(counters);
+                        }
+                    }
+                }
+            }
             for (d, uses) in s.devices.iter().zip(&s.consumes) {
                 if !is_gpu(d) {
                     continue;
                 }
                 let device = self.with_rule_taints(d.clone());
                 let partitions = match uses.as_slice() {
-                    [(set, _)] => sets(set)
+                    [(set, _)] => sets
+                        .get(set.as_str())
                         .and_then(|capacity| self.partitions_over(&here, s, d, set, capacity)),
                     _ => None,
                 };
