@@ -82,6 +82,8 @@ pub struct ApiWriter {
     pub instance: String,
     limiter: Arc<Limiter>,
     gpu_indices: GpuIndicesWrite,
+    /// Binds are refused once leadership lapsed by this replica's clock.
+    lease: crate::leader::LeaseClock,
 }
 
 /// The HTTP status of an API error, if the server answered.
@@ -100,13 +102,32 @@ impl ApiWriter {
             instance: instance.to_string(),
             limiter,
             gpu_indices: GpuIndicesWrite::default(),
+            lease: crate::leader::LeaseClock::unelected(),
         }
+    }
+
+    /// Checks leadership against `lease` before each write of a bind.
+    pub fn with_lease(mut self, lease: crate::leader::LeaseClock) -> Self {
+        self.lease = lease;
+        self
     }
 
     /// Writes the GPU indices this way from now on.
     pub fn with_gpu_indices_write(mut self, how: GpuIndicesWrite) -> Self {
         self.gpu_indices = how;
         self
+    }
+
+    /// An error for a write a replica whose leadership lapsed must not make.
+    fn lease_held(&self) -> Result<(), kube::Error> {
+        match self.lease.held() {
+            true => Ok(()),
+            false => Err(kube::Error::Service(
+                "leadership lapsed by this replica's clock (it was paused or cut off past \
+                 its renew deadline): not writing"
+                    .into(),
+            )),
+        }
     }
 
     fn pods(&self, namespace: &str) -> Api<Pod> {
@@ -276,6 +297,7 @@ impl ApiWriter {
     /// [`GpuIndicesWrite`]). `still_leader` is asked right before the binding is posted: a
     /// replica that lost its lease posts nothing.
     pub async fn bind(&self, job: &BindJob, still_leader: impl Fn() -> bool) -> BindOutcome {
+        let still_leader = || still_leader() && self.lease.held();
         let Some(extended) = &job.extended_claim else {
             return self.bind_claimed(job, &still_leader).await;
         };
@@ -687,6 +709,7 @@ impl ApiWriter {
     /// Asks a preemption victim to checkpoint: the `kestrel.dev/checkpoint-request`
     /// annotation (merge patch, guarded by the pod's UID) and a `CheckpointRequested` event.
     pub async fn request_checkpoint(&self, job: &CheckpointJob) -> Result<(), kube::Error> {
+        self.lease_held()?;
         let patch = json!({
             "metadata": {
                 "uid": job.uid,
@@ -723,6 +746,7 @@ impl ApiWriter {
     /// Writes a preemptor's `status.nominatedNodeName` (status subresource, strategic
     /// merge), as kube-scheduler does.
     pub async fn nominate(&self, job: &NominationJob) -> Result<(), kube::Error> {
+        self.lease_held()?;
         let patch = json!({"status": {"nominatedNodeName": job.node}});
         self.limiter.acquire().await;
         match self
@@ -740,6 +764,7 @@ impl ApiWriter {
     /// condition (reason `PreemptionByScheduler`) on its status, then a delete guarded by
     /// its UID (the pod's own termination grace period applies), then a `Preempted` event.
     pub async fn evict(&self, job: &EvictJob) -> Result<(), kube::Error> {
+        self.lease_held()?;
         let now = Timestamp::now();
         let pods = self.pods(&job.namespace);
         let condition = json!({

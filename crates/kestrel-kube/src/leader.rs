@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::Client;
+use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 
@@ -38,8 +39,42 @@ impl LeaseConfig {
     }
 }
 
+/// Leadership as a writer must judge it, by this replica's own clock: held until the
+/// start of the last successful renewal plus the renew deadline. A leader paused past
+/// its lease (SIGSTOP, a frozen VM, a long GC-like stall) wakes up with its leadership
+/// flag still set until its lease loop runs again; a write checked against this clock is
+/// refused at once instead, before a new leader's choices can be overwritten.
+#[derive(Debug, Clone, Default)]
+pub struct LeaseClock(Option<Arc<Mutex<Option<Instant>>>>);
+
+impl LeaseClock {
+    /// No election (`--leader-elect=false`): always held.
+    pub fn unelected() -> Self {
+        LeaseClock(None)
+    }
+
+    /// Whether leadership still holds now.
+    pub fn held(&self) -> bool {
+        match &self.0 {
+            None => true,
+            Some(until) => until
+                .lock()
+                .expect("lease clock")
+                .is_some_and(|until| Instant::now() < until),
+        }
+    }
+
+    fn set(&self, until: Option<Instant>) {
+        if let Some(cell) = &self.0 {
+            *cell.lock().expect("lease clock") = until;
+        }
+    }
+}
+
 pub struct LeaderElector {
     config: LeaseConfig,
+    /// Set on every renewal, cleared when leadership ends.
+    clock: LeaseClock,
     api: Api<Lease>,
     /// The last record seen and when this replica first saw it.
     observed: Option<(LeaseSpec, Instant)>,
@@ -59,7 +94,13 @@ impl LeaderElector {
             config,
             api,
             observed: None,
+            clock: LeaseClock(Some(Arc::default())),
         }
+    }
+
+    /// The clock writers check leadership against ([`LeaseClock`]).
+    pub fn clock(&self) -> LeaseClock {
+        self.clock.clone()
     }
 
     pub fn config(&self) -> &LeaseConfig {
@@ -163,11 +204,14 @@ impl LeaderElector {
     pub async fn run(mut self, leader: watch::Sender<bool>, mut shutdown: watch::Receiver<bool>) {
         let mut last_renew: Option<Instant> = None;
         loop {
+            // Leadership is dated from before the request: the lease may be taken over
+            // `lease_duration` after the holder sent it, as others measure it.
+            let sent = Instant::now();
             let attempt = self.try_acquire_or_renew().await;
             let now = Instant::now();
             let leading = match attempt {
                 Ok(true) => {
-                    last_renew = Some(now);
+                    last_renew = Some(sent);
                     true
                 }
                 Ok(false) => false,
@@ -179,6 +223,8 @@ impl LeaderElector {
             if !leading {
                 last_renew = None;
             }
+            self.clock
+                .set(last_renew.map(|renewed| renewed + self.config.renew_deadline));
             if *leader.borrow() != leading {
                 tracing::info!(identity = %self.config.identity, leading, "leadership changed");
                 leader.send_replace(leading);
@@ -189,10 +235,32 @@ impl LeaderElector {
             }
         }
         leader.send_replace(false);
+        self.clock.set(None);
         if last_renew.is_some() {
             if let Err(e) = self.release().await {
                 tracing::warn!(error = %e, "could not release the lease");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn leadership_lapses_by_the_clock_even_when_no_renewal_ran() {
+        assert!(LeaseClock::unelected().held(), "without election: held");
+        let clock = LeaseClock(Some(Arc::default()));
+        assert!(!clock.held(), "never renewed: not held");
+        clock.set(Some(Instant::now() + Duration::from_secs(10)));
+        assert!(clock.held());
+        // A pause past the renew deadline: nothing ran, yet the writer's check fails.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(!clock.held(), "lapsed at the deadline");
+        clock.set(Some(Instant::now() + Duration::from_secs(10)));
+        assert!(clock.clone().held(), "a clone sees the renewal");
+        clock.set(None);
+        assert!(!clock.held(), "leadership ended");
     }
 }

@@ -114,6 +114,27 @@ impl Kestrel {
             .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
+    /// SIGSTOP: the process stands still, its sockets open, its clock running on (a
+    /// frozen VM, a stalled node).
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT after [`Kestrel::pause`].
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: i32) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on our own child's pid; it cannot have been reaped and
+            // reused, as only `kill`/`terminate` wait for it and both take the child.
+            unsafe {
+                libc::kill(child.id() as i32, signal);
+            }
+        }
+    }
+
     /// SIGKILL, at once.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

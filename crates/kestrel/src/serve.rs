@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 use kestrel_core::{Policy, SchedulerConfig};
 use kestrel_kube::api::{ApiWriter, GpuIndicesWrite};
 use kestrel_kube::driver::{self, DriverConfig};
-use kestrel_kube::leader::{LeaderElector, LeaseConfig};
+use kestrel_kube::leader::{LeaderElector, LeaseClock, LeaseConfig};
 use kestrel_kube::limiter::Limiter;
 use kestrel_kube::metrics::{self, Metrics};
 use kestrel_kube::training::TrainingConfig;
@@ -227,9 +227,11 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
     // the end, so leadership never reads as closed or lost.
     let (leader_tx, leader_rx) = watch::channel(!args.leader_elect);
     let mut sole_leader = None;
+    let mut lease_clock = LeaseClock::unelected();
     let elector = if args.leader_elect {
         let lease = LeaseConfig::new(&args.lease_namespace, &args.scheduler_name, &identity);
         let elector = LeaderElector::new(client.clone(), lease);
+        lease_clock = elector.clock();
         Some(tokio::spawn(elector.run(leader_tx, shutdown_rx.clone())))
     } else {
         sole_leader = Some(leader_tx);
@@ -244,7 +246,8 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
     .with_gpu_indices_write(match args.gpu_indices_via {
         GpuIndicesVia::Patch => GpuIndicesWrite::Patch,
         GpuIndicesVia::Binding => GpuIndicesWrite::Binding,
-    });
+    })
+    .with_lease(lease_clock);
     let mut config = DriverConfig::new(&args.scheduler_name);
     let dashboard = match args.dashboard_addr {
         Some(addr) => {

@@ -1,6 +1,7 @@
 //! `kestrel serve` through faults on a real control plane (testenv/): the leader killed,
 //! kube-apiserver killed and restarted (watches then expire: 410 Gone), etcd compacted,
-//! the API server frozen for 10 s, connections cut mid-request (answers lost), SIGTERM.
+//! the API server frozen for 10 s, connections cut mid-request (answers lost), the leader
+//! paused past its lease and resumed, SIGTERM.
 //! After each: every pod bound, no GPU given twice, no node over its allocatable, nothing
 //! stranded (the invariant checker on what the API server holds), and the log tells what
 //! happened once.
@@ -223,6 +224,65 @@ async fn leader_killed_standby_takes_over() {
         "takeover took {taken:?} (lease 15 s + 5 s)"
     );
     check_until_done(&client, ns, 200, Duration::from_secs(120)).await;
+    assert!(
+        !second.log_text().contains("lease lost"),
+        "{}",
+        second.log_text()
+    );
+    cleanup(&client, prefix, &[ns]).await;
+}
+
+/// Two replicas; the leader paused (SIGSTOP) past its lease while pods bind, and resumed
+/// after the standby took over. The standby leads within the lease duration + 5 s; the
+/// resumed replica writes nothing on its stale state (its leadership lapsed by its own
+/// clock), steps down once and stays a standby; no GPU is given twice at any time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_paused_past_its_lease_steps_down_without_writing() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler, prefix) = ("paused", "kestrel-paused", "paused-");
+    let _kubelet = pool_with_kubelet(&client, ns, 10).await;
+    let (first, second) = two_replicas(env, scheduler).await;
+    one_gpu_pods(&client, ns, scheduler, 240, "6s").await;
+    eventually(Duration::from_secs(60), "first binds", || async {
+        (bound_count(&client, ns).await >= 30).then_some(())
+    })
+    .await;
+    first.pause();
+    let paused = Instant::now();
+    let taken = eventually(Duration::from_secs(30), "replica b leading", || async {
+        (second.log_count("leading: rebuilding state") == 1).then(|| paused.elapsed())
+    })
+    .await;
+    assert!(
+        taken <= Duration::from_secs(20),
+        "takeover took {taken:?} (lease 15 s + 5 s)"
+    );
+    // b binds a while on its own state, then a wakes with its pipeline as it was.
+    eventually(Duration::from_secs(30), "replica b binding", || async {
+        assert_invariants(&client).await;
+        (bound_count(&client, ns).await >= 100).then_some(())
+    })
+    .await;
+    first.resume();
+    let resumed = Instant::now();
+    eventually(
+        Duration::from_secs(10),
+        "replica a stepping down",
+        || async {
+            assert_invariants(&client).await;
+            (first.log_count("lease lost") == 1).then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "replica a stepped down {:?} after resuming",
+        resumed.elapsed()
+    );
+    check_until_done(&client, ns, 240, Duration::from_secs(150)).await;
+    let log = first.log_text();
+    assert_eq!(first.log_count("lease lost"), 1, "{log}");
+    assert_eq!(first.log_count("leading: rebuilding state"), 1, "{log}");
     assert!(
         !second.log_text().contains("lease lost"),
         "{}",
