@@ -6,7 +6,6 @@
 
 pub mod cluster_spec;
 pub mod dashboard;
-pub mod doctor;
 pub mod estimates;
 pub mod explain_view;
 pub mod generator;

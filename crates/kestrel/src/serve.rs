@@ -361,12 +361,12 @@ async fn doctor_loop(
         let source = "the API server".to_string();
         match crate::doctor::live_snapshot(&client, source).await {
             Ok(snapshot) => {
-                let options = kestrel_sim::doctor::DoctorOptions {
+                let options = kestrel_doctor::DoctorOptions {
                     now: Some(k8s_openapi::jiff::Timestamp::now()),
                     since_ms: Some(since_ms),
                     ..Default::default()
                 };
-                let diagnosis = kestrel_sim::doctor::diagnose(&snapshot, &options);
+                let diagnosis = kestrel_doctor::diagnose(&snapshot, &options);
                 for note in &diagnosis.notes {
                     if said.insert(note.clone()) {
                         tracing::info!("doctor: {note}");
