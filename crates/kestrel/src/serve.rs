@@ -252,7 +252,12 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
                 format!("listening on --dashboard-addr {addr} for the dashboard; pick another port")
             })?;
             let local = listener.local_addr()?;
-            let (feed, source, updates) = kestrel_kube::live_dashboard::channel(&identity);
+            // Predicted starts: the simulator resumed from the leader's engine.
+            let predict: kestrel_kube::live_dashboard::Predict =
+                Arc::new(|scheduler, now, targets, deadline| {
+                    crate::live_view::predict(scheduler, now, targets, deadline).ok()
+                });
+            let (feed, source, updates) = kestrel_kube::live_dashboard::channel(&identity, predict);
             config.dashboard = Some(Arc::new(std::sync::Mutex::new(feed)));
             tracing::info!(addr = %local, "dashboard: http://{local}/ (the leader's state; a standby says it is one)");
             Some(tokio::spawn(kestrel_kube::dashboard::serve(
