@@ -1,5 +1,6 @@
 //! What `kestrel explain` and `kestrel queue` show: views of the engine's state at one
-//! moment of a simulated run, and their terminal rendering.
+//! moment ([`ExplainState`]: of a simulated run, in `kestrel_sim`, or of a live cluster,
+//! [`EngineAt`] and the CLI's snapshot), and their terminal rendering.
 //!
 //! A pending pod's explanation is the engine's own: the `Unschedulable` that the cycle which
 //! decided stored on the pod (`pending_reason`), never a second computation. Only "what would
