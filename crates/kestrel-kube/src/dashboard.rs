@@ -1,4 +1,4 @@
-//! The dashboard's HTTP server: the pages of [`kestrel_sim::dashboard`] (compiled in), its
+//! The dashboard's HTTP server: the pages of [`kestrel_view::dashboard`] (compiled in), its
 //! `/api/...` answers from a [`Source`], and `/api/stream`, server-sent events that say
 //! "the state changed" (clients then fetch what they show).
 //!
@@ -12,7 +12,7 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use kestrel_sim::dashboard::{assets, ApiError};
+use kestrel_view::dashboard::{assets, ApiError};
 use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::net::TcpListener;

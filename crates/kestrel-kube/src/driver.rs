@@ -38,7 +38,7 @@ use kestrel_k8s::kinds;
 use kestrel_k8s::pods::WorkloadPriorityListing;
 use kestrel_k8s::warning::FieldWarning;
 use kestrel_k8s::workloads::Owner;
-use kestrel_sim::sim::events::RunEvent;
+use kestrel_view::events::RunEvent;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::utils::ResetTimerBackoff;
@@ -1431,7 +1431,7 @@ pub async fn lead(
     state.set_wall_origin(wall_origin);
     // The dashboard's pages show this leader's moments as UTC wall-clock times.
     let mut dashboard = config.dashboard.as_ref().map(|feed| {
-        kestrel_sim::explain_view::show_wall_clock(wall_origin);
+        kestrel_view::explain_view::show_wall_clock(wall_origin);
         DashboardGuard(feed.clone())
     });
     let mut evictions: VecDeque<EvictJob> = VecDeque::new();

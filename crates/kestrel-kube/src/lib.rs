@@ -14,7 +14,6 @@ pub mod index;
 pub mod leader;
 pub mod limiter;
 pub mod live_dashboard;
-pub mod live_view;
 pub mod maintenance;
 pub mod metrics;
 pub mod mlflow;

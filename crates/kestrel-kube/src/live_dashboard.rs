@@ -6,17 +6,19 @@
 //! replaces the latest copy in a watch channel and bumps the version `/api/stream`
 //! announces: it never waits for an answer being computed or a browser reading. Answers
 //! ([`LeaderSource`]) are the same functions the simulator's dashboard calls
-//! ([`kestrel_sim::dashboard::answer`]), over that copy, so the JSON has the same shape.
+//! ([`kestrel_view::dashboard::answer`]), over that copy, so the JSON has the same shape.
+//! Predicted starts are forward runs of the simulator, which this crate does not link: the
+//! caller hands them in ([`Predict`]).
 //!
 //! A standby (or a leader that lost its lease) has no state: it answers 503 saying so.
 
 use crate::dashboard::Source;
-use crate::live_view;
 use kestrel_core::{Millis, PodId, Scheduler};
-use kestrel_sim::dashboard::{answer, ApiError, Context, UsagePoint};
-use kestrel_sim::explain_view::ExplainState;
-use kestrel_sim::predict::{Deadline, Estimates};
-use kestrel_sim::sim::events::{EventLog, RunEvent};
+use kestrel_view::dashboard::{answer, ApiError, Context, UsagePoint};
+use kestrel_view::estimates::Estimates;
+use kestrel_view::events::{EventLog, RunEvent};
+use kestrel_view::explain_view::EngineAt;
+use kestrel_view::predictions::{Deadline, Predictions};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,31 +36,18 @@ const CACHED_ANSWERS: usize = 256;
 /// Wall-clock time one answer's predicted starts may take.
 const PREDICT_BUDGET: Duration = Duration::from_secs(10);
 
-/// The engine at one moment, as the dashboard reads it.
-struct LeaderView {
-    scheduler: Scheduler,
-    now: Millis,
-}
-
-impl ExplainState for LeaderView {
-    fn scheduler(&self) -> &Scheduler {
-        &self.scheduler
-    }
-
-    fn now(&self) -> Millis {
-        self.now
-    }
-
-    fn end_of_running(&self, pod: PodId, estimates: &Estimates) -> Option<Millis> {
-        live_view::end_of_running(&self.scheduler, self.now, pod, estimates)
-    }
-}
+/// Predicted starts of `targets` (pending pods) from a copy of the leader's engine at a
+/// moment, within a wall-clock deadline; `None`: none could be made. The CLI hands in the
+/// simulator's forward runs (`kestrel serve`'s `live_view::predict`).
+pub type Predict = Arc<
+    dyn Fn(&Scheduler, Millis, &[PodId], Option<Deadline>) -> Option<Predictions> + Send + Sync,
+>;
 
 /// One published copy: the engine (its caches are not shared between threads, so answers
 /// on one copy are taken one at a time), what happened, the usage history, and answers
 /// already computed.
 struct Published {
-    view: Mutex<LeaderView>,
+    view: Mutex<EngineAt>,
     events: Arc<Vec<RunEvent>>,
     history: Arc<Vec<UsagePoint>>,
     answers: Mutex<HashMap<String, Result<String, ApiError>>>,
@@ -88,8 +77,12 @@ impl std::fmt::Debug for DashboardFeed {
     }
 }
 
-/// A feed and the source that answers from it; `version` is what `/api/stream` announces.
-pub fn channel(identity: &str) -> (DashboardFeed, LeaderSource, watch::Receiver<u64>) {
+/// A feed and the source that answers from it (predicting starts with `predict`); `version`
+/// is what `/api/stream` announces.
+pub fn channel(
+    identity: &str,
+    predict: Predict,
+) -> (DashboardFeed, LeaderSource, watch::Receiver<u64>) {
     let (latest, latest_rx) = watch::channel(None);
     let (version, version_rx) = watch::channel(0u64);
     let feed = DashboardFeed {
@@ -107,6 +100,7 @@ pub fn channel(identity: &str) -> (DashboardFeed, LeaderSource, watch::Receiver<
     let source = LeaderSource {
         latest: latest_rx,
         identity: identity.to_string(),
+        predict,
     };
     (feed, source, version_rx)
 }
@@ -144,7 +138,7 @@ impl DashboardFeed {
 
     /// Publishes a copy of `scheduler` at `now` (driver time).
     pub fn publish(&mut self, scheduler: &Scheduler, now: Millis) {
-        let view = LeaderView {
+        let view = EngineAt {
             scheduler: scheduler.clone(),
             now,
         };
@@ -199,6 +193,7 @@ fn poisoned<T>(_: T) -> ApiError {
 pub struct LeaderSource {
     latest: watch::Receiver<Option<Arc<Published>>>,
     identity: String,
+    predict: Predict,
 }
 
 impl Source for LeaderSource {
@@ -234,7 +229,7 @@ impl Source for LeaderSource {
         let estimates = Estimates::declared();
         let predict = |targets: &[PodId]| {
             let deadline = Some(Deadline::after(PREDICT_BUDGET));
-            live_view::predict(&view.scheduler, view.now, targets, deadline).ok()
+            (self.predict)(&view.scheduler, view.now, targets, deadline)
         };
         let ctx = Context {
             estimates: &estimates,
@@ -251,74 +246,5 @@ impl Source for LeaderSource {
         }
         answers.insert(key, result.clone());
         result
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kestrel_sim::scenarios::preemption_heavy;
-    use kestrel_sim::{SimConfig, Simulation};
-    use serde_json::Value;
-
-    /// The simulator's answer over the same state, as the sim dashboard gives it.
-    fn simulated(sim: &Simulation<'_>, path: &str) -> Value {
-        let estimates = Estimates::declared();
-        let predict = |_: &[PodId]| None;
-        let ctx = Context {
-            estimates: &estimates,
-            predict: &predict,
-            events: &[],
-            history: &[],
-            source: "leader",
-        };
-        serde_json::from_str(&answer(sim, &ctx, path, None).unwrap()).unwrap()
-    }
-
-    #[test]
-    fn a_standby_says_so_and_a_leader_answers_as_the_simulator_does_coalesced() {
-        let (mut feed, source, version) = channel("kestrel-0");
-        let standby = source.answer("/api/summary", None).unwrap_err();
-        assert_eq!(standby.status, 503);
-        assert!(
-            standby.message.contains("kestrel-0") && standby.message.contains("not the leader"),
-            "{standby:?}"
-        );
-        let (cluster, workload) = preemption_heavy(7);
-        let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
-        sim.run_to(3_600_000).unwrap();
-        assert!(feed.due().is_none(), "nothing changed yet");
-        feed.changed();
-        feed.publish_if_due(sim.scheduler(), sim.now());
-        assert_eq!(*version.borrow(), 1);
-        let map: Value = serde_json::from_str(&source.answer("/api/map", None).unwrap()).unwrap();
-        assert!(
-            map["counts"]["busy"].as_u64().unwrap() > 0,
-            "{}",
-            map["counts"]
-        );
-        for path in ["/api/summary", "/api/map", "/api/queues", "/api/pending"] {
-            let live: Value = serde_json::from_str(&source.answer(path, None).unwrap()).unwrap();
-            let sim = simulated(&sim, path);
-            if path == "/api/queues" {
-                // The leader keeps one usage point a minute; the simulator's are its stops.
-                assert_eq!(live["page"], sim["page"]);
-                assert_eq!(live["history"].as_array().unwrap().len(), 1);
-            } else {
-                assert_eq!(live, sim, "{path}");
-            }
-        }
-        // Coalesced: a change right after a copy waits for the next due time.
-        sim.run_to(7_200_000).unwrap();
-        feed.changed();
-        feed.publish_if_due(sim.scheduler(), sim.now());
-        assert_eq!(*version.borrow(), 1);
-        assert!(feed.due().unwrap() > Instant::now());
-        let missing = source.answer("/api/pod/ml/ghost", None).unwrap_err();
-        assert_eq!(missing.status, 404, "{missing:?}");
-        assert_eq!(source.answer("/api/times", None).unwrap_err().status, 404);
-        feed.withdraw();
-        assert_eq!(*version.borrow(), 2);
-        assert_eq!(source.answer("/api/map", None).unwrap_err().status, 503);
     }
 }

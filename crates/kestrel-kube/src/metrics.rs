@@ -126,7 +126,7 @@ impl Metrics {
     /// Replaces the doctor's findings with those of a run: one series per check,
     /// signature (the check id for checks without signatures), severity, node and
     /// namespace ("" where a finding names none).
-    pub fn set_doctor_findings(&self, findings: &[kestrel_sim::doctor::Finding]) {
+    pub fn set_doctor_findings(&self, findings: &[kestrel_doctor::Finding]) {
         let mut rows: std::collections::BTreeMap<OwnedLabels, i64> = Default::default();
         for f in findings {
             let signature = f.signature.clone().unwrap_or_else(|| f.id.clone());
@@ -243,7 +243,7 @@ mod tests {
 
     #[test]
     fn doctor_findings_replace_the_last_run() {
-        use kestrel_sim::doctor::{Finding, Severity, Subject};
+        use kestrel_doctor::{Finding, Severity, Subject};
         let finding = |id: &str, signature: Option<&str>, subjects: Vec<Subject>| Finding {
             id: id.to_string(),
             severity: Severity::Critical,

@@ -6,9 +6,8 @@
 
 pub mod cluster_spec;
 pub mod dashboard;
-pub mod doctor;
 pub mod estimates;
-pub mod explain_view;
+mod explain_state;
 pub mod generator;
 pub mod inputs;
 pub mod manifests;

@@ -3,9 +3,9 @@
 //! claims no device matches, and the errors bad DRA objects get.
 
 use kestrel_core::*;
-use kestrel_sim::explain_view::find_pod;
 use kestrel_sim::manifests::load_manifests;
 use kestrel_sim::*;
+use kestrel_view::explain_view::find_pod;
 use std::path::PathBuf;
 
 const MIN: Millis = 60_000;

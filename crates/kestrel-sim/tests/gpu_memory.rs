@@ -2,9 +2,9 @@
 //! explanations: converted per device, named when no device has the memory.
 
 use kestrel_core::*;
-use kestrel_sim::explain_view::{find_pod, pod_view};
 use kestrel_sim::predict::Estimates;
 use kestrel_sim::*;
+use kestrel_view::explain_view::{find_pod, pod_view};
 
 const MIN: Millis = 60_000;
 

@@ -5,9 +5,9 @@ mod fixtures;
 
 use fixtures::whole_gpu_job;
 use kestrel_core::*;
-use kestrel_sim::explain_view::{find_pod, pod_view};
 use kestrel_sim::predict::Estimates;
 use kestrel_sim::*;
+use kestrel_view::explain_view::{find_pod, pod_view};
 
 const MIN: Millis = 60_000;
 

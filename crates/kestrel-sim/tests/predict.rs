@@ -5,13 +5,13 @@ mod fixtures;
 
 use fixtures::{gpu_node, whole_gpu_job};
 use kestrel_core::*;
-use kestrel_sim::explain_view::find_pod;
 use kestrel_sim::inputs::{load_cluster_file, load_workload_files, resolve_paths};
 use kestrel_sim::predict::{
     estimated_durations, evaluate, evaluate_within, predict, Deadline, Estimates, Moments, Reading,
     ESTIMATE_ERROR,
 };
 use kestrel_sim::*;
+use kestrel_view::explain_view::find_pod;
 use std::path::PathBuf;
 
 const MIN: Millis = 60_000;
@@ -152,7 +152,13 @@ fn a_job_that_outran_its_estimate_beyond_the_bound_is_taken_to_end_now() {
     assert!(sim.run_to(HOUR).unwrap());
     assert_eq!(sim.now(), HOUR);
     let next = find_pod(&sim, "next").unwrap();
-    let predictions = predict(sim, &[next], &Estimates::known(&workload, 7), None).unwrap();
+    let predictions = predict(
+        sim,
+        &[next],
+        &kestrel_sim::estimates::known(&workload, 7),
+        None,
+    )
+    .unwrap();
     let p = &predictions.starts[&next];
     assert_eq!(p.runs, vec![Some(HOUR); 3], "{p:?}");
     assert_eq!(
@@ -212,7 +218,7 @@ fn the_range_brackets_the_truth_when_the_estimates_are_within_their_bound() {
     };
     let cluster = one_node();
     for seed in 0..20 {
-        let known = Estimates::known(&workload, seed);
+        let known = kestrel_sim::estimates::known(&workload, seed);
         for at in [0, 100 * MIN] {
             let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
             sim.run_to(at).unwrap();
@@ -244,7 +250,13 @@ fn a_pod_nothing_known_makes_room_for_has_no_predicted_start() {
         "nothing happens after the start"
     );
     let stuck = find_pod(&sim, "stuck").unwrap();
-    let predictions = predict(sim, &[stuck], &Estimates::known(&workload, 42), None).unwrap();
+    let predictions = predict(
+        sim,
+        &[stuck],
+        &kestrel_sim::estimates::known(&workload, 42),
+        None,
+    )
+    .unwrap();
     let p = &predictions.starts[&stuck];
     assert_eq!((p.point(), p.from(), p.to()), (None, None, None));
 }
@@ -262,7 +274,7 @@ fn forward_runs_stop_at_their_deadline() {
     let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
     assert!(sim.run_to(0).unwrap());
     let next = find_pod(&sim, "next").unwrap();
-    let known = Estimates::known(&workload, 42);
+    let known = kestrel_sim::estimates::known(&workload, 42);
     let budget = std::time::Duration::from_secs(2);
     let passed = Deadline {
         at: std::time::Instant::now() - std::time::Duration::from_millis(1),

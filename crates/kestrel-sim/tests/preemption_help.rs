@@ -5,9 +5,9 @@ mod fixtures;
 
 use fixtures::{gpu_node, whole_gpu_job};
 use kestrel_core::*;
-use kestrel_sim::explain_view::{find_pod, pod_view, render_pod};
 use kestrel_sim::predict::Estimates;
 use kestrel_sim::*;
+use kestrel_view::explain_view::{find_pod, pod_view, render_pod};
 
 const MIN: Millis = 60_000;
 
@@ -38,7 +38,7 @@ fn state(waiting_priority: i32, never: bool) -> (SimCluster, Workload) {
     (cluster, workload)
 }
 
-fn help_of(waiting_priority: i32, never: bool) -> (kestrel_sim::explain_view::PodView, String) {
+fn help_of(waiting_priority: i32, never: bool) -> (kestrel_view::explain_view::PodView, String) {
     let (cluster, workload) = state(waiting_priority, never);
     let estimates = Estimates::exact(workload.jobs.iter().map(|j| j.duration).collect());
     let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
@@ -152,7 +152,7 @@ fn a_gang_is_told_which_domain_comes_closest_and_what_its_next_pod_lacks() {
     };
     let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
     sim.run_to(20 * MIN).unwrap();
-    let view = kestrel_sim::explain_view::gang_view(&sim, "team", "train");
+    let view = kestrel_view::explain_view::gang_view(&sim, "team", "train");
     assert_eq!(view.pending, 4, "{view:?}");
     let help = view.help.as_ref().expect("a waiting gang gets help");
     assert_eq!(
@@ -167,7 +167,7 @@ fn a_gang_is_told_which_domain_comes_closest_and_what_its_next_pod_lacks() {
     let closest = help.closest.as_ref().unwrap();
     assert_eq!(closest.node, "n2");
     assert_eq!(closest.lacks[0].text, "2 more GPUs");
-    let text = kestrel_sim::explain_view::render_gang(&view);
+    let text = kestrel_view::explain_view::render_gang(&view);
     assert!(
         text.contains(&format!(
             "2 of its 4 pending pods fit together in {RACK_LABEL} r1 now"

@@ -43,7 +43,8 @@ pub enum BenchCommand {
     Mig(crate::bench_mig::MigArgs),
     /// Bind throughput on a real API server (the test control plane, testenv/):
     /// kube-scheduler and `kestrel serve` one after the other, same pods, same client
-    /// limits; binds/s, the ratio, Kestrel's peak RSS.
+    /// limits; binds/s, the ratio, Kestrel's peak RSS. Only in a build with the
+    /// `bench-live` feature (`cargo run --release --features bench-live -- bench live`).
     Live(crate::bench_live::LiveArgs),
 }
 

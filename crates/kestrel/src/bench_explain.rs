@@ -12,9 +12,9 @@ use kestrel_core::{
     TaintEffect, Toleration, TolerationOperator, GPU_RESOURCE, RACK_LABEL,
 };
 use kestrel_k8s::duration::parse_duration;
-use kestrel_sim::explain_view as view;
-use kestrel_sim::predict::{self, Estimates};
+use kestrel_sim::predict;
 use kestrel_sim::{JobKind, SimCluster, SimConfig, SimJob, Simulation, Workload};
+use kestrel_view::explain_view as view;
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -313,7 +313,7 @@ pub fn run_explain(args: ExplainArgs) -> Result<()> {
     sim.run_to(0)?;
     let setup = started.elapsed().as_secs_f64();
     let pending = sim.scheduler().pending_count();
-    let estimates = Estimates::known(&workload, 42);
+    let estimates = predict::known(&workload, 42);
     // Objects in the middle of the queue and of the cluster.
     let asked = [
         (Kind::Pod, format!("wait-{}", args.pending / 2)),

@@ -5,7 +5,7 @@ use crate::Inputs;
 use anyhow::{bail, Context, Result};
 use kestrel_kube::dashboard::{serve, Source};
 use kestrel_sim::dashboard::timeline::Timeline;
-use kestrel_sim::dashboard::ApiError;
+use kestrel_view::dashboard::ApiError;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

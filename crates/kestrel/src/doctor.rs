@@ -1,6 +1,6 @@
 //! `kestrel doctor`: diagnose a cluster from a snapshot (files) or its API server.
 //!
-//! The checks live in `kestrel_sim::doctor` (pure); this reads the input (Nodes, Pods and
+//! The checks live in `kestrel_doctor` (pure); this reads the input (Nodes, Pods and
 //! Events; the Events a page at a time, aggregated as they come), prints the report and
 //! sets the exit code: 0 no finding of severity warning or above, 1 error (bad input, API
 //! server unreachable, unknown signature), 2 findings of severity warning or critical.
@@ -11,8 +11,8 @@ use clap::Args;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
+use kestrel_doctor::{self as doctor, DoctorOptions, Snapshot};
 use kestrel_k8s::duration::parse_duration;
-use kestrel_sim::doctor::{self, DoctorOptions, Snapshot};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use std::io::{Read, Write};
 use std::path::PathBuf;

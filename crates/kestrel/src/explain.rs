@@ -12,10 +12,10 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use kestrel_core::{Millis, PodId};
 use kestrel_k8s::duration::parse_duration;
-use kestrel_sim::explain_view::ExplainState;
-use kestrel_sim::explain_view::{self as view, clock};
 use kestrel_sim::predict::{self, Deadline, Estimates, Predictions};
 use kestrel_sim::{SimError, Simulation};
+use kestrel_view::explain_view::ExplainState;
+use kestrel_view::explain_view::{self as view, clock};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -82,7 +82,7 @@ impl StateArgs {
 
 /// A live cluster's state now: the listing, the index and one dry cycle; moments are shown
 /// as UTC wall-clock times.
-fn live_state(args: &StateArgs) -> Result<(kestrel_kube::live_view::LiveState, f64)> {
+fn live_state(args: &StateArgs) -> Result<(crate::live_view::LiveState, f64)> {
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -105,7 +105,7 @@ fn live_state(args: &StateArgs) -> Result<(kestrel_kube::live_view::LiveState, f
     })?;
     runtime.shutdown_background();
     view::show_wall_clock(unix_now - now as i64);
-    let live = kestrel_kube::live_view::LiveState { state, now };
+    let live = crate::live_view::LiveState { state, now };
     Ok((live, started.elapsed().as_secs_f64()))
 }
 
@@ -364,7 +364,7 @@ pub fn explain(args: ExplainArgs) -> Result<()> {
     }
     let inputs = load_inputs(&args.state.sim)?;
     let (sim, simulated) = state_at(&inputs, args.state.at)?;
-    let estimates = Estimates::known(&inputs.workload, inputs.config.seed);
+    let estimates = predict::known(&inputs.workload, inputs.config.seed);
     let started = Instant::now();
     let mut answer = Explained::of(&sim, args.kind, &args.name, &estimates)?;
     let explained = started.elapsed().as_secs_f64();
@@ -416,7 +416,7 @@ pub fn queue(args: QueueArgs) -> Result<()> {
     })?;
     let explained = started.elapsed().as_secs_f64();
     let targets: Vec<PodId> = list.pending.iter().map(|e| e.id).collect();
-    let estimates = Estimates::known(&inputs.workload, inputs.config.seed);
+    let estimates = predict::known(&inputs.workload, inputs.config.seed);
     let predicted = timed_predictions(&targets, &args.state, |t, d| {
         predict::predict(sim, t, &estimates, d)
     })?;

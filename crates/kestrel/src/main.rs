@@ -10,6 +10,7 @@ mod dashboard;
 mod doctor;
 mod drain;
 mod explain;
+mod live_view;
 mod seeds;
 mod serve;
 mod upgrade;

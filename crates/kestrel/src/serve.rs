@@ -255,7 +255,12 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
                 format!("listening on --dashboard-addr {addr} for the dashboard; pick another port")
             })?;
             let local = listener.local_addr()?;
-            let (feed, source, updates) = kestrel_kube::live_dashboard::channel(&identity);
+            // Predicted starts: the simulator resumed from the leader's engine.
+            let predict: kestrel_kube::live_dashboard::Predict =
+                Arc::new(|scheduler, now, targets, deadline| {
+                    crate::live_view::predict(scheduler, now, targets, deadline).ok()
+                });
+            let (feed, source, updates) = kestrel_kube::live_dashboard::channel(&identity, predict);
             config.dashboard = Some(Arc::new(std::sync::Mutex::new(feed)));
             tracing::info!(addr = %local, "dashboard: http://{local}/ (the leader's state; a standby says it is one)");
             Some(tokio::spawn(kestrel_kube::dashboard::serve(
@@ -364,12 +369,12 @@ async fn doctor_loop(
         let source = "the API server".to_string();
         match crate::doctor::live_snapshot(&client, source).await {
             Ok(snapshot) => {
-                let options = kestrel_sim::doctor::DoctorOptions {
+                let options = kestrel_doctor::DoctorOptions {
                     now: Some(k8s_openapi::jiff::Timestamp::now()),
                     since_ms: Some(since_ms),
                     ..Default::default()
                 };
-                let diagnosis = kestrel_sim::doctor::diagnose(&snapshot, &options);
+                let diagnosis = kestrel_doctor::diagnose(&snapshot, &options);
                 for note in &diagnosis.notes {
                     if said.insert(note.clone()) {
                         tracing::info!("doctor: {note}");

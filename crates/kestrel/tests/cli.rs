@@ -338,3 +338,17 @@ fn agent_bad_input_fails_with_a_clear_message() {
         "{stdout}"
     );
 }
+
+/// A binary built without the `bench-live` feature has no test control plane: `bench
+/// live` says how to build one that has.
+#[cfg(not(feature = "bench-live"))]
+#[test]
+fn bench_live_without_its_feature_says_how_to_build_it() {
+    let out = kestrel(&["bench", "live", "--nodes", "1", "--pods", "1"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("cargo run --release --features bench-live -- bench live"),
+        "{stderr}"
+    );
+}

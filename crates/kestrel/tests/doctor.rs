@@ -252,7 +252,7 @@ fn prometheus_rules_are_one_alert_per_check() {
     let out = kestrel(&["doctor", "--prometheus-rules"]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let docs = kestrel_sim::doctor::parse_yaml(&stdout).expect("valid YAML");
+    let docs = kestrel_doctor::parse_yaml(&stdout).expect("valid YAML");
     assert_eq!(docs.len(), 1);
     let rule = &docs[0];
     assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
@@ -497,7 +497,7 @@ fn events_and_container_states_give_signatures_and_incidents() {
         let out = kestrel(&["doctor", "--alert-for", sig]);
         let (rule, stderr) = text(&out);
         assert_eq!(out.status.code(), Some(0), "{sig}: {stderr}");
-        let docs = kestrel_sim::doctor::parse_yaml(&rule).expect("valid YAML");
+        let docs = kestrel_doctor::parse_yaml(&rule).expect("valid YAML");
         let r = &docs[0]["spec"]["groups"][0]["rules"][0];
         assert_eq!(r["labels"]["kestrel_signature"], sig);
         assert_eq!(r["annotations"]["runbook"], f["fix"], "{sig}");

@@ -337,7 +337,7 @@ async fn doctor_reads_events_and_container_states_and_serve_exports_them() {
     for (sig, finding) in [(SRIOV, &sriov), (AUTH, &auth)] {
         let (code, rule, stderr) = doctor(&["--alert-for", sig]);
         assert_eq!(code, Some(0), "{stderr}");
-        let docs = kestrel_sim::doctor::parse_yaml(&rule).expect("valid YAML");
+        let docs = kestrel_doctor::parse_yaml(&rule).expect("valid YAML");
         assert_eq!(docs[0]["kind"], "PrometheusRule");
         let r = &docs[0]["spec"]["groups"][0]["rules"][0];
         assert_eq!(r["annotations"]["runbook"], finding["fix"]);
@@ -367,7 +367,7 @@ async fn doctor_reads_events_and_container_states_and_serve_exports_them() {
     }
     // Where kube-state-metrics carries the signature, the rule reads it instead.
     let (_, rule, _) = doctor(&["--alert-for", CRASH]);
-    let docs = kestrel_sim::doctor::parse_yaml(&rule).unwrap();
+    let docs = kestrel_doctor::parse_yaml(&rule).unwrap();
     let expr = docs[0]["spec"]["groups"][0]["rules"][0]["expr"]
         .as_str()
         .unwrap()

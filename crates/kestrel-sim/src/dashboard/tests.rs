@@ -1,7 +1,7 @@
 use super::timeline::Timeline;
-use super::*;
 use crate::scenarios::{contended_day, preemption_heavy};
 use crate::{SimConfig, Simulation};
+use kestrel_view::explain_view as view;
 use serde_json::Value;
 
 fn get(timeline: &Timeline<'_>, path: &str, query: Option<&str>) -> Value {
@@ -118,7 +118,7 @@ fn a_pod_page_is_the_explain_view_at_that_moment() {
     // The same moment reached in one go, as `kestrel explain --at` does.
     let mut sim = Simulation::new(&cluster, &workload, SimConfig::default()).unwrap();
     sim.run_to((at * 1000.0) as u64).unwrap();
-    let estimates = Estimates::known(&workload, 42);
+    let estimates = crate::estimates::known(&workload, 42);
     let id = view::find_pod(&sim, first).unwrap();
     let mut direct = view::pod_view(&sim, id, &estimates);
     let p = crate::predict::predict(sim.clone(), &[id], &estimates, None).unwrap();
@@ -150,14 +150,4 @@ fn unknown_names_and_bad_moments_are_refused_by_name() {
         .unwrap_err();
     assert_eq!(e.status, 404);
     assert!(e.message.contains("nope"), "{}", e.message);
-}
-
-#[test]
-fn names_in_urls_are_percent_decoded() {
-    assert_eq!(decode("a%2Fb%20c%zz"), "a/b c%zz");
-    assert_eq!(
-        query_param(Some("x=1&at=3.5"), "at").as_deref(),
-        Some("3.5")
-    );
-    assert_eq!(query_param(Some("at="), "at"), None);
 }

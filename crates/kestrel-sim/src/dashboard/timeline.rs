@@ -5,11 +5,11 @@
 //! Each stop is a clone of the simulation, so a page at a stop reads exactly what `kestrel
 //! explain --at` reads there, and predicted starts are its forward runs from that stop.
 
-use super::{answer, query_param, ApiError, Context, UsagePoint};
 use crate::predict::{self, Deadline, Estimates};
-use crate::sim::events::RunEvent;
 use crate::{SimCluster, SimConfig, SimError, Simulation, Workload};
 use kestrel_core::{Millis, PodId};
+use kestrel_view::dashboard::{answer, query_param, ApiError, Context, UsagePoint};
+use kestrel_view::events::RunEvent;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -64,7 +64,7 @@ impl<'a> Timeline<'a> {
             stops: kept,
             events,
             history,
-            estimates: Estimates::known(workload, seed),
+            estimates: crate::estimates::known(workload, seed),
             predict_budget,
             cache: Mutex::new(HashMap::new()),
         })

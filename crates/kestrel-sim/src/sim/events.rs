@@ -1,89 +1,14 @@
-//! The run's event log, kept only when asked ([`super::Simulation::record_events`]): binds,
+//! The run's event log, kept only when asked ([`Simulation::record_events`]): binds,
 //! preemptions with the GPU-hours their victims lost, checkpoint requests, evictions and
 //! cluster changes (cordons, drains, nodes added and removed), for the dashboard's Events
-//! page. Off, it costs one branch per event.
+//! page. Off, it costs one branch per event. The log and its entries are
+//! `kestrel_view::events`', which the live leader keeps too.
 
 use super::Simulation;
 use crate::workload::ClusterChange;
 use kestrel_core::{Binding, Millis, PodId, Preemption};
-use serde::Serialize;
 
-/// One thing that happened, named as users name it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunEvent {
-    /// Milliseconds since the start (driver time on a live cluster).
-    pub at: Millis,
-    /// `bind`, `preemption`, `checkpoint`, `eviction`, `drain`, `cordon`, `uncordon`,
-    /// `node-added`, `node-removed`.
-    pub kind: &'static str,
-    /// `namespace/name` of the pod concerned (the preemptor for a preemption).
-    pub pod: Option<String>,
-    pub node: Option<String>,
-    /// GPU-hours of work lost: an eviction's, or a preemption's victims' together as
-    /// reckoned when they were chosen (work since their last checkpoint).
-    pub gpu_hours: Option<f64>,
-    /// The rest in words: a preemption's victims, a bind's GPUs.
-    pub detail: String,
-}
-
-/// A bounded log: past `capacity` the oldest entries go, so a long run or a long-lived
-/// leader keeps what a page can show.
-#[derive(Debug, Clone, Default)]
-pub struct EventLog {
-    entries: std::collections::VecDeque<RunEvent>,
-    capacity: usize,
-    /// Entries dropped from the front so far (what a client's "since" counts against).
-    dropped: u64,
-}
-
-impl EventLog {
-    pub fn with_capacity(capacity: usize) -> Self {
-        EventLog {
-            entries: std::collections::VecDeque::new(),
-            capacity,
-            dropped: 0,
-        }
-    }
-
-    pub fn push(&mut self, event: RunEvent) {
-        if self.capacity == 0 {
-            return;
-        }
-        if self.entries.len() == self.capacity {
-            self.entries.pop_front();
-            self.dropped += 1;
-        }
-        self.entries.push_back(event);
-    }
-
-    /// Events up to and including `at`, newest last.
-    pub fn until(&self, at: Millis) -> impl Iterator<Item = &RunEvent> {
-        self.entries.iter().take_while(move |e| e.at <= at)
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &RunEvent> {
-        self.entries.iter()
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// Entries pushed in all, kept or not.
-    pub fn total(&self) -> u64 {
-        self.dropped + self.entries.len() as u64
-    }
-}
-
-impl EventLog {
-    fn on(&self) -> bool {
-        self.capacity > 0
-    }
-}
+pub use kestrel_view::events::{EventLog, RunEvent};
 
 impl Simulation<'_> {
     /// From now on, logs what happens (at most `capacity` entries, the newest kept).
@@ -99,8 +24,7 @@ impl Simulation<'_> {
     /// Takes what was logged so far (the log goes on, empty), so that clones of the run
     /// do not copy it.
     pub fn take_events(&mut self) -> Vec<RunEvent> {
-        self.event_log.dropped += self.event_log.entries.len() as u64;
-        self.event_log.entries.drain(..).collect()
+        self.event_log.take()
     }
 
     fn pod_key(&self, pod: PodId) -> String {
@@ -108,7 +32,7 @@ impl Simulation<'_> {
     }
 
     pub(super) fn log_bind(&mut self, binding: &Binding) {
-        if !self.event_log.on() {
+        if !self.event_log.is_on() {
             return;
         }
         let gpus = binding.gpus.indices();
@@ -135,7 +59,7 @@ impl Simulation<'_> {
     }
 
     pub(super) fn log_preemption(&mut self, p: &Preemption) {
-        if !self.event_log.on() {
+        if !self.event_log.is_on() {
             return;
         }
         let victims: Vec<String> = p.victims.iter().map(|v| self.pod_key(v.pod)).collect();
@@ -158,7 +82,7 @@ impl Simulation<'_> {
 
     /// A victim asked to checkpoint; it leaves `within` from now.
     pub(super) fn log_checkpoint(&mut self, pod: PodId, within: Millis) {
-        if !self.event_log.on() {
+        if !self.event_log.is_on() {
             return;
         }
         let event = RunEvent {
@@ -174,7 +98,7 @@ impl Simulation<'_> {
 
     /// A pod left its node: `why` is `preempted` or `drained`.
     pub(super) fn log_eviction(&mut self, pod: PodId, lost_gpu_hours: f64, why: &str) {
-        if !self.event_log.on() {
+        if !self.event_log.is_on() {
             return;
         }
         let event = RunEvent {
@@ -193,7 +117,7 @@ impl Simulation<'_> {
     }
 
     pub(super) fn log_cluster_change(&mut self, change: &ClusterChange) {
-        if !self.event_log.on() {
+        if !self.event_log.is_on() {
             return;
         }
         let (kind, node) = match change {
@@ -211,35 +135,5 @@ impl Simulation<'_> {
             detail: String::new(),
         };
         self.event_log.push(event);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn event(at: Millis) -> RunEvent {
-        RunEvent {
-            at,
-            kind: "bind",
-            pod: Some(format!("ns/p{at}")),
-            node: None,
-            gpu_hours: None,
-            detail: String::new(),
-        }
-    }
-
-    #[test]
-    fn a_full_log_drops_its_oldest_and_counts_them() {
-        let mut log = EventLog::with_capacity(2);
-        for at in [1, 2, 3] {
-            log.push(event(at));
-        }
-        assert_eq!(log.iter().map(|e| e.at).collect::<Vec<_>>(), vec![2, 3]);
-        assert_eq!(log.total(), 3);
-        assert_eq!(log.until(2).count(), 1);
-        let mut off = EventLog::default();
-        off.push(event(1));
-        assert!(off.is_empty(), "a log of no capacity keeps nothing");
     }
 }

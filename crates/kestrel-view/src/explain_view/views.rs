@@ -6,7 +6,8 @@ use super::explanation::{Explanation, Problem, Requests};
 use super::help::{gang_help, help_for, GangHelp, Help};
 use super::pending::{pending_list, PendingEntry};
 use super::ExplainState;
-use crate::predict::{Estimates, Predictions, StartPrediction};
+use crate::estimates::Estimates;
+use crate::predictions::{Predictions, StartPrediction};
 use kestrel_core::{
     format_amount, quota_scale, CqId, GangPhase, GangProblem, Millis, NodeId, PodId, PodPhase,
     Scheduler,

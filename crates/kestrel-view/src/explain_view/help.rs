@@ -4,7 +4,7 @@
 
 use super::clock::secs;
 use super::ExplainState;
-use crate::predict::Estimates;
+use crate::estimates::Estimates;
 use kestrel_core::{
     format_amount, static_check, Bytes, Demand, GpuRequest, Millis, NodeId, NodeReason, NodeState,
     PlacementConstraints, PodId, PodPhase, PodSpec, Scheduler, GPU_RESOURCE,

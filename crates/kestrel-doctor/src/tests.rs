@@ -591,7 +591,7 @@ fn ages() {
 
 /// examples/doctor/events.yaml: a kubectl List of Nodes, Pods and Events, one signature
 /// each, every message the one its component emits (the file cites the sources).
-const EVENTS: &str = include_str!("../../../../examples/doctor/events.yaml");
+const EVENTS: &str = include_str!("../../../examples/doctor/events.yaml");
 
 fn signature<'a>(d: &'a Diagnosis, sig: &str) -> &'a Finding {
     d.findings

@@ -1,5 +1,6 @@
 //! What `kestrel explain` and `kestrel queue` show: views of the engine's state at one
-//! moment of a simulated run, and their terminal rendering.
+//! moment ([`ExplainState`]: of a simulated run, in `kestrel_sim`, or of a live cluster,
+//! [`EngineAt`] and the CLI's snapshot), and their terminal rendering.
 //!
 //! A pending pod's explanation is the engine's own: the `Unschedulable` that the cycle which
 //! decided stored on the pod (`pending_reason`), never a second computation. Only "what would
@@ -24,9 +25,8 @@ mod pending;
 mod render;
 mod views;
 
-use crate::predict::Estimates;
-use crate::sim::Simulation;
-use kestrel_core::{Millis, PodId, Scheduler};
+use crate::estimates::Estimates;
+use kestrel_core::{Millis, PodId, PodPhase, Scheduler};
 
 pub use clock::{clock, clock_approx, show_wall_clock};
 pub use explanation::{Explanation, Fragmentation, NodeReasonCount, Problem, Requests};
@@ -42,7 +42,7 @@ pub use views::{
 };
 
 /// What the views read: the engine's state at one moment, and when running pods end. A
-/// simulated run ([`Simulation`]) and a live cluster's snapshot both provide it.
+/// simulated run (`kestrel_sim::Simulation`) and a live cluster's snapshot both provide it.
 pub trait ExplainState {
     fn scheduler(&self) -> &Scheduler;
     /// The moment shown.
@@ -56,17 +56,44 @@ pub trait ExplainState {
     }
 }
 
-impl ExplainState for Simulation<'_> {
+/// When a running pod of a live cluster ends: its start plus its declared runtime estimate
+/// (`kestrel.dev/runtime-estimate`), read within the estimates' error bound and how long it
+/// has run ([`Estimates::runtime_for`]); `None`: not running, or no estimate. What a live
+/// [`ExplainState`] answers for [`ExplainState::end_of_running`].
+pub fn end_of_running(
+    scheduler: &Scheduler,
+    now: Millis,
+    pod: PodId,
+    estimates: &Estimates,
+) -> Option<Millis> {
+    let record = scheduler.pod(pod);
+    let PodPhase::Bound { at, .. } = record.phase else {
+        return None;
+    };
+    let worked = now.saturating_sub(at);
+    let runtime = estimates.runtime_for(record.spec.preemption.runtime_estimate, worked)?;
+    Some((at + runtime).max(now))
+}
+
+/// A copy of a live engine at one moment (the leader's, for its dashboard; a snapshot's):
+/// running pods end by their declared estimates ([`end_of_running`]), no pod is created
+/// later.
+#[derive(Clone)]
+pub struct EngineAt {
+    pub scheduler: Scheduler,
+    pub now: Millis,
+}
+
+impl ExplainState for EngineAt {
     fn scheduler(&self) -> &Scheduler {
-        Simulation::scheduler(self)
+        &self.scheduler
     }
+
     fn now(&self) -> Millis {
-        Simulation::now(self)
+        self.now
     }
+
     fn end_of_running(&self, pod: PodId, estimates: &Estimates) -> Option<Millis> {
-        Simulation::end_of_running(self, pod, estimates)
-    }
-    fn created_later(&self, name: &str) -> Option<String> {
-        lookup::created_later(self, name)
+        end_of_running(&self.scheduler, self.now, pod, estimates)
     }
 }

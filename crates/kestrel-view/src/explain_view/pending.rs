@@ -3,7 +3,7 @@
 use super::clock::{clock, secs};
 use super::views::{positions, queue_name, PredictedStart};
 use super::ExplainState;
-use crate::predict::Predictions;
+use crate::predictions::Predictions;
 use kestrel_core::{CqId, GangProblem, PodId, Unschedulable};
 use serde::Serialize;
 use std::collections::HashMap;

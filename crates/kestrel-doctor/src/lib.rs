@@ -1,6 +1,6 @@
 //! `kestrel doctor`: a diagnosis of a cluster's Nodes, Pods and Events.
 //!
-//! Pure: the caller reads files or lists objects from the API server; this module turns
+//! Pure: the caller reads files or lists objects from the API server; this crate turns
 //! them into [`Finding`]s, renders the report (text or JSON) and the PrometheusRules that
 //! watch for the same problems (one per check, or one for a failure signature).
 //!

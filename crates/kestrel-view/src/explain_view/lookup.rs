@@ -2,7 +2,6 @@
 
 use super::clock::clock;
 use super::ExplainState;
-use crate::sim::Simulation;
 use kestrel_core::{CqId, Millis, NodeId, PodId, PodPhase};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -159,30 +158,6 @@ pub fn find_pod(sim: &dyn ExplainState, name: &str) -> Result<PodId, LookupError
         at: clock(sim.now()),
         hint,
     })
-}
-
-/// "; it is created at 13:30 (Job llm/x arrives then)" for a pod of a job still to come.
-pub(super) fn created_later(sim: &Simulation<'_>, name: &str) -> Option<String> {
-    let (ns, pod) = match name.split_once('/') {
-        Some((ns, pod)) => (Some(ns), pod),
-        None => (None, name),
-    };
-    let job = sim.workload().jobs.iter().find(|j| {
-        ns.is_none_or(|ns| j.namespace == ns)
-            && j.arrival > sim.now()
-            && (j.name == pod
-                || pod
-                    .strip_prefix(j.name.as_str())
-                    .and_then(|rest| rest.strip_prefix('-'))
-                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
-    })?;
-    Some(format!(
-        "; it is created later: {} {}/{} arrives at {}",
-        job.source_kind,
-        job.namespace,
-        job.name,
-        clock(job.arrival)
-    ))
 }
 
 /// Finds a gang (declared by a PodGroup, or named by pods) by `namespace/name` or `name`.
