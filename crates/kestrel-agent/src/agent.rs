@@ -51,7 +51,7 @@ pub struct AgentConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error(transparent)]
-    Fake(#[from] kestrel_k8s::LoadError),
+    Fake(#[from] kestrel_objects::LoadError),
     #[error(transparent)]
     Backend(#[from] BackendError),
     #[error(transparent)]
@@ -89,7 +89,7 @@ pub fn open_backend(
 /// ([`crate::device_taints`]); discovery, health, metrics and publication go on. When the
 /// slices cannot be read, the device plugin is served and a warning says why.
 async fn dra_publishes_gpus(cluster: &Cluster, node: &str) -> bool {
-    let driver = kestrel_k8s::dra::NVIDIA_GPU_DRIVER;
+    let driver = kestrel_objects::dra::NVIDIA_GPU_DRIVER;
     match cluster.slices_of(node, driver).await {
         Ok(slices) if slices.is_empty() => false,
         Ok(slices) => {

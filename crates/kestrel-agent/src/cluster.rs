@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kestrel_k8s::device_taint_rule::DeviceTaintRule;
+use kestrel_objects::device_taint_rule::DeviceTaintRule;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -105,14 +105,14 @@ impl Cluster {
                     Api::all(client.clone());
                 let lp = ListParams::default().fields(&format!(
                     "spec.nodeName={node},spec.driver={}",
-                    kestrel_k8s::dra::NVIDIA_GPU_DRIVER
+                    kestrel_objects::dra::NVIDIA_GPU_DRIVER
                 ));
                 let slices = match api.list(&lp).await {
                     Ok(list) => list.items,
                     Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
                     Err(e) => return Err(e),
                 };
-                let driver = kestrel_k8s::dra::NVIDIA_GPU_DRIVER;
+                let driver = kestrel_objects::dra::NVIDIA_GPU_DRIVER;
                 let attribute = |d: &k8s_openapi::api::resource::v1::Device, name: &str| {
                     d.attributes.as_ref().and_then(|a| {
                         a.get(name)

@@ -37,7 +37,7 @@ pub fn rule(node: &str, gpu: &DraGpu, reason: &str) -> serde_json::Value {
         },
         "spec": {
             "deviceSelector": {
-                "driver": kestrel_k8s::dra::NVIDIA_GPU_DRIVER,
+                "driver": kestrel_objects::dra::NVIDIA_GPU_DRIVER,
                 "pool": gpu.pool,
                 "device": gpu.device,
             },

@@ -19,8 +19,8 @@
 use crate::backend::{BackendError, GpuBackend, GpuSample, HealthEvent};
 use crate::inventory::{Gpu, Inventory, Nic};
 use kestrel_core::{GpuTopology, Millis};
-use kestrel_k8s::duration::parse_duration;
-use kestrel_k8s::LoadError;
+use kestrel_objects::duration::parse_duration;
+use kestrel_objects::LoadError;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -355,7 +355,7 @@ mod tests {
             }],
             &counters,
         );
-        for rule in kestrel_kube::deploy::AGENT_RULES {
+        for rule in kestrel_live::deploy::AGENT_RULES {
             let metric = rule
                 .expr
                 .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))

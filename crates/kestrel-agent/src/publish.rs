@@ -1,5 +1,5 @@
 //! What the agent writes on its Node, in the forms the scheduler's Node reader
-//! ([`kestrel_k8s::nodes`]) already reads:
+//! ([`kestrel_objects::nodes`]) already reads:
 //!
 //! - GPU Feature Discovery's labels: `nvidia.com/gpu.product` (the model, spaces as
 //!   dashes), `nvidia.com/gpu.count`, `nvidia.com/gpu.memory` (MiB per GPU), and
@@ -17,7 +17,7 @@
 use crate::cluster::{Cluster, MetaChanges};
 use crate::inventory::{label_value, Inventory};
 use kestrel_core::{GPU_CLIQUE_LABEL, GPU_PRODUCT_LABEL};
-use kestrel_k8s::nodes::{GPU_MEMORY_LABEL, GPU_TOPOLOGY_ANNOTATION};
+use kestrel_objects::nodes::{GPU_MEMORY_LABEL, GPU_TOPOLOGY_ANNOTATION};
 use std::collections::BTreeMap;
 
 /// GPU Feature Discovery's label with the number of GPUs on the node.
@@ -79,7 +79,7 @@ mod tests {
     use super::*;
     use crate::backend::GpuBackend;
     use crate::fake::FakeBackend;
-    use kestrel_k8s::nodes::node_from_kube;
+    use kestrel_objects::nodes::node_from_kube;
     use std::path::Path;
 
     #[tokio::test]

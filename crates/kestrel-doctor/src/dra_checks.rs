@@ -18,7 +18,7 @@ pub(super) fn dra_gpus_by_node(slices: &[ResourceSlice]) -> BTreeMap<String, i64
         slices
             .iter()
             .map(|s| &s.spec)
-            .filter(|s| s.driver == kestrel_k8s::dra::NVIDIA_GPU_DRIVER)
+            .filter(|s| s.driver == kestrel_objects::dra::NVIDIA_GPU_DRIVER)
     };
     let mut newest: BTreeMap<&str, i64> = BTreeMap::new();
     for spec in gpu_slices() {

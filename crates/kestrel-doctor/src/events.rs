@@ -6,7 +6,7 @@
 
 use super::signatures::{classify_event, Classified};
 use k8s_openapi::jiff::Timestamp;
-use kestrel_k8s::LoadError;
+use kestrel_objects::LoadError;
 use serde_json::Value;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap, HashSet};

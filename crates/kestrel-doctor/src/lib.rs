@@ -64,7 +64,7 @@ mod tests;
 
 use k8s_openapi::jiff::Timestamp;
 use kestrel_core::GPU_PRODUCT_LABEL;
-use kestrel_k8s::nodes::node_from_kube;
+use kestrel_objects::nodes::node_from_kube;
 use node_checks::{
     gpu_count_dropped, gpu_driver_version_mixed, gpu_node_untainted, gpu_node_without_gpus,
     kubelet_version_mixed, node_not_ready, node_pressure,

@@ -5,10 +5,10 @@ use super::plural;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kestrel_core::{parse_quantity, PodSpec};
-use kestrel_k8s::documents::{read_documents, Document};
-use kestrel_k8s::nodes::node_from_kube;
-use kestrel_k8s::pods::Catalog;
-use kestrel_k8s::LoadError;
+use kestrel_objects::documents::{read_documents, Document};
+use kestrel_objects::nodes::node_from_kube;
+use kestrel_objects::pods::Catalog;
+use kestrel_objects::LoadError;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -325,7 +325,7 @@ fn stream_document(path: &Path, text: &str, reader: &mut Reader) -> Result<(), L
                 "stopped".to_string()
             })
         };
-        kestrel_k8s::yaml::with_document(text, |de| {
+        kestrel_objects::yaml::with_document(text, |de| {
             serde::de::DeserializeSeed::deserialize(TopSeed { sink: &mut sink }, de)
         })
     };
@@ -526,5 +526,5 @@ pub(super) fn newest_timestamp(snapshot: &Snapshot) -> Option<Timestamp> {
 /// Parses YAML documents the way `kestrel doctor` reads snapshots (also for checking what
 /// it prints).
 pub fn parse_yaml(text: &str) -> Result<Vec<Value>, String> {
-    kestrel_k8s::yaml::from_multiple(text)
+    kestrel_objects::yaml::from_multiple(text)
 }

@@ -1,7 +1,7 @@
 //! The checks, the snapshot reading and the rendering, on small YAML snapshots.
 
 use super::*;
-use kestrel_k8s::LoadError;
+use kestrel_objects::LoadError;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::PathBuf;

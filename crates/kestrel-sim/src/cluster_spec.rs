@@ -25,16 +25,16 @@
 //! ```
 //!
 //! The GPU topology templates ([`GpuTopology`]) are shared with the Kubernetes Node loader
-//! ([`kestrel_k8s::nodes`]).
+//! ([`kestrel_objects::nodes`]).
 
 use crate::workload::{ClusterChange, ClusterEvent, SimCluster};
 use kestrel_core::{
     parse_quantity, GpuTopology, Labels, NodeSpec, Resources, Taint, TaintEffect, BLOCK_LABEL,
     GPU_PRODUCT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL, RACK_LABEL,
 };
-use kestrel_k8s::duration::parse_duration;
-use kestrel_k8s::nodes::{DEFAULT_MAX_PODS, GPU_MEMORY_LABEL};
-use kestrel_k8s::LoadError;
+use kestrel_objects::duration::parse_duration;
+use kestrel_objects::nodes::{DEFAULT_MAX_PODS, GPU_MEMORY_LABEL};
+use kestrel_objects::LoadError;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
@@ -212,12 +212,12 @@ struct AddSpec {
 /// DRA reader from the slices NVIDIA's driver would write.
 fn mig_gpus(name: &str, shape: &GpuShape) -> Vec<std::sync::Arc<kestrel_core::DraDevice>> {
     let path = std::path::PathBuf::from(name);
-    let ctx = kestrel_k8s::fields::Ctx {
+    let ctx = kestrel_objects::fields::Ctx {
         path: &path,
         object: format!("ResourceSlice of {name}"),
     };
-    let mut book = kestrel_k8s::dra::SliceBook::default();
-    for slice in kestrel_k8s::mig::nvidia_mig_slices(name, shape.count, &shape.model) {
+    let mut book = kestrel_objects::dra::SliceBook::default();
+    for slice in kestrel_objects::mig::nvidia_mig_slices(name, shape.count, &shape.model) {
         let slice = serde_json::from_value(slice).expect("a ResourceSlice");
         book.insert(&ctx, &slice).expect("MIG slices read back");
     }
@@ -269,9 +269,9 @@ impl Pool {
             }
             Some((shape, _)) if shape.publish.as_deref() == Some("dra") => {
                 for gpu in &mut gpus {
-                    gpu.dra = Some(std::sync::Arc::new(kestrel_k8s::dra::nvidia_gpu_device(
-                        &name, gpu,
-                    )));
+                    gpu.dra = Some(std::sync::Arc::new(
+                        kestrel_objects::dra::nvidia_gpu_device(&name, gpu),
+                    ));
                 }
             }
             _ => {}
@@ -303,7 +303,7 @@ fn typed<T: DeserializeOwned>(
     value: Value,
 ) -> Result<T, LoadError> {
     serde_json::from_value(value).map_err(|e| {
-        let located = kestrel_k8s::yaml::from_str::<ClusterDocTyped>(text).err();
+        let located = kestrel_objects::yaml::from_str::<ClusterDocTyped>(text).err();
         let message = match located {
             Some(located) => format!("{e}\n{located}"),
             None => e.to_string(),
@@ -318,7 +318,8 @@ fn typed<T: DeserializeOwned>(
 
 /// Parses the one YAML document of a file.
 fn single_document(path: &Path, text: &str) -> Result<Value, LoadError> {
-    let mut docs = kestrel_k8s::yaml::from_multiple(text).map_err(|e| LoadError::new(path, e))?;
+    let mut docs =
+        kestrel_objects::yaml::from_multiple(text).map_err(|e| LoadError::new(path, e))?;
     match docs.len() {
         1 => Ok(docs.remove(0)),
         0 => Err(LoadError::new(
@@ -439,7 +440,7 @@ pub fn load_cluster_spec(path: &Path, text: &str) -> Result<SimCluster, LoadErro
                     format!(
                         "no node {name:?} exists at {}; name a node of the pools or \
                             one added by an earlier event",
-                        kestrel_k8s::duration::format_duration(at)
+                        kestrel_objects::duration::format_duration(at)
                     ),
                 )
                 .object(&object)

@@ -5,8 +5,8 @@ use crate::cluster_spec::load_cluster_spec;
 use crate::manifests::{load_manifests_with, LoadOptions};
 use crate::openb;
 use crate::workload::{SimCluster, Workload};
-use kestrel_k8s::nodes::load_kube_nodes;
-use kestrel_k8s::LoadError;
+use kestrel_objects::nodes::load_kube_nodes;
+use kestrel_objects::LoadError;
 use std::path::{Path, PathBuf};
 
 /// The file in a scenario directory that describes the cluster.
@@ -29,7 +29,7 @@ fn is_yaml(path: &Path) -> bool {
 
 /// The `kind` of the first YAML document, if it has one.
 fn first_kind(path: &Path, text: &str) -> Result<Option<String>, LoadError> {
-    let docs = kestrel_k8s::yaml::from_multiple(text).map_err(|e| LoadError::new(path, e))?;
+    let docs = kestrel_objects::yaml::from_multiple(text).map_err(|e| LoadError::new(path, e))?;
     Ok(docs
         .iter()
         .find(|d| !d.is_null())

@@ -24,7 +24,7 @@ mod text;
 pub mod upgrade;
 pub mod workload;
 
-pub use kestrel_k8s::LoadError;
+pub use kestrel_objects::LoadError;
 pub use metrics::SimReport;
 pub use sim::{simulate, simulate_with_topology_blind, SimConfig, SimError, Simulation};
 pub use workload::{ClusterChange, ClusterEvent, JobKind, SimCluster, SimJob, Workload};

@@ -11,7 +11,7 @@ use kestrel_core::Millis;
 
 use crate::metrics::{GroupStats, NodeUsage, Percentiles, SimReport};
 use crate::text::{clip, fmt_pct, fmt_seconds};
-use kestrel_k8s::duration::format_duration;
+use kestrel_objects::duration::format_duration;
 
 const STYLE: &str = "
 :root{color-scheme:light}

@@ -883,7 +883,7 @@ impl<'a> Simulation<'a> {
         let mut queues = &self.workload.queues;
         if queues.cluster_queues.iter().any(|q| q.cluster_scoped) {
             // Volcano's and KAI's queues share the cluster: their root cohorts hold it.
-            let capacity = kestrel_k8s::queues::cluster_wide::cluster_capacity(
+            let capacity = kestrel_objects::queues::cluster_wide::cluster_capacity(
                 self.scheduler.cluster().iter().map(|(_, n)| &n.spec),
             );
             sized = queues.clone();
@@ -938,7 +938,7 @@ impl<'a> Simulation<'a> {
         ];
         out.extend(d.resources.extended.iter().cloned());
         if let Some(devices) = &template.constraints.devices {
-            out.extend(kestrel_k8s::dra::claim_quota(devices));
+            out.extend(kestrel_objects::dra::claim_quota(devices));
         }
         out
     }

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use crate::metrics::{GroupStats, Percentiles, SimReport};
 use crate::text::{clip, fmt_pct, fmt_seconds};
-use kestrel_k8s::duration::format_duration;
+use kestrel_objects::duration::format_duration;
 
 /// Widest line the summary writes.
 const WIDTH: usize = 100;

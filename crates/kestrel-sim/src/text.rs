@@ -1,6 +1,6 @@
 //! Numbers and text as the summary table and the HTML report print them.
 
-use kestrel_k8s::duration::format_duration;
+use kestrel_objects::duration::format_duration;
 
 /// Seconds as a human duration (`4m05s`); "-" for negative or non-finite input.
 pub(crate) fn fmt_seconds(seconds: f64) -> String {

@@ -1,8 +1,8 @@
 //! What the simulator runs: jobs (one per workload object) and timed cluster events.
 
 use kestrel_core::{GangSpec, GangTopology, Millis, NodeSpec, PodSpec};
-pub use kestrel_k8s::queues::{NamespaceQuota, QueueSetup};
-use kestrel_k8s::training::Plan;
+pub use kestrel_objects::queues::{NamespaceQuota, QueueSetup};
+use kestrel_objects::training::Plan;
 use serde::Serialize;
 
 /// The controller kind a job came from; decides how its pods are created and replaced.
@@ -105,7 +105,7 @@ pub struct Workload {
     pub training: Vec<SimTraining>,
     /// The DeviceClass that serves `nvidia.com/gpu` on nodes whose GPUs DRA publishes.
     #[serde(skip)]
-    pub gpu_backing: Option<kestrel_k8s::dra::GpuBacking>,
+    pub gpu_backing: Option<kestrel_objects::dra::GpuBacking>,
 }
 
 impl Workload {
@@ -113,7 +113,7 @@ impl Workload {
     /// from its DRA-published GPUs when a class backs it.
     pub fn node_spec(&self, node: &NodeSpec) -> NodeSpec {
         let mut node = node.clone();
-        kestrel_k8s::dra::GpuBacking::apply(self.gpu_backing.as_ref(), &mut node);
+        kestrel_objects::dra::GpuBacking::apply(self.gpu_backing.as_ref(), &mut node);
         node
     }
 }
@@ -122,7 +122,7 @@ impl Workload {
 /// its roles' pod templates, and the failures to inject.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SimTraining {
-    /// What [`kestrel_k8s::training::plan`] made of the object (validated).
+    /// What [`kestrel_objects::training::plan`] made of the object (validated).
     #[serde(skip)]
     pub plan: Plan,
     /// Per role of the plan, in its order: the index of the job in [`Workload::jobs`].

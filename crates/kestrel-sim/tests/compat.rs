@@ -11,7 +11,7 @@
 mod compat_header;
 
 use compat_header::expected;
-use kestrel_k8s::duration::parse_duration;
+use kestrel_objects::duration::parse_duration;
 use kestrel_sim::inputs::{load_cluster_file, load_workload_files};
 use kestrel_sim::{simulate, SimConfig};
 use std::path::{Path, PathBuf};

@@ -61,7 +61,7 @@ fn cluster() -> SimCluster {
     kestrel_sim::cluster_spec::load_cluster_spec(&PathBuf::from("cluster.yaml"), CLUSTER).unwrap()
 }
 
-fn workload(extra: &str) -> Result<Workload, kestrel_k8s::LoadError> {
+fn workload(extra: &str) -> Result<Workload, kestrel_objects::LoadError> {
     load_manifests(&[
         (PathBuf::from("classes.yaml"), CLASSES.to_string()),
         (PathBuf::from("work.yaml"), extra.to_string()),
@@ -372,7 +372,7 @@ items:
     - name: gpu-9
       attributes: {type: {string: gpu}, index: {int: 9}}
 "#;
-    let nodes = kestrel_k8s::nodes::load_kube_nodes(&PathBuf::from("dump.yaml"), dump).unwrap();
+    let nodes = kestrel_objects::nodes::load_kube_nodes(&PathBuf::from("dump.yaml"), dump).unwrap();
     let gpus = &nodes[0].gpus;
     assert_eq!(gpus.len(), 2, "only the pool's newest generation counts");
     assert_eq!(gpus[1].index, 1);
@@ -381,7 +381,7 @@ items:
     assert_eq!(gpus[1].dra.as_ref().unwrap().name, "gpu-1");
 
     let twice = dump.replace("name: gpu-1", "name: gpu-0");
-    let e = kestrel_k8s::nodes::load_kube_nodes(&PathBuf::from("dump.yaml"), &twice)
+    let e = kestrel_objects::nodes::load_kube_nodes(&PathBuf::from("dump.yaml"), &twice)
         .unwrap_err()
         .to_string();
     assert!(
@@ -425,7 +425,8 @@ items:
   spec:
     taint: {key: example.com/maintenance-soon, effect: None}
 "#;
-    let load = |text: &str| kestrel_k8s::nodes::load_kube_nodes(&PathBuf::from("dump.yaml"), text);
+    let load =
+        |text: &str| kestrel_objects::nodes::load_kube_nodes(&PathBuf::from("dump.yaml"), text);
     let nodes = load(dump).unwrap();
     let taints = |i: usize| nodes[0].gpus[i].dra.as_ref().unwrap().taints.clone();
     assert!(taints(0).is_empty(), "an effect of None only informs");

@@ -9,9 +9,9 @@ use kestrel_core::{
     Demand, DeviceClaim, GpuRequest, NodeSpec, PodId, PodPhase, PodSpec, Resources, Scheduler,
     SchedulerConfig,
 };
-use kestrel_k8s::dra::{DeviceClasses, SliceBook};
-use kestrel_k8s::fields::Ctx;
-use kestrel_k8s::mig::{mig_device_class, nvidia_mig_slices, MIG_DEVICE_CLASS};
+use kestrel_objects::dra::{DeviceClasses, SliceBook};
+use kestrel_objects::fields::Ctx;
+use kestrel_objects::mig::{mig_device_class, nvidia_mig_slices, MIG_DEVICE_CLASS};
 use proptest::prelude::*;
 use serde_json::json;
 use std::path::Path;
@@ -43,7 +43,7 @@ fn mig_node(i: usize, gpus: u32) -> NodeSpec {
     }
     let mut node = NodeSpec::new(&name, Resources::new(64_000, 256 << 30));
     assert_eq!(
-        kestrel_k8s::dra::attach_gpus(&mut node, &book.gpus_of(&name)),
+        kestrel_objects::dra::attach_gpus(&mut node, &book.gpus_of(&name)),
         None
     );
     node
@@ -73,7 +73,7 @@ fn pod(classes: &DeviceClasses, name: &str, ask: &str) -> PodSpec {
     let spec: ResourceClaimSpec = serde_json::from_value(json!({
         "devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}))
     .unwrap();
-    let mut claim: DeviceClaim = kestrel_k8s::dra::read_claim_spec(
+    let mut claim: DeviceClaim = kestrel_objects::dra::read_claim_spec(
         &ctx(),
         "spec.spec",
         format!("mig/{name}-gpu"),
@@ -90,7 +90,7 @@ fn pod(classes: &DeviceClasses, name: &str, ask: &str) -> PodSpec {
             gpu: GpuRequest::None,
         },
     );
-    kestrel_k8s::dra::set_pod_claims(&ctx(), "spec", &mut pod, vec![claim]).unwrap();
+    kestrel_objects::dra::set_pod_claims(&ctx(), "spec", &mut pod, vec![claim]).unwrap();
     pod
 }
 

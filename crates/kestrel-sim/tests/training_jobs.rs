@@ -1,5 +1,5 @@
 //! TrainingJobs in the simulator run by the live controller's decisions
-//! (`kestrel_k8s::training::reconcile`): gang restarts, the ExitCode policy, the backoff
+//! (`kestrel_objects::training::reconcile`): gang restarts, the ExitCode policy, the backoff
 //! limit, the active deadline, preemption, and failures injected with
 //! `kestrel.dev/sim-failures`.
 

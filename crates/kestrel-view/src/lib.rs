@@ -4,7 +4,7 @@
 //! ([`predictions`], [`estimates`]), and the event log ([`events`]).
 //!
 //! Pure: it reads a `kestrel_core::Scheduler` through [`explain_view::ExplainState`] and
-//! does no I/O. A simulated run (`kestrel_sim`) and the live leader's index (`kestrel_kube`)
+//! does no I/O. A simulated run (`kestrel_sim`) and the live leader's index (`kestrel_live`)
 //! each provide the state; the forward runs behind predicted starts are the simulator's,
 //! handed in by the caller ([`dashboard::Context::predict`]).
 

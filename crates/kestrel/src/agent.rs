@@ -13,7 +13,7 @@ use kestrel_agent::metrics::DEFAULT_METRICS_ADDR;
 use kestrel_agent::plugin::{CdiNames, PluginConfig};
 use kestrel_agent::publish;
 use kestrel_agent::sysfs::DEFAULT_ROOT;
-use kestrel_k8s::duration::parse_duration;
+use kestrel_objects::duration::parse_duration;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -129,7 +129,7 @@ fn health_policy(args: &AgentArgs) -> Result<HealthPolicy> {
 
 pub fn run(args: AgentArgs) -> Result<()> {
     if args.prometheus_rules {
-        print!("{}", kestrel_kube::deploy::render_agent_rules());
+        print!("{}", kestrel_live::deploy::render_agent_rules());
         return Ok(());
     }
     if !args.discover {

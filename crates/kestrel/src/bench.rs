@@ -435,9 +435,9 @@ pub(crate) const DRA_REQUEST: &str =
 fn dra_node(i: u32) -> NodeSpec {
     let mut node = bench_node(i);
     for gpu in &mut node.gpus {
-        gpu.dra = Some(std::sync::Arc::new(kestrel_k8s::dra::nvidia_gpu_device(
-            &node.name, gpu,
-        )));
+        gpu.dra = Some(std::sync::Arc::new(
+            kestrel_objects::dra::nvidia_gpu_device(&node.name, gpu),
+        ));
     }
     node
 }
@@ -448,9 +448,9 @@ fn dra_node(i: u32) -> NodeSpec {
 /// call compiles its own class, so no verdict of an earlier call is reused.
 fn dra_pods(count: u32, selectors: bool) -> Result<Vec<PodSpec>> {
     use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimSpec};
-    let mut classes = kestrel_k8s::dra::DeviceClasses::default();
+    let mut classes = kestrel_objects::dra::DeviceClasses::default();
     let path = std::path::Path::new("bench");
-    let ctx = kestrel_k8s::fields::Ctx {
+    let ctx = kestrel_objects::fields::Ctx {
         path,
         object: "bench".to_string(),
     };
@@ -471,7 +471,7 @@ fn dra_pods(count: u32, selectors: bool) -> Result<Vec<PodSpec>> {
     (0..count)
         .map(|i| {
             let name = format!("pod-{i}");
-            let mut claim = kestrel_k8s::dra::read_claim_spec(
+            let mut claim = kestrel_objects::dra::read_claim_spec(
                 &ctx,
                 "spec.spec",
                 format!("bench/{name}-gpu"),
@@ -487,7 +487,7 @@ fn dra_pods(count: u32, selectors: bool) -> Result<Vec<PodSpec>> {
                     gpu: GpuRequest::None,
                 },
             );
-            kestrel_k8s::dra::set_pod_claims(&ctx, "spec", &mut pod, vec![claim])?;
+            kestrel_objects::dra::set_pod_claims(&ctx, "spec", &mut pod, vec![claim])?;
             Ok(pod)
         })
         .collect()
@@ -498,7 +498,7 @@ fn dra_pods(count: u32, selectors: bool) -> Result<Vec<PodSpec>> {
 /// the device: (devices judged, seconds through the filter, seconds evaluating both
 /// expressions on every device). The filter evaluates them once per kind of device.
 fn cel_cost(nodes: &[NodeSpec]) -> Result<(usize, f64, f64)> {
-    use kestrel_k8s::dra_cel::{CelSelector, DeviceValue, DeviceView};
+    use kestrel_objects::dra_cel::{CelSelector, DeviceValue, DeviceView};
     let pods = dra_pods(1, true)?;
     let claims = pods[0].constraints.devices.as_ref().expect("a claim");
     let filter = &claims.claims[0].requests[0].alternatives[0].filter;
@@ -637,7 +637,7 @@ fn run_dra_placement(args: PlacementArgs) -> Result<()> {
 /// The zones realistic nodes are spread over.
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 
-/// A node as a live GPU cluster has it (as in kestrel-kube's `bind_throughput` example):
+/// A node as a live GPU cluster has it (as in kestrel-live's `bind_throughput` example):
 /// the shape of [`bench_node`], the labels of the cloud, the kubelet, GPU Feature
 /// Discovery and Node Feature Discovery, a zone of three, a rack label Kestrel does not
 /// know as per-node, the GPU taint, images; read by the live scheduler's conversion.
@@ -684,7 +684,7 @@ fn realistic_node(i: u32) -> Result<NodeSpec> {
         }
     });
     let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(node)?;
-    Ok(kestrel_k8s::live::node_spec(&node)?)
+    Ok(kestrel_objects::live::node_spec(&node)?)
 }
 
 /// Priority classes of realistic pods, by job: (name, value).
@@ -694,7 +694,7 @@ const PRIORITY_CLASSES: [(&str, i32); 3] = [
     ("batch-low", 100),
 ];
 
-/// A pod as a Job of a live GPU cluster has it (as in kestrel-kube's `bind_throughput`
+/// A pod as a Job of a live GPU cluster has it (as in kestrel-live's `bind_throughput`
 /// example), asking for `demand`: labels, an owner reference, an image, a priority class,
 /// the GPU taint and the node lifecycle taints tolerated, a required GPU product, and by
 /// job a required zone (if `zone_required`), a preferred zone and a preferred instance
@@ -717,10 +717,12 @@ fn realistic_pod(i: u32, demand: &Demand, zone_required: bool, inter_pod: bool) 
         GpuRequest::None => {}
         GpuRequest::Whole(n) => requests["nvidia.com/gpu"] = json!(n.to_string()),
         GpuRequest::Shared { milli } => {
-            annotations[kestrel_k8s::annotations::GPU_MILLI_ANNOTATION] = json!(milli.to_string())
+            annotations[kestrel_objects::annotations::GPU_MILLI_ANNOTATION] =
+                json!(milli.to_string())
         }
         GpuRequest::Memory { mib } => {
-            annotations[kestrel_k8s::annotations::GPU_MEMORY_ANNOTATION] = json!(mib.to_string())
+            annotations[kestrel_objects::annotations::GPU_MEMORY_ANNOTATION] =
+                json!(mib.to_string())
         }
     }
     if demand.gpu != GpuRequest::None {
@@ -785,14 +787,14 @@ fn realistic_pod(i: u32, demand: &Demand, zone_required: bool, inter_pod: bool) 
         }
     });
     let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod)?;
-    let catalog = kestrel_k8s::pods::Catalog::live(
+    let catalog = kestrel_objects::pods::Catalog::live(
         std::path::Path::new("bench"),
         [],
         [],
-        kestrel_k8s::pods::WorkloadPriorityListing::NotServed,
+        kestrel_objects::pods::WorkloadPriorityListing::NotServed,
     )
     .0;
-    Ok(kestrel_k8s::live::pod_spec(&catalog, &pod)?)
+    Ok(kestrel_objects::live::pod_spec(&catalog, &pod)?)
 }
 
 /// The pod rules of job `job_index` (named `job`) in realistic mixes: one job in five

@@ -11,7 +11,7 @@ use kestrel_core::{
     LocalQueueSpec, Millis, NodeSpec, PodSpec, ResourceGroup, ResourceQuota, Resources, Rng, Taint,
     TaintEffect, Toleration, TolerationOperator, GPU_RESOURCE, RACK_LABEL,
 };
-use kestrel_k8s::duration::parse_duration;
+use kestrel_objects::duration::parse_duration;
 use kestrel_sim::predict;
 use kestrel_sim::{JobKind, SimCluster, SimConfig, SimJob, Simulation, Workload};
 use kestrel_view::explain_view as view;
@@ -76,7 +76,10 @@ pub fn run_predict(mut args: PredictArgs) -> Result<()> {
             .collect();
         moments.push(("at submission".to_string(), predict::Moments::Submissions));
         if !times.is_empty() {
-            let label = format!("every {}", kestrel_k8s::duration::format_duration(every));
+            let label = format!(
+                "every {}",
+                kestrel_objects::duration::format_duration(every)
+            );
             moments.push((label, predict::Moments::At(times)));
         }
     } else {

@@ -57,16 +57,16 @@ struct Outcome {
 fn mig_node(i: u32) -> Result<NodeSpec> {
     let name = format!("mig-{i:03}");
     let path = std::path::PathBuf::from("bench");
-    let ctx = kestrel_k8s::fields::Ctx {
+    let ctx = kestrel_objects::fields::Ctx {
         path: &path,
         object: format!("ResourceSlice of {name}"),
     };
-    let mut book = kestrel_k8s::dra::SliceBook::default();
-    for slice in kestrel_k8s::mig::nvidia_mig_slices(&name, 8, "NVIDIA H100 80GB HBM3") {
+    let mut book = kestrel_objects::dra::SliceBook::default();
+    for slice in kestrel_objects::mig::nvidia_mig_slices(&name, 8, "NVIDIA H100 80GB HBM3") {
         book.insert(&ctx, &serde_json::from_value(slice)?)?;
     }
     let mut node = NodeSpec::new(&name, Resources::new(224_000, 2 << 40));
-    if let Some(warning) = kestrel_k8s::dra::attach_gpus(&mut node, &book.gpus_of(&name)) {
+    if let Some(warning) = kestrel_objects::dra::attach_gpus(&mut node, &book.gpus_of(&name)) {
         anyhow::bail!(warning);
     }
     Ok(node)
@@ -76,23 +76,23 @@ fn mig_node(i: u32) -> Result<NodeSpec> {
 fn profile_claims() -> Result<Vec<DeviceClaims>> {
     use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimSpec};
     let path = std::path::Path::new("bench");
-    let ctx = kestrel_k8s::fields::Ctx {
+    let ctx = kestrel_objects::fields::Ctx {
         path,
         object: "bench".to_string(),
     };
-    let mut classes = kestrel_k8s::dra::DeviceClasses::default();
-    let class: DeviceClass = serde_json::from_value(kestrel_k8s::mig::mig_device_class())?;
+    let mut classes = kestrel_objects::dra::DeviceClasses::default();
+    let class: DeviceClass = serde_json::from_value(kestrel_objects::mig::mig_device_class())?;
     classes.insert(&ctx, &class)?;
     MIX.iter()
         .map(|(profile, _, _)| {
             let spec: ResourceClaimSpec = serde_json::from_value(json!({
                 "devices": {"requests": [{"name": "mig", "exactly": {
-                    "deviceClassName": kestrel_k8s::mig::MIG_DEVICE_CLASS,
+                    "deviceClassName": kestrel_objects::mig::MIG_DEVICE_CLASS,
                     "selectors": [{"cel": {"expression": format!(
                         "device.attributes['gpu.nvidia.com'].profile == '{profile}'"
                     )}}]}}]},
             }))?;
-            let claim = kestrel_k8s::dra::read_claim_spec(
+            let claim = kestrel_objects::dra::read_claim_spec(
                 &ctx,
                 "spec",
                 format!("bench/{profile}"),

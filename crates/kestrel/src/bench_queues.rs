@@ -13,7 +13,7 @@ use std::time::Duration;
 pub struct KueueArgs {
     /// Control-loop latency: from a decision to the workload running (API round trips,
     /// controllers), e.g. 0ms, 100ms, 1s.
-    #[arg(long, default_value = "0ms", value_parser = kestrel_k8s::duration::parse_duration)]
+    #[arg(long, default_value = "0ms", value_parser = kestrel_objects::duration::parse_duration)]
     latency: Millis,
     #[arg(long)]
     json: bool,

@@ -3,7 +3,7 @@
 
 use crate::Inputs;
 use anyhow::{bail, Context, Result};
-use kestrel_kube::dashboard::{serve, Source};
+use kestrel_live::dashboard::{serve, Source};
 use kestrel_sim::dashboard::timeline::Timeline;
 use kestrel_view::dashboard::ApiError;
 use std::net::SocketAddr;

@@ -12,7 +12,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kestrel_doctor::{self as doctor, DoctorOptions, Snapshot};
-use kestrel_k8s::duration::parse_duration;
+use kestrel_objects::duration::parse_duration;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use std::io::{Read, Write};
 use std::path::PathBuf;

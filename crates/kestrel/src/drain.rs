@@ -6,8 +6,8 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use k8s_openapi::api::core::v1::Node;
-use kestrel_k8s::crds::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
-use kestrel_kube::api::FIELD_MANAGER;
+use kestrel_live::api::FIELD_MANAGER;
+use kestrel_objects::crds::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -26,7 +26,7 @@ pub struct DrainArgs {
     #[arg(long)]
     name: Option<String>,
     /// Longest wait for the checkpoints asked for before pods are evicted.
-    #[arg(long, default_value = "30m", value_parser = kestrel_k8s::duration::parse_duration)]
+    #[arg(long, default_value = "30m", value_parser = kestrel_objects::duration::parse_duration)]
     checkpoint_deadline: u64,
     /// Why (recorded on the NodeMaintenance).
     #[arg(long)]
@@ -38,7 +38,7 @@ pub struct DrainArgs {
     #[arg(long)]
     end: bool,
     /// Give up following after this long (the drain goes on).
-    #[arg(long, default_value = "2h", value_parser = kestrel_k8s::duration::parse_duration)]
+    #[arg(long, default_value = "2h", value_parser = kestrel_objects::duration::parse_duration)]
     timeout: u64,
 }
 

@@ -11,7 +11,7 @@ use crate::{load_inputs, Inputs, SimArgs};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use kestrel_core::{Millis, PodId};
-use kestrel_k8s::duration::parse_duration;
+use kestrel_objects::duration::parse_duration;
 use kestrel_sim::predict::{self, Deadline, Estimates, Predictions};
 use kestrel_sim::{SimError, Simulation};
 use kestrel_view::explain_view::ExplainState;
@@ -90,7 +90,7 @@ fn live_state(args: &StateArgs) -> Result<(crate::live_view::LiveState, f64)> {
         .build()
         .context("starting the async runtime")?;
     let kubeconfig = args.kubeconfig.clone();
-    let config = kestrel_kube::driver::DriverConfig::new(&args.scheduler_name);
+    let config = kestrel_live::driver::DriverConfig::new(&args.scheduler_name);
     let unix_now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -99,7 +99,7 @@ fn live_state(args: &StateArgs) -> Result<(crate::live_view::LiveState, f64)> {
         let cluster = crate::serve::cluster_config(kubeconfig).await?;
         let source = format!("the API server at {}", cluster.cluster_url);
         let client = kube::Client::try_from(cluster).context("building the Kubernetes client")?;
-        kestrel_kube::driver::snapshot(&client, &config, unix_now, LIVE_LOOKBACK, LIVE_LIST_TIMEOUT)
+        kestrel_live::driver::snapshot(&client, &config, unix_now, LIVE_LOOKBACK, LIVE_LIST_TIMEOUT)
             .await
             .with_context(|| format!("reading the cluster from {source}"))
     })?;

@@ -1,16 +1,16 @@
 //! A live cluster's state for `kestrel explain --live` and `kestrel queue --live`: the
 //! views of [`kestrel_view::explain_view`] over the index's engine, taken by
-//! [`kestrel_kube::driver::snapshot`]; and predicted starts on a live engine, for those
+//! [`kestrel_live::driver::snapshot`]; and predicted starts on a live engine, for those
 //! commands and for `kestrel serve`'s dashboard ([`predict`]).
 //!
 //! Running pods end at their start plus their declared `kestrel.dev/runtime-estimate`,
 //! read within the estimates' error bound and how long they have run
 //! ([`end_of_running`]); pods without one have no known end. Predicted starts run the
 //! simulator forward from the snapshot ([`LiveState::predict`]). This is where the live
-//! scheduler meets the simulator: `kestrel-kube` does not link `kestrel-sim`.
+//! scheduler meets the simulator: `kestrel-live` does not link `kestrel-sim`.
 
 use kestrel_core::{Millis, PodId, PodPhase, Scheduler};
-use kestrel_kube::index::ClusterState;
+use kestrel_live::index::ClusterState;
 use kestrel_sim::{SimCluster, SimConfig, SimError, SimJob, Simulation, Workload};
 use kestrel_view::estimates::Estimates;
 use kestrel_view::explain_view::{end_of_running, ExplainState};
@@ -106,8 +106,8 @@ pub fn predict(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kestrel_kube::dashboard::Source;
-    use kestrel_kube::live_dashboard::channel;
+    use kestrel_live::dashboard::Source;
+    use kestrel_live::live_dashboard::channel;
     use kestrel_sim::scenarios::preemption_heavy;
     use kestrel_view::dashboard::{answer, Context};
     use serde_json::Value;
@@ -118,8 +118,8 @@ mod tests {
     fn leader_channel(
         identity: &str,
     ) -> (
-        kestrel_kube::live_dashboard::DashboardFeed,
-        kestrel_kube::live_dashboard::LeaderSource,
+        kestrel_live::live_dashboard::DashboardFeed,
+        kestrel_live::live_dashboard::LeaderSource,
         tokio::sync::watch::Receiver<u64>,
     ) {
         channel(
@@ -189,7 +189,7 @@ mod tests {
         assert_eq!(source.answer("/api/map", None).unwrap_err().status, 503);
     }
 
-    /// The live index as `kestrel_kube::driver::snapshot` leaves it (moments from a day
+    /// The live index as `kestrel_live::driver::snapshot` leaves it (moments from a day
     /// back, object times), fed these objects directly.
     fn snapshot_of(nodes: &[Value], pods: &[Value], unix_now: i64) -> LiveState {
         let now: Millis = 86_400_000;

@@ -19,7 +19,7 @@ mod upgrade_run;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use kestrel_core::Policy;
-use kestrel_k8s::duration::parse_duration;
+use kestrel_objects::duration::parse_duration;
 use kestrel_sim::generator::{generate, GeneratorConfig};
 use kestrel_sim::inputs::{load_cluster_file, load_workload_files_with, resolve_paths};
 use kestrel_sim::manifests::LoadOptions;

@@ -4,12 +4,12 @@
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use kestrel_core::{Policy, SchedulerConfig};
-use kestrel_kube::api::{ApiWriter, GpuIndicesWrite};
-use kestrel_kube::driver::{self, DriverConfig};
-use kestrel_kube::leader::{LeaderElector, LeaseClock, LeaseConfig};
-use kestrel_kube::limiter::Limiter;
-use kestrel_kube::metrics::{self, Metrics};
-use kestrel_kube::training::TrainingConfig;
+use kestrel_live::api::{ApiWriter, GpuIndicesWrite};
+use kestrel_live::driver::{self, DriverConfig};
+use kestrel_live::leader::{LeaderElector, LeaseClock, LeaseConfig};
+use kestrel_live::limiter::Limiter;
+use kestrel_live::metrics::{self, Metrics};
+use kestrel_live::training::TrainingConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -55,10 +55,10 @@ pub struct ServeArgs {
     policy: Policy,
     /// How long a gang that waited past its scheduleTimeoutSeconds waits before it is
     /// tried again (its pods stay pending meanwhile).
-    #[arg(long, default_value = "60s", value_parser = kestrel_k8s::duration::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = kestrel_objects::duration::parse_duration)]
     gang_backoff: u64,
     /// Binds and status updates in flight at once.
-    #[arg(long, default_value_t = kestrel_kube::driver::DEFAULT_MAX_IN_FLIGHT)]
+    #[arg(long, default_value_t = kestrel_live::driver::DEFAULT_MAX_IN_FLIGHT)]
     max_in_flight: usize,
     /// How the chosen GPU indices reach the pod: `binding` puts them in the Binding, which
     /// the API server copies onto the pod as it sets the node (one write); `patch`
@@ -66,14 +66,14 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value = "binding")]
     gpu_indices_via: GpuIndicesVia,
     /// How often the leader takes the next step of each NodeMaintenance (drains).
-    #[arg(long, default_value = "1s", value_parser = kestrel_k8s::duration::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = kestrel_objects::duration::parse_duration)]
     maintenance_interval: u64,
     /// Drain, checkpoints first, the nodes the NVIDIA GPU Operator's driver upgrade waits
     /// on (label nvidia.com/gpu-driver-upgrade-state=wait-for-jobs-required).
     #[arg(long)]
     gpu_operator_hook: bool,
     /// The checkpoint deadline of the drains --gpu-operator-hook starts.
-    #[arg(long, default_value = "30m", value_parser = kestrel_k8s::duration::parse_duration)]
+    #[arg(long, default_value = "30m", value_parser = kestrel_objects::duration::parse_duration)]
     gpu_operator_checkpoint_deadline: u64,
     /// Run the TrainingJob controller for jobs whose spec.schedulerName is
     /// --scheduler-name (while this replica leads).
@@ -85,7 +85,7 @@ pub struct ServeArgs {
     mlflow_tracking_uri: Option<String>,
     /// How often to run `kestrel doctor`'s checks on the cluster and export the findings
     /// as kestrel_doctor_finding; 0 turns it off.
-    #[arg(long, default_value = "60s", value_parser = kestrel_k8s::duration::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = kestrel_objects::duration::parse_duration)]
     doctor_interval: u64,
     /// Serve the read-only dashboard at this address: a port (on loopback, 127.0.0.1) or
     /// HOST:PORT. Off by default. Only the leader has state to show; a standby says so.
@@ -96,7 +96,7 @@ pub struct ServeArgs {
 
 fn tracking_uri(text: &str) -> Result<String, String> {
     if !text.is_empty() {
-        kestrel_k8s::training::check_tracking_uri(text)?;
+        kestrel_objects::training::check_tracking_uri(text)?;
     }
     Ok(text.to_string())
 }
@@ -125,15 +125,15 @@ pub struct ManifestsArgs {
 
 pub fn manifests(args: ManifestsArgs) -> Result<()> {
     let text = if args.agent {
-        kestrel_kube::deploy::render_agent_plain()
+        kestrel_live::deploy::render_agent_plain()
     } else if args.agent_helm {
-        kestrel_kube::deploy::render_agent_helm()
+        kestrel_live::deploy::render_agent_helm()
     } else if args.helm {
-        kestrel_kube::deploy::render_helm()
+        kestrel_live::deploy::render_helm()
     } else if args.values {
-        kestrel_kube::deploy::render_values()
+        kestrel_live::deploy::render_values()
     } else {
-        kestrel_kube::deploy::render_plain()
+        kestrel_live::deploy::render_plain()
     };
     print!("{text}");
     Ok(())
@@ -141,7 +141,7 @@ pub fn manifests(args: ManifestsArgs) -> Result<()> {
 
 /// `kestrel crds`: Kestrel's CustomResourceDefinitions (charts/kestrel/crds/).
 pub fn crds() -> Result<()> {
-    print!("{}", kestrel_kube::deploy::render_crds());
+    print!("{}", kestrel_live::deploy::render_crds());
     Ok(())
 }
 
@@ -154,8 +154,11 @@ pub(crate) fn init_logging(format: LogFormat) {
                 "info,kube_client::client::builder=off,kube_client::client=error",
             )
         });
+    // Colour codes only for a person at a terminal; a pod's log, a file or a pipe gets
+    // plain text that grep and log shippers read as written.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Plain => builder.init(),
@@ -256,14 +259,14 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
             })?;
             let local = listener.local_addr()?;
             // Predicted starts: the simulator resumed from the leader's engine.
-            let predict: kestrel_kube::live_dashboard::Predict =
+            let predict: kestrel_live::live_dashboard::Predict =
                 Arc::new(|scheduler, now, targets, deadline| {
                     crate::live_view::predict(scheduler, now, targets, deadline).ok()
                 });
-            let (feed, source, updates) = kestrel_kube::live_dashboard::channel(&identity, predict);
+            let (feed, source, updates) = kestrel_live::live_dashboard::channel(&identity, predict);
             config.dashboard = Some(Arc::new(std::sync::Mutex::new(feed)));
             tracing::info!(addr = %local, "dashboard: http://{local}/ (the leader's state; a standby says it is one)");
-            Some(tokio::spawn(kestrel_kube::dashboard::serve(
+            Some(tokio::spawn(kestrel_live::dashboard::serve(
                 listener,
                 Arc::new(source),
                 updates,
@@ -291,10 +294,10 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
     no_retry.default_retry = false;
     let drain_client =
         kube::Client::try_from(no_retry).context("building the Kubernetes client")?;
-    let maintenance = tokio::spawn(kestrel_kube::maintenance::run(
+    let maintenance = tokio::spawn(kestrel_live::maintenance::run(
         drain_client,
         writer.clone(),
-        kestrel_kube::maintenance::MaintenanceConfig {
+        kestrel_live::maintenance::MaintenanceConfig {
             interval: std::time::Duration::from_millis(args.maintenance_interval.max(100)),
             gpu_operator_hook: args.gpu_operator_hook,
             hook_checkpoint_deadline_seconds: (args.gpu_operator_checkpoint_deadline / 1000) as i64,
@@ -303,7 +306,7 @@ async fn serve_async(args: ServeArgs) -> Result<()> {
         shutdown_rx.clone(),
     ));
     let training = args.training_jobs.then(|| {
-        tokio::spawn(kestrel_kube::training::run(
+        tokio::spawn(kestrel_live::training::run(
             client.clone(),
             writer.clone(),
             TrainingConfig {

@@ -7,7 +7,7 @@ use crate::{load_inputs, SimArgs};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use kestrel_core::Millis;
-use kestrel_k8s::duration::{format_duration, parse_duration};
+use kestrel_objects::duration::{format_duration, parse_duration};
 use kestrel_sim::inputs::{load_cluster_file, resolve_paths};
 use kestrel_sim::upgrade::{
     drain::simulate_upgrade, nodes_at, parse_targets, plan, preflight, CompatibilityList,

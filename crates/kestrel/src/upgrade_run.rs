@@ -9,9 +9,9 @@ use crate::drain;
 use crate::upgrade::{checked_options, RunArgs};
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::Node;
-use kestrel_k8s::crds::{MaintenancePhase, NodeMaintenanceSpec};
-use kestrel_k8s::live;
-use kestrel_kube::api::FIELD_MANAGER;
+use kestrel_live::api::FIELD_MANAGER;
+use kestrel_objects::crds::{MaintenancePhase, NodeMaintenanceSpec};
+use kestrel_objects::live;
 use kestrel_sim::upgrade::plan;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -126,7 +126,7 @@ pub fn run(args: RunArgs) -> Result<()> {
                 let name = maintenance_name(node);
                 drain::set_done(&client, &name).await?;
                 drain::follow(&client, &name, MaintenancePhase::Completed, timeout).await?;
-                Api::<kestrel_k8s::crds::NodeMaintenance>::all(client.clone())
+                Api::<kestrel_objects::crds::NodeMaintenance>::all(client.clone())
                     .delete(&name, &DeleteParams::default())
                     .await
                     .with_context(|| format!("deleting NodeMaintenance {name}"))?;

@@ -3,12 +3,12 @@
 //! - `docs/reference/cli.md`: the `--help` of `kestrel` and of every command and
 //!   subcommand under it, found by walking the `Commands:` lists of the binary's own help.
 //! - `docs/reference/crds.md`: Kestrel's CRDs as `kestrel crds` prints them (the same
-//!   `kestrel_kube::deploy::crd_objects`), per kind its names and every schema field.
+//!   `kestrel_live::deploy::crd_objects`), per kind its names and every schema field.
 //!
 //! Regenerate both after changing a command's help or a CRD's Rust type:
 //! `KESTREL_BLESS=1 cargo test -p kestrel --test cli_reference`.
 
-use kestrel_kube::deploy::crd_objects;
+use kestrel_live::deploy::crd_objects;
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -280,7 +280,7 @@ fn render_crds() -> String {
         "# CRD reference\n\n\
          <!-- Generated from the code by `KESTREL_BLESS=1 cargo test -p kestrel --test cli_reference`; do not edit. -->\n\n\
          This page is the reference for Kestrel's CustomResourceDefinitions, as `kestrel crds`\n\
-         prints them from the Rust types in `crates/kestrel-k8s/src/crds.rs`: per kind its group,\n\
+         prints them from the Rust types in `crates/kestrel-objects/src/crds.rs`: per kind its group,\n\
          version, scope and names, and every field of its schema with its type, the rules the API\n\
          server checks (required, enums, bounds, defaults), and its description. How each kind is used: [gangs](../concepts/gangs-and-topology.md)\n\
          (PodGroup, Topology), [team queues](../concepts/queues-and-preemption.md) (ClusterQueue,\n\

@@ -128,23 +128,23 @@ fn the_architecture_doc_shows_the_crate_graph_the_manifests_declare() {
 fn the_simulator_and_the_live_scheduler_do_not_depend_on_each_other() {
     let deps = |dir: &str| declared(dir).1;
     assert!(
-        !deps("crates/kestrel-kube")
+        !deps("crates/kestrel-live")
             .iter()
             .any(|d| d.starts_with("kestrel-sim")),
-        "kestrel-kube links the simulator"
+        "kestrel-live links the simulator"
     );
     assert!(
         !deps("crates/kestrel-sim")
             .iter()
-            .any(|d| d.starts_with("kestrel-kube")),
+            .any(|d| d.starts_with("kestrel-live")),
         "kestrel-sim links the live scheduler"
     );
-    let kube = read(&repo().join("crates/kestrel-kube/Cargo.toml"));
+    let kube = read(&repo().join("crates/kestrel-live/Cargo.toml"));
     assert!(
         !section(&kube, "[dev-dependencies]")
             .iter()
             .any(|l| l.starts_with("kestrel-sim")),
-        "kestrel-kube's tests link the simulator"
+        "kestrel-live's tests link the simulator"
     );
     // The binary links the test control plane only for `bench live`.
     assert!(deps("crates/kestrel").contains(&"kestrel-testenv (feature bench-live)".into()));

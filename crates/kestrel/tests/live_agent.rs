@@ -305,7 +305,7 @@ async fn on_a_dra_node_the_agent_serves_no_device_plugin() {
 
     // The XID: a DeviceTaintRule on GPU 3's DRA device, written with the agent's RBAC and
     // accepted by the API server; the recovery deletes it.
-    let rules: Api<kestrel_k8s::device_taint_rule::DeviceTaintRule> = Api::all(client.clone());
+    let rules: Api<kestrel_objects::device_taint_rule::DeviceTaintRule> = Api::all(client.clone());
     let name = format!("kestrel-gpu-health-{node_name}-gpu-3");
     let rule = eventually(
         Duration::from_secs(30),

@@ -35,8 +35,8 @@ use compat_header::expected;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kestrel_k8s::documents::read_documents;
-use kestrel_k8s::duration::parse_duration;
+use kestrel_objects::documents::read_documents;
+use kestrel_objects::duration::parse_duration;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use live::*;
 use serde_json::{json, Value};
@@ -91,7 +91,7 @@ fn compat_nodes(prefix: &str) -> (Vec<Node>, Vec<Value>) {
             let mut node = kestrel_testenv::gpu_node(&node_name, device_plugin_gpus, &labels);
             if mig {
                 let product = pool["gpu"]["model"].as_str().unwrap_or_default();
-                slices.extend(kestrel_k8s::mig::nvidia_mig_slices(
+                slices.extend(kestrel_objects::mig::nvidia_mig_slices(
                     &node_name, gpus, product,
                 ));
             } else if dra {

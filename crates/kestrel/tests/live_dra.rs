@@ -1376,7 +1376,7 @@ async fn device_taint_rules_keep_claims_off_the_devices_they_name() {
     let _started = Started::claim_controller(env).with_kube_scheduler();
     let rules: Api<kube::api::DynamicObject> = Api::all_with(
         client.clone(),
-        &kube::api::ApiResource::erase::<kestrel_k8s::device_taint_rule::DeviceTaintRule>(&()),
+        &kube::api::ApiResource::erase::<kestrel_objects::device_taint_rule::DeviceTaintRule>(&()),
     );
     for ns in [KESTREL_NS, DEFAULT_NS] {
         dra_cluster(&client, ns, 1, 2).await;

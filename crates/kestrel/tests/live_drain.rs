@@ -17,7 +17,7 @@ mod live;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
-use kestrel_k8s::crds::{NodeMaintenance, NodeMaintenanceSpec};
+use kestrel_objects::crds::{NodeMaintenance, NodeMaintenanceSpec};
 use kestrel_testenv::FakeKubelet;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use live::*;

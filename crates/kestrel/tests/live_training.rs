@@ -9,8 +9,8 @@ mod live;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
-use kestrel_k8s::crds::PodGroup;
-use kestrel_k8s::training::{TrainingJob, ATTEMPT_LABEL};
+use kestrel_objects::crds::PodGroup;
+use kestrel_objects::training::{TrainingJob, ATTEMPT_LABEL};
 use kestrel_testenv::{FakeKubelet, MlflowServer};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use live::*;

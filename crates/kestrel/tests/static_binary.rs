@@ -114,7 +114,7 @@ fn static_binary_prints_its_version_and_crds_in_an_empty_root() {
     assert!(crds.contains("name: \"podgroups.scheduling.kestrel.dev\""));
     assert_eq!(
         crds.matches("kind: \"CustomResourceDefinition\"").count(),
-        kestrel_kube::deploy::crd_objects().len(),
+        kestrel_live::deploy::crd_objects().len(),
         "every CRD the code declares"
     );
 

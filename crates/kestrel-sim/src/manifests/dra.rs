@@ -6,10 +6,10 @@
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
 use kestrel_core::PodSpec;
-use kestrel_k8s::documents::Document;
-use kestrel_k8s::dra::{self, ClaimSource, DeviceClasses};
-use kestrel_k8s::fields::Ctx;
-use kestrel_k8s::LoadError;
+use kestrel_objects::documents::Document;
+use kestrel_objects::dra::{self, ClaimSource, DeviceClasses};
+use kestrel_objects::fields::Ctx;
+use kestrel_objects::LoadError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -77,7 +77,7 @@ impl DraObjects {
         &self,
     ) -> (
         Option<dra::GpuBacking>,
-        Option<kestrel_k8s::warning::FieldWarning>,
+        Option<kestrel_objects::warning::FieldWarning>,
     ) {
         self.classes.gpu_backing()
     }

@@ -2,8 +2,8 @@
 //! annotation.
 
 use crate::workload::InjectedFailure;
-use kestrel_k8s::duration::parse_duration;
-use kestrel_k8s::training::Plan;
+use kestrel_objects::duration::parse_duration;
+use kestrel_objects::training::Plan;
 
 /// Members of a TrainingJob that fail in the simulation: a comma-separated list of
 /// `<member>@<run time>:exit=<code>`, e.g. `"worker-1@20m:exit=137, master-0@1h:exit=1"`.

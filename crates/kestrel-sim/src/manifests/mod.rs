@@ -9,20 +9,20 @@
 //!   (default 1) pods;
 //!
 //! A queued Job, StatefulSet or ReplicaSet is one workload, admitted whole (or down to
-//! Kueue's `job-min-parallelism`): its pods form the gang [`kestrel_k8s::workloads`]
+//! Kueue's `job-min-parallelism`): its pods form the gang [`kestrel_objects::workloads`]
 //! implies, unless they name a gang themselves.
 //! - `PriorityClass`, `RuntimeClass` -> resolve the pods' priority (and `preemptionPolicy`)
 //!   and runtime class, wherever they appear in the file set;
 //! - `ClusterQueue`, `LocalQueue`, `Cohort`, `ResourceFlavor` (Kueue's or Kestrel's),
 //!   `Namespace`, `ResourceQuota`, `LimitRange` -> [`Workload::queues`] and the namespaces'
-//!   default container requests, read by [`kestrel_k8s::queues`] (namespaces need not be
+//!   default container requests, read by [`kestrel_objects::queues`] (namespaces need not be
 //!   declared).
 //!
 //! Objects that create no pods (`replicas: 0`, `parallelism: 0`, `completions: 0`) are left
 //! out of the workload.
 //!
 //! How a pod template becomes the scheduler's pod (requests, priority, queue, preemption
-//! terms, GPU annotations) is [`kestrel_k8s::pods`]'s.
+//! terms, GPU annotations) is [`kestrel_objects::pods`]'s.
 
 use crate::workload::{JobKind, SimJob, SimTraining, Workload};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
@@ -30,15 +30,15 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kestrel_core::{GangSpec, GpuRequest, Millis};
-use kestrel_k8s::documents::{read_documents, supported_kinds, Document};
-use kestrel_k8s::duration::parse_duration;
-use kestrel_k8s::fields::Ctx;
-use kestrel_k8s::gangs::{pod_gang, pod_topology, GangCollector, PodGang};
-use kestrel_k8s::pods::{Annotations, Catalog};
-use kestrel_k8s::queues::{is_queue_document, QueueCollector, QueueSetup};
-use kestrel_k8s::warning::{FieldWarning, WarnedObject};
-use kestrel_k8s::workloads::{queued_workload, role_workload_with};
-use kestrel_k8s::LoadError;
+use kestrel_objects::documents::{read_documents, supported_kinds, Document};
+use kestrel_objects::duration::parse_duration;
+use kestrel_objects::fields::Ctx;
+use kestrel_objects::gangs::{pod_gang, pod_topology, GangCollector, PodGang};
+use kestrel_objects::pods::{Annotations, Catalog};
+use kestrel_objects::queues::{is_queue_document, QueueCollector, QueueSetup};
+use kestrel_objects::warning::{FieldWarning, WarnedObject};
+use kestrel_objects::workloads::{queued_workload, role_workload_with};
+use kestrel_objects::LoadError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -85,7 +85,7 @@ pub fn load_manifests_with(
     let mut queues = QueueCollector::default();
     let mut dra_objects = dra::DraObjects::default();
     let mut volume_objects = volumes::VolumeObjects::default();
-    let mut references = kestrel_k8s::kinds::References::new();
+    let mut references = kestrel_objects::kinds::References::new();
     for (path, docs) in &parsed {
         for doc in docs {
             if let Some(by) = referenced_by(doc) {
@@ -146,7 +146,7 @@ pub fn load_manifests_with(
 /// Whether an object names Volcano's `default` queue: a Volcano Job's or PodGroup's
 /// `spec.queue`, or Volcano's queue annotation on it or a pod template inside it.
 fn names_volcano_default_queue(value: &serde_json::Value) -> bool {
-    use kestrel_k8s::queues::{VOLCANO_JOB_QUEUE_ANNOTATION, VOLCANO_QUEUE_ANNOTATION};
+    use kestrel_objects::queues::{VOLCANO_JOB_QUEUE_ANNOTATION, VOLCANO_QUEUE_ANNOTATION};
     let volcano = value
         .get("apiVersion")
         .and_then(|v| v.as_str())
@@ -175,8 +175,8 @@ fn names_volcano_default_queue(value: &serde_json::Value) -> bool {
 
 /// The workload kind that refers to objects of `doc`'s kind (a TrainJob to its runtimes),
 /// if it is such a kind.
-fn referenced_by(doc: &Document) -> Option<&'static dyn kestrel_k8s::kinds::WorkloadKind> {
-    kestrel_k8s::kinds::referenced_kinds()
+fn referenced_by(doc: &Document) -> Option<&'static dyn kestrel_objects::kinds::WorkloadKind> {
+    kestrel_objects::kinds::referenced_kinds()
         .find(|(kind, _, _)| *kind == doc.kind())
         .map(|(_, _, by)| by)
 }
@@ -184,10 +184,10 @@ fn referenced_by(doc: &Document) -> Option<&'static dyn kestrel_k8s::kinds::Work
 /// Keeps an object that workloads refer to (a TrainJob's runtime), at a version Kestrel
 /// reads, once.
 fn add_reference(
-    references: &mut kestrel_k8s::kinds::References,
+    references: &mut kestrel_objects::kinds::References,
     path: &Path,
     doc: &Document,
-    by: &dyn kestrel_k8s::kinds::WorkloadKind,
+    by: &dyn kestrel_objects::kinds::WorkloadKind,
 ) -> Result<(), LoadError> {
     let ctx = Ctx {
         path,
@@ -202,7 +202,7 @@ fn add_reference(
     let read: Vec<String> = by
         .versions()
         .iter()
-        .map(|v| kestrel_k8s::kinds::api_version(by.group(), v))
+        .map(|v| kestrel_objects::kinds::api_version(by.group(), v))
         .collect();
     if !read.iter().any(|v| v == api_version) {
         return Err(ctx.err(
@@ -216,7 +216,7 @@ fn add_reference(
     let name = doc
         .meta_str("name")
         .ok_or_else(|| ctx.err("metadata.name", "no name; set metadata.name"))?;
-    let cluster = kestrel_k8s::kinds::referenced_kinds().any(|(k, c, _)| k == kind && c);
+    let cluster = kestrel_objects::kinds::referenced_kinds().any(|(k, c, _)| k == kind && c);
     let namespace = match cluster {
         true => String::new(),
         false => doc.meta_str("namespace").unwrap_or("default").to_string(),
@@ -234,7 +234,7 @@ fn add_reference(
 
 struct Builder {
     /// Objects workloads refer to by name (a TrainJob's runtime).
-    references: kestrel_k8s::kinds::References,
+    references: kestrel_objects::kinds::References,
     catalog: Catalog,
     gangs: GangCollector,
     queues: QueueSetup,
@@ -377,9 +377,10 @@ impl Builder {
             }
             other => {
                 let api_version = doc.value.get("apiVersion").and_then(|v| v.as_str());
-                if let Some(why) =
-                    kestrel_k8s::documents::unread_version(other, api_version.unwrap_or_default())
-                {
+                if let Some(why) = kestrel_objects::documents::unread_version(
+                    other,
+                    api_version.unwrap_or_default(),
+                ) {
                     return Err(ctx.err("apiVersion", why));
                 }
                 return Err(ctx.err(
@@ -405,13 +406,13 @@ impl Builder {
     /// annotation LeaderWorkerSet's controller puts on its pods, as live; with
     /// `leaderworkerset.sigs.k8s.io/exclusive-topology`, each group alone in its domain.
     fn leader_worker_set(&mut self, ctx: &Ctx, doc: &Document) -> Result<(), LoadError> {
-        use kestrel_k8s::gangs::{
+        use kestrel_objects::gangs::{
             LWS_EXCLUSIVE_ANNOTATION, LWS_GROUP_INDEX_LABEL, LWS_GROUP_KEY_LABEL, LWS_NAME_LABEL,
             LWS_SIZE_ANNOTATION, LWS_WORKER_INDEX_LABEL,
         };
         let value = &doc.value;
         let api_version = value.get("apiVersion").and_then(|v| v.as_str());
-        if let Some(why) = kestrel_k8s::documents::unread_version(
+        if let Some(why) = kestrel_objects::documents::unread_version(
             "LeaderWorkerSet",
             api_version.unwrap_or_default(),
         ) {
@@ -431,7 +432,8 @@ impl Builder {
                     ctx.err(field, format!("{v} is not a count; write a whole number"))
                 })?,
             };
-            kestrel_k8s::workloads::check_pod_count(field, n).map_err(|why| ctx.err(field, why))?;
+            kestrel_objects::workloads::check_pod_count(field, n)
+                .map_err(|why| ctx.err(field, why))?;
             Ok(n)
         };
         let groups = count("spec.replicas", &value["spec"]["replicas"], 1)?;
@@ -503,7 +505,7 @@ impl Builder {
                     .get_or_insert_with(Default::default)
                     .insert(LWS_SIZE_ANNOTATION.into(), size.to_string());
                 if let Some(topology) = &exclusive {
-                    template = kestrel_k8s::workloads::exclusive_template(
+                    template = kestrel_objects::workloads::exclusive_template(
                         template,
                         LWS_GROUP_KEY_LABEL,
                         &group_key,
@@ -557,7 +559,8 @@ impl Builder {
             if v < 0 {
                 return Err(ctx.err(field, format!("{v} is negative; set 0 or more")));
             }
-            kestrel_k8s::workloads::check_pod_count(field, v).map_err(|why| ctx.err(field, why))?;
+            kestrel_objects::workloads::check_pod_count(field, v)
+                .map_err(|why| ctx.err(field, why))?;
         }
         let sim_job = self.job(
             ctx,
@@ -626,7 +629,7 @@ impl Builder {
         let annotations = cron_job.metadata.annotations.clone().unwrap_or_default();
         let at = |key: &str, default: Millis| -> Result<Millis, LoadError> {
             match annotations.get(key) {
-                Some(v) => kestrel_k8s::duration::parse_duration(v)
+                Some(v) => kestrel_objects::duration::parse_duration(v)
                     .map_err(|e| ctx.err(format!("metadata.annotations[{key:?}]"), e.to_string())),
                 None => Ok(default),
             }
@@ -671,7 +674,7 @@ impl Builder {
     where
         K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta> + serde::Serialize,
     {
-        let fields = kestrel_k8s::documents::unknown_fields(&doc.value, typed);
+        let fields = kestrel_objects::documents::unknown_fields(&doc.value, typed);
         if fields.is_empty() {
             return;
         }
@@ -783,9 +786,9 @@ impl Builder {
         value: &serde_json::Value,
         meta: &ObjectMeta,
     ) -> Result<SimTraining, LoadError> {
-        let job: kestrel_k8s::training::TrainingJob = serde_json::from_value(value.clone())
+        let job: kestrel_objects::training::TrainingJob = serde_json::from_value(value.clone())
             .map_err(|e| ctx.err("spec", format!("not a TrainingJob: {e}")))?;
-        let plan = kestrel_k8s::training::plan(ctx.path, &job)?;
+        let plan = kestrel_objects::training::plan(ctx.path, &job)?;
         let annotations = meta.annotations.clone().unwrap_or_default();
         let failures = match annotations.get(FAILURES_ANNOTATION) {
             Some(text) => parse_failures(&plan, text).map_err(|e| {
@@ -818,7 +821,7 @@ impl Builder {
                 format!("{replicas} is negative; set 0 or more"),
             ));
         }
-        kestrel_k8s::workloads::check_pod_count("spec.replicas", replicas)
+        kestrel_objects::workloads::check_pod_count("spec.replicas", replicas)
             .map_err(|why| ctx.err("spec.replicas", why))?;
         self.job(
             ctx,

@@ -1,7 +1,7 @@
 use super::*;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kestrel_core::{PreemptionTerms, SelectorOperator, TaintEffect, TolerationOperator};
-use kestrel_k8s::annotations::DEFAULT_TERMINATION_GRACE;
+use kestrel_objects::annotations::DEFAULT_TERMINATION_GRACE;
 
 fn load(files: &[(&str, &str)]) -> Result<Workload, LoadError> {
     let files: Vec<(PathBuf, String)> = files
@@ -946,7 +946,7 @@ fn live_pods_get_queue_and_preemption_terms_the_same_way() {
         Path::new("cluster"),
         [&pc],
         [],
-        kestrel_k8s::pods::WorkloadPriorityListing::NotServed,
+        kestrel_objects::pods::WorkloadPriorityListing::NotServed,
     );
     assert!(errors.is_empty(), "{errors:?}");
     let pod: core::Pod = serde_json::from_value(serde_json::json!({
@@ -976,7 +976,7 @@ fn live_pods_get_queue_and_preemption_terms_the_same_way() {
         Path::new("cluster"),
         [&bad],
         [],
-        kestrel_k8s::pods::WorkloadPriorityListing::NotServed,
+        kestrel_objects::pods::WorkloadPriorityListing::NotServed,
     );
     assert!(
         errors[0].to_string().contains("preemptionPolicy"),

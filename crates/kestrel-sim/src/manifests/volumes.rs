@@ -11,10 +11,10 @@
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kestrel_core::PodSpec;
-use kestrel_k8s::documents::Document;
-use kestrel_k8s::fields::Ctx;
-use kestrel_k8s::volumes::{ClaimInfo, VolumeCatalog, VolumeInfo, NO_PROVISIONER};
-use kestrel_k8s::LoadError;
+use kestrel_objects::documents::Document;
+use kestrel_objects::fields::Ctx;
+use kestrel_objects::volumes::{ClaimInfo, VolumeCatalog, VolumeInfo, NO_PROVISIONER};
+use kestrel_objects::LoadError;
 use std::path::Path;
 
 /// Whether a kind is one [`VolumeObjects`] reads.

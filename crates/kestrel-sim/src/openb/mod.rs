@@ -17,7 +17,7 @@ use kestrel_core::{
     PodSpec, Policy, Requirement, Resources, Rng, Scheduler, SchedulerConfig, SelectorOperator,
     GPU_PRODUCT_LABEL,
 };
-use kestrel_k8s::LoadError;
+use kestrel_objects::LoadError;
 use serde::Serialize;
 use std::collections::HashSet;
 use std::path::Path;

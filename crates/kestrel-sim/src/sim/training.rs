@@ -1,5 +1,5 @@
 //! TrainingJobs in the run: the live controller's decisions
-//! ([`kestrel_k8s::training::reconcile`]) taken on the simulator's pods, and carried out
+//! ([`kestrel_objects::training::reconcile`]) taken on the simulator's pods, and carried out
 //! here as `kestrel serve` carries them out against the API server: create the attempt's
 //! pods (one gang), delete pods, finish the job.
 //!
@@ -13,7 +13,7 @@ use crate::metrics::TrainingJobReport;
 use crate::workload::Workload;
 use k8s_openapi::jiff::Timestamp;
 use kestrel_core::{Millis, PodId};
-use kestrel_k8s::training::{reconcile, Action, ObservedPod, PodPhase, TrainingJobStatus};
+use kestrel_objects::training::{reconcile, Action, ObservedPod, PodPhase, TrainingJobStatus};
 
 /// Where one TrainingJob's controller stands.
 #[derive(Debug, Clone, Default)]

@@ -159,7 +159,7 @@ impl CompatibilityList {
     /// Reads the list; a file that does not parse, or has a field other than the four
     /// components, is refused with the file and what to write.
     pub fn parse(file: &Path, text: &str) -> Result<Self, crate::LoadError> {
-        kestrel_k8s::yaml::from_str::<CompatibilityList>(text).map_err(|e| {
+        kestrel_objects::yaml::from_str::<CompatibilityList>(text).map_err(|e| {
             crate::LoadError::new(
                 file,
                 format!(
@@ -364,7 +364,7 @@ impl UpgradePlan {
             nodes,
             self.options.max_nodes,
             self.options.max_gpus,
-            kestrel_k8s::duration::format_duration(self.options.node_duration),
+            kestrel_objects::duration::format_duration(self.options.node_duration),
         ));
         for (i, b) in self.batches.iter().enumerate() {
             out.push_str(&format!(

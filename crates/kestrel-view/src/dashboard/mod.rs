@@ -1,6 +1,6 @@
 //! Kestrel's dashboard: the JSON its pages read and the pages themselves, over any
 //! [`ExplainState`] (a moment of a simulated run, or the live leader's index). Only HTTP is
-//! left to the server (`kestrel_kube::dashboard`), so the simulator and the live scheduler
+//! left to the server (`kestrel_live::dashboard`), so the simulator and the live scheduler
 //! answer every `/api/...` path with the same code.
 //!
 //! - `map`: the GPU map (nodes as rows of GPU cells by rack and NVLink domain);
@@ -10,7 +10,7 @@
 //! - `assets`: the HTML, JavaScript and CSS, compiled in (no CDN, no bundler).
 //!
 //! A simulated run's time slider is `kestrel_sim::dashboard::timeline`; the live leader's
-//! copies are `kestrel_kube::live_dashboard`'s.
+//! copies are `kestrel_live::live_dashboard`'s.
 //!
 //! It shows what the engine knows: pods, nodes, queues and their decisions; no Secrets, no
 //! pod specs beyond their requests.

@@ -83,7 +83,7 @@ mod tests {
         assert_eq!(clock(93_600_000), "26:00");
         assert_eq!(clock(34_230_000), "09:30:30");
         for t in [0, 36_000_000, 34_230_000] {
-            assert_eq!(kestrel_k8s::duration::parse_duration(&clock(t)), Ok(t));
+            assert_eq!(kestrel_objects::duration::parse_duration(&clock(t)), Ok(t));
         }
     }
 }

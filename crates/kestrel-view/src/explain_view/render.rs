@@ -6,7 +6,7 @@ use super::help::Help;
 use super::pending::{PendingEntry, QueueListView};
 use super::views::{GangView, NodeView, PodView, QueueView};
 use kestrel_core::{Bytes, Millis};
-use kestrel_k8s::duration::format_duration;
+use kestrel_objects::duration::format_duration;
 use std::fmt::Write as _;
 
 /// The explanation's message after `first` (a label or an indent), continued at `indent`.

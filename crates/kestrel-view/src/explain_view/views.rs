@@ -12,7 +12,7 @@ use kestrel_core::{
     format_amount, quota_scale, CqId, GangPhase, GangProblem, Millis, NodeId, PodId, PodPhase,
     Scheduler,
 };
-use kestrel_k8s::duration::format_duration;
+use kestrel_objects::duration::format_duration;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;

@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use kestrel_kube::index::DELETE_PROTECTION;
+use kestrel_live::index::DELETE_PROTECTION;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;

@@ -225,7 +225,7 @@ pub fn node_of(pod: &Pod) -> Option<&str> {
 
 // Not every test binary that includes this module reads annotations.
 #[allow(unused_imports)]
-pub use kestrel_k8s::live::annotation;
+pub use kestrel_objects::live::annotation;
 
 /// Waits until `count` pods of the namespace are bound; returns the pods.
 pub async fn wait_bound(

@@ -1,0 +1,979 @@
+//! The API writes a scheduler makes: the GPU annotation and the binding, the pod's
+//! `PodScheduled` condition, `FailedScheduling` events, preemption (checkpoint requests,
+//! `DisruptionTarget`, deletes, `Preempted` events), and the status of Kestrel's
+//! PodGroups (server-side apply) with Warning events on those it cannot use, and Warning
+//! events on other projects' objects with fields Kestrel does not honour.
+
+use crate::index::{
+    BindJob, BindOutcome, CheckpointJob, EvictJob, GroupEventJob, GroupStatusJob, NominationJob,
+    ProvisionJob, QueueStatusJob, StatusJob, DELETE_PROTECTION,
+};
+use crate::limiter::Limiter;
+use k8s_openapi::api::core::v1::{
+    Binding, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
+};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kestrel_objects::crds::{ClusterQueue, LocalQueue, PodGroup, API_VERSION};
+use kestrel_objects::live::{CHECKPOINT_REQUEST_ANNOTATION, GPU_INDICES_ANNOTATION};
+use kestrel_objects::volumes::{BOUND_BY_CONTROLLER_ANNOTATION, SELECTED_NODE_ANNOTATION};
+use kestrel_objects::warning::{FieldWarning, FIELD_NOT_HONOURED};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
+};
+use kube::Client;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The field manager of every write Kestrel makes.
+pub const FIELD_MANAGER: &str = "kestrel";
+/// Longest event note the API server accepts (events.k8s.io/v1: 1 kB).
+const MAX_NOTE: usize = 1024;
+/// How long a bind waits for the claims it provisions to be bound (kube-scheduler's own
+/// bind timeout is 600 s).
+pub const VOLUME_BIND_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest condition message the API server accepts (metav1.Condition: 32 kB).
+const MAX_CONDITION_MESSAGE: usize = 32 * 1024;
+
+/// Whether a claim is bound (to `volume`, when given).
+fn claim_bound_to(claim: &PersistentVolumeClaim, volume: Option<&str>) -> bool {
+    let bound = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref());
+    match volume {
+        Some(v) => bound == Some(v),
+        None => bound.is_some_and(|v| !v.is_empty()),
+    }
+}
+
+/// `text` cut to at most `max` bytes (on a character boundary), marked with "...".
+fn truncated(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut cut = max - 3;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}...", &text[..cut])
+}
+
+/// How the chosen GPU indices reach a pod.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GpuIndicesWrite {
+    /// A merge patch of the annotation, then the binding: two writes, the annotation on
+    /// the pod before it has a node.
+    Patch,
+    /// In the Binding's `metadata.annotations`, which the API server copies onto the pod
+    /// as it sets the node: one write per bind, and no annotation left behind by a bind
+    /// that fails. The default: every supported API server copies them.
+    #[default]
+    Binding,
+}
+
+/// Writes to the API server, rate limited.
+#[derive(Clone)]
+pub struct ApiWriter {
+    client: Client,
+    /// `reportingController` of events (the scheduler name).
+    pub controller: String,
+    /// `reportingInstance` of events (this replica).
+    pub instance: String,
+    limiter: Arc<Limiter>,
+    gpu_indices: GpuIndicesWrite,
+    /// Binds are refused once leadership lapsed by this replica's clock.
+    lease: crate::leader::LeaseClock,
+}
+
+/// The HTTP status of an API error, if the server answered.
+fn status_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+impl ApiWriter {
+    pub fn new(client: Client, controller: &str, instance: &str, limiter: Arc<Limiter>) -> Self {
+        ApiWriter {
+            client,
+            controller: controller.to_string(),
+            instance: instance.to_string(),
+            limiter,
+            gpu_indices: GpuIndicesWrite::default(),
+            lease: crate::leader::LeaseClock::unelected(),
+        }
+    }
+
+    /// Checks leadership against `lease` before each write of a bind.
+    pub fn with_lease(mut self, lease: crate::leader::LeaseClock) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Writes the GPU indices this way from now on.
+    pub fn with_gpu_indices_write(mut self, how: GpuIndicesWrite) -> Self {
+        self.gpu_indices = how;
+        self
+    }
+
+    /// An error for a write a replica whose leadership lapsed must not make.
+    fn lease_held(&self) -> Result<(), kube::Error> {
+        match self.lease.held() {
+            true => Ok(()),
+            false => Err(kube::Error::Service(
+                "leadership lapsed by this replica's clock (it was paused or cut off past \
+                 its renew deadline): not writing"
+                    .into(),
+            )),
+        }
+    }
+
+    fn pods(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Binds a claim that waited for its first consumer, as kube-scheduler's volume binding
+    /// does: the claim is written on the PersistentVolume the engine chose for it (the
+    /// volume controller then binds the claim to it), or, for one to be provisioned, `node`
+    /// is written on the claim. Nothing is written for a claim bound already. `Err`: why
+    /// the pod is tried again.
+    async fn bind_claim(&self, job: &ProvisionJob, node: &str) -> Result<(), String> {
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &job.namespace);
+        let what = format!("PersistentVolumeClaim {}/{}", job.namespace, job.claim);
+        self.limiter.acquire().await;
+        let current = claims
+            .get(&job.claim)
+            .await
+            .map_err(|e| format!("reading {what}: {e}"))?;
+        if claim_bound_to(&current, job.volume.as_deref()) {
+            return Ok(());
+        }
+        if let Some(volume) = &job.volume {
+            return self.write_claim_ref(&current, volume, &what).await;
+        }
+        let selected = current
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SELECTED_NODE_ANNOTATION));
+        if selected.map(String::as_str) != Some(node) {
+            self.limiter.acquire().await;
+            let patch = json!({"metadata": {
+                "annotations": {SELECTED_NODE_ANNOTATION: node},
+                "resourceVersion": current.metadata.resource_version,
+            }});
+            claims
+                .patch(&job.claim, &Self::params(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| match status_code(&e) {
+                    Some(409) => {
+                        format!("{what} changed since it was read; the pod is tried again")
+                    }
+                    _ => format!("selecting node {node} for {what}: {e}"),
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Writes `claim` on PersistentVolume `volume` (`spec.claimRef`, with the
+    /// `pv.kubernetes.io/bound-by-controller` annotation), as kube-scheduler does, unless
+    /// the volume names it already; a volume another claim took refuses.
+    async fn write_claim_ref(
+        &self,
+        claim: &PersistentVolumeClaim,
+        volume: &str,
+        what: &str,
+    ) -> Result<(), String> {
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        self.limiter.acquire().await;
+        let pv = volumes
+            .get(volume)
+            .await
+            .map_err(|e| format!("reading PersistentVolume {volume} for {what}: {e}"))?;
+        let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
+        let name = claim.metadata.name.as_deref().unwrap_or_default();
+        match pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
+            Some(r)
+                if r.namespace.as_deref() == Some(namespace)
+                    && r.name.as_deref() == Some(name)
+                    && r.uid
+                        .as_ref()
+                        .is_none_or(|u| Some(u) == claim.metadata.uid.as_ref()) =>
+            {
+                return Ok(());
+            }
+            Some(r) => {
+                return Err(format!(
+                    "PersistentVolume {volume} was taken by claim {}/{} before {what}; the pod \
+                     is tried again",
+                    r.namespace.as_deref().unwrap_or_default(),
+                    r.name.as_deref().unwrap_or_default()
+                ))
+            }
+            None => {}
+        }
+        self.limiter.acquire().await;
+        let patch = json!({
+            "metadata": {
+                "resourceVersion": pv.metadata.resource_version,
+                "annotations": {BOUND_BY_CONTROLLER_ANNOTATION: "yes"},
+            },
+            "spec": {"claimRef": {
+                "kind": "PersistentVolumeClaim", "apiVersion": "v1",
+                "namespace": namespace, "name": name,
+                "uid": claim.metadata.uid, "resourceVersion": claim.metadata.resource_version,
+            }},
+        });
+        volumes
+            .patch(volume, &Self::params(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| match status_code(&e) {
+                Some(409) => format!(
+                    "PersistentVolume {volume} changed since it was read; the pod is tried again"
+                ),
+                _ => format!("binding PersistentVolume {volume} to {what}: {e}"),
+            })?;
+        Ok(())
+    }
+
+    /// Waits until a claim [`Self::bind_claim`] bound is bound (up to
+    /// [`VOLUME_BIND_TIMEOUT`]); `Err`: why the pod is tried again.
+    async fn await_claim_bound(&self, job: &ProvisionJob, node: &str) -> Result<(), String> {
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &job.namespace);
+        let what = format!("PersistentVolumeClaim {}/{}", job.namespace, job.claim);
+        let deadline = tokio::time::Instant::now() + VOLUME_BIND_TIMEOUT;
+        loop {
+            self.limiter.acquire().await;
+            let claim = claims
+                .get(&job.claim)
+                .await
+                .map_err(|e| format!("reading {what}: {e}"))?;
+            if claim_bound_to(&claim, job.volume.as_deref()) {
+                return Ok(());
+            }
+            let still_selected = claim
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SELECTED_NODE_ANNOTATION))
+                .is_some_and(|n| n == node);
+            if job.volume.is_none() && !still_selected {
+                // The provisioner gave up on the node (it takes the annotation off).
+                return Err(format!(
+                    "{what} could not be provisioned on node {node}; the pod is tried again"
+                ));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let by = match &job.volume {
+                    Some(volume) => format!(
+                        "of writing it on PersistentVolume {volume} (is kube-controller-manager's \
+                         volume controller running?)"
+                    ),
+                    None => format!(
+                        "of selecting node {node} (is its StorageClass's provisioner running?)"
+                    ),
+                };
+                return Err(format!(
+                    "{what} was not bound within {}s {by}; the pod is tried again",
+                    VOLUME_BIND_TIMEOUT.as_secs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    fn params() -> PatchParams {
+        PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..Default::default()
+        }
+    }
+
+    /// Writes the GPU choice onto the pod, then binds it (or both at once, see
+    /// [`GpuIndicesWrite`]). `still_leader` is asked right before the binding is posted: a
+    /// replica that lost its lease posts nothing.
+    pub async fn bind(&self, job: &BindJob, still_leader: impl Fn() -> bool) -> BindOutcome {
+        let still_leader = || still_leader() && self.lease.held();
+        let Some(extended) = &job.extended_claim else {
+            return self.bind_claimed(job, &still_leader).await;
+        };
+        let claim = match self
+            .write_extended_claim(job, extended, &still_leader)
+            .await
+        {
+            Ok(claim) => claim,
+            Err(outcome) => return outcome,
+        };
+        let outcome = self.bind_claimed(job, &still_leader).await;
+        if outcome != BindOutcome::Bound {
+            // Its devices would stay held for a pod that is not on the node.
+            self.delete_extended_claim(&job.namespace, &claim).await;
+        }
+        outcome
+    }
+
+    /// Creates the claim for the pod's `nvidia.com/gpu` on a node where a DRA device class
+    /// serves it, allocated and reserved for the pod, and names it in the pod's
+    /// `status.extendedResourceClaimStatus`, as kube-scheduler does before it binds (the
+    /// kubelet prepares the claim's devices through the DRA driver). Returns its name.
+    async fn write_extended_claim(
+        &self,
+        job: &BindJob,
+        extended: &crate::index::ExtendedClaimJob,
+        still_leader: &impl Fn() -> bool,
+    ) -> Result<String, BindOutcome> {
+        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &job.namespace);
+        if let Some(stale) = &extended.stale {
+            self.delete_extended_claim(&job.namespace, stale).await;
+        }
+        if !still_leader() {
+            return Err(BindOutcome::Retry(
+                "leadership lost before the extended-resource claim was written".into(),
+            ));
+        }
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..Default::default()
+        };
+        let what = format!(
+            "the ResourceClaim for pod {}/{}'s nvidia.com/gpu",
+            job.namespace, job.name
+        );
+        let claim: ResourceClaim = serde_json::from_value(extended.claim.clone())
+            .map_err(|e| BindOutcome::Retry(format!("{what}: {e}")))?;
+        self.limiter.acquire().await;
+        let mut created = claims
+            .create(&params, &claim)
+            .await
+            .map_err(|e| BindOutcome::Retry(format!("creating {what}: {e}")))?;
+        let name = created.metadata.name.clone().unwrap_or_default();
+        let written: Result<(), BindOutcome> = async {
+            created.status = Some(
+                serde_json::from_value(extended.status.clone())
+                    .map_err(|e| BindOutcome::Retry(format!("{what}: {e}")))?,
+            );
+            self.limiter.acquire().await;
+            claims
+                .replace_status(&name, &params, &created)
+                .await
+                .map_err(|e| BindOutcome::Retry(format!("allocating {what}: {e}")))?;
+            let status = json!({"metadata": {"uid": job.uid}, "status": {"extendedResourceClaimStatus": {
+                "resourceClaimName": name, "requestMappings": extended.mappings}}});
+            self.limiter.acquire().await;
+            self.pods(&job.namespace)
+                .patch_status(&job.name, &Self::params(), &Patch::Merge(&status))
+                .await
+                .map_err(|e| match status_code(&e) {
+                    Some(404) | Some(409) => BindOutcome::PodGone,
+                    _ => BindOutcome::Retry(format!("naming {what} in the pod's status: {e}")),
+                })?;
+            Ok(())
+        }
+        .await;
+        if let Err(outcome) = written {
+            self.delete_extended_claim(&job.namespace, &name).await;
+            return Err(outcome);
+        }
+        Ok(name)
+    }
+
+    /// Deletes an extended-resource claim a bind made (its finalizer first: nothing else
+    /// takes it off a claim that is not in use), best effort: one left behind is deleted
+    /// before the pod's next bind.
+    async fn delete_extended_claim(&self, namespace: &str, name: &str) {
+        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), namespace);
+        let unprotect = json!({"metadata": {"finalizers": null}});
+        self.limiter.acquire().await;
+        let patched = claims
+            .patch(name, &Self::params(), &Patch::Merge(&unprotect))
+            .await;
+        if let Err(e) = patched {
+            if status_code(&e) != Some(404) {
+                tracing::warn!(claim = %format!("{namespace}/{name}"), error = %e, "cannot release a claim a failed bind made");
+            }
+            return;
+        }
+        self.limiter.acquire().await;
+        if let Err(e) = claims.delete(name, &DeleteParams::default()).await {
+            if status_code(&e) != Some(404) {
+                tracing::warn!(claim = %format!("{namespace}/{name}"), error = %e, "cannot delete a claim a failed bind made");
+            }
+        }
+    }
+
+    /// [`ApiWriter::bind`] once any extended-resource claim is written.
+    async fn bind_claimed(&self, job: &BindJob, still_leader: &impl Fn() -> bool) -> BindOutcome {
+        // DRA, as kube-scheduler does it: the claims' allocation and the pod's reservation
+        // first, on the versions seen (a claim changed since is a conflict, and the pod is
+        // tried again with what the watch then shows), then the binding.
+        for claim in &job.claims {
+            if !still_leader() {
+                return BindOutcome::Retry("leadership lost before the claims were written".into());
+            }
+            let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &claim.namespace);
+            let params = PostParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..Default::default()
+            };
+            let mut object: ResourceClaim = match serde_json::from_str(&claim.object) {
+                Ok(object) => object,
+                Err(e) => return BindOutcome::Retry(format!("the claim to write: {e}")),
+            };
+            let what = format!("ResourceClaim {}/{}", claim.namespace, claim.name);
+            let protected = |c: &ResourceClaim| {
+                c.metadata
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == DELETE_PROTECTION)
+            };
+            if protected(&object) && claim.adds_finalizer {
+                // The finalizer first (the status subresource ignores metadata), on the
+                // version seen; the status then goes on the version that answer gives.
+                self.limiter.acquire().await;
+                match claims.replace(&claim.name, &params, &object).await {
+                    Ok(updated) => {
+                        object.metadata.resource_version = updated.metadata.resource_version;
+                    }
+                    Err(e) => {
+                        return BindOutcome::Retry(match status_code(&e) {
+                            Some(409) => {
+                                format!("{what} changed since it was read; the pod is tried again")
+                            }
+                            Some(404) => format!("{what} is gone"),
+                            _ => format!("protecting {what}: {e}"),
+                        })
+                    }
+                }
+            }
+            self.limiter.acquire().await;
+            if let Err(e) = claims.replace_status(&claim.name, &params, &object).await {
+                return BindOutcome::Retry(match status_code(&e) {
+                    Some(409) => {
+                        format!("{what} changed since it was read; the pod is tried again")
+                    }
+                    Some(404) => format!("{what} is gone"),
+                    _ => format!("writing the allocation of {what}: {e}"),
+                });
+            }
+        }
+        // Volumes that wait for their first consumer: every claim is written on its volume
+        // (or its node on it) first, then the pod waits for all of them to be bound, as
+        // kube-scheduler's volume binding does.
+        for claim in &job.provision {
+            if !still_leader() {
+                return BindOutcome::Retry("leadership lost before the volumes were bound".into());
+            }
+            if let Err(why) = self.bind_claim(claim, &job.node).await {
+                return BindOutcome::Retry(why);
+            }
+        }
+        for claim in &job.provision {
+            if let Err(why) = self.await_claim_bound(claim, &job.node).await {
+                return BindOutcome::Retry(why);
+            }
+        }
+        let pods = self.pods(&job.namespace);
+        let patch_first = self.gpu_indices == GpuIndicesWrite::Patch;
+        if let Some(indices) = job.gpu_indices.as_ref().filter(|_| patch_first) {
+            self.limiter.acquire().await;
+            let patch = json!({"metadata": {"annotations": {GPU_INDICES_ANNOTATION: indices}}});
+            if let Err(e) = pods
+                .patch(&job.name, &Self::params(), &Patch::Merge(&patch))
+                .await
+            {
+                return match status_code(&e) {
+                    Some(404) => BindOutcome::PodGone,
+                    _ => BindOutcome::Retry(format!("annotating the pod: {e}")),
+                };
+            }
+        }
+        if !still_leader() {
+            return BindOutcome::Retry("leadership lost before the bind".into());
+        }
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(job.name.clone()),
+                namespace: Some(job.namespace.clone()),
+                uid: Some(job.uid.clone()).filter(|u| !u.is_empty()),
+                annotations: job
+                    .gpu_indices
+                    .as_ref()
+                    .filter(|_| !patch_first)
+                    .map(|i| [(GPU_INDICES_ANNOTATION.to_string(), i.clone())].into()),
+                ..Default::default()
+            },
+            target: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(job.node.clone()),
+                ..Default::default()
+            },
+        };
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..Default::default()
+        };
+        self.limiter.acquire().await;
+        let result: Result<serde_json::Value, kube::Error> = pods
+            .create_subresource("binding", &job.name, &params, &binding)
+            .await;
+        match result {
+            Ok(_) => BindOutcome::Bound,
+            Err(e) => match status_code(&e) {
+                Some(404) => BindOutcome::PodGone,
+                Some(409) => {
+                    // Already bound, or replaced: read what the API has now.
+                    self.limiter.acquire().await;
+                    match pods.get_opt(&job.name).await {
+                        Ok(pod) => BindOutcome::Conflict(pod.map(Box::new)),
+                        Err(e) => {
+                            BindOutcome::Retry(format!("reading the pod after a conflict: {e}"))
+                        }
+                    }
+                }
+                // Refused: nothing was written.
+                Some(code) if code < 500 => BindOutcome::Retry(e.to_string()),
+                _ => self.settle_unanswered_bind(job, &e, still_leader).await,
+            },
+        }
+    }
+
+    /// A binding whose answer was lost (connection cut, timeout, server error) may have
+    /// been written. Requeueing the pod would free its GPUs in the engine while the API
+    /// may hold it bound to them, and the next pod placed there over-commits the node. So
+    /// the pod is read back, as often as it takes, and what the API holds decides.
+    async fn settle_unanswered_bind(
+        &self,
+        job: &BindJob,
+        error: &kube::Error,
+        still_leader: &impl Fn() -> bool,
+    ) -> BindOutcome {
+        let pods = self.pods(&job.namespace);
+        let mut delay = Duration::from_millis(250);
+        loop {
+            if !still_leader() {
+                return BindOutcome::Retry(format!(
+                    "{error}; leadership lost before the pod could be read back"
+                ));
+            }
+            self.limiter.acquire().await;
+            match pods.get_opt(&job.name).await {
+                Ok(None) => return BindOutcome::PodGone,
+                Ok(Some(pod)) => {
+                    let same_pod =
+                        job.uid.is_empty() || pod.metadata.uid.as_deref() == Some(job.uid.as_str());
+                    let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                    return match node {
+                        Some(n) if same_pod && n == job.node => {
+                            tracing::info!(pod = %format!("{}/{}", job.namespace, job.name), node = %job.node, error = %error, "the binding's answer was lost; the pod reads back bound");
+                            BindOutcome::Bound
+                        }
+                        Some(_) => BindOutcome::Conflict(Some(Box::new(pod))),
+                        None if !same_pod => BindOutcome::Conflict(Some(Box::new(pod))),
+                        None => BindOutcome::Retry(format!("{error}; the pod reads back unbound")),
+                    };
+                }
+                Err(_) => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(4));
+                }
+            }
+        }
+    }
+
+    /// Posts an event (events.k8s.io/v1), rate limited.
+    async fn post_event(&self, namespace: &str, event: &Event) -> Result<(), kube::Error> {
+        self.limiter.acquire().await;
+        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        events.create(&PostParams::default(), event).await?;
+        Ok(())
+    }
+
+    /// The `Scheduled` event of a bound pod, as kube-scheduler records it (what
+    /// `kubectl describe pod` users look for).
+    pub async fn report_scheduled(&self, job: &BindJob) -> Result<(), kube::Error> {
+        let note = match &job.gpu_indices {
+            Some(gpus) => format!(
+                "Successfully assigned {}/{} to {} (GPUs {gpus})",
+                job.namespace, job.name, job.node
+            ),
+            None => format!(
+                "Successfully assigned {}/{} to {}",
+                job.namespace, job.name, job.node
+            ),
+        };
+        let event = self.event_of(
+            "Normal",
+            pod_reference(&job.namespace, &job.name, &job.uid),
+            "Binding",
+            "Scheduled",
+            &note,
+            Timestamp::now(),
+        );
+        match self.post_event(&job.namespace, &event).await {
+            Ok(()) => Ok(()),
+            // The namespace is going away with the pod: nothing to record.
+            Err(e) if matches!(status_code(&e), Some(403 | 404)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Marks the pod `PodScheduled=False` with the explanation (status subresource,
+    /// strategic merge on `conditions` by `type`), then records a `FailedScheduling` event.
+    pub async fn report_unschedulable(&self, job: &StatusJob) -> Result<(), kube::Error> {
+        let now = Timestamp::now();
+        let patch = json!({
+            "status": {
+                "conditions": [{
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": job.reason,
+                    "message": job.message,
+                    "lastProbeTime": null,
+                    "lastTransitionTime": Time(now),
+                }]
+            }
+        });
+        self.limiter.acquire().await;
+        let status = self
+            .pods(&job.namespace)
+            .patch_status(&job.name, &Self::params(), &Patch::Strategic(&patch))
+            .await;
+        match status {
+            Ok(_) => {}
+            Err(e) if status_code(&e) == Some(404) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        self.post_event(&job.namespace, &self.event(job, now)).await
+    }
+
+    /// The `FailedScheduling` event for a pod (events.k8s.io/v1).
+    pub fn event(&self, job: &StatusJob, now: Timestamp) -> Event {
+        let regarding = pod_reference(&job.namespace, &job.name, &job.uid);
+        self.warning(
+            regarding,
+            "Scheduling",
+            "FailedScheduling",
+            &job.message,
+            now,
+        )
+    }
+
+    /// A Warning event (events.k8s.io/v1) about an object in a namespace.
+    fn warning(
+        &self,
+        regarding: ObjectReference,
+        action: &str,
+        reason: &str,
+        message: &str,
+        now: Timestamp,
+    ) -> Event {
+        self.event_of("Warning", regarding, action, reason, message, now)
+    }
+
+    /// An event (events.k8s.io/v1) of a type (`Normal`, `Warning`) about an object.
+    fn event_of(
+        &self,
+        type_: &str,
+        regarding: ObjectReference,
+        action: &str,
+        reason: &str,
+        message: &str,
+        now: Timestamp,
+    ) -> Event {
+        let note = truncated(message, MAX_NOTE);
+        let name = regarding.name.clone().unwrap_or_default();
+        Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}.{:x}", now.as_nanosecond())),
+                namespace: regarding.namespace.clone(),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(now)),
+            action: Some(action.into()),
+            reason: Some(reason.into()),
+            type_: Some(type_.into()),
+            note: Some(note),
+            reporting_controller: Some(self.controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            regarding: Some(regarding),
+            ..Default::default()
+        }
+    }
+
+    /// Asks a preemption victim to checkpoint: the `kestrel.dev/checkpoint-request`
+    /// annotation (merge patch, guarded by the pod's UID) and a `CheckpointRequested` event.
+    pub async fn request_checkpoint(&self, job: &CheckpointJob) -> Result<(), kube::Error> {
+        self.lease_held()?;
+        let patch = json!({
+            "metadata": {
+                "uid": job.uid,
+                "annotations": {CHECKPOINT_REQUEST_ANNOTATION: job.requested_at},
+            }
+        });
+        self.limiter.acquire().await;
+        match self
+            .pods(&job.namespace)
+            .patch(&job.name, &Self::params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            // Gone, or replaced by a pod of the same name (its UID differs, which the API
+            // refuses as a change of an immutable field): nothing to ask.
+            Err(e) if matches!(status_code(&e), Some(404 | 409 | 422)) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let note = format!(
+            "checkpoint within {}s, then the pod is evicted: {}",
+            job.grace_seconds, job.message
+        );
+        let event = self.event_of(
+            "Normal",
+            pod_reference(&job.namespace, &job.name, &job.uid),
+            "Preempting",
+            "CheckpointRequested",
+            &note,
+            Timestamp::now(),
+        );
+        self.post_event(&job.namespace, &event).await
+    }
+
+    /// Writes a preemptor's `status.nominatedNodeName` (status subresource, strategic
+    /// merge), as kube-scheduler does.
+    pub async fn nominate(&self, job: &NominationJob) -> Result<(), kube::Error> {
+        self.lease_held()?;
+        let patch = json!({"status": {"nominatedNodeName": job.node}});
+        self.limiter.acquire().await;
+        match self
+            .pods(&job.namespace)
+            .patch_status(&job.name, &Self::params(), &Patch::Strategic(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if status_code(&e) == Some(404) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Evicts a preemption victim as kube-scheduler does: the `DisruptionTarget`
+    /// condition (reason `PreemptionByScheduler`) on its status, then a delete guarded by
+    /// its UID (the pod's own termination grace period applies), then a `Preempted` event.
+    pub async fn evict(&self, job: &EvictJob) -> Result<(), kube::Error> {
+        self.lease_held()?;
+        let now = Timestamp::now();
+        let pods = self.pods(&job.namespace);
+        let condition = json!({
+            "status": {
+                "conditions": [{
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "PreemptionByScheduler",
+                    "message": truncated(&format!("{}: {}", self.controller, job.message), MAX_CONDITION_MESSAGE),
+                    "lastTransitionTime": Time(now),
+                }]
+            }
+        });
+        self.limiter.acquire().await;
+        match pods
+            .patch_status(&job.name, &Self::params(), &Patch::Strategic(&condition))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if status_code(&e) == Some(404) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(job.uid.clone()).filter(|u| !u.is_empty()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        self.limiter.acquire().await;
+        match pods.delete(&job.name, &params).await {
+            Ok(_) => {}
+            // Gone already, or a new pod of that name (the victim is gone): done.
+            Err(e) if matches!(status_code(&e), Some(404 | 409)) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let event = self.event_of(
+            "Normal",
+            pod_reference(&job.namespace, &job.name, &job.uid),
+            "Preempting",
+            "Preempted",
+            &job.message,
+            now,
+        );
+        self.post_event(&job.namespace, &event).await
+    }
+
+    /// Writes a PodGroup's status by server-side apply of the status subresource (field
+    /// manager `kestrel`, forced: Kestrel owns these fields). Returns the time the
+    /// `Scheduled` condition carries.
+    pub async fn apply_pod_group_status(&self, job: &GroupStatusJob) -> Result<Time, kube::Error> {
+        let since = job.since.clone().unwrap_or(Time(Timestamp::now()));
+        let body = pod_group_status_patch(job, &since);
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &job.namespace,
+            &ApiResource::erase::<PodGroup>(&()),
+        );
+        self.limiter.acquire().await;
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        match api
+            .patch_status(&job.name, &params, &Patch::Apply(&body))
+            .await
+        {
+            Ok(_) => Ok(since),
+            // Deleted meanwhile: nothing to report on.
+            Err(e) if status_code(&e) == Some(404) => Ok(since),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes a ClusterQueue's or LocalQueue's status by server-side apply of the status
+    /// subresource (field manager `kestrel`, forced).
+    pub async fn apply_queue_status(&self, job: &QueueStatusJob) -> Result<(), kube::Error> {
+        let resource = match job.kind {
+            "ClusterQueue" => ApiResource::erase::<ClusterQueue>(&()),
+            _ => ApiResource::erase::<LocalQueue>(&()),
+        };
+        let api: Api<DynamicObject> = match &job.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
+        let mut metadata = json!({"name": job.name});
+        if let Some(ns) = &job.namespace {
+            metadata["namespace"] = json!(ns);
+        }
+        let body = json!({
+            "apiVersion": API_VERSION,
+            "kind": job.kind,
+            "metadata": metadata,
+            "status": job.status,
+        });
+        self.limiter.acquire().await;
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        match api
+            .patch_status(&job.name, &params, &Patch::Apply(&body))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if status_code(&e) == Some(404) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// An event about any object (a TrainingJob's progress), rate limited.
+    pub async fn post_object_event(
+        &self,
+        namespace: &str,
+        type_: &str,
+        regarding: ObjectReference,
+        action: &str,
+        reason: &str,
+        note: &str,
+    ) -> Result<(), kube::Error> {
+        let event = self.event_of(type_, regarding, action, reason, note, Timestamp::now());
+        self.post_event(namespace, &event).await
+    }
+
+    /// A Warning event (reason `FieldNotHonoured`, the warning as its note) on the object
+    /// a warning is about; a cluster-scoped object's goes to `default`, as Kubernetes
+    /// puts them. Nothing to post without an object to regard ([`warned_reference`]).
+    pub async fn report_field_warning(&self, warning: &FieldWarning) -> Result<(), kube::Error> {
+        let Some(regarding) = warned_reference(warning) else {
+            return Ok(());
+        };
+        let namespace = regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let mut event = self.warning(
+            regarding,
+            "Reading",
+            FIELD_NOT_HONOURED,
+            &warning.to_string(),
+            Timestamp::now(),
+        );
+        event.metadata.namespace = Some(namespace.clone());
+        self.post_event(&namespace, &event).await
+    }
+
+    /// A Warning event on a PodGroup Kestrel cannot use (reason `InvalidSpec`).
+    pub async fn report_pod_group(&self, job: &GroupEventJob) -> Result<(), kube::Error> {
+        let regarding = ObjectReference {
+            api_version: Some(API_VERSION.into()),
+            kind: Some("PodGroup".into()),
+            namespace: Some(job.namespace.clone()),
+            name: Some(job.name.clone()),
+            uid: Some(job.uid.clone()).filter(|u| !u.is_empty()),
+            ..Default::default()
+        };
+        let event = self.warning(
+            regarding,
+            "Validating",
+            job.reason,
+            &job.message,
+            Timestamp::now(),
+        );
+        self.post_event(&job.namespace, &event).await
+    }
+}
+
+/// A reference to the object a warning is about; `None` when the warning names an object
+/// no listing gave (a parent queue that is not defined): there is nothing to post it on.
+pub fn warned_reference(warning: &FieldWarning) -> Option<ObjectReference> {
+    let o = &warning.object;
+    let api_version = o.api_version.clone().filter(|v| !v.is_empty())?;
+    (!o.name.is_empty()).then(|| ObjectReference {
+        api_version: Some(api_version),
+        kind: Some(o.kind.clone()),
+        namespace: o.namespace.clone(),
+        name: Some(o.name.clone()),
+        uid: o.uid.clone(),
+        ..Default::default()
+    })
+}
+
+/// A reference to a pod, for events.
+fn pod_reference(namespace: &str, name: &str, uid: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(namespace.to_string()),
+        name: Some(name.to_string()),
+        uid: Some(uid.to_string()).filter(|u| !u.is_empty()),
+        ..Default::default()
+    }
+}
+
+/// The server-side apply body of a PodGroup's status: only the fields Kestrel owns.
+pub fn pod_group_status_patch(job: &GroupStatusJob, since: &Time) -> serde_json::Value {
+    let mut condition = json!({
+        "type": "Scheduled",
+        "status": job.condition,
+        "reason": job.reason,
+        "message": truncated(&job.message, MAX_CONDITION_MESSAGE),
+        "lastTransitionTime": since,
+    });
+    if let Some(generation) = job.observed_generation {
+        condition["observedGeneration"] = json!(generation);
+    }
+    json!({
+        "apiVersion": API_VERSION,
+        "kind": "PodGroup",
+        "metadata": {"name": job.name, "namespace": job.namespace},
+        "status": {
+            "phase": job.phase.as_str(),
+            "scheduled": job.scheduled,
+            "running": job.running,
+            "conditions": [condition],
+        }
+    })
+}
