@@ -12,6 +12,7 @@ pub mod fgd;
 pub mod gang;
 mod hints;
 pub mod inter_pod;
+pub mod leaving;
 pub mod model;
 pub mod outcome;
 pub mod packing;

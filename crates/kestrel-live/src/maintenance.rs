@@ -14,14 +14,17 @@
 //! 3. the pods to move: the node's pods (less DaemonSet and mirror pods, which stay) and
 //!    every other pod of their gangs, so that no gang is left partly running;
 //! 4. ask those that checkpoint (`kestrel.dev/checkpoint-grace`, or a
-//!    `kestrel.dev/checkpoint-interval` whose next checkpoint falls before the deadline)
-//!    for a checkpoint, once, at the time recorded in `status.checkpointRequestedAt`, and
+//!    `kestrel.dev/checkpoint-interval` whose next checkpoint falls before the deadline;
+//!    a gang only when every member does) for a checkpoint, once, at the time recorded in `status.checkpointRequestedAt`, and
 //!    wait until each reported one at or after it (`kestrel.dev/last-checkpoint`), its
 //!    grace ran out, or the maintenance's deadline passed;
 //! 5. evict them through the Eviction API (PodDisruptionBudgets apply; a refusal, HTTP
 //!    429, is counted in the status and tried again next pass);
 //! 6. `Drained` once none is left; `Completed` and uncordoned when `spec.done` is set or
 //!    the object is deleted (a finalizer holds it until the node is uncordoned).
+//!
+//! Steps 3 and 4 are the engine's decisions ([`kestrel_core::leaving`]), the ones the
+//! simulator's upgrade drains carry out on its clock.
 //!
 //! With the GPU Operator hook on, a node the NVIDIA GPU Operator's driver-upgrade
 //! controller puts in `wait-for-jobs-required` (label [`GPU_OPERATOR_STATE_LABEL`]) gets a
@@ -36,6 +39,8 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+use kestrel_core::leaving::{drain_wait, drain_workloads, DrainCandidate, DrainMember};
+use kestrel_core::{Millis, PodSpec, PreemptionTerms};
 use kestrel_objects::crds::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
 use kestrel_objects::live::{self, CHECKPOINT_REQUEST_ANNOTATION, LAST_CHECKPOINT_ANNOTATION};
 use kestrel_objects::pods::Catalog;
@@ -399,9 +404,11 @@ impl Pass {
         let requested_at = next.checkpoint_requested_at.clone().unwrap_or_default();
         let leaving: Vec<Leaving> = leaving
             .into_iter()
-            .map(|pod| {
-                let wait_until = self.wait_until(&pod, requested_ms, deadline_ms);
-                Leaving { pod, wait_until }
+            .flat_map(|workload| {
+                let wait_until = self.wait_until(&workload, requested_ms, deadline_ms);
+                workload
+                    .into_iter()
+                    .map(move |pod| Leaving { pod, wait_until })
             })
             .collect();
         let pods = |ns: &str| -> Api<Pod> { Api::namespaced(self.client.clone(), ns) };
@@ -501,41 +508,52 @@ impl Pass {
         self.write_status(nm, next, "False", reason, &message).await
     }
 
-    /// Until when (Unix ms) a pod is waited for, if it checkpoints: its grace (capped by
-    /// the deadline) if it checkpoints on request, else the deadline if its next periodic
-    /// checkpoint falls before it.
-    fn wait_until(&self, pod: &Pod, requested_ms: i64, deadline_ms: i64) -> Option<i64> {
-        let spec = live::pod_spec(&self.catalog, pod).ok()?;
-        let terms = &spec.preemption;
-        let deadline = requested_ms + deadline_ms;
-        if let Some(grace) = terms.checkpoint_grace {
-            return Some((requested_ms + grace as i64).min(deadline));
-        }
-        let interval = terms.checkpoint_interval? as i64;
-        let start = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.start_time.as_ref())
-            .map(|t| t.0.as_millisecond())?;
-        let since = (requested_ms - start).max(0);
-        let next = start + (since / interval + 1) * interval;
-        (next <= deadline).then_some(deadline)
+    /// Until when (Unix ms) a workload (a pod, or a gang's pods) is waited for, if it
+    /// checkpoints: the engine's drain decision ([`drain_wait`]) for a drain that asked at
+    /// `requested_ms` and waits `deadline_ms` at most. A pod whose spec cannot be read
+    /// offers no checkpoint.
+    fn wait_until(&self, workload: &[Pod], requested_ms: i64, deadline_ms: i64) -> Option<i64> {
+        let specs: Vec<Option<PodSpec>> = workload
+            .iter()
+            .map(|p| live::pod_spec(&self.catalog, p).ok())
+            .collect();
+        let no_terms = PreemptionTerms::default();
+        let members: Vec<DrainMember<'_>> = workload
+            .iter()
+            .zip(&specs)
+            .map(|(pod, spec)| DrainMember {
+                terms: spec.as_ref().map_or(&no_terms, |s| &s.preemption),
+                run_start: pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.start_time.as_ref())
+                    .map(|t| t.0.as_millisecond().max(0) as Millis),
+            })
+            .collect();
+        let wait = drain_wait(
+            &members,
+            requested_ms.max(0) as Millis,
+            deadline_ms.max(0) as Millis,
+            true,
+        );
+        wait.until().map(|t| t as i64)
     }
 
-    /// The node's pods to move, and the other pods of their gangs (wherever they run).
-    async fn pods_leaving(&self, node_name: &str) -> Result<Vec<Pod>, kube::Error> {
+    /// What the drain of the node moves, per workload ([`drain_workloads`]): the node's
+    /// movable pods, and the other running pods of their gangs, wherever they run.
+    async fn pods_leaving(&self, node_name: &str) -> Result<Vec<Vec<Pod>>, kube::Error> {
         let all: Api<Pod> = Api::all(self.client.clone());
         let on_node = all
             .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
             .await?
             .items;
-        let mut out: BTreeMap<String, Pod> = BTreeMap::new();
+        let mut running: BTreeMap<String, Pod> = BTreeMap::new();
         let mut gangs: BTreeSet<(String, String)> = BTreeSet::new();
         for pod in on_node.into_iter().filter(movable) {
             if let Some(gang) = live::pod_group_key(&pod) {
                 gangs.insert(gang);
             }
-            out.insert(live::pod_key(&pod), pod);
+            running.insert(live::pod_key(&pod), pod);
         }
         let namespaces: BTreeSet<&str> = gangs.iter().map(|(ns, _)| ns.as_str()).collect();
         for ns in namespaces {
@@ -543,11 +561,19 @@ impl Pass {
             for pod in pods.list(&ListParams::default()).await?.items {
                 let mate = live::pod_group_key(&pod).is_some_and(|g| gangs.contains(&g));
                 if mate && live::node_name(&pod).is_some() && movable(&pod) {
-                    out.insert(live::pod_key(&pod), pod);
+                    running.entry(live::pod_key(&pod)).or_insert(pod);
                 }
             }
         }
-        Ok(out.into_values().collect())
+        let candidates: Vec<DrainCandidate<Pod, (String, String)>> = running
+            .into_values()
+            .map(|pod| DrainCandidate {
+                gang: live::pod_group_key(&pod),
+                on_drained_node: live::node_name(&pod) == Some(node_name),
+                pod,
+            })
+            .collect();
+        Ok(drain_workloads(&candidates))
     }
 
     /// Cordons the node, marking it as this maintenance's; a node already unschedulable

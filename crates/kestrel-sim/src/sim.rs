@@ -5,6 +5,7 @@
 use crate::estimates::Estimates;
 use crate::metrics::SimReport;
 use crate::workload::{ClusterChange, JobKind, SimCluster, Workload};
+use kestrel_core::leaving::CheckpointRequest;
 use kestrel_core::{
     Binding, ClusterError, Decisions, GangError, GangId, GpuAssignment, Millis, NodeId, PodId,
     PodPhase, PodSpec, Policy, Scheduler, SchedulerConfig, VictimOrder, GPU_CLIQUE_LABEL,
@@ -1031,17 +1032,20 @@ impl<'a> Simulation<'a> {
                 if !state.running || state.evicting.is_some() {
                     continue;
                 }
-                let (leave_at, checkpoint) = match v.checkpoint_grace {
-                    Some(grace) if self.config.checkpoint_requests => {
-                        self.report.preemption.checkpoint_requests += 1;
-                        let asked = self.now + latency;
-                        (
-                            asked + self.config.checkpoint_duration.min(grace),
-                            Some(asked),
-                        )
-                    }
-                    _ => (self.now + latency + v.termination_grace, None),
-                };
+                let grace = v
+                    .checkpoint_grace
+                    .filter(|_| self.config.checkpoint_requests);
+                let (leave_at, checkpoint) =
+                    match CheckpointRequest::for_victim(grace, self.now + latency) {
+                        Some(request) => {
+                            self.report.preemption.checkpoint_requests += 1;
+                            (
+                                request.leaves_after_writing(self.config.checkpoint_duration),
+                                Some(request.asked),
+                            )
+                        }
+                        None => (self.now + latency + v.termination_grace, None),
+                    };
                 state.evicting = Some(checkpoint);
                 let epoch = state.epoch;
                 self.push(leave_at, Event::Evict(v.pod, epoch));

@@ -211,3 +211,39 @@ fn a_full_gpu_of_small_instances_still_takes_the_next_one_on_another_gpu() {
     assert!(held.contains(&7), "one GPU holds seven: {held:?}");
     check(&s).unwrap();
 }
+
+/// The dashboard's GPU map shows a GPU held in MIG partitions as its partitions: each
+/// with its pod, its profile and the share of the GPU it stands for.
+#[test]
+fn the_gpu_map_shows_each_mig_partition_with_its_pod_and_profile() {
+    let classes = classes();
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    s.add_node(mig_node(0, 1)).unwrap();
+    s.submit(pod(&classes, "big", "3g.40gb"), 0);
+    s.submit(pod(&classes, "small", "1g.10gb"), 0);
+    s.schedule(0);
+    let map = kestrel_view::dashboard::gpu_map(&kestrel_view::explain_view::EngineAt {
+        scheduler: s.clone(),
+        now: 0,
+    });
+    let cell = &map.groups[0].nodes[0].gpus[0];
+    let named: Vec<(String, String, u32)> = cell
+        .pods
+        .iter()
+        .zip(&cell.mig)
+        .map(|((p, milli), (q, profile))| {
+            assert_eq!(p, q, "mig entries pair with pod entries");
+            (map.pods[*p as usize].pod.clone(), profile.clone(), *milli)
+        })
+        .collect();
+    let milli_of = |name: &str| named.iter().find(|n| n.0 == name).map(|n| n.2).unwrap();
+    assert_eq!(named.len(), 2, "{named:?}");
+    assert!(named.contains(&("mig/big".into(), "3g.40gb".into(), milli_of("mig/big"))));
+    assert!(named.contains(&("mig/small".into(), "1g.10gb".into(), milli_of("mig/small"))));
+    assert!(milli_of("mig/big") > milli_of("mig/small"), "{named:?}");
+    assert_eq!(cell.used, milli_of("mig/big") + milli_of("mig/small"));
+    assert_eq!((map.counts.shared, map.counts.busy), (1, 0));
+    // A GPU not in partitions carries no `mig` in its JSON.
+    let json = serde_json::to_value(&map).unwrap();
+    assert!(json["groups"][0]["nodes"][0]["gpus"][0]["mig"].is_array());
+}

@@ -1,7 +1,8 @@
 //! `kestrel serve` through faults on a real control plane (testenv/): the leader killed,
 //! kube-apiserver killed and restarted (watches then expire: 410 Gone), etcd compacted,
 //! the API server frozen for 10 s, connections cut mid-request (answers lost), the leader
-//! paused past its lease and resumed, SIGTERM.
+//! paused past its lease and resumed, SIGTERM, pods placed by someone else beside a
+//! kubelet that rejects what does not fit.
 //! After each: every pod bound, no GPU given twice, no node over its allocatable, nothing
 //! stranded (the invariant checker on what the API server holds), and the log tells what
 //! happened once.
@@ -140,7 +141,10 @@ async fn apiserver_restart_with_compaction_never_overcommits() {
     assert_eq!(kestrel.log_count("lease lost"), 0, "{log}");
     assert!(kestrel.ready(), "not ready after the restart:\n{log}");
     // The log goes to a file, as a pod's does: plain text, no terminal colour codes.
-    assert!(!log.contains('\u{1b}'), "colour codes in a log file:\n{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour codes in a log file:\n{log}"
+    );
     cleanup(&client, prefix, &[ns]).await;
 }
 
@@ -319,5 +323,142 @@ async fn sigterm_hands_over_at_once() {
     assert_eq!(first.log_count("lease lost"), 0, "{log}");
     one_gpu_pods(&client, ns, scheduler, 40, "3s").await;
     check_until_done(&client, ns, 40, Duration::from_secs(90)).await;
+    cleanup(&client, prefix, &[ns]).await;
+}
+
+/// A pod of `ns` placed on `node` by someone else (no scheduler: `spec.nodeName` set at
+/// creation), holding `gpus` until deleted.
+fn foreign_pod(ns: &str, name: &str, node: &str, gpus: u32) -> k8s_openapi::api::core::v1::Pod {
+    let mut pod = gpu_pod(ns, name, "no-scheduler", gpus, &[], &[]);
+    pod.spec.as_mut().expect("a spec").node_name = Some(node.to_string());
+    pod
+}
+
+fn phase_of(pod: &k8s_openapi::api::core::v1::Pod) -> (&str, &str) {
+    let status = pod.status.as_ref();
+    (
+        status.and_then(|s| s.phase.as_deref()).unwrap_or(""),
+        status.and_then(|s| s.reason.as_deref()).unwrap_or(""),
+    )
+}
+
+/// The kubelet admits a pod only beside what its node already runs (here, as a real one
+/// does, `OutOfnvidia.com/gpu` otherwise). Pods placed by someone else hold GPUs Kestrel
+/// must count, and a pod the kubelet rejected holds none: Kestrel fills exactly the GPUs
+/// left, never gets a pod of its own rejected, and uses GPUs again as the foreign pods go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kestrel_counts_pods_it_did_not_place_and_the_kubelet_rejects_none_of_its_own() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler, prefix) = ("admission", "kestrel-admission", "admission-");
+    let _kubelet = pool_with_kubelet(&client, ns, 2).await;
+    let (n0, n1) = ("admission-0", "admission-1");
+    // Node 0: 6 of 8 GPUs held; a 4-GPU pod then placed beside them does not fit and
+    // is rejected by the kubelet. Node 1: 4 of 8 held.
+    create_pods(
+        &client,
+        vec![
+            foreign_pod(ns, "f-six", n0, 6),
+            foreign_pod(ns, "f-half", n1, 4),
+        ],
+    )
+    .await;
+    eventually(
+        Duration::from_secs(20),
+        "the foreign pods running",
+        || async {
+            let pods = pods_in(&client, ns).await;
+            (pods.iter().filter(|p| phase_of(p).0 == "Running").count() == 2).then_some(())
+        },
+    )
+    .await;
+    create_pods(&client, vec![foreign_pod(ns, "f-over", n0, 4)]).await;
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client.clone(), ns);
+    eventually(
+        Duration::from_secs(20),
+        "f-over rejected by the kubelet",
+        || async {
+            let pod = api.get("f-over").await.ok()?;
+            (phase_of(&pod) == ("Failed", "OutOfnvidia.com/gpu")).then_some(())
+        },
+    )
+    .await;
+
+    // Exactly 2 + 4 GPUs are left: six one-GPU pods of Kestrel's fill them, two wait.
+    let _kestrel = env.kestrel(&format!("{scheduler}-a"), &["--scheduler-name", scheduler]);
+    let pods = (0..8)
+        .map(|i| gpu_pod(ns, &format!("k{i}"), scheduler, 1, &[], &[]))
+        .collect();
+    create_pods(&client, pods).await;
+    let ours = |pods: &[k8s_openapi::api::core::v1::Pod]| -> Vec<(String, String, String)> {
+        pods.iter()
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with('k'))
+            })
+            .map(|p| {
+                let (phase, reason) = phase_of(p);
+                (
+                    node_of(p).unwrap_or("").to_string(),
+                    phase.to_string(),
+                    reason.to_string(),
+                )
+            })
+            .collect()
+    };
+    let running_on = |pods: &[(String, String, String)], node: &str| {
+        pods.iter()
+            .filter(|(n, phase, _)| n == node && phase == "Running")
+            .count()
+    };
+    eventually(
+        Duration::from_secs(30),
+        "six of Kestrel's pods running",
+        || async {
+            assert_invariants(&client).await;
+            let pods = ours(&pods_in(&client, ns).await);
+            let rejected: Vec<_> = pods
+                .iter()
+                .filter(|(_, phase, _)| phase == "Failed")
+                .collect();
+            assert!(
+                rejected.is_empty(),
+                "the kubelet rejected Kestrel's pods: {rejected:?}"
+            );
+            (running_on(&pods, n0) == 2 && running_on(&pods, n1) == 4).then_some(())
+        },
+    )
+    .await;
+    let pods = ours(&pods_in(&client, ns).await);
+    assert_eq!(
+        pods.iter().filter(|(n, _, _)| n.is_empty()).count(),
+        2,
+        "two pods wait for GPUs: {pods:?}"
+    );
+
+    // The six-GPU foreign pod goes: the two waiting pods take node 0's GPUs.
+    api.delete("f-six", &kube::api::DeleteParams::default().grace_period(0))
+        .await
+        .expect("deleting f-six");
+    eventually(
+        Duration::from_secs(30),
+        "all eight of Kestrel's pods running",
+        || async {
+            assert_invariants(&client).await;
+            let pods = ours(&pods_in(&client, ns).await);
+            let rejected: Vec<_> = pods
+                .iter()
+                .filter(|(_, phase, _)| phase == "Failed")
+                .collect();
+            assert!(
+                rejected.is_empty(),
+                "the kubelet rejected Kestrel's pods: {rejected:?}"
+            );
+            (running_on(&pods, n0) == 4 && running_on(&pods, n1) == 4).then_some(())
+        },
+    )
+    .await;
     cleanup(&client, prefix, &[ns]).await;
 }

@@ -1,10 +1,12 @@
 //! Preemption victims on their way out: checkpoint requests, evictions when they are
-//! due, and the preemptors' nominated nodes.
+//! due, and the preemptors' nominated nodes. Checkpoint-then-evict is the engine's
+//! decision ([`CheckpointRequest`]), the one the simulator carries out on its clock.
 
 use super::cycle::CycleOutput;
 use super::ClusterState;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
+use kestrel_core::leaving::CheckpointRequest;
 use kestrel_core::{Millis, PodId};
 use kestrel_objects::live::LAST_CHECKPOINT_ANNOTATION;
 use std::collections::BTreeMap;
@@ -50,11 +52,13 @@ impl Evictions {
             .collect()
     }
 
-    /// A victim reported a checkpoint at `wall` (Unix ms): if it was asked for one at or
-    /// before then, it may go now.
+    /// A victim reported a checkpoint at `wall` (Unix ms): if that answers its request,
+    /// it may go now.
     fn checkpointed(&mut self, key: &str, wall: i64, now: Millis) {
         if let Some(l) = self.leaving.get_mut(key) {
-            if l.requested.is_some_and(|r| wall >= r) {
+            if l.request
+                .is_some_and(|r| r.answered_by(wall.max(0) as Millis))
+            {
                 l.due = l.due.min(now);
             }
         }
@@ -100,8 +104,8 @@ pub struct CheckpointJob {
 pub(super) struct Leaving {
     /// When it is evicted at the latest (driver clock).
     due: Millis,
-    /// The checkpoint request's wall time (Unix ms), if it was asked for one.
-    requested: Option<i64>,
+    /// Its checkpoint request, on the wall clock (Unix ms), if it was asked for one.
+    request: Option<CheckpointRequest>,
     /// The eviction has been handed to the driver.
     sent: bool,
     job: EvictJob,
@@ -172,26 +176,29 @@ impl ClusterState {
                     uid: t.uid.clone(),
                     message: message.clone(),
                 };
-                let (due, requested) = match v.checkpoint_grace {
-                    Some(grace) => {
-                        let at = self.wall_origin + now as i64;
+                // Checkpoint-then-evict, decided on the wall clock: the request's time is
+                // what the victim compares its checkpoints with.
+                let wall_now = (self.wall_origin + now as i64).max(0) as Millis;
+                let request = CheckpointRequest::for_victim(v.checkpoint_grace, wall_now);
+                let due = match request {
+                    Some(r) => {
                         out.checkpoint_requests.push(CheckpointJob {
                             namespace: job.namespace.clone(),
                             name: job.name.clone(),
                             uid: job.uid.clone(),
-                            requested_at: rfc3339(at),
-                            grace_seconds: grace.div_ceil(1000),
+                            requested_at: rfc3339(r.asked as i64),
+                            grace_seconds: (r.by - r.asked).div_ceil(1000),
                             message: message.clone(),
                         });
-                        (now + grace, Some(at))
+                        now + (r.by - r.asked)
                     }
-                    None => (now, None),
+                    None => now,
                 };
                 self.evictions.leaving.insert(
                     key,
                     Leaving {
                         due,
-                        requested,
+                        request,
                         sent: false,
                         job,
                     },

@@ -15,6 +15,7 @@ use super::{PlanOptions, UpgradePlan};
 use crate::sim::{SimError, Simulation};
 use crate::workload::{ClusterEvent, JobKind, SimCluster, Workload};
 use crate::SimConfig;
+use kestrel_core::leaving::{drain_wait, drain_workloads, DrainCandidate, DrainMember, DrainWait};
 use kestrel_core::{Millis, NodeId, PodId, PodPhase};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -194,50 +195,41 @@ fn plan_evictions(
     let now = sim.now();
     let scheduler = sim.scheduler();
     let batch: BTreeSet<NodeId> = nodes.iter().map(|n| n.1).collect();
-    // Running pods by gang, and the pods on the batch's nodes, in pod order.
-    let mut gang_pods: BTreeMap<(String, String), Vec<(PodId, NodeId)>> = BTreeMap::new();
-    let mut on_batch: Vec<(PodId, NodeId)> = Vec::new();
-    for (id, record) in scheduler.pods() {
-        let PodPhase::Bound { node, .. } = record.phase else {
-            continue;
-        };
-        if let Some(m) = &record.spec.gang {
-            gang_pods
-                .entry((record.spec.namespace.clone(), m.gang.clone()))
-                .or_default()
-                .push((id, node));
-        }
-        if batch.contains(&node) {
-            on_batch.push((id, node));
-        }
-    }
-    let mut seen_gangs = BTreeSet::new();
+    // Running pods in pod order: the drain's workloads, decided as the live drain does.
+    let running: Vec<DrainCandidate<(PodId, NodeId), (String, String)>> = scheduler
+        .pods()
+        .filter_map(|(id, record)| {
+            let PodPhase::Bound { node, .. } = record.phase else {
+                return None;
+            };
+            Some(DrainCandidate {
+                pod: (id, node),
+                gang: record
+                    .spec
+                    .gang
+                    .as_ref()
+                    .map(|m| (record.spec.namespace.clone(), m.gang.clone())),
+                on_drained_node: batch.contains(&node),
+            })
+        })
+        .collect();
     let mut out = Vec::new();
-    for (pod, node) in on_batch {
-        let spec = &scheduler.pod(pod).spec;
-        let members = match &spec.gang {
-            Some(m) => {
-                let key = (spec.namespace.clone(), m.gang.clone());
-                if !seen_gangs.insert(key.clone()) {
-                    continue;
-                }
-                gang_pods.remove(&key).unwrap_or_default()
-            }
-            None => vec![(pod, node)],
-        };
+    for members in drain_workloads(&running) {
         let pods: Vec<(PodId, NodeId, Millis)> = members
             .into_iter()
             .filter_map(|(p, n)| sim.run_start(p).map(|s| (p, n, s)))
             .collect();
-        if pods.is_empty() {
+        let Some(&(first, _, _)) = pods.first() else {
             continue;
-        }
-        let terms: Vec<_> = pods
-            .iter()
-            .map(|(p, _, _)| scheduler.pod(*p).spec.preemption.clone())
-            .collect();
+        };
+        let spec = &scheduler.pod(first).spec;
         // Signalled now, a pod stops within its termination grace.
-        let stopped = now + terms.iter().map(|t| t.termination_grace).max().unwrap_or(0);
+        let stopped = now
+            + pods
+                .iter()
+                .map(|(p, _, _)| scheduler.pod(*p).spec.preemption.termination_grace)
+                .max()
+                .unwrap_or(0);
         let service = pods.iter().all(|(p, _, _)| {
             sim.job_of(*p)
                 .is_some_and(|j| sim.workload().jobs[j].kind == JobKind::Service)
@@ -246,43 +238,33 @@ fn plan_evictions(
             Strategy::Plain => (stopped, None),
             Strategy::CheckpointAware if service => (stopped, None),
             Strategy::CheckpointAware => {
-                let grace = terms
+                let members: Vec<DrainMember<'_>> = pods
                     .iter()
-                    .map(|t| t.checkpoint_grace)
-                    .collect::<Option<Vec<_>>>()
-                    .filter(|_| options.ask_for_checkpoints);
-                let interval = terms
-                    .iter()
-                    .map(|t| t.checkpoint_interval.filter(|&i| i > 0))
-                    .collect::<Option<Vec<_>>>();
-                if let Some(grace) = grace {
-                    // It checkpoints on request: ask, and evict once it is written.
-                    report.checkpoint_requests += 1;
-                    let write = options
-                        .checkpoint_duration
-                        .min(grace.into_iter().min().unwrap_or(0));
-                    (now + write, Some(now))
-                } else if let Some(intervals) = interval {
-                    // The latest member's next checkpoint from when it could stop.
-                    let next = pods
-                        .iter()
-                        .zip(intervals)
-                        .map(|((_, _, start), i)| {
-                            let ran = stopped.saturating_sub(*start);
-                            start + ran.div_ceil(i) * i
-                        })
-                        .max()
-                        .unwrap_or(stopped);
-                    if next <= now + options.checkpoint_deadline {
+                    .map(|&(p, _, start)| DrainMember {
+                        terms: &scheduler.pod(p).spec.preemption,
+                        run_start: Some(start),
+                    })
+                    .collect();
+                match drain_wait(
+                    &members,
+                    now,
+                    options.checkpoint_deadline,
+                    options.ask_for_checkpoints,
+                ) {
+                    DrainWait::OnRequest { until } => {
+                        // Asked now; it leaves once the checkpoint is written.
+                        report.checkpoint_requests += 1;
+                        ((now + options.checkpoint_duration).min(until), Some(now))
+                    }
+                    DrainWait::Periodic { next, .. } => {
                         report.evicted_at_checkpoint += 1;
                         (next, None)
-                    } else {
-                        // Waiting would only lose more: its last checkpoint stays the same.
+                    }
+                    DrainWait::PastDeadline { .. } => {
                         report.past_deadline += 1;
                         (stopped, None)
                     }
-                } else {
-                    (stopped, None)
+                    DrainWait::Now => (stopped, None),
                 }
             }
         };

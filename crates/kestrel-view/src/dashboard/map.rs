@@ -1,13 +1,18 @@
 //! The GPU map: every node a row of GPU cells, grouped by rack and NVLink domain, each cell
 //! with the thousandths in use and the pods holding it.
 //!
+//! A GPU a DRA driver publishes in MIG partitions shows each partition held, with its pod,
+//! its profile (`3g.40gb`) and the share of the GPU it stands for.
+//!
 //! A free GPU is *fragmented* when its node has other GPUs in use: it cannot serve a job
 //! that wants the whole node (an 8-GPU worker of a gang), the shape GPU clusters run out
 //! of first. The JSON is compact on purpose (pods as indices into one table): 5,000 nodes
 //! of 8 GPUs are 40,000 cells.
 
 use super::super::explain_view::{clock, ExplainState};
-use kestrel_core::{PodId, PodPhase, GPU_CLIQUE_LABEL, GPU_PRODUCT_LABEL, RACK_LABEL};
+use kestrel_core::{
+    GpuAssignment, PodId, PodPhase, GPU_CLIQUE_LABEL, GPU_PRODUCT_LABEL, RACK_LABEL,
+};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -31,6 +36,19 @@ pub struct Cell {
     pub used: u32,
     /// Per pod on it: (pod index, thousandths it holds here).
     pub pods: Vec<(u32, u32)>,
+    /// For a GPU held in MIG partitions, the profile of each entry of `pods`, in the same
+    /// order (`3g.40gb`); left out of the JSON for any other GPU.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<(u32, String)>,
+}
+
+/// A partition's profile as NVIDIA's driver publishes it (`gpu.nvidia.com/profile`), else
+/// its device name.
+fn profile(partition: &kestrel_core::Partition) -> String {
+    match partition.device.attributes.get("gpu.nvidia.com/profile") {
+        Some(kestrel_core::DeviceAttribute::String(p)) => p.clone(),
+        _ => partition.device.name.clone(),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -99,6 +117,7 @@ pub fn gpu_map(state: &dyn ExplainState) -> GpuMap {
                     1000 - g.free_milli.min(1000)
                 },
                 pods: Vec::new(),
+                mig: Vec::new(),
             })
             .collect();
         for &p in &node.pods {
@@ -132,8 +151,27 @@ pub fn gpu_map(state: &dyn ExplainState) -> GpuMap {
                 });
                 pods.len() as u32 - 1
             });
+            let position_of = |d: u32| node.spec.gpus.iter().position(|g| g.index == d);
+            if let GpuAssignment::Partitions(parts) = gpus {
+                // Each partition on its GPU, with what it stands for of it.
+                for part in parts {
+                    let Some(position) = position_of(part.index) else {
+                        continue;
+                    };
+                    let cell = &mut cells[position];
+                    cell.pods.push((index, part.milli));
+                    // One entry per pod entry: the page pairs them by position.
+                    let name = node
+                        .spec
+                        .partitions_of(position)
+                        .and_then(|ps| ps.devices.get(usize::from(part.partition)))
+                        .map_or_else(|| format!("partition {}", part.partition), profile);
+                    cell.mig.push((index, name));
+                }
+                continue;
+            }
             for d in devices {
-                if let Some(position) = node.spec.gpus.iter().position(|g| g.index == d) {
+                if let Some(position) = position_of(d) {
                     cells[position].pods.push((index, share));
                 }
             }

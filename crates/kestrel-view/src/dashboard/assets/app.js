@@ -237,7 +237,8 @@ async function pageMap(view) {
   canvas.onmousemove = (ev) => {
     const h = hit(ev);
     if (!h) { tip.hidden = true; return; }
-    const pods = h.cell.pods.map(([p, m]) => map.pods[p].pod + (m < 1000 ? " (" + (m / 10).toFixed(0) + "%)" : "") + (map.pods[p].queue ? "  queue " + map.pods[p].queue : ""));
+    const mig = h.cell.mig || [];
+    const pods = h.cell.pods.map(([p, m], i) => map.pods[p].pod + (mig[i] ? "  MIG " + mig[i][1] : "") + (m < 1000 ? " (" + (m / 10).toFixed(0) + "%)" : "") + (map.pods[p].queue ? "  queue " + map.pods[p].queue : ""));
     tip.textContent = h.node.name + " GPU " + h.index + " (" + h.node.model + (h.node.cordoned ? ", cordoned" : "") + ")\n" + (pods.length ? pods.join("\n") : "free");
     tip.style.left = ev.clientX + 12 + "px"; tip.style.top = ev.clientY + 12 + "px"; tip.hidden = false;
   };
