@@ -248,7 +248,7 @@ impl FakeKubelet {
                     let now = Timestamp::now().to_string();
                     if let Err(message) = admission {
                         let rejected = json!({"metadata": {"uid": uid}, "status": {
-                            "phase": "Failed", "reason": format!("Out{GPU}"), "message": message,
+                            "phase": "Failed", "reason": format!("OutOf{GPU}"), "message": message,
                         }});
                         write_status(&pods, &name, &rejected).await;
                         return;

@@ -327,9 +327,19 @@ async fn sigterm_hands_over_at_once() {
 }
 
 /// A pod of `ns` placed on `node` by someone else (no scheduler: `spec.nodeName` set at
-/// creation), holding `gpus` until deleted.
+/// creation), holding `gpus` until deleted: its first GPUs by index, as the node reports
+/// the device plugin's choice (`kestrel.dev/gpu-indices`).
 fn foreign_pod(ns: &str, name: &str, node: &str, gpus: u32) -> k8s_openapi::api::core::v1::Pod {
-    let mut pod = gpu_pod(ns, name, "no-scheduler", gpus, &[], &[]);
+    let indices: Vec<String> = (0..gpus).map(|i| i.to_string()).collect();
+    let indices = indices.join(",");
+    let mut pod = gpu_pod(
+        ns,
+        name,
+        "no-scheduler",
+        gpus,
+        &[],
+        &[("kestrel.dev/gpu-indices", &indices)],
+    );
     pod.spec.as_mut().expect("a spec").node_name = Some(node.to_string());
     pod
 }
@@ -460,5 +470,78 @@ async fn kestrel_counts_pods_it_did_not_place_and_the_kubelet_rejects_none_of_it
         },
     )
     .await;
+    cleanup(&client, prefix, &[ns]).await;
+}
+
+/// RBAC takes a verb Kestrel needs (creating `pods/binding`) from its ClusterRole while
+/// pods wait: Kestrel keeps running, says what is forbidden and how to grant it, binds
+/// nothing it may not, and binds every pod once the verb is granted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verb_forbidden_by_rbac_is_named_and_binding_resumes_once_granted() {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler, prefix) = ("forbidden", "kestrel-forbidden", "forbidden-");
+    let _kubelet = pool_with_kubelet(&client, ns, 1).await;
+    let roles: kube::Api<ClusterRole> = kube::Api::all(client.clone());
+    let granted = roles
+        .get("kestrel-scheduler")
+        .await
+        .expect("Kestrel's ClusterRole");
+    let mut revoked = granted.clone();
+    revoked.metadata.managed_fields = None;
+    for rule in revoked.rules.iter_mut().flatten() {
+        if let Some(resources) = &mut rule.resources {
+            resources.retain(|r| r != "pods/binding");
+        }
+    }
+    revoked
+        .rules
+        .as_mut()
+        .expect("rules")
+        .retain(|r| r.resources.as_ref().is_none_or(|res| !res.is_empty()));
+    let params = kube::api::PostParams::default();
+    roles
+        .replace("kestrel-scheduler", &params, &revoked)
+        .await
+        .expect("revoking pods/binding");
+
+    let mut kestrel = env.kestrel(&format!("{scheduler}-a"), &["--scheduler-name", scheduler]);
+    one_gpu_pods(&client, ns, scheduler, 4, "2s").await;
+    // Every check runs before the role is granted again, so that a failure here does not
+    // leave the shared control plane's Kestrel role without the verb.
+    let named = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if kestrel.log_count("pods/binding") > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await;
+    let bound_while_forbidden = bound_count(&client, ns).await;
+    let running = kestrel.running();
+    let mut restore = roles.get("kestrel-scheduler").await.expect("the role");
+    restore.rules = granted.rules.clone();
+    roles
+        .replace("kestrel-scheduler", &params, &restore)
+        .await
+        .expect("granting pods/binding again");
+    let log = kestrel.log_text();
+    assert!(
+        named.is_ok(),
+        "no log line names the forbidden pods/binding:\n{log}"
+    );
+    let line = log
+        .lines()
+        .find(|l| l.contains("pods/binding"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("forbidden") && line.contains("ClusterRole kestrel-scheduler"),
+        "the line says neither what is forbidden nor which role grants it: {line}"
+    );
+    assert_eq!(bound_while_forbidden, 0, "pods bound without the verb");
+    assert!(running, "Kestrel stopped on a forbidden write:\n{log}");
+    check_until_done(&client, ns, 4, Duration::from_secs(60)).await;
     cleanup(&client, prefix, &[ns]).await;
 }
