@@ -2,38 +2,29 @@
 
 use kestrel_core::*;
 
+use kestrel_test_support::engine;
+
 fn node(name: &str, rack: &str, block: &str) -> NodeSpec {
-    let mut n = NodeSpec::new(name, Resources::new(224_000, 2 << 40));
-    (n.gpus, n.nics) = GpuTopology::DgxH100.devices("H100", 81_559, 8);
-    n.labels.insert(RACK_LABEL.into(), rack.into());
-    n.labels.insert(BLOCK_LABEL.into(), block.into());
-    n
+    engine::node(name)
+        .cpu_milli(224_000)
+        .memory(2 << 40)
+        .devices(GpuTopology::DgxH100, "H100", 81_559, 8)
+        .label(RACK_LABEL, rack)
+        .label(BLOCK_LABEL, block)
+        .build()
 }
 
 fn member(gang: &str, name: &str, gpus: u32, rank: Option<u32>) -> PodSpec {
-    let mut p = PodSpec::new(
-        "ml",
-        name,
-        Demand {
-            resources: Resources::new(8_000, 64 << 30),
-            gpu: GpuRequest::Whole(gpus),
-        },
-    );
-    p.gang = Some(GangMembership {
-        gang: gang.into(),
-        role: None,
-        rank,
-    });
-    p
+    engine::pod("ml", name)
+        .cpu_milli(8_000)
+        .memory(64 << 30)
+        .gpu(GpuRequest::Whole(gpus))
+        .member_of(gang, rank)
+        .build()
 }
 
 fn gang(name: &str, min: u32) -> GangSpec {
-    GangSpec {
-        namespace: "ml".into(),
-        name: name.into(),
-        min_member: min,
-        ..Default::default()
-    }
+    engine::gang("ml", name, min)
 }
 
 fn scheduler(policy: Policy, nodes: Vec<NodeSpec>) -> Scheduler {

@@ -5,24 +5,21 @@
 use kestrel_core::*;
 use proptest::prelude::*;
 
+use kestrel_test_support::engine::{self, add_queue, cluster_queue};
+
 fn node(name: &str, gpus: u32, memory_mib: u64) -> NodeSpec {
-    let mut n = NodeSpec::new(name, Resources::new(64_000, 512 << 30));
-    (n.gpus, n.nics) = GpuTopology::Flat.devices("GPU", memory_mib, gpus);
-    n
+    engine::node(name)
+        .devices(GpuTopology::Flat, "GPU", memory_mib, gpus)
+        .build()
 }
 
 fn pod(ns: &str, name: &str, gpu: GpuRequest, priority: i32) -> PodSpec {
-    let mut p = PodSpec::new(
-        ns,
-        name,
-        Demand {
-            resources: Resources::new(100, 1 << 30),
-            gpu,
-        },
-    );
-    p.queue = Some("main".to_string());
-    p.priority = priority;
-    p
+    engine::pod(ns, name)
+        .cpu_milli(100)
+        .gpu(gpu)
+        .queue("main")
+        .priority(priority)
+        .build()
 }
 
 fn on_node(mut p: PodSpec, node: &str) -> PodSpec {
@@ -35,44 +32,14 @@ fn on_node(mut p: PodSpec, node: &str) -> PodSpec {
 /// A ClusterQueue `name` (with a LocalQueue `main` in namespace `name`) with `milli`
 /// thousandths of GPU nominal quota.
 fn queue(s: &mut Scheduler, name: &str, cohort: Option<&str>, milli: i64, borrow: Option<i64>) {
-    s.add_cluster_queue(ClusterQueueSpec {
-        name: name.into(),
-        cohort: cohort.map(String::from),
-        resource_groups: vec![ResourceGroup {
-            covered: vec!["cpu".into(), "memory".into(), GPU_RESOURCE.into()],
-            flavors: vec![FlavorQuotas {
-                flavor: "default".into(),
-                resources: vec![
-                    ResourceQuota {
-                        name: "cpu".into(),
-                        nominal: 1_000_000,
-                        borrowing_limit: None,
-                        lending_limit: None,
-                    },
-                    ResourceQuota {
-                        name: "memory".into(),
-                        nominal: 1 << 50,
-                        borrowing_limit: None,
-                        lending_limit: None,
-                    },
-                    ResourceQuota {
-                        name: GPU_RESOURCE.into(),
-                        nominal: milli,
-                        borrowing_limit: borrow,
-                        lending_limit: None,
-                    },
-                ],
-            }],
-        }],
-        fair_weight: 1.0,
-        ..Default::default()
-    })
-    .unwrap();
-    s.add_local_queue(LocalQueueSpec {
-        namespace: name.into(),
-        name: "main".into(),
-        cluster_queue: name.into(),
-    });
+    let mut q = cluster_queue(name).gpu_milli(milli);
+    if let Some(cohort) = cohort {
+        q = q.cohort(cohort);
+    }
+    if let Some(borrow) = borrow {
+        q = q.borrowing_limit_milli(borrow);
+    }
+    add_queue(s, q.build());
 }
 
 fn gpu_used(s: &Scheduler, name: &str) -> i64 {

@@ -5,28 +5,19 @@
 use kestrel_core::*;
 use std::collections::HashMap;
 
+use kestrel_test_support::engine;
+
 fn node(name: &str, gpus: u32, cpu_milli: i64) -> NodeSpec {
-    let mut node = NodeSpec::new(name, Resources::new(cpu_milli, 512 << 30));
-    node.gpus = GpuTopology::Flat.devices("H100", 81_559, gpus).0;
-    node
+    engine::node(name).cpu_milli(cpu_milli).gpus(gpus).build()
 }
 
 /// Pods of priority 10 run; those waiting have less, so none preempts.
 fn pod(name: &str, priority: i32, gpus: u32, cpu_milli: i64) -> PodSpec {
-    let gpu = match gpus {
-        0 => GpuRequest::None,
-        n => GpuRequest::Whole(n),
-    };
-    let mut pod = PodSpec::new(
-        "team",
-        name,
-        Demand {
-            resources: Resources::new(cpu_milli, 1 << 30),
-            gpu,
-        },
-    );
-    pod.priority = priority;
-    pod
+    engine::pod("team", name)
+        .cpu_milli(cpu_milli)
+        .gpus(gpus)
+        .priority(priority)
+        .build()
 }
 
 enum Step {

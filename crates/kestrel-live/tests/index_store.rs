@@ -7,20 +7,20 @@ use kube::runtime::reflector::store;
 use kube::runtime::watcher::Event;
 use serde_json::json;
 
+use kestrel_test_support::k8s::{NodeJson, PodJson};
+
 fn node(name: &str, gpus: u32) -> Node {
-    serde_json::from_value(json!({"metadata": {"name": name},
-        "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": gpus.to_string()}}}))
-    .unwrap()
+    NodeJson::new(name, gpus).node()
 }
 
 fn pod(name: &str, gpus: u32, node: Option<&str>) -> Pod {
-    let mut p = json!({"metadata": {"name": name, "namespace": "ml", "uid": format!("u-{name}")},
-        "spec": {"schedulerName": "kestrel", "containers": [{"name": "c",
-            "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": gpus.to_string()}}}]}});
+    let mut p = PodJson::new("ml", name, gpus)
+        .uid(&format!("u-{name}"))
+        .scheduler("kestrel");
     if let Some(n) = node {
-        p["spec"]["nodeName"] = json!(n);
+        p = p.node(n);
     }
-    serde_json::from_value(p).unwrap()
+    p.pod()
 }
 
 fn free_gpus(state: &ClusterState, node: &str) -> u64 {

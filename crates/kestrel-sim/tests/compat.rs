@@ -8,12 +8,10 @@
 //! - `# expect-warning: text`: a warning contains it (and every warning is expected);
 //! - `# expect-error: text`: loading fails with an error that contains it.
 
-mod compat_header;
-
-use compat_header::expected;
 use kestrel_objects::duration::parse_duration;
 use kestrel_sim::inputs::{load_cluster_file, load_workload_files};
 use kestrel_sim::{simulate, SimConfig};
+use kestrel_test_support::compat::expected;
 use std::path::{Path, PathBuf};
 
 fn compat_dir() -> PathBuf {

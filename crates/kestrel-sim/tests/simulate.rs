@@ -5,11 +5,7 @@ use kestrel_sim::generator::{generate, GeneratorConfig};
 use kestrel_sim::workload::ClusterEvent;
 use kestrel_sim::*;
 
-fn gpu_node(name: &str, gpus: u32) -> NodeSpec {
-    let mut node = NodeSpec::new(name, Resources::new(64_000, 512 << 30));
-    node.gpus = GpuTopology::Flat.devices("H100", 81_559, gpus).0;
-    node
-}
+use kestrel_test_support::engine::gpu_node;
 
 fn job(
     name: &str,

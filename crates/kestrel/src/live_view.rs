@@ -211,37 +211,30 @@ mod tests {
 
     #[test]
     fn a_snapshot_predicts_starts_by_resuming_the_simulator() {
+        use kestrel_test_support::k8s::{gpu_node_json, PodJson, Stamps};
         use serde_json::json;
         const HOUR: i64 = 3_600_000;
         let unix_now: i64 = 1_800_000_000_000;
-        let stamp = |ago: i64| {
-            k8s_openapi::jiff::Timestamp::from_millisecond(unix_now - ago)
-                .unwrap()
-                .to_string()
-        };
+        let stamps = Stamps::at(unix_now);
         let pod = |name: &str, gpus: u32, created_ago: i64| {
-            json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
-                    "creationTimestamp": stamp(created_ago)},
-                "spec": {"schedulerName": "kestrel", "priority": 0, "containers": [{"name": "c",
-                    "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": gpus.to_string()}}}]},
-                "status": {"phase": "Pending"}})
+            PodJson::listed("ml", name, gpus, "kestrel").created(&stamps.ago(created_ago))
         };
         // "big" has run 1 h of the 2 h it declares on GPUs 0-5; "four" (created 30 min ago)
         // cannot fit beside it, "two" (10 min ago) can.
-        let mut big = pod("big", 6, HOUR + 60_000);
-        big["spec"]["nodeName"] = json!("gpu-0");
-        big["status"]["phase"] = json!("Running");
-        big["status"]["startTime"] = json!(stamp(HOUR));
-        big["metadata"]["annotations"] = json!({"kestrel.dev/gpu-indices": "0,1,2,3,4,5",
-            "kestrel.dev/runtime-estimate": "2h"});
-        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-0",
-            "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
-            "status": {"allocatable": {"cpu": "200", "memory": "2000Gi", "pods": "110",
-                "nvidia.com/gpu": "8"}}});
+        let mut big = pod("big", 6, HOUR + 60_000)
+            .node("gpu-0")
+            .phase("Running")
+            .annotation("kestrel.dev/gpu-indices", "0,1,2,3,4,5")
+            .annotation("kestrel.dev/runtime-estimate", "2h")
+            .json();
+        big["status"]["startTime"] = json!(stamps.ago(HOUR));
         let live = snapshot_of(
-            &[node],
-            &[big, pod("four", 4, HOUR / 2), pod("two", 2, HOUR / 6)],
+            &[gpu_node_json("gpu-0")],
+            &[
+                big,
+                pod("four", 4, HOUR / 2).json(),
+                pod("two", 2, HOUR / 6).json(),
+            ],
             unix_now,
         );
         let now = live.now;

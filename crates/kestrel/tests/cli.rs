@@ -1,28 +1,13 @@
 //! The `kestrel` binary as a user runs it.
 
-use std::process::{Command, Output};
+use kestrel_test_support::cli::{text, Cli};
 
-fn kestrel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kestrel"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("run kestrel")
-}
-
-use kestrel_testenv::workspace_root as repo;
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+const KESTREL: Cli = kestrel_test_support::kestrel_cli!();
 
 #[test]
 fn sim_runs_the_example_and_writes_json_and_the_report() {
     let report = std::env::temp_dir().join(format!("kestrel-cli-{}.html", std::process::id()));
-    let out = kestrel(&[
+    let out = KESTREL.run(&[
         "sim",
         "examples/falcon-ai",
         "--json",
@@ -53,8 +38,8 @@ fn sim_prints_the_summary_and_is_deterministic() {
         "--seed",
         "5",
     ];
-    let (a, _) = text(&kestrel(&args));
-    let (b, _) = text(&kestrel(&args));
+    let (a, _) = text(&KESTREL.run(&args));
+    let (b, _) = text(&KESTREL.run(&args));
     let strip = |s: &str| {
         s.lines()
             .filter(|l| !l.starts_with("simulated in"))
@@ -72,7 +57,7 @@ fn sim_prints_the_summary_and_is_deterministic() {
 
 #[test]
 fn missing_inputs_and_bad_flags_fail_with_a_clear_message() {
-    let out = kestrel(&["sim", "examples/falcon-ai/workload.yaml"]);
+    let out = KESTREL.run(&["sim", "examples/falcon-ai/workload.yaml"]);
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -80,7 +65,7 @@ fn missing_inputs_and_bad_flags_fail_with_a_clear_message() {
         "{stderr}"
     );
 
-    let out = kestrel(&["sim", "examples/falcon-ai-32"]);
+    let out = KESTREL.run(&["sim", "examples/falcon-ai-32"]);
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -88,7 +73,7 @@ fn missing_inputs_and_bad_flags_fail_with_a_clear_message() {
         "{stderr}"
     );
 
-    let out = kestrel(&["sim", "examples/falcon-ai", "--policy", "fastest"]);
+    let out = KESTREL.run(&["sim", "examples/falcon-ai", "--policy", "fastest"]);
     let (_, stderr) = text(&out);
     assert!(!out.status.success());
     assert!(
@@ -96,12 +81,12 @@ fn missing_inputs_and_bad_flags_fail_with_a_clear_message() {
         "{stderr}"
     );
 
-    let out = kestrel(&["sim", "examples/falcon-ai", "--until", "soon"]);
+    let out = KESTREL.run(&["sim", "examples/falcon-ai", "--until", "soon"]);
     let (_, stderr) = text(&out);
     assert!(!out.status.success());
     assert!(stderr.contains("\"soon\""), "{stderr}");
 
-    let out = kestrel(&["sim", "no/such/dir"]);
+    let out = KESTREL.run(&["sim", "no/such/dir"]);
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -127,7 +112,7 @@ fn bench_openb_json(
         "42",
         "--json",
     ];
-    let out = kestrel(&[&args[..], extra].concat());
+    let out = KESTREL.run(&[&args[..], extra].concat());
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     serde_json::from_str(&stdout).unwrap()
@@ -136,8 +121,7 @@ fn bench_openb_json(
 #[test]
 fn bench_openb_prints_each_policy() {
     // Skipped loudly when ../shared is absent; a failure under CI=true.
-    let Some(traces) = kestrel_invariants::shared_path(repo().join("../shared/traces/openb"))
-    else {
+    let Some(traces) = kestrel_test_support::shared::openb_traces() else {
         return;
     };
     let nodes = traces.join("openb_node_list_gpu_node.csv");
@@ -159,8 +143,7 @@ fn bench_openb_prints_each_policy() {
 
 #[test]
 fn bench_openb_reads_pod_lists_without_models_or_times() {
-    let Some(traces) = kestrel_invariants::shared_path(repo().join("../shared/traces/openb"))
-    else {
+    let Some(traces) = kestrel_test_support::shared::openb_traces() else {
         return;
     };
     // The shared default mix cut to the five columns some published mixes have.
@@ -189,13 +172,13 @@ fn sim_compares_gang_placement_with_a_topology_blind_run() {
         "60",
         "--compare-topology-blind",
     ];
-    let out = kestrel(&args);
+    let out = KESTREL.run(&args);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     let gangs = stdout.find("Gangs ").expect(&stdout);
     let blind = stdout.find("  topology-blind  started ").expect(&stdout);
     assert!(blind > gangs, "{stdout}");
-    let out = kestrel(&[&args[..], &["--json"]].concat());
+    let out = KESTREL.run(&[&args[..], &["--json"]].concat());
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     let (aware, blind) = (&json["gangs"], &json["topology_blind_gangs"]);
     assert_eq!(aware["declared"], blind["declared"]);
@@ -206,9 +189,9 @@ fn sim_compares_gang_placement_with_a_topology_blind_run() {
 fn a_reader_that_goes_away_ends_the_output_without_a_panic() {
     use std::io::Read;
     use std::process::Stdio;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+    let mut child = KESTREL
+        .command()
         .arg("crds")
-        .current_dir(repo())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -231,7 +214,7 @@ fn a_reader_that_goes_away_ends_the_output_without_a_panic() {
 /// without a cluster.
 #[test]
 fn agent_discover_prints_the_inventory_and_what_it_publishes() {
-    let out = kestrel(&[
+    let out = KESTREL.run(&[
         "agent",
         "--fake-gpus",
         "examples/agent/dgx-h100.yaml",
@@ -317,9 +300,9 @@ fn agent_bad_input_fails_with_a_clear_message() {
         ),
     ];
     for (args, needle) in cases {
-        let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        let out = KESTREL
+            .command()
             .args(&args)
-            .current_dir(repo())
             .env_remove("NODE_NAME")
             .output()
             .expect("run kestrel");
@@ -329,7 +312,7 @@ fn agent_bad_input_fails_with_a_clear_message() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
     // The alerting rules.
-    let out = kestrel(&["agent", "--prometheus-rules"]);
+    let out = KESTREL.run(&["agent", "--prometheus-rules"]);
     let (stdout, _) = text(&out);
     assert!(out.status.success());
     assert!(stdout.contains("kind: \"PrometheusRule\""), "{stdout}");
@@ -344,7 +327,7 @@ fn agent_bad_input_fails_with_a_clear_message() {
 #[cfg(not(feature = "bench-live"))]
 #[test]
 fn bench_live_without_its_feature_says_how_to_build_it() {
-    let out = kestrel(&["bench", "live", "--nodes", "1", "--pods", "1"]);
+    let out = KESTREL.run(&["bench", "live", "--nodes", "1", "--pods", "1"]);
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1));
     assert!(

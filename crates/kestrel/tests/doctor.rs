@@ -1,27 +1,13 @@
 //! `kestrel doctor` as a user runs it, on the snapshots in examples/doctor/.
 
+use kestrel_test_support::cli::{text, Cli};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-
-fn kestrel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kestrel"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("run kestrel")
-}
+use std::process::Stdio;
 
 use kestrel_testenv::workspace_root as repo;
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// A file in a fresh temporary directory, removed by the caller's `cleanup`.
 fn temp_file(name: &str, contents: &str) -> PathBuf {
@@ -31,6 +17,8 @@ fn temp_file(name: &str, contents: &str) -> PathBuf {
     std::fs::write(&path, contents).unwrap();
     path
 }
+
+const KESTREL: Cli = kestrel_test_support::kestrel_cli!();
 
 fn cleanup(path: &Path) {
     std::fs::remove_dir_all(path.parent().unwrap()).ok();
@@ -71,7 +59,7 @@ const EVENT_CHECKS: [&str; 11] = [
 
 #[test]
 fn the_example_cluster_shows_every_check_and_exits_2() {
-    let out = kestrel(&["doctor", "examples/doctor/cluster.yaml"]);
+    let out = KESTREL.run(&["doctor", "examples/doctor/cluster.yaml"]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
@@ -130,7 +118,7 @@ fn the_example_cluster_shows_every_check_and_exits_2() {
 
 #[test]
 fn json_is_a_stable_array_of_findings() {
-    let out = kestrel(&["doctor", "examples/doctor/cluster.yaml", "--json"]);
+    let out = KESTREL.run(&["doctor", "examples/doctor/cluster.yaml", "--json"]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     let json: Value = serde_json::from_str(&stdout).expect("JSON on stdout");
@@ -167,26 +155,22 @@ fn json_is_a_stable_array_of_findings() {
         ])
     );
     // The same input gives the same output.
-    let (again, _) = text(&kestrel(&[
-        "doctor",
-        "examples/doctor/cluster.yaml",
-        "--json",
-    ]));
+    let (again, _) = text(&KESTREL.run(&["doctor", "examples/doctor/cluster.yaml", "--json"]));
     assert_eq!(stdout, again);
 }
 
 #[test]
 fn a_healthy_cluster_exits_0() {
-    let out = kestrel(&["doctor", "examples/doctor/healthy.yaml"]);
+    let out = KESTREL.run(&["doctor", "examples/doctor/healthy.yaml"]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("no problems found"), "{stdout}");
     assert!(stdout.contains("0 critical, 0 warning, 0 info"), "{stdout}");
-    let out = kestrel(&["doctor", "examples/doctor/healthy.yaml", "--json"]);
+    let out = KESTREL.run(&["doctor", "examples/doctor/healthy.yaml", "--json"]);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(text(&out).0.trim(), "[]");
     // A shorter threshold makes the 2-minute-old pending pod a finding.
-    let out = kestrel(&[
+    let out = KESTREL.run(&[
         "doctor",
         "examples/doctor/healthy.yaml",
         "--pending-for",
@@ -207,7 +191,7 @@ fn several_files_and_stdin_make_one_snapshot() {
         "apiVersion: v1\nkind: Node\nmetadata: {name: gpu-9, labels: {nvidia.com/gpu.present: \"true\"}}\n\
          status: {allocatable: {cpu: \"8\"}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
     );
-    let out = kestrel(&[
+    let out = KESTREL.run(&[
         "doctor",
         "examples/doctor/healthy.yaml",
         extra.to_str().unwrap(),
@@ -227,9 +211,9 @@ fn several_files_and_stdin_make_one_snapshot() {
     );
     cleanup(&extra);
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+    let mut child = KESTREL
+        .command()
         .args(["doctor", "-", "--json"])
-        .current_dir(repo())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -249,7 +233,7 @@ fn several_files_and_stdin_make_one_snapshot() {
 
 #[test]
 fn prometheus_rules_are_one_alert_per_check() {
-    let out = kestrel(&["doctor", "--prometheus-rules"]);
+    let out = KESTREL.run(&["doctor", "--prometheus-rules"]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let docs = kestrel_doctor::parse_yaml(&stdout).expect("valid YAML");
@@ -303,12 +287,7 @@ fn prometheus_rules_are_one_alert_per_check() {
     }
     // The severities match the findings'.
     let json: Value = serde_json::from_str(
-        &text(&kestrel(&[
-            "doctor",
-            "examples/doctor/cluster.yaml",
-            "--json",
-        ]))
-        .0,
+        &text(&KESTREL.run(&["doctor", "examples/doctor/cluster.yaml", "--json"])).0,
     )
     .unwrap();
     for f in json.as_array().unwrap() {
@@ -323,7 +302,7 @@ fn prometheus_rules_are_one_alert_per_check() {
 #[test]
 fn bad_input_fails_with_a_clear_message_and_exit_1() {
     let expect_error = |args: &[&str], parts: &[&str]| {
-        let out = kestrel(args);
+        let out = KESTREL.run(args);
         let (stdout, stderr) = text(&out);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stdout}\n{stderr}");
         assert!(stdout.is_empty(), "{args:?}: {stdout}");
@@ -435,7 +414,7 @@ fn bad_input_fails_with_a_clear_message_and_exit_1() {
 
 #[test]
 fn events_and_container_states_give_signatures_and_incidents() {
-    let out = kestrel(&["doctor", "examples/doctor/events.yaml"]);
+    let out = KESTREL.run(&["doctor", "examples/doctor/events.yaml"]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
     assert!(
@@ -455,7 +434,7 @@ fn events_and_container_states_give_signatures_and_incidents() {
     }
     // JSON: the same findings with a stable signature and their incidents.
     let json = |args: &[&str]| -> Vec<Value> {
-        let out = kestrel(args);
+        let out = KESTREL.run(args);
         assert_eq!(out.status.code(), Some(2), "{}", text(&out).1);
         let v: Value = serde_json::from_str(&text(&out).0).expect("JSON");
         v.as_array().unwrap().clone()
@@ -494,7 +473,7 @@ fn events_and_container_states_give_signatures_and_incidents() {
         let Some(sig) = f["signature"].as_str() else {
             continue;
         };
-        let out = kestrel(&["doctor", "--alert-for", sig]);
+        let out = KESTREL.run(&["doctor", "--alert-for", sig]);
         let (rule, stderr) = text(&out);
         assert_eq!(out.status.code(), Some(0), "{sig}: {stderr}");
         let docs = kestrel_doctor::parse_yaml(&rule).expect("valid YAML");
@@ -506,7 +485,7 @@ fn events_and_container_states_give_signatures_and_incidents() {
 
 #[test]
 fn the_dra_example_shows_the_dra_checks_and_no_false_gpu_alarm() {
-    let out = kestrel(&["doctor", "examples/doctor/dra.yaml"]);
+    let out = KESTREL.run(&["doctor", "examples/doctor/dra.yaml"]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
     for id in DRA_CHECKS {

@@ -3,24 +3,11 @@
 
 mod dashboard;
 
-use std::process::{Command, Output};
-
-fn kestrel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kestrel"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("run kestrel")
-}
+use kestrel_test_support::cli::{text, Cli};
 
 use kestrel_testenv::workspace_root as repo;
 
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+const KESTREL: Cli = kestrel_test_support::kestrel_cli!();
 
 fn have(example: &str) -> bool {
     let present = repo()
@@ -36,7 +23,7 @@ fn have(example: &str) -> bool {
 
 /// Runs and expects success with JSON on stdout.
 fn json(args: &[&str]) -> serde_json::Value {
-    let out = kestrel(args);
+    let out = KESTREL.run(args);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{args:?}: {stderr}");
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
@@ -44,7 +31,7 @@ fn json(args: &[&str]) -> serde_json::Value {
 
 /// Runs and expects exit code 1 with an error on stderr and nothing on stdout.
 fn fails(args: &[&str]) -> String {
-    let out = kestrel(args);
+    let out = KESTREL.run(args);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{args:?}: {stdout}{stderr}");
     assert!(stdout.is_empty(), "{stdout}");
@@ -66,7 +53,7 @@ fn a_pending_pod_is_explained_with_its_position_start_and_what_would_help() {
         "--at",
         "10:00",
     ];
-    let out = kestrel(&args);
+    let out = KESTREL.run(&args);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     for part in [
@@ -193,7 +180,7 @@ fn a_node_shows_its_devices_and_pods() {
     if !have("falcon-ai") {
         return;
     }
-    let out = kestrel(&[
+    let out = KESTREL.run(&[
         "explain",
         "node",
         "gpu-0",
@@ -406,7 +393,7 @@ fn a_time_beyond_the_run_shows_the_final_state_and_run_only_flags_are_refused() 
     if !have("falcon-ai") {
         return;
     }
-    let out = kestrel(&[
+    let out = KESTREL.run(&[
         "explain",
         "pod",
         "jupyter-chen",
@@ -422,12 +409,12 @@ fn a_time_beyond_the_run_shows_the_final_state_and_run_only_flags_are_refused() 
         "{stderr}"
     );
     assert!(stdout.contains("jupyter-chen"), "{stdout}");
-    let out = kestrel(&["queue", "examples/falcon-ai", "--at", "3d"]);
+    let out = KESTREL.run(&["queue", "examples/falcon-ai", "--at", "3d"]);
     let (_, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     let e = fails(&["queue", "examples/falcon-ai", "--until", "10h"]);
     assert!(e.contains("--until") && e.contains("--at"), "{e}");
-    let out = kestrel(&["queue", "examples/falcon-ai", "--at", "soon"]);
+    let out = KESTREL.run(&["queue", "examples/falcon-ai", "--at", "soon"]);
     let (_, stderr) = text(&out);
     assert!(!out.status.success());
     assert!(stderr.contains("\"soon\""), "{stderr}");
@@ -501,7 +488,7 @@ fn the_prediction_budget_is_a_duration() {
     ]);
     let pending = v["pending"].as_array().unwrap();
     assert!(pending.iter().any(|e| !e["predicted_start"].is_null()));
-    let err = kestrel(&["queue", "examples/falcon-ai", "--predict-budget", "soon"]);
+    let err = KESTREL.run(&["queue", "examples/falcon-ai", "--predict-budget", "soon"]);
     let (stdout, stderr) = text(&err);
     assert_eq!(err.status.code(), Some(2), "{stdout}{stderr}");
     assert!(

@@ -1,29 +1,15 @@
 //! `kestrel upgrade plan|simulate|run` as a user runs them (`run` against a cluster is in
 //! live_drain.rs; here what it refuses before it reaches one).
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use kestrel_test_support::cli::{text, Cli};
 
-fn kestrel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kestrel"))
-        .args(args)
-        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
-        .output()
-        .expect("run kestrel")
-}
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+const KESTREL: Cli = kestrel_test_support::kestrel_cli!();
 
 const COMPAT: &str = "examples/falcon-ai-upgrade/compatibility.yaml";
 
 #[test]
 fn upgrade_plan_prints_batches_control_plane_first() {
-    let out = kestrel(&[
+    let out = KESTREL.run(&[
         "upgrade",
         "plan",
         "examples/falcon-ai-32",
@@ -108,7 +94,7 @@ fn upgrade_plan_refuses_bad_input_by_field() {
     for (flags, wanted) in cases {
         let mut args = vec!["upgrade", "plan", "examples/falcon-ai"];
         args.extend_from_slice(flags);
-        let out = kestrel(&args);
+        let out = KESTREL.run(&args);
         let (stdout, stderr) = text(&out);
         assert!(!out.status.success(), "{flags:?} was accepted: {stdout}");
         assert!(stdout.is_empty(), "{flags:?} printed a plan: {stdout}");
@@ -121,7 +107,7 @@ fn upgrade_plan_refuses_bad_input_by_field() {
 
 #[test]
 fn upgrade_simulate_compares_the_strategies_on_falcon_ai_32() {
-    let out = kestrel(&[
+    let out = KESTREL.run(&[
         "upgrade",
         "simulate",
         "--cluster",
@@ -233,7 +219,7 @@ fn upgrade_run_refuses_bad_input_before_touching_the_cluster() {
         let mut args = vec!["upgrade", "run"];
         args.extend_from_slice(&base);
         args.extend_from_slice(flags);
-        let out = kestrel(&args);
+        let out = KESTREL.run(&args);
         let (stdout, stderr) = text(&out);
         assert!(!out.status.success(), "{flags:?} was accepted: {stdout}");
         for w in wanted {

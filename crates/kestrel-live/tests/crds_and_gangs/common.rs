@@ -17,6 +17,7 @@ pub use kestrel_live::limiter::Limiter;
 pub use kestrel_live::metrics::Metrics;
 pub use kestrel_objects::crds::{self, PodGroupPhase};
 pub use kestrel_objects::workloads::Owner;
+pub use kestrel_test_support::k8s::{NodeJson, PodJson};
 pub use kube::api::{ApiResource, DynamicObject};
 pub use kube::client::Body;
 pub use kube::runtime::reflector::store::Writer;
@@ -29,19 +30,16 @@ pub use tokio::sync::watch;
 pub use tower_test::mock::{self, Handle};
 
 pub fn node(name: &str, gpus: u32, rack: &str) -> Node {
-    serde_json::from_value(json!({"metadata": {"name": name, "labels": {"topology.kestrel.dev/rack": rack}},
-        "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()}}}))
-    .unwrap()
+    NodeJson::new(name, gpus)
+        .label("topology.kestrel.dev/rack", rack)
+        .allocatable("pods", "110")
+        .node()
 }
 
 pub fn member(name: &str, group: &str, gpus: u32) -> Pod {
-    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
-                     "labels": {"scheduling.kestrel.dev/pod-group": group}},
-        "spec": {"schedulerName": "kestrel", "priority": 0, "containers": [{"name": "c",
-            "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": gpus.to_string()}}}]},
-        "status": {"phase": "Pending"}}))
-    .unwrap()
+    PodJson::listed("ml", name, gpus, "kestrel")
+        .label("scheduling.kestrel.dev/pod-group", group)
+        .pod()
 }
 
 pub fn pod_group(name: &str, spec: Value) -> DynamicObject {

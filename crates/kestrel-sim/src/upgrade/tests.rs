@@ -2,9 +2,7 @@ use super::*;
 use crate::sim::Simulation;
 use crate::workload::{JobKind, SimCluster, SimJob, Workload};
 use crate::SimConfig;
-use kestrel_core::{
-    Demand, GangMembership, GangSpec, GpuRequest, GpuTopology, PodPhase, PodSpec, Resources,
-};
+use kestrel_core::{Demand, GangMembership, GangSpec, GpuRequest, PodPhase, PodSpec, Resources};
 use proptest::prelude::{
     any, prop_assert, prop_assert_eq, prop_oneof, proptest, Just, ProptestConfig,
 };
@@ -15,11 +13,11 @@ const MIN: Millis = 60_000;
 const HOUR: Millis = 3_600_000;
 
 fn node(name: &str, gpus: u32) -> NodeSpec {
-    let mut n = NodeSpec::new(name, Resources::new(224_000, 2 << 40));
-    if gpus > 0 {
-        (n.gpus, n.nics) = GpuTopology::Flat.devices("H100", 81_559, gpus);
-    }
-    n
+    kestrel_test_support::engine::node(name)
+        .cpu_milli(224_000)
+        .memory(2 << 40)
+        .gpus(gpus)
+        .build()
 }
 
 fn options(max_nodes: u32, max_gpus: u32) -> PlanOptions {

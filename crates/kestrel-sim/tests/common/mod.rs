@@ -1,5 +1,5 @@
 //! The openb trace for the packing tests: read from `../shared`; skipped loudly when it is
-//! absent, and failed under `CI=true` ([`kestrel_invariants::shared_path`]).
+//! absent, and failed under `CI=true` ([`kestrel_test_support::shared::openb_traces`]).
 
 use kestrel_sim::openb::{load_nodes, load_pods, OpenbNode, OpenbPod};
 use std::path::{Path, PathBuf};
@@ -7,9 +7,7 @@ use std::path::{Path, PathBuf};
 pub const SEEDS: [u64; 10] = [42, 43, 44, 45, 46, 47, 48, 49, 50, 51];
 
 pub fn trace_dir() -> Option<PathBuf> {
-    kestrel_invariants::shared_path(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/openb"),
-    )
+    kestrel_test_support::shared::openb_traces()
 }
 
 /// The GPU node list and one pod list.

@@ -1,225 +1,10 @@
-//! The compatibility set (`tests/compat/`) on the real control plane: each case's objects
-//! applied as written, their controllers played by the test (Kestrel does not run them),
-//! and the outcome its header states checked on what the API server holds, as
-//! `crates/kestrel-sim/tests/compat.rs` checks it in the simulator.
-//!
-//! - Time runs 1200 times faster: an hour of `kestrel.dev/sim-duration` is 3 s.
-//! - `completed` pods must succeed; `most_running` is the most pods bound and not yet
-//!   finished at once (sampled); `scheduled=0` with `pending_at_end`: none binds.
-//! - Kueue's queue kinds (`kueue.x-k8s.io`) are applied in Kestrel's group, which
-//!   `kestrel serve` reads (where Kueue is installed it admits them itself), without the
-//!   fields the header expects warnings for: Kestrel's own kinds refuse those. Warnings
-//!   about other projects' queue objects must be in Kestrel's log.
-//! - The controllers: batch Jobs keep `min(parallelism, completions left)` pods and write
-//!   `status.succeeded`; a JobSet gets one Job per replica; a PyTorchJob one pod per
-//!   replica (the training operator's labels); a Volcano Job a PodGroup and its pods; a
-//!   LeaderWorkerSet each group's leader and workers (its controller's labels and size); a
-//!   TrainJob its runtime's JobSet, sized by its trainer (Trainer's controller); an MPIJob
-//!   a scheduler-plugins PodGroup and its launcher's and workers' pods (the MPI Operator
-//!   with gang scheduling).
-//!   kube-controller-manager's resourceclaim controller runs for real: it makes the
-//!   claims of pods from templates and releases those of ended pods.
-//! - Pools that publish their GPUs through DRA get ResourceSlices as NVIDIA's driver
-//!   writes them, and no `nvidia.com/gpu`.
-//! - A case whose header expects an error is the simulator's reader refusing a file;
-//!   it has nothing to run live.
+//! The controllers the test plays (Jobs, JobSets, PyTorchJobs, Volcano Jobs, StatefulSets,
+//! Deployments, ReplicaSets and the rest) and what a case has created.
 
-// The serial lock is held across awaits on purpose: one test at a time on the control plane.
-#![allow(clippy::await_holding_lock)]
-
-#[path = "../../kestrel-sim/tests/compat_header/mod.rs"]
-mod compat_header;
-mod live;
-
-use compat_header::expected;
-
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kestrel_objects::documents::read_documents;
-use kestrel_objects::duration::parse_duration;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use live::*;
-use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-/// Simulated milliseconds per real millisecond.
-const SPEED_UP: u64 = 1200;
-const DURATION: &str = "kestrel.dev/sim-duration";
-const KESTREL_API: &str = "scheduling.kestrel.dev/v1alpha1";
-
-fn compat_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/compat")
-}
-
-/// A duration annotation's value, `speed_up` times shorter.
-fn faster(value: &str) -> String {
-    let ms = parse_duration(value).unwrap_or_else(|e| panic!("duration {value:?}: {e}"));
-    format!("{}ms", (ms / SPEED_UP).max(1))
-}
-
-/// The cluster of `tests/compat/cluster.yaml`, named after `prefix`: its nodes, and the
-/// ResourceSlices of the pools whose GPUs are published through DRA (`publish: dra`; such
-/// nodes have no `nvidia.com/gpu`), with their MIG partitions for `partitions: mig`.
-fn compat_nodes(prefix: &str) -> (Vec<Node>, Vec<Value>) {
-    let text = std::fs::read_to_string(compat_dir().join("cluster.yaml")).unwrap();
-    let cluster = read_documents(Path::new("cluster.yaml"), &text, None).unwrap()[0]
-        .value
-        .clone();
-    let (mut nodes, mut slices) = (Vec::new(), Vec::new());
-    for pool in cluster["spec"]["pools"].as_array().expect("pools") {
-        let name = pool["name"].as_str().unwrap();
-        let gpus = pool["gpu"]["count"].as_u64().unwrap_or(0) as u32;
-        let dra = pool["gpu"]["publish"] == "dra";
-        let mig = pool["gpu"]["partitions"] == "mig";
-        let labels: Vec<(String, String)> = pool["labels"]
-            .as_object()
-            .map(|l| {
-                l.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let labels: Vec<(&str, &str)> = labels
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        for i in 0..pool["count"].as_u64().unwrap_or(1) {
-            let node_name = format!("{prefix}{name}-{i}");
-            let device_plugin_gpus = if dra { 0 } else { gpus };
-            let mut node = kestrel_testenv::gpu_node(&node_name, device_plugin_gpus, &labels);
-            if mig {
-                let product = pool["gpu"]["model"].as_str().unwrap_or_default();
-                slices.extend(kestrel_objects::mig::nvidia_mig_slices(
-                    &node_name, gpus, product,
-                ));
-            } else if dra {
-                slices.push(kestrel_testenv::nodes::nvidia_gpu_slice(&node_name, gpus));
-            }
-            if let Some(taints) = pool.get("taints") {
-                node.spec.get_or_insert_with(Default::default).taints =
-                    Some(serde_json::from_value(taints.clone()).unwrap());
-            }
-            nodes.push(node);
-        }
-    }
-    (nodes, slices)
-}
-
-/// Kueue's CRDs (every served version), Volcano's, KAI's, Kubeflow's and JobSet's, as
-/// schemaless CRDs: the kinds the compatibility set writes.
-fn other_projects_crds() -> String {
-    let crd = |kind: &str, plural: &str, group: &str, scope: &str, versions: &[&str]| {
-        let versions: Vec<Value> = versions
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                json!({"name": v, "served": true, "storage": i == 0,
-                    "subresources": {"status": {}},
-                    "schema": {"openAPIV3Schema": {"type": "object",
-                        "x-kubernetes-preserve-unknown-fields": true}}})
-            })
-            .collect();
-        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": format!("{plural}.{group}")},
-            "spec": {"group": group, "scope": scope, "versions": versions,
-                "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(),
-                    "listKind": format!("{kind}List")}}})
-        .to_string()
-    };
-    [
-        crd(
-            "WorkloadPriorityClass",
-            "workloadpriorityclasses",
-            "kueue.x-k8s.io",
-            "Cluster",
-            &["v1beta1", "v1beta2"],
-        ),
-        crd(
-            "Queue",
-            "queues",
-            "scheduling.volcano.sh",
-            "Cluster",
-            &["v1beta1"],
-        ),
-        crd(
-            "PodGroup",
-            "podgroups",
-            "scheduling.volcano.sh",
-            "Namespaced",
-            &["v1beta1"],
-        ),
-        crd("Queue", "queues", "scheduling.run.ai", "Cluster", &["v2"]),
-        crd(
-            "PodGroup",
-            "podgroups",
-            "scheduling.x-k8s.io",
-            "Namespaced",
-            &["v1alpha1"],
-        ),
-        crd(
-            "PyTorchJob",
-            "pytorchjobs",
-            "kubeflow.org",
-            "Namespaced",
-            &["v1"],
-        ),
-        crd(
-            "JobSet",
-            "jobsets",
-            "jobset.x-k8s.io",
-            "Namespaced",
-            &["v1alpha2"],
-        ),
-        crd(
-            "Job",
-            "jobs",
-            "batch.volcano.sh",
-            "Namespaced",
-            &["v1alpha1"],
-        ),
-        crd(
-            "LeaderWorkerSet",
-            "leaderworkersets",
-            "leaderworkerset.x-k8s.io",
-            "Namespaced",
-            &["v1"],
-        ),
-        crd(
-            "MPIJob",
-            "mpijobs",
-            "kubeflow.org",
-            "Namespaced",
-            &["v2beta1"],
-        ),
-        crd(
-            "TrainJob",
-            "trainjobs",
-            "trainer.kubeflow.org",
-            "Namespaced",
-            &["v1alpha1"],
-        ),
-        crd(
-            "TrainingRuntime",
-            "trainingruntimes",
-            "trainer.kubeflow.org",
-            "Namespaced",
-            &["v1alpha1"],
-        ),
-        crd(
-            "ClusterTrainingRuntime",
-            "clustertrainingruntimes",
-            "trainer.kubeflow.org",
-            "Cluster",
-            &["v1alpha1"],
-        ),
-    ]
-    .join("\n---\n")
-}
+use super::*;
 
 /// An object's (namespace, name).
-fn key(o: &Value) -> (String, String) {
+pub(crate) fn key(o: &Value) -> (String, String) {
     (
         o["metadata"]["namespace"]
             .as_str()
@@ -232,7 +17,7 @@ fn key(o: &Value) -> (String, String) {
     )
 }
 
-fn owner_ref(o: &Value) -> Value {
+pub(crate) fn owner_ref(o: &Value) -> Value {
     json!({"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["metadata"]["name"],
         "uid": o["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true})
 }
@@ -240,7 +25,7 @@ fn owner_ref(o: &Value) -> Value {
 /// A pod from a pod template as a controller makes it: its name, namespace, labels and
 /// annotations added, for `scheduler`, owned by `owner`; its template's duration sped up,
 /// or `duration` (sped up already) when the template has none.
-fn pod_from_template(
+pub(crate) fn pod_from_template(
     template: &Value,
     name: &str,
     namespace: &str,
@@ -283,7 +68,7 @@ fn pod_from_template(
 
 /// The kinds the compatibility set creates (its cases' objects and what the controllers
 /// played here make), with their resource names.
-const PLURALS: [(&str, &str); 26] = [
+pub(crate) const PLURALS: [(&str, &str); 26] = [
     ("Pod", "pods"),
     ("MPIJob", "mpijobs"),
     ("TrainJob", "trainjobs"),
@@ -314,21 +99,21 @@ const PLURALS: [(&str, &str); 26] = [
 
 /// Applies one case's objects in Kubernetes' order (queues and classes, then workloads)
 /// and plays the controllers of the workloads that have none here but batch Jobs'.
-struct Case {
-    client: kube::Client,
-    scheduler: String,
+pub(crate) struct Case {
+    pub(crate) client: kube::Client,
+    pub(crate) scheduler: String,
     /// What the case created, to delete afterwards: (resource, namespace, name).
-    created: Vec<(kube::api::ApiResource, Option<String>, String)>,
-    namespaces: BTreeSet<String>,
+    pub(crate) created: Vec<(kube::api::ApiResource, Option<String>, String)>,
+    pub(crate) namespaces: BTreeSet<String>,
     /// StatefulSets whose pods come one at a time (`OrderedReady`): (the set as created,
     /// its pods' duration).
-    ordered_sets: Vec<(Value, Option<String>)>,
+    pub(crate) ordered_sets: Vec<(Value, Option<String>)>,
     /// Trainer's runtimes created, by (kind, namespace or "", name), for the TrainJobs.
-    runtimes: BTreeMap<(String, String, String), Value>,
+    pub(crate) runtimes: BTreeMap<(String, String, String), Value>,
 }
 
 impl Case {
-    async fn create(&mut self, object: &Value) -> Value {
+    pub(crate) async fn create(&mut self, object: &Value) -> Value {
         let api_version = object["apiVersion"].as_str().unwrap().to_string();
         let kind = object["kind"].as_str().unwrap().to_string();
         let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
@@ -399,13 +184,13 @@ impl Case {
     }
 
     /// A pod, created.
-    async fn pod(&mut self, pod: Value) {
+    pub(crate) async fn pod(&mut self, pod: Value) {
         self.create(&pod).await;
     }
 
     /// `count` pods from `template`, as a controller creates them, owned by `owner`: pod `i`
     /// has the name, labels and annotations `each(i)` gives.
-    async fn pods_from_template(
+    pub(crate) async fn pods_from_template(
         &mut self,
         template: &Value,
         count: u64,
@@ -430,7 +215,7 @@ impl Case {
     }
 
     /// A workload object and what its controller creates at once.
-    async fn workload(&mut self, object: &Value) {
+    pub(crate) async fn workload(&mut self, object: &Value) {
         let created = self.create(object).await;
         let created = json!({"apiVersion": object["apiVersion"], "kind": object["kind"],
             "metadata": created["metadata"], "spec": object["spec"]});
@@ -693,7 +478,7 @@ impl Case {
     /// One pass of the Job controller over the case's namespaces: each Job keeps
     /// `min(parallelism, completions - succeeded)` pods that have not finished, and its
     /// `status.succeeded` counts its pods that did.
-    async fn run_jobs(&self, created: &mut BTreeMap<String, u64>) {
+    pub(crate) async fn run_jobs(&self, created: &mut BTreeMap<String, u64>) {
         for namespace in &self.namespaces {
             let jobs: Api<Job> = Api::namespaced(self.client.clone(), namespace);
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
@@ -778,7 +563,7 @@ impl Case {
 
     /// One pass of the StatefulSet controller over the `OrderedReady` sets: the next pod of
     /// each, once every pod before it runs and is ready.
-    async fn run_ordered_sets(&self) {
+    pub(crate) async fn run_ordered_sets(&self) {
         for (set, duration) in &self.ordered_sets {
             let (namespace, name) = key(set);
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
@@ -822,7 +607,7 @@ impl Case {
     }
 
     /// Pods of the case's namespaces: (bound and not finished, succeeded, pending).
-    async fn counts(&self) -> (u64, u64, u64) {
+    pub(crate) async fn counts(&self) -> (u64, u64, u64) {
         let (mut running, mut succeeded, mut pending) = (0, 0, 0);
         for namespace in &self.namespaces {
             for pod in pods_in(&self.client, namespace).await {
@@ -844,7 +629,7 @@ impl Case {
 
     /// Deletes what the case created (there is no garbage collector here): its pods, its
     /// nodes, then every object in reverse order.
-    async fn clean(&self, node_prefix: &str) {
+    pub(crate) async fn clean(&self, node_prefix: &str) {
         let namespaces: Vec<&str> = self.namespaces.iter().map(String::as_str).collect();
         cleanup(&self.client, node_prefix, &namespaces).await;
         for namespace in &self.namespaces {
@@ -880,200 +665,6 @@ impl Case {
 }
 
 /// The label the StatefulSet controller puts on its pod `i`.
-fn stateful_pod_labels(i: u64) -> Value {
+pub(crate) fn stateful_pod_labels(i: u64) -> Value {
     json!({"apps.kubernetes.io/pod-index": i.to_string()})
-}
-
-/// Kueue's queue kinds in Kestrel's group, without the fields the header warns of.
-fn as_kestrels(mut object: Value, warnings: &[String]) -> Value {
-    let kind = object["kind"].as_str().unwrap_or_default().to_string();
-    let (namespace, name) = key(&object);
-    let object_name = match kind.as_str() {
-        "LocalQueue" => format!("{kind} {namespace}/{name}"),
-        _ => format!("{kind} {name}"),
-    };
-    for w in warnings {
-        if let Some(field) = w
-            .strip_prefix(&format!("{object_name}: field "))
-            .map(|f| f.trim_end_matches(':'))
-        {
-            let mut at = &mut object;
-            let parts: Vec<&str> = field.split('.').collect();
-            for part in &parts[..parts.len() - 1] {
-                at = &mut at[*part];
-            }
-            if let Some(map) = at.as_object_mut() {
-                map.remove(parts[parts.len() - 1]);
-            }
-        }
-    }
-    object["apiVersion"] = json!(KESTREL_API);
-    object
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane() {
-    let Some((env, _serial)) = env() else { return };
-    let client = env.client().await;
-    // Claims from templates are kube-controller-manager's: it creates them for the pods
-    // and releases those of ended pods. Its volume controller completes the bindings of
-    // volume claims that a scheduler wrote on PersistentVolumes (synced every second
-    // rather than every 15 s, so a case's claims bind within its time).
-    env.cp.start_controller_manager(
-        &[
-            "resourceclaim-controller",
-            "persistentvolume-binder-controller",
-        ],
-        &["--pvclaimbinder-sync-period=1s"],
-    );
-    kestrel_testenv::apply_yaml(&client, &other_projects_crds(), false)
-        .await
-        .unwrap();
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(compat_dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml") && !p.ends_with("cluster.yaml"))
-        .collect();
-    cases.sort();
-    let mut ran = 0;
-    for (index, path) in cases.iter().enumerate() {
-        let name = path.file_name().unwrap().to_string_lossy().to_string();
-        let text = std::fs::read_to_string(path).unwrap();
-        let want = expected(&text);
-        if !want.errors.is_empty() {
-            continue;
-        }
-        ran += 1;
-        let prefix = format!("compat{index}-");
-        let scheduler = format!("kestrel-compat{index}");
-        let (nodes, slices) = compat_nodes(&prefix);
-        kestrel_testenv::create_gpu_nodes(&client, nodes).await;
-        let slices: Vec<String> = slices.iter().map(Value::to_string).collect();
-        kestrel_testenv::apply_yaml(&client, &slices.join("\n---\n"), false)
-            .await
-            .unwrap();
-        let _kubelet = kestrel_testenv::FakeKubelet::start(client.clone(), &prefix);
-        let mut case = Case {
-            client: client.clone(),
-            scheduler: scheduler.clone(),
-            created: Vec::new(),
-            namespaces: BTreeSet::new(),
-            ordered_sets: Vec::new(),
-            runtimes: BTreeMap::new(),
-        };
-        let documents: Vec<Value> = read_documents(path, &text, None)
-            .unwrap()
-            .into_iter()
-            .map(|d| d.value)
-            .collect();
-        let is_workload = |o: &Value| {
-            matches!(
-                o["kind"].as_str(),
-                Some(
-                    "Pod"
-                        | "Job"
-                        | "JobSet"
-                        | "LeaderWorkerSet"
-                        | "PyTorchJob"
-                        | "PodGroup"
-                        | "Deployment"
-                        | "ReplicaSet"
-                        | "StatefulSet"
-                        | "TrainJob"
-                        | "MPIJob"
-                )
-            )
-        };
-        for object in documents.iter().filter(|o| !is_workload(o)) {
-            let object = match object["apiVersion"].as_str() {
-                Some(v)
-                    if v.starts_with("kueue.x-k8s.io/")
-                        && object["kind"] != "WorkloadPriorityClass" =>
-                {
-                    as_kestrels(object.clone(), &want.warnings)
-                }
-                _ => object.clone(),
-            };
-            case.create(&object).await;
-        }
-        let mut kestrel = env.kestrel(&scheduler, &["--scheduler-name", &scheduler]);
-        // PodGroups before their pods, as their users apply them.
-        for object in documents.iter().filter(|o| o["kind"] == "PodGroup") {
-            case.create(object).await;
-        }
-        for object in documents
-            .iter()
-            .filter(|o| is_workload(o) && o["kind"] != "PodGroup")
-        {
-            if object["kind"] == "Pod" {
-                let (namespace, pod_name) = key(object);
-                let pod = pod_from_template(
-                    object,
-                    &pod_name,
-                    &namespace,
-                    &scheduler,
-                    (&json!({}), &json!({})),
-                    None,
-                    None,
-                );
-                case.pod(pod).await;
-            } else {
-                case.workload(object).await;
-            }
-        }
-        let count = |k: &str| want.count(k);
-        let started = Instant::now();
-        let mut job_pods = BTreeMap::new();
-        let mut most_running = 0;
-        let (deadline, settle) = (Duration::from_secs(90), Duration::from_secs(6));
-        let (running, succeeded, pending) = loop {
-            case.run_jobs(&mut job_pods).await;
-            case.run_ordered_sets().await;
-            let (running, succeeded, pending) = case.counts().await;
-            most_running = most_running.max(running);
-            let done = match count("completed") {
-                Some(n) => succeeded >= n && running == 0,
-                // Nothing is to complete: long enough for a bind to show, were there one.
-                None => started.elapsed() > settle,
-            };
-            if done || started.elapsed() > deadline {
-                break (running, succeeded, pending);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
-        let state = format!("{name}: running {running}, succeeded {succeeded}, pending {pending}, most running at once {most_running}");
-        if let Some(n) = count("completed") {
-            assert_eq!(succeeded, n, "{state}");
-        }
-        if let Some(n) = count("most_running") {
-            assert_eq!(most_running, n, "{state}");
-        }
-        if count("scheduled") == Some(0) {
-            assert_eq!((running, succeeded), (0, 0), "{state}");
-        }
-        if let Some(n) = count("pending_at_end") {
-            assert_eq!(pending, n, "{state}");
-        }
-        let log = kestrel.log_text();
-        for part in &want.warnings {
-            let translated = documents.iter().any(|o| {
-                o["apiVersion"]
-                    .as_str()
-                    .is_some_and(|v| v.starts_with("kueue.x-k8s.io/"))
-                    && part.starts_with(&format!("{} ", o["kind"].as_str().unwrap_or_default()))
-            });
-            if !translated {
-                assert!(
-                    log.contains(part.as_str()),
-                    "{name}: no warning {part:?} in Kestrel's log"
-                );
-            }
-        }
-        assert_invariants(&client).await;
-        kestrel.kill();
-        case.clean(&prefix).await;
-        eprintln!("{state}: as stated");
-    }
-    env.cp.stop_controller_manager();
-    assert!(ran >= 10, "only {ran} cases ran");
 }

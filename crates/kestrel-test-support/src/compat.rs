@@ -11,7 +11,6 @@ pub struct Expected {
 
 impl Expected {
     /// A count the header states.
-    #[allow(dead_code)]
     pub fn count(&self, key: &str) -> Option<u64> {
         self.counts.iter().find(|(k, _)| k == key).map(|(_, v)| {
             v.parse()
