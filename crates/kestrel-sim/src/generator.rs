@@ -10,7 +10,7 @@
 //!
 //! GPU pods tolerate `nvidia.com/gpu=true:NoSchedule`; CPU pods do not.
 
-use crate::workload::{JobKind, SimJob, Workload};
+use crate::workload::{JobKind, PodSet, Workload};
 use kestrel_core::{
     Demand, GangMembership, GangSpec, GangTopology, GpuRequest, Millis, PodSpec, Resources, Rng,
     Toleration, TolerationOperator, GPU_RESOURCE, RACK_LABEL,
@@ -162,7 +162,7 @@ pub fn generate(config: &GeneratorConfig) -> Workload {
                 rank: None,
             });
         }
-        jobs.push(SimJob {
+        jobs.push(PodSet {
             kind,
             source_kind: source.to_string(),
             namespace,

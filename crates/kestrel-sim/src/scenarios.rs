@@ -2,7 +2,7 @@
 //! baseline, a preemption-heavy GPU day with varied checkpoint ages, and a contended day
 //! of teams sharing a cohort.
 
-use crate::workload::{QueueSetup, SimCluster, SimJob, Workload};
+use crate::workload::{PodSet, QueueSetup, SimCluster, Workload};
 use kestrel_core::{
     ClusterQueueSpec, Demand, FlavorQuotas, GpuRequest, GpuTopology, LocalQueueSpec, Millis,
     NodeSpec, PodSpec, QueuePreemption, ReclaimPolicy, ResourceGroup, ResourceQuota, Resources,
@@ -147,7 +147,7 @@ pub fn kueue_baseline() -> (SimCluster, Workload) {
                     let mut template = pod("main", class.units * 1000, 0, class.priority);
                     template.priority_class = Some(class.name.to_string());
                     template.preemption.termination_grace = 0;
-                    workload.jobs.push(SimJob::pod(
+                    workload.jobs.push(PodSet::pod(
                         &name,
                         format!("{}-{i}", class.name),
                         i as Millis * class.every,
@@ -189,7 +189,7 @@ pub fn preemption_heavy(seed: u64) -> (SimCluster, Workload) {
         template.preemption.checkpoint_interval = interval.map(|m| m * 60_000);
         template.preemption.checkpoint_grace = interval.map(|_| 60_000);
         let arrival = i * 4 * 60_000 + rng.below(60_000);
-        workload.jobs.push(SimJob::pod(
+        workload.jobs.push(PodSet::pod(
             "training",
             format!("train-{i:02}"),
             arrival,
@@ -201,7 +201,7 @@ pub fn preemption_heavy(seed: u64) -> (SimCluster, Workload) {
         let mut template = pod("", 16_000, 4, 1_000);
         template.queue = None;
         let arrival = 90 * 60_000 + i * 20 * 60_000 + rng.below(120_000);
-        workload.jobs.push(SimJob::pod(
+        workload.jobs.push(PodSet::pod(
             "serving",
             format!("eval-{i:02}"),
             arrival,
@@ -249,7 +249,7 @@ pub fn contended_day(seed: u64) -> (SimCluster, Workload) {
             }
             let arrival = rng.below(22 * 3_600_000);
             gpu_hours += gpus as f64 * runs as f64 / 3_600_000.0;
-            workload.jobs.push(SimJob::pod(
+            workload.jobs.push(PodSet::pod(
                 team,
                 format!("{team}-{i:04}"),
                 arrival,

@@ -1,11 +1,11 @@
-//! What the simulator runs: jobs (one per workload object) and timed cluster events.
+//! What the simulator runs: pod sets (one per workload object) and timed cluster events.
 
 use kestrel_core::{GangSpec, GangTopology, Millis, NodeSpec, PodSpec};
 pub use kestrel_objects::queues::{NamespaceQuota, QueueSetup};
 use kestrel_objects::training::Plan;
 use serde::Serialize;
 
-/// The controller kind a job came from; decides how its pods are created and replaced.
+/// The controller kind a pod set came from; decides how its pods are created and replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum JobKind {
     /// One pod that its owner brings back when it is preempted (an openb row, a generated
@@ -23,9 +23,10 @@ pub enum JobKind {
     Training,
 }
 
-/// One workload object to simulate.
+/// One workload object to simulate: the pods one Pod, Job, Deployment, StatefulSet or
+/// TrainingJob role creates from one template (a pod set, not necessarily a Job).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SimJob {
+pub struct PodSet {
     pub kind: JobKind,
     /// The object's kind as written (`Pod`, `Job`, `Deployment`, `StatefulSet`, `openb`,
     /// `synthetic/training` ...), for reports.
@@ -38,15 +39,18 @@ pub struct SimJob {
     pub duration: Option<Millis>,
     /// Pods running at once (Job parallelism, replicas).
     pub parallelism: u32,
-    /// Pods that must finish for the job to complete (Job completions; else = parallelism).
+    /// Pods that must finish for the pod set to complete (Job completions; else = parallelism).
     pub completions: u32,
-    /// The pod template; its name is the job's name (pods get a suffix).
+    /// The pod template; its name is the pod set's name (pods get a suffix).
     pub template: PodSpec,
     /// Share of its allocated GPUs a pod keeps busy (0..=1), for the utilization chart.
     pub gpu_utilization: f64,
 }
 
-impl SimJob {
+/// The earlier name of [`PodSet`], kept so that callers written against it still build.
+pub type SimJob = PodSet;
+
+impl PodSet {
     /// A single pod (its owner brings it back when preempted) created at `arrival` that
     /// runs `duration` and keeps its GPUs busy.
     pub fn pod(
@@ -55,8 +59,8 @@ impl SimJob {
         arrival: Millis,
         duration: Millis,
         template: PodSpec,
-    ) -> SimJob {
-        SimJob {
+    ) -> PodSet {
+        PodSet {
             kind: JobKind::Pod,
             source_kind: "Pod".to_string(),
             namespace: namespace.to_string(),
@@ -93,15 +97,16 @@ pub struct SimCluster {
     pub events: Vec<ClusterEvent>,
 }
 
-/// Everything to run: jobs in input order, the gangs their pods belong to, and the
+/// Everything to run: pod sets in input order, the gangs their pods belong to, and the
 /// cluster's topology levels (widest first) when a Topology object gave them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Workload {
-    pub jobs: Vec<SimJob>,
+    /// The pod sets, in input order (the field keeps its earlier name).
+    pub jobs: Vec<PodSet>,
     pub gangs: Vec<GangSpec>,
     pub topology_levels: Vec<String>,
     pub queues: QueueSetup,
-    /// TrainingJobs: their roles are jobs of kind [`JobKind::Training`].
+    /// TrainingJobs: their roles are pod sets of kind [`JobKind::Training`].
     pub training: Vec<SimTraining>,
     /// The DeviceClass that serves `nvidia.com/gpu` on nodes whose GPUs DRA publishes.
     #[serde(skip)]
@@ -118,20 +123,20 @@ impl Workload {
     }
 }
 
-/// A TrainingJob as the simulator runs it: the live controller's plan, the jobs that hold
+/// A TrainingJob as the simulator runs it: the live controller's plan, the pod sets that hold
 /// its roles' pod templates, and the failures to inject.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SimTraining {
     /// What [`kestrel_objects::training::plan`] made of the object (validated).
     #[serde(skip)]
     pub plan: Plan,
-    /// Per role of the plan, in its order: the index of the job in [`Workload::jobs`].
+    /// Per role of the plan, in its order: the index of the pod set in [`Workload::jobs`].
     pub role_jobs: Vec<usize>,
     pub failures: Vec<InjectedFailure>,
 }
 
 impl SimTraining {
-    /// The job (an index into [`Workload::jobs`]) that holds a role's template.
+    /// The pod set (an index into [`Workload::jobs`]) that holds a role's template.
     pub fn role_job(&self, role: &str) -> Option<usize> {
         let i = self.plan.roles.iter().position(|r| r.name == role)?;
         self.role_jobs.get(i).copied()

@@ -30,7 +30,7 @@ fn examples() -> PathBuf {
 }
 
 /// Whether a pod of `job` passes the static filters and fits an empty `node`.
-fn fits(job: &SimJob, node: &kestrel_core::NodeSpec) -> bool {
+fn fits(job: &PodSet, node: &kestrel_core::NodeSpec) -> bool {
     let t = &job.template;
     let c = &t.constraints;
     let rc = c.runtime_class.as_ref();

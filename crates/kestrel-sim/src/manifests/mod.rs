@@ -24,7 +24,7 @@
 //! How a pod template becomes the scheduler's pod (requests, priority, queue, preemption
 //! terms, GPU annotations) is [`kestrel_objects::pods`]'s.
 
-use crate::workload::{JobKind, SimJob, SimTraining, Workload};
+use crate::workload::{JobKind, PodSet, SimTraining, Workload};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1 as core;
@@ -242,7 +242,7 @@ struct Builder {
     seen: BTreeMap<(String, String, String), String>,
     /// generateName prefix -> names generated so far.
     generated: BTreeMap<String, u32>,
-    jobs: Vec<SimJob>,
+    jobs: Vec<PodSet>,
     training: Vec<SimTraining>,
     options: LoadOptions,
     dra: dra::DraObjects,
@@ -545,7 +545,7 @@ impl Builder {
         path: &Path,
         doc: &Document,
         job: &Job,
-    ) -> Result<Option<SimJob>, LoadError> {
+    ) -> Result<Option<PodSet>, LoadError> {
         let spec = job
             .spec
             .as_ref()
@@ -717,7 +717,7 @@ impl Builder {
         &mut self,
         ctx: &Ctx,
         doc: &Document,
-    ) -> Result<Option<Vec<SimJob>>, LoadError> {
+    ) -> Result<Option<Vec<PodSet>>, LoadError> {
         let meta: ObjectMeta = match doc.value.get("metadata") {
             Some(m) => serde_json::from_value(m.clone())
                 .map_err(|e| ctx.err("metadata", format!("not object metadata: {e}")))?,
@@ -813,7 +813,7 @@ impl Builder {
         meta: &ObjectMeta,
         replicas: Option<i32>,
         template: &core::PodTemplateSpec,
-    ) -> Result<Option<SimJob>, LoadError> {
+    ) -> Result<Option<PodSet>, LoadError> {
         let replicas = i64::from(replicas.unwrap_or(1));
         if replicas < 0 {
             return Err(ctx.err(
@@ -844,7 +844,7 @@ impl Builder {
         ctx: &Ctx,
         doc: &Document,
         shape: Shape,
-    ) -> Result<Option<SimJob>, LoadError> {
+    ) -> Result<Option<PodSet>, LoadError> {
         let namespace = shape
             .meta
             .namespace
@@ -1018,7 +1018,7 @@ impl Builder {
             return Ok(None);
         }
         let count = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
-        Ok(Some(SimJob {
+        Ok(Some(PodSet {
             kind: shape.kind,
             source_kind: doc.kind().to_string(),
             namespace,

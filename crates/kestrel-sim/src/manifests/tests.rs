@@ -11,7 +11,7 @@ fn load(files: &[(&str, &str)]) -> Result<Workload, LoadError> {
     load_manifests(&files)
 }
 
-fn one(text: &str) -> SimJob {
+fn one(text: &str) -> PodSet {
     let w = load(&[("w.yaml", text)]).unwrap();
     assert_eq!(w.jobs.len(), 1, "{:?}", w.jobs);
     w.jobs.into_iter().next().unwrap()

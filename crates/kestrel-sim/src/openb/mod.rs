@@ -11,7 +11,7 @@
 
 pub mod derive;
 
-use crate::workload::{JobKind, SimJob, Workload};
+use crate::workload::{JobKind, PodSet, Workload};
 use kestrel_core::{
     Demand, GpuDevice, GpuRequest, NodeAffinity, NodeSelectorTerm, NodeSpec, PlacementConstraints,
     PodSpec, Policy, Requirement, Resources, Rng, Scheduler, SchedulerConfig, SelectorOperator,
@@ -360,7 +360,7 @@ pub fn workload_from_pods(pods: &[OpenbPod]) -> Workload {
         gpu_backing: None,
         jobs: pods
             .iter()
-            .map(|p| SimJob {
+            .map(|p| PodSet {
                 kind: JobKind::Pod,
                 source_kind: "openb".to_string(),
                 namespace: "openb".to_string(),
