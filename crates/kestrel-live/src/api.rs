@@ -977,3 +977,43 @@ pub fn pod_group_status_patch(job: &GroupStatusJob, since: &Time) -> serde_json:
         }
     })
 }
+
+/// A failed write's error as one readable line: the API server's message without the
+/// client's debug dump of the whole Status, and, when RBAC refused it (`... is forbidden:
+/// User ... cannot VERB resource ...`), where the missing verb is granted.
+pub fn describe_write_error(error: &str) -> String {
+    let message = error.split(" (Status {").next().unwrap_or(error).trim();
+    if message.contains("is forbidden: User") {
+        format!(
+            "{message}; Kestrel's ServiceAccount lacks this verb: grant it in the ClusterRole kestrel-scheduler (`kestrel manifests`, deploy/kestrel.yaml, or the Helm chart of this version)"
+        )
+    } else {
+        message.to_string()
+    }
+}
+
+#[cfg(test)]
+mod write_error_tests {
+    use super::describe_write_error;
+
+    #[test]
+    fn a_forbidden_write_names_the_role_that_grants_it_and_drops_the_status_dump() {
+        let refused = r#"ApiError: pods "p1" is forbidden: User "system:serviceaccount:kube-system:kestrel" cannot create resource "pods/binding" in API group "" in the namespace "ml": Forbidden (Status { status: Some(Failure), code: 403 })"#;
+        let line = describe_write_error(refused);
+        assert!(
+            line.starts_with(r#"ApiError: pods "p1" is forbidden"#),
+            "{line}"
+        );
+        assert!(
+            line.contains(r#"cannot create resource "pods/binding""#),
+            "{line}"
+        );
+        assert!(line.contains("ClusterRole kestrel-scheduler"), "{line}");
+        assert!(!line.contains("Status {"), "{line}");
+        let conflict = "ApiError: Operation cannot be fulfilled: Conflict (Status { code: 409 })";
+        assert_eq!(
+            describe_write_error(conflict),
+            "ApiError: Operation cannot be fulfilled: Conflict"
+        );
+    }
+}

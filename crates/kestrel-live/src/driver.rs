@@ -1397,6 +1397,7 @@ impl WriteFailures {
         }
         let failed = std::mem::take(&mut self.since_report);
         self.last_report = Some(now);
+        let error = crate::api::describe_write_error(&error.to_string());
         if failed > 1 {
             tracing::warn!(object = %object, error = %error, failed_writes = failed, "{what} (and {} other API writes failed since the last report)", failed - 1);
         } else {
