@@ -15,8 +15,9 @@
 use crate::admission::AdmissionObject;
 use crate::api::ApiWriter;
 use crate::index::{
-    self, BindJob, BindOutcome, CheckpointJob, ClusterState, DraEvent, EvictJob, GroupEventJob,
-    GroupKey, GroupStatusJob, NominationJob, QueueStatusJob, StatusJob, VolumeEvent, REASON_KINDS,
+    self, BindOutcome, BindWrite, CheckpointWrite, DraEvent, EvictWrite, GroupEventWrite, GroupKey,
+    GroupStatusWrite, LiveIndex, NominationWrite, QueueStatusWrite, StatusWrite, VolumeEvent,
+    REASON_KINDS,
 };
 use crate::metrics::Metrics;
 use futures::StreamExt;
@@ -141,7 +142,7 @@ pub enum Change {
 }
 
 /// The reflector stores the driver reads on relists (pods have none: see
-/// [`ClusterState::begin_pod_relist`]).
+/// [`LiveIndex::begin_pod_relist`]).
 #[derive(Clone)]
 pub struct Stores {
     pub nodes: Store<Node>,
@@ -1027,7 +1028,7 @@ fn role_owner(kind: &'static str, object: &DynamicObject) -> Owner {
     Owner::roles(kind, json)
 }
 
-/// The (namespace, name) of PodGroups in a listing, for [`ClusterState::retain_pod_groups`].
+/// The (namespace, name) of PodGroups in a listing, for [`LiveIndex::retain_pod_groups`].
 pub fn pod_group_keys<'a>(
     objects: impl IntoIterator<Item = &'a Arc<DynamicObject>>,
 ) -> std::collections::HashSet<GroupKey> {
@@ -1047,7 +1048,7 @@ pub fn pod_group_keys<'a>(
 
 /// Applies a watch event of ResourceQuotas or LimitRanges (whose listing is `store`).
 /// Returns whether what Kestrel uses of them changed.
-fn admission_change<K>(state: &mut ClusterState, store: &Store<K>, event: Event<K>) -> bool
+fn admission_change<K>(state: &mut LiveIndex, store: &Store<K>, event: Event<K>) -> bool
 where
     K: AdmissionObject + kube::Resource<DynamicType = ()> + Clone,
 {
@@ -1077,7 +1078,7 @@ where
 }
 
 /// Reads every queue object again into the state (each kind's store, typed).
-fn refresh_queues(state: &mut ClusterState, stores: &Stores) {
+fn refresh_queues(state: &mut LiveIndex, stores: &Stores) {
     let mut objects: Vec<serde_json::Value> = Vec::new();
     for (watch, store) in &stores.queues {
         for o in store.state() {
@@ -1098,7 +1099,7 @@ fn refresh_queues(state: &mut ClusterState, stores: &Stores) {
 }
 
 /// Applies one watch event to the state. Returns whether anything may have changed.
-pub fn apply_change(state: &mut ClusterState, stores: &Stores, change: Change) -> bool {
+pub fn apply_change(state: &mut LiveIndex, stores: &Stores, change: Change) -> bool {
     match change {
         Change::Pod(event) => match *event {
             Event::Apply(p) | Event::InitApply(p) => state.apply_pod(&p),
@@ -1239,7 +1240,7 @@ pub struct SnapshotError {
 /// and index as [`lead`], applied once every listing is complete (nodes first, pods last),
 /// then one cycle whose decisions are dropped: nothing is written to the API. Pods count
 /// as arrived at their creationTimestamp and bound pods as started at `status.startTime`
-/// ([`ClusterState::use_object_times`]); driver time 0 is `unix_now_ms - lookback`, and
+/// ([`LiveIndex::use_object_times`]); driver time 0 is `unix_now_ms - lookback`, and
 /// the returned moment is now on that clock.
 pub async fn snapshot(
     client: &Client,
@@ -1247,7 +1248,7 @@ pub async fn snapshot(
     unix_now_ms: i64,
     lookback: Duration,
     timeout: Duration,
-) -> Result<(ClusterState, kestrel_core::Millis), SnapshotError> {
+) -> Result<(LiveIndex, kestrel_core::Millis), SnapshotError> {
     let mut watches = JoinSet::new();
     let (stores, mut changes) = start_watches(client, &mut watches);
     let mut synced = Synced::default();
@@ -1277,7 +1278,7 @@ pub async fn snapshot(
     }
     watches.abort_all();
     let now = lookback.as_millis() as kestrel_core::Millis;
-    let mut state = ClusterState::new(config.scheduler, &config.scheduler_name);
+    let mut state = LiveIndex::new(config.scheduler, &config.scheduler_name);
     state.set_wall_origin(unix_now_ms - now as i64);
     state.set_time(now);
     state.use_object_times();
@@ -1353,23 +1354,23 @@ pub async fn snapshot(
 }
 
 enum Done {
-    Bind(BindJob, BindOutcome),
-    Evict(EvictJob, Result<(), String>),
-    CheckpointRequest(CheckpointJob, Result<(), String>),
-    Nomination(NominationJob, Result<(), String>),
-    Report(StatusJob, Result<(), String>),
-    Scheduled(BindJob, Result<(), String>),
-    GroupStatus(GroupStatusJob, Result<Time, String>),
-    GroupEvent(GroupEventJob, Result<(), String>),
-    QueueStatus(QueueStatusJob, Result<(), String>),
+    Bind(BindWrite, BindOutcome),
+    Evict(EvictWrite, Result<(), String>),
+    CheckpointRequest(CheckpointWrite, Result<(), String>),
+    Nomination(NominationWrite, Result<(), String>),
+    Report(StatusWrite, Result<(), String>),
+    Scheduled(BindWrite, Result<(), String>),
+    GroupStatus(GroupStatusWrite, Result<Time, String>),
+    GroupEvent(GroupEventWrite, Result<(), String>),
+    QueueStatus(QueueStatusWrite, Result<(), String>),
     FieldWarning(FieldWarning, Result<(), String>),
 }
 
 /// PodGroup and queue status writes, and events about objects, waiting for a slot.
 enum GroupWrite {
-    Status(GroupStatusJob),
-    Event(GroupEventJob),
-    Queue(QueueStatusJob),
+    Status(GroupStatusWrite),
+    Event(GroupEventWrite),
+    Queue(QueueStatusWrite),
     /// A Warning event on another project's object.
     FieldWarning(FieldWarning),
 }
@@ -1426,7 +1427,7 @@ pub async fn lead(
 ) -> Ended {
     let mut watches = JoinSet::new();
     let (stores, mut changes) = start_watches(&client, &mut watches);
-    let mut state = ClusterState::new(config.scheduler, &config.scheduler_name);
+    let mut state = LiveIndex::new(config.scheduler, &config.scheduler_name);
     let wall_origin = k8s_openapi::jiff::Timestamp::now().as_millisecond();
     state.set_wall_origin(wall_origin);
     // The dashboard's pages show this leader's moments as UTC wall-clock times.
@@ -1434,14 +1435,14 @@ pub async fn lead(
         kestrel_view::explain_view::show_wall_clock(wall_origin);
         DashboardGuard(feed.clone())
     });
-    let mut evictions: VecDeque<EvictJob> = VecDeque::new();
-    let mut checkpoint_requests: VecDeque<CheckpointJob> = VecDeque::new();
-    let mut nominations: VecDeque<NominationJob> = VecDeque::new();
+    let mut evictions: VecDeque<EvictWrite> = VecDeque::new();
+    let mut checkpoint_requests: VecDeque<CheckpointWrite> = VecDeque::new();
+    let mut nominations: VecDeque<NominationWrite> = VecDeque::new();
     let mut synced = Synced::default();
-    let mut binds: VecDeque<BindJob> = VecDeque::new();
-    let mut reports: VecDeque<StatusJob> = VecDeque::new();
+    let mut binds: VecDeque<BindWrite> = VecDeque::new();
+    let mut reports: VecDeque<StatusWrite> = VecDeque::new();
     // `Scheduled` events of bound pods: written after everything else.
-    let mut scheduled: VecDeque<BindJob> = VecDeque::new();
+    let mut scheduled: VecDeque<BindWrite> = VecDeque::new();
     let mut group_writes: VecDeque<GroupWrite> = VecDeque::new();
     let mut in_flight: JoinSet<Done> = JoinSet::new();
     let mut dirty_since: Option<Instant> = None;
@@ -1471,19 +1472,19 @@ pub async fn lead(
             _ = leadership(&mut leader, false) => break Ended::LostLease,
             Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
                 match done {
-                    Ok(Done::Bind(job, outcome)) => {
+                    Ok(Done::Bind(write, outcome)) => {
                         let label = match &outcome {
                             BindOutcome::Bound => "bound",
                             BindOutcome::PodGone => "pod_gone",
                             BindOutcome::Conflict(_) => "conflict",
                             BindOutcome::Retry(why) => {
-                                failures.note("bind failed; requeued", format!("pod {}/{} on {}", job.namespace, job.name, job.node), why);
+                                failures.note("bind failed; requeued", format!("pod {}/{} on {}", write.namespace, write.name, write.node), why);
                                 "retry"
                             }
                         };
                         metrics.binds.get_or_create(&vec![("result", label)]).inc();
                         let bound = outcome == BindOutcome::Bound;
-                        state.bind_result(job.id, outcome);
+                        state.bind_result(write.id, outcome);
                         if let Some(d) = dashboard.as_mut() {
                             let mut feed = d.feed();
                             feed.changed();
@@ -1491,26 +1492,26 @@ pub async fn lead(
                                 feed.event(RunEvent {
                                     at: started.elapsed().as_millis() as u64,
                                     kind: "bind",
-                                    pod: Some(format!("{}/{}", job.namespace, job.name)),
-                                    node: Some(job.node.clone()),
+                                    pod: Some(format!("{}/{}", write.namespace, write.name)),
+                                    node: Some(write.node.clone()),
                                     gpu_hours: None,
-                                    detail: job.gpu_indices.as_ref().map(|g| format!("GPUs {g}")).unwrap_or_default(),
+                                    detail: write.gpu_indices.as_ref().map(|g| format!("GPUs {g}")).unwrap_or_default(),
                                 });
                             }
                         }
                         if bound {
-                            scheduled.push_back(job);
+                            scheduled.push_back(write);
                         }
                         // A requeued pod, or a gang whose status may now change.
                         if !bound || state.groups_changed() {
                             dirty_since.get_or_insert_with(Instant::now);
                         }
                     }
-                    Ok(Done::Evict(job, result)) => {
+                    Ok(Done::Evict(write, result)) => {
                         let label = match &result {
                             Ok(()) => "ok",
                             Err(e) => {
-                                failures.note("could not evict the preemption victim; trying again shortly", format!("pod {}/{}", job.namespace, job.name), e);
+                                failures.note("could not evict the preemption victim; trying again shortly", format!("pod {}/{}", write.namespace, write.name), e);
                                 "error"
                             }
                         };
@@ -1519,62 +1520,62 @@ pub async fn lead(
                             d.feed().event(RunEvent {
                                 at: started.elapsed().as_millis() as u64,
                                 kind: "eviction",
-                                pod: Some(format!("{}/{}", job.namespace, job.name)),
+                                pod: Some(format!("{}/{}", write.namespace, write.name)),
                                 node: None,
                                 gpu_hours: None,
-                                detail: job.message.clone(),
+                                detail: write.message.clone(),
                             });
                         }
-                        state.eviction_result(&job, result);
+                        state.eviction_result(&write, result);
                     }
-                    Ok(Done::Nomination(job, result)) => {
+                    Ok(Done::Nomination(write, result)) => {
                         if let Err(e) = result {
-                            failures.note("could not write the nominated node", format!("pod {}/{} on {}", job.namespace, job.name, job.node), &e);
+                            failures.note("could not write the nominated node", format!("pod {}/{} on {}", write.namespace, write.name, write.node), &e);
                         }
                     }
-                    Ok(Done::CheckpointRequest(job, result)) => {
+                    Ok(Done::CheckpointRequest(write, result)) => {
                         if let Err(e) = result {
-                            failures.note("could not ask the victim to checkpoint; it is evicted when its grace is over", format!("pod {}/{}", job.namespace, job.name), &e);
+                            failures.note("could not ask the victim to checkpoint; it is evicted when its grace is over", format!("pod {}/{}", write.namespace, write.name), &e);
                         }
                     }
-                    Ok(Done::Report(job, result)) => {
+                    Ok(Done::Report(write, result)) => {
                         let label = if let Err(e) = result {
-                            failures.note("could not report why the pod waits", format!("pod {}/{}", job.namespace, job.name), &e);
+                            failures.note("could not report why the pod waits", format!("pod {}/{}", write.namespace, write.name), &e);
                             "error"
                         } else {
                             "ok"
                         };
                         metrics.status_reports.get_or_create(&vec![("result", label)]).inc();
                     }
-                    Ok(Done::Scheduled(job, result)) => {
+                    Ok(Done::Scheduled(write, result)) => {
                         let label = if let Err(e) = result {
-                            tracing::debug!(pod = %format!("{}/{}", job.namespace, job.name), error = %e, "could not record the Scheduled event");
+                            tracing::debug!(pod = %format!("{}/{}", write.namespace, write.name), error = %e, "could not record the Scheduled event");
                             "error"
                         } else {
                             "ok"
                         };
                         metrics.scheduled_events.get_or_create(&vec![("result", label)]).inc();
                     }
-                    Ok(Done::GroupStatus(job, result)) => {
+                    Ok(Done::GroupStatus(write, result)) => {
                         let result = result.map_err(|e| {
-                            failures.note("could not write the PodGroup status; written again at its next change", format!("PodGroup {}/{}", job.namespace, job.name), &e);
+                            failures.note("could not write the PodGroup status; written again at its next change", format!("PodGroup {}/{}", write.namespace, write.name), &e);
                         });
-                        state.group_status_result(&job, result);
+                        state.group_status_result(&write, result);
                     }
-                    Ok(Done::QueueStatus(job, result)) => {
+                    Ok(Done::QueueStatus(write, result)) => {
                         if let Err(e) = &result {
-                            failures.note("could not write the queue status; written again shortly", format!("{} {}", job.kind, job.name), e);
+                            failures.note("could not write the queue status; written again shortly", format!("{} {}", write.kind, write.name), e);
                         }
-                        state.queue_status_result(&job, result.is_ok());
+                        state.queue_status_result(&write, result.is_ok());
                     }
                     Ok(Done::FieldWarning(warning, result)) => {
                         if let Err(e) = result {
                             failures.note("could not post the warning event", warning.object.label(), &e);
                         }
                     }
-                    Ok(Done::GroupEvent(job, result)) => {
+                    Ok(Done::GroupEvent(write, result)) => {
                         if let Err(e) = result {
-                            failures.note("could not post the PodGroup event", format!("PodGroup {}/{}", job.namespace, job.name), &e);
+                            failures.note("could not post the PodGroup event", format!("PodGroup {}/{}", write.namespace, write.name), &e);
                         }
                     }
                     Err(e) if e.is_cancelled() => {}
@@ -1661,60 +1662,60 @@ pub async fn lead(
         // together, `max_in_flight` at a time), then preemptions, then reports; nothing once
         // the lease is gone.
         while in_flight.len() < config.max_in_flight && *leader.borrow() {
-            if let Some(job) = binds.pop_front() {
+            if let Some(write) = binds.pop_front() {
                 let writer = writer.clone();
                 let leader = leader.clone();
                 in_flight.spawn(async move {
-                    let outcome = writer.bind(&job, || *leader.borrow()).await;
-                    Done::Bind(job, outcome)
+                    let outcome = writer.bind(&write, || *leader.borrow()).await;
+                    Done::Bind(write, outcome)
                 });
-            } else if let Some(job) = checkpoint_requests.pop_front() {
+            } else if let Some(write) = checkpoint_requests.pop_front() {
                 let writer = writer.clone();
                 in_flight.spawn(async move {
                     let result = writer
-                        .request_checkpoint(&job)
+                        .request_checkpoint(&write)
                         .await
                         .map_err(|e| e.to_string());
-                    Done::CheckpointRequest(job, result)
+                    Done::CheckpointRequest(write, result)
                 });
-            } else if let Some(job) = nominations.pop_front() {
+            } else if let Some(write) = nominations.pop_front() {
                 let writer = writer.clone();
                 in_flight.spawn(async move {
-                    let result = writer.nominate(&job).await.map_err(|e| e.to_string());
-                    Done::Nomination(job, result)
+                    let result = writer.nominate(&write).await.map_err(|e| e.to_string());
+                    Done::Nomination(write, result)
                 });
-            } else if let Some(job) = evictions.pop_front() {
+            } else if let Some(write) = evictions.pop_front() {
                 let writer = writer.clone();
                 in_flight.spawn(async move {
-                    let result = writer.evict(&job).await.map_err(|e| e.to_string());
-                    Done::Evict(job, result)
+                    let result = writer.evict(&write).await.map_err(|e| e.to_string());
+                    Done::Evict(write, result)
                 });
-            } else if let Some(job) = reports.pop_front() {
+            } else if let Some(write) = reports.pop_front() {
                 let writer = writer.clone();
                 in_flight.spawn(async move {
                     let result = writer
-                        .report_unschedulable(&job)
+                        .report_unschedulable(&write)
                         .await
                         .map_err(|e| e.to_string());
-                    Done::Report(job, result)
+                    Done::Report(write, result)
                 });
             } else if let Some(write) = group_writes.pop_front() {
                 let writer = writer.clone();
                 in_flight.spawn(async move {
                     match write {
-                        GroupWrite::Status(job) => {
+                        GroupWrite::Status(write) => {
                             let result = writer
-                                .apply_pod_group_status(&job)
+                                .apply_pod_group_status(&write)
                                 .await
                                 .map_err(|e| e.to_string());
-                            Done::GroupStatus(job, result)
+                            Done::GroupStatus(write, result)
                         }
-                        GroupWrite::Queue(job) => {
+                        GroupWrite::Queue(write) => {
                             let result = writer
-                                .apply_queue_status(&job)
+                                .apply_queue_status(&write)
                                 .await
                                 .map_err(|e| e.to_string());
-                            Done::QueueStatus(job, result)
+                            Done::QueueStatus(write, result)
                         }
                         GroupWrite::FieldWarning(warning) => {
                             let result = writer
@@ -1723,23 +1724,23 @@ pub async fn lead(
                                 .map_err(|e| e.to_string());
                             Done::FieldWarning(warning, result)
                         }
-                        GroupWrite::Event(job) => {
+                        GroupWrite::Event(write) => {
                             let result = writer
-                                .report_pod_group(&job)
+                                .report_pod_group(&write)
                                 .await
                                 .map_err(|e| e.to_string());
-                            Done::GroupEvent(job, result)
+                            Done::GroupEvent(write, result)
                         }
                     }
                 });
-            } else if let Some(job) = scheduled.pop_front() {
+            } else if let Some(write) = scheduled.pop_front() {
                 let writer = writer.clone();
                 in_flight.spawn(async move {
                     let result = writer
-                        .report_scheduled(&job)
+                        .report_scheduled(&write)
                         .await
                         .map_err(|e| e.to_string());
-                    Done::Scheduled(job, result)
+                    Done::Scheduled(write, result)
                 });
             } else {
                 break;

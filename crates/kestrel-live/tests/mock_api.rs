@@ -7,7 +7,8 @@ use kestrel_core::PodId;
 use kestrel_live::api::{ApiWriter, GpuIndicesWrite};
 use kestrel_live::driver::{self, DriverConfig, Ended};
 use kestrel_live::index::{
-    BindJob, BindOutcome, CheckpointJob, EvictJob, NominationJob, QueueStatusJob, StatusJob,
+    BindOutcome, BindWrite, CheckpointWrite, EvictWrite, NominationWrite, QueueStatusWrite,
+    StatusWrite,
 };
 use kestrel_live::leader::{LeaderElector, LeaseConfig};
 use kestrel_live::limiter::Limiter;
@@ -103,8 +104,8 @@ fn writer(client: Client) -> ApiWriter {
     .with_gpu_indices_write(GpuIndicesWrite::Patch)
 }
 
-fn job(gpus: Option<&str>) -> BindJob {
-    BindJob {
+fn write(gpus: Option<&str>) -> BindWrite {
+    BindWrite {
         id: PodId(0),
         namespace: "ml".into(),
         name: "train-0".into(),
@@ -160,7 +161,7 @@ async fn bind_writes_the_gpu_annotation_then_posts_the_binding() {
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
         );
     });
-    let outcome = writer(client).bind(&job(Some("0,1,2,3")), || true).await;
+    let outcome = writer(client).bind(&write(Some("0,1,2,3")), || true).await;
     server.await.unwrap();
     assert_eq!(outcome, BindOutcome::Bound);
 }
@@ -230,16 +231,16 @@ async fn with_gpu_indices_in_the_binding_a_bind_is_one_write() {
         );
     });
     let writer = writer(client).with_gpu_indices_write(GpuIndicesWrite::Binding);
-    let job = job(Some("0,1,2,3"));
-    assert_eq!(writer.bind(&job, || true).await, BindOutcome::Bound);
-    let outcome = writer.bind(&job, || true).await;
+    let write = write(Some("0,1,2,3"));
+    assert_eq!(writer.bind(&write, || true).await, BindOutcome::Bound);
+    let outcome = writer.bind(&write, || true).await;
     assert!(
         matches!(&outcome, BindOutcome::Retry(why) if why.contains("reads back unbound")),
         "{outcome:?}"
     );
-    assert_eq!(writer.bind(&job, || true).await, BindOutcome::Bound);
+    assert_eq!(writer.bind(&write, || true).await, BindOutcome::Bound);
     assert!(matches!(
-        writer.bind(&job, || true).await,
+        writer.bind(&write, || true).await,
         BindOutcome::Retry(_)
     ));
     server.await.unwrap();
@@ -261,7 +262,7 @@ async fn a_pod_without_gpus_is_bound_without_an_annotation() {
         );
     });
     assert_eq!(
-        writer(client).bind(&job(None), || true).await,
+        writer(client).bind(&write(None), || true).await,
         BindOutcome::Bound
     );
     server.await.unwrap();
@@ -294,11 +295,14 @@ async fn a_conflicting_bind_reads_the_pod_back_and_a_gone_pod_is_reported() {
         reply(send, 404, status(404, "NotFound"));
     });
     let w = writer(client);
-    let BindOutcome::Conflict(Some(pod)) = w.bind(&job(Some("0")), || true).await else {
+    let BindOutcome::Conflict(Some(pod)) = w.bind(&write(Some("0")), || true).await else {
         panic!("expected a conflict with the pod read back")
     };
     assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some("gpu-9"));
-    assert_eq!(w.bind(&job(Some("0")), || true).await, BindOutcome::PodGone);
+    assert_eq!(
+        w.bind(&write(Some("0")), || true).await,
+        BindOutcome::PodGone
+    );
     server.await.unwrap();
 }
 
@@ -319,7 +323,7 @@ async fn a_replica_that_lost_the_lease_posts_no_binding() {
             "a binding was posted"
         );
     });
-    let outcome = writer(client).bind(&job(Some("1")), || false).await;
+    let outcome = writer(client).bind(&write(Some("1")), || false).await;
     assert!(matches!(outcome, BindOutcome::Retry(_)), "{outcome:?}");
     server.await.unwrap();
 }
@@ -371,14 +375,14 @@ async fn unschedulable_pods_get_the_condition_and_an_event() {
         assert!(e["eventTime"].is_string());
         reply(send, 201, e.clone());
     });
-    let job = StatusJob {
+    let write = StatusWrite {
         namespace: "ml".into(),
         name: "train-0".into(),
         uid: "uid-1".into(),
         reason: "Unschedulable",
         message: message.into(),
     };
-    writer(client).report_unschedulable(&job).await.unwrap();
+    writer(client).report_unschedulable(&write).await.unwrap();
     server.await.unwrap();
 }
 
@@ -833,13 +837,13 @@ async fn a_victim_gets_disruption_target_then_a_uid_guarded_delete_then_an_event
         assert_eq!(event.body["regarding"]["uid"], "uid-9");
         reply(send, 201, event.body.clone());
     });
-    let job = EvictJob {
+    let write = EvictWrite {
         namespace: "ml".into(),
         name: "sweep-3".into(),
         uid: "uid-9".into(),
         message: "preempted to place a workload of priority 1000 (for ml/train-0)".into(),
     };
-    writer(client).evict(&job).await.unwrap();
+    writer(client).evict(&write).await.unwrap();
     server.await.unwrap();
 }
 
@@ -851,13 +855,13 @@ async fn a_victim_that_is_already_gone_is_not_an_error() {
         assert_eq!(patch.method, "PATCH");
         reply(send, 404, status(404, "NotFound"));
     });
-    let job = EvictJob {
+    let write = EvictWrite {
         namespace: "ml".into(),
         name: "sweep-3".into(),
         uid: "uid-9".into(),
         message: "preempted".into(),
     };
-    writer(client).evict(&job).await.unwrap();
+    writer(client).evict(&write).await.unwrap();
     server.await.unwrap();
     // A server error is reported, so the eviction is tried again.
     let (client, mut handle) = mock_client();
@@ -865,7 +869,7 @@ async fn a_victim_that_is_already_gone_is_not_an_error() {
         let (_, send) = next(&mut handle).await;
         reply(send, 500, status(500, "InternalError"));
     });
-    assert!(writer(client).evict(&job).await.is_err());
+    assert!(writer(client).evict(&write).await.is_err());
     server.await.unwrap();
 }
 
@@ -896,7 +900,7 @@ async fn a_checkpointing_victim_is_asked_by_annotation_and_event() {
         assert!(event.body["note"].as_str().unwrap().contains("within 60s"));
         reply(send, 201, event.body.clone());
     });
-    let job = CheckpointJob {
+    let write = CheckpointWrite {
         namespace: "ml".into(),
         name: "train-7".into(),
         uid: "uid-7".into(),
@@ -904,7 +908,7 @@ async fn a_checkpointing_victim_is_asked_by_annotation_and_event() {
         grace_seconds: 60,
         message: "preempted".into(),
     };
-    writer(client).request_checkpoint(&job).await.unwrap();
+    writer(client).request_checkpoint(&write).await.unwrap();
     server.await.unwrap();
 }
 
@@ -922,13 +926,13 @@ async fn queue_statuses_are_written_by_server_side_apply() {
         );
         reply(send, 200, patch.body.clone());
     });
-    let job = QueueStatusJob {
+    let write = QueueStatusWrite {
         kind: "LocalQueue",
         namespace: Some("ml".into()),
         name: "team".into(),
         status: json!({"pendingWorkloads": 2, "admittedWorkloads": 1}),
     };
-    writer(client).apply_queue_status(&job).await.unwrap();
+    writer(client).apply_queue_status(&write).await.unwrap();
     server.await.unwrap();
 }
 
@@ -953,12 +957,12 @@ async fn a_preemptor_gets_its_nominated_node_on_its_status() {
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-0"}}),
         );
     });
-    let job = NominationJob {
+    let write = NominationWrite {
         namespace: "ml".into(),
         name: "train-0".into(),
         node: "gpu-3".into(),
     };
-    writer(client).nominate(&job).await.unwrap();
+    writer(client).nominate(&write).await.unwrap();
     server.await.unwrap();
 }
 

@@ -10,7 +10,7 @@
 //! scheduler meets the simulator: `kestrel-live` does not link `kestrel-sim`.
 
 use kestrel_core::{Millis, PodId, PodPhase, Scheduler};
-use kestrel_live::index::ClusterState;
+use kestrel_live::index::LiveIndex;
 use kestrel_sim::{SimCluster, SimConfig, SimError, SimJob, Simulation, Workload};
 use kestrel_view::estimates::Estimates;
 use kestrel_view::explain_view::{end_of_running, ExplainState};
@@ -18,7 +18,7 @@ use kestrel_view::predictions::{Deadline, Predictions};
 
 /// The index after a snapshot's cycle, at the snapshot's moment.
 pub struct LiveState {
-    pub state: ClusterState,
+    pub state: LiveIndex,
     pub now: Millis,
 }
 
@@ -193,7 +193,7 @@ mod tests {
     /// back, object times), fed these objects directly.
     fn snapshot_of(nodes: &[Value], pods: &[Value], unix_now: i64) -> LiveState {
         let now: Millis = 86_400_000;
-        let mut state = ClusterState::new(kestrel_core::SchedulerConfig::default(), "kestrel");
+        let mut state = LiveIndex::new(kestrel_core::SchedulerConfig::default(), "kestrel");
         state.set_wall_origin(unix_now - now as i64);
         state.set_time(now);
         state.use_object_times();

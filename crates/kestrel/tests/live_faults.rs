@@ -140,7 +140,10 @@ async fn apiserver_restart_with_compaction_never_overcommits() {
     assert_eq!(kestrel.log_count("lease lost"), 0, "{log}");
     assert!(kestrel.ready(), "not ready after the restart:\n{log}");
     // The log goes to a file, as a pod's does: plain text, no terminal colour codes.
-    assert!(!log.contains('\u{1b}'), "colour codes in a log file:\n{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour codes in a log file:\n{log}"
+    );
     cleanup(&client, prefix, &[ns]).await;
 }
 
