@@ -2,6 +2,7 @@
 //! the pods, each scheduler's run and the report.
 
 use super::LiveArgs;
+use crate::runtime::Flavour;
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -45,12 +46,7 @@ pub fn run_live(args: LiveArgs) -> Result<()> {
             kestrel_testenv::bin_dir().display()
         );
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(bench(&cp, &args))
+    crate::runtime::block_on(Flavour::MultiThread(2), bench(&cp, &args))?
 }
 
 async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()> {
