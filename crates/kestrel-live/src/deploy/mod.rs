@@ -97,7 +97,7 @@ impl Default for InstallValues {
 
 /// Placeholders substituted after rendering, for the Helm templates: marker, expression,
 /// and whether the expression replaces the quoted marker (a number or an object).
-pub(super) const HELM: [(&str, &str, bool); 17] = [
+const HELM: [(&str, &str, bool); 17] = [
     ("namespace", "{{ .Release.Namespace }}", false),
     ("schedulerName", "{{ .Values.schedulerName }}", false),
     ("imageRepository", "{{ .Values.image.repository }}", false),
@@ -130,7 +130,7 @@ pub(super) const HELM: [(&str, &str, bool); 17] = [
 ];
 
 impl InstallValues {
-    pub(super) fn helm_markers() -> Self {
+    fn helm_markers() -> Self {
         let m = |k: &str| format!("@@{k}@@");
         InstallValues {
             namespace: m("namespace"),
@@ -157,7 +157,7 @@ impl InstallValues {
 }
 
 /// A number where the value is one, the marker string otherwise.
-pub(super) fn num(v: &str) -> Value {
+fn num(v: &str) -> Value {
     v.parse::<i64>()
         .map(Value::from)
         .unwrap_or_else(|_| json!(v))
@@ -204,7 +204,7 @@ pub fn render_helm() -> String {
 }
 
 /// The Helm template's values substituted for their markers (`@@key@@`).
-pub(super) fn helm_substitute(mut text: String, markers: &[(&str, &str, bool)]) -> String {
+fn helm_substitute(mut text: String, markers: &[(&str, &str, bool)]) -> String {
     for (key, expr, number) in markers {
         let marker = format!("@@{key}@@");
         if *number {
