@@ -14,7 +14,6 @@ use crate::kubelet::Holder;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use std::fmt::Write;
 use std::future::Future;
 use std::pin::Pin;
@@ -249,35 +248,22 @@ pub async fn serve(
     listener: TcpListener,
     scrape: Scrape,
     ready: Arc<dyn Fn() -> bool + Send + Sync>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => accepted?,
-            _ = shutdown.wait_for(|s| *s) => return Ok(()),
-        };
+    kestrel_http::serve(listener, shutdown, move |req: Request<Incoming>| {
         let scrape = scrape.clone();
         let ready = ready.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let scrape = scrape.clone();
-                let ready = ready.clone();
-                async move {
-                    let response = match req.uri().path() {
-                        "/metrics" => text(StatusCode::OK, scrape().await),
-                        "/healthz" => text(StatusCode::OK, "ok\n".into()),
-                        "/readyz" if ready() => text(StatusCode::OK, "ready\n".into()),
-                        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into()),
-                        _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
-                    };
-                    Ok::<_, std::convert::Infallible>(response)
-                }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+        async move {
+            match req.uri().path() {
+                "/metrics" => text(StatusCode::OK, scrape().await),
+                "/healthz" => text(StatusCode::OK, "ok\n".into()),
+                "/readyz" if ready() => text(StatusCode::OK, "ready\n".into()),
+                "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into()),
+                _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
+            }
+        }
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //!
 //! It holds what `kestrel serve` holds: the Node objects in a reflector store, as the watch
 //! fills it (an initial list: `Init`, `InitApply` per object, `InitDone`), and the index
-//! (`ClusterState`) fed with the Nodes and, one by one as the pod watch lists them, the Pods
+//! (`LiveIndex`) fed with the Nodes and, one by one as the pod watch lists them, the Pods
 //! (which have no store: each is dropped once applied); then it runs one scheduling cycle
 //! and carries its binds out through the binder against an in-process mock API server that
 //! answers at once. The objects look like a GPU cluster's: labelled GPU nodes with
@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use kestrel_core::SchedulerConfig;
 use kestrel_live::api::{ApiWriter, GpuIndicesWrite};
 use kestrel_live::driver::DriverConfig;
-use kestrel_live::index::{self, BindOutcome, ClusterState, VolumeEvent};
+use kestrel_live::index::{self, BindOutcome, LiveIndex, VolumeEvent};
 use kestrel_live::limiter::Limiter;
 use kestrel_objects::live;
 use kube::client::Body;
@@ -427,7 +427,7 @@ const TEAMS: usize = 20;
 
 /// The teams' dataset claims (`team-N/team-N-datasets`, read-only many) and the volumes
 /// they are bound to, listed by the storage watches as `kestrel serve` lists them.
-fn apply_datasets(state: &mut ClusterState) {
+fn apply_datasets(state: &mut LiveIndex) {
     let volumes: Vec<PersistentVolume> = (0..TEAMS)
         .map(|t| {
             decode(json!({
@@ -456,7 +456,7 @@ fn apply_datasets(state: &mut ClusterState) {
 }
 
 /// One watch's initial list of `objects`.
-fn list<K>(state: &mut ClusterState, objects: Vec<K>, wrap: impl Fn(Event<K>) -> VolumeEvent) {
+fn list<K>(state: &mut LiveIndex, objects: Vec<K>, wrap: impl Fn(Event<K>) -> VolumeEvent) {
     state.apply_volume_event(wrap(Event::Init));
     for o in objects {
         state.apply_volume_event(wrap(Event::InitApply(o)));
@@ -489,7 +489,7 @@ fn main() {
     // The watches' initial lists: Nodes fill a reflector store (trimmed, then cloned by the
     // reflector into an Arc) and feed the index; Pods have no store: the driver applies
     // each event to the index, then drops it.
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     let mut nodes = Writer::<Node>::default();
     let node_store = nodes.as_reader();
     let t = Instant::now();

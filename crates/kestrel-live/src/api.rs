@@ -5,8 +5,8 @@
 //! events on other projects' objects with fields Kestrel does not honour.
 
 use crate::index::{
-    BindJob, BindOutcome, CheckpointJob, EvictJob, GroupEventJob, GroupStatusJob, NominationJob,
-    ProvisionJob, QueueStatusJob, StatusJob, DELETE_PROTECTION,
+    BindOutcome, BindWrite, CheckpointWrite, EvictWrite, GroupEventWrite, GroupStatusWrite,
+    NominationWrite, ProvisionWrite, QueueStatusWrite, StatusWrite, DELETE_PROTECTION,
 };
 use crate::limiter::Limiter;
 use k8s_openapi::api::core::v1::{
@@ -139,19 +139,19 @@ impl ApiWriter {
     /// volume controller then binds the claim to it), or, for one to be provisioned, `node`
     /// is written on the claim. Nothing is written for a claim bound already. `Err`: why
     /// the pod is tried again.
-    async fn bind_claim(&self, job: &ProvisionJob, node: &str) -> Result<(), String> {
+    async fn bind_claim(&self, write: &ProvisionWrite, node: &str) -> Result<(), String> {
         let claims: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.client.clone(), &job.namespace);
-        let what = format!("PersistentVolumeClaim {}/{}", job.namespace, job.claim);
+            Api::namespaced(self.client.clone(), &write.namespace);
+        let what = format!("PersistentVolumeClaim {}/{}", write.namespace, write.claim);
         self.limiter.acquire().await;
         let current = claims
-            .get(&job.claim)
+            .get(&write.claim)
             .await
             .map_err(|e| format!("reading {what}: {e}"))?;
-        if claim_bound_to(&current, job.volume.as_deref()) {
+        if claim_bound_to(&current, write.volume.as_deref()) {
             return Ok(());
         }
-        if let Some(volume) = &job.volume {
+        if let Some(volume) = &write.volume {
             return self.write_claim_ref(&current, volume, &what).await;
         }
         let selected = current
@@ -166,7 +166,7 @@ impl ApiWriter {
                 "resourceVersion": current.metadata.resource_version,
             }});
             claims
-                .patch(&job.claim, &Self::params(), &Patch::Merge(&patch))
+                .patch(&write.claim, &Self::params(), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| match status_code(&e) {
                     Some(409) => {
@@ -241,18 +241,18 @@ impl ApiWriter {
 
     /// Waits until a claim [`Self::bind_claim`] bound is bound (up to
     /// [`VOLUME_BIND_TIMEOUT`]); `Err`: why the pod is tried again.
-    async fn await_claim_bound(&self, job: &ProvisionJob, node: &str) -> Result<(), String> {
+    async fn await_claim_bound(&self, write: &ProvisionWrite, node: &str) -> Result<(), String> {
         let claims: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.client.clone(), &job.namespace);
-        let what = format!("PersistentVolumeClaim {}/{}", job.namespace, job.claim);
+            Api::namespaced(self.client.clone(), &write.namespace);
+        let what = format!("PersistentVolumeClaim {}/{}", write.namespace, write.claim);
         let deadline = tokio::time::Instant::now() + VOLUME_BIND_TIMEOUT;
         loop {
             self.limiter.acquire().await;
             let claim = claims
-                .get(&job.claim)
+                .get(&write.claim)
                 .await
                 .map_err(|e| format!("reading {what}: {e}"))?;
-            if claim_bound_to(&claim, job.volume.as_deref()) {
+            if claim_bound_to(&claim, write.volume.as_deref()) {
                 return Ok(());
             }
             let still_selected = claim
@@ -261,14 +261,14 @@ impl ApiWriter {
                 .as_ref()
                 .and_then(|a| a.get(SELECTED_NODE_ANNOTATION))
                 .is_some_and(|n| n == node);
-            if job.volume.is_none() && !still_selected {
+            if write.volume.is_none() && !still_selected {
                 // The provisioner gave up on the node (it takes the annotation off).
                 return Err(format!(
                     "{what} could not be provisioned on node {node}; the pod is tried again"
                 ));
             }
             if tokio::time::Instant::now() >= deadline {
-                let by = match &job.volume {
+                let by = match &write.volume {
                     Some(volume) => format!(
                         "of writing it on PersistentVolume {volume} (is kube-controller-manager's \
                          volume controller running?)"
@@ -296,22 +296,22 @@ impl ApiWriter {
     /// Writes the GPU choice onto the pod, then binds it (or both at once, see
     /// [`GpuIndicesWrite`]). `still_leader` is asked right before the binding is posted: a
     /// replica that lost its lease posts nothing.
-    pub async fn bind(&self, job: &BindJob, still_leader: impl Fn() -> bool) -> BindOutcome {
+    pub async fn bind(&self, write: &BindWrite, still_leader: impl Fn() -> bool) -> BindOutcome {
         let still_leader = || still_leader() && self.lease.held();
-        let Some(extended) = &job.extended_claim else {
-            return self.bind_claimed(job, &still_leader).await;
+        let Some(extended) = &write.extended_claim else {
+            return self.bind_claimed(write, &still_leader).await;
         };
         let claim = match self
-            .write_extended_claim(job, extended, &still_leader)
+            .write_extended_claim(write, extended, &still_leader)
             .await
         {
             Ok(claim) => claim,
             Err(outcome) => return outcome,
         };
-        let outcome = self.bind_claimed(job, &still_leader).await;
+        let outcome = self.bind_claimed(write, &still_leader).await;
         if outcome != BindOutcome::Bound {
             // Its devices would stay held for a pod that is not on the node.
-            self.delete_extended_claim(&job.namespace, &claim).await;
+            self.delete_extended_claim(&write.namespace, &claim).await;
         }
         outcome
     }
@@ -322,13 +322,13 @@ impl ApiWriter {
     /// kubelet prepares the claim's devices through the DRA driver). Returns its name.
     async fn write_extended_claim(
         &self,
-        job: &BindJob,
-        extended: &crate::index::ExtendedClaimJob,
+        write: &BindWrite,
+        extended: &crate::index::ExtendedClaimWrite,
         still_leader: &impl Fn() -> bool,
     ) -> Result<String, BindOutcome> {
-        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &job.namespace);
+        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &write.namespace);
         if let Some(stale) = &extended.stale {
-            self.delete_extended_claim(&job.namespace, stale).await;
+            self.delete_extended_claim(&write.namespace, stale).await;
         }
         if !still_leader() {
             return Err(BindOutcome::Retry(
@@ -341,7 +341,7 @@ impl ApiWriter {
         };
         let what = format!(
             "the ResourceClaim for pod {}/{}'s nvidia.com/gpu",
-            job.namespace, job.name
+            write.namespace, write.name
         );
         let claim: ResourceClaim = serde_json::from_value(extended.claim.clone())
             .map_err(|e| BindOutcome::Retry(format!("{what}: {e}")))?;
@@ -361,11 +361,11 @@ impl ApiWriter {
                 .replace_status(&name, &params, &created)
                 .await
                 .map_err(|e| BindOutcome::Retry(format!("allocating {what}: {e}")))?;
-            let status = json!({"metadata": {"uid": job.uid}, "status": {"extendedResourceClaimStatus": {
+            let status = json!({"metadata": {"uid": write.uid}, "status": {"extendedResourceClaimStatus": {
                 "resourceClaimName": name, "requestMappings": extended.mappings}}});
             self.limiter.acquire().await;
-            self.pods(&job.namespace)
-                .patch_status(&job.name, &Self::params(), &Patch::Merge(&status))
+            self.pods(&write.namespace)
+                .patch_status(&write.name, &Self::params(), &Patch::Merge(&status))
                 .await
                 .map_err(|e| match status_code(&e) {
                     Some(404) | Some(409) => BindOutcome::PodGone,
@@ -375,7 +375,7 @@ impl ApiWriter {
         }
         .await;
         if let Err(outcome) = written {
-            self.delete_extended_claim(&job.namespace, &name).await;
+            self.delete_extended_claim(&write.namespace, &name).await;
             return Err(outcome);
         }
         Ok(name)
@@ -406,11 +406,15 @@ impl ApiWriter {
     }
 
     /// [`ApiWriter::bind`] once any extended-resource claim is written.
-    async fn bind_claimed(&self, job: &BindJob, still_leader: &impl Fn() -> bool) -> BindOutcome {
+    async fn bind_claimed(
+        &self,
+        write: &BindWrite,
+        still_leader: &impl Fn() -> bool,
+    ) -> BindOutcome {
         // DRA, as kube-scheduler does it: the claims' allocation and the pod's reservation
         // first, on the versions seen (a claim changed since is a conflict, and the pod is
         // tried again with what the watch then shows), then the binding.
-        for claim in &job.claims {
+        for claim in &write.claims {
             if !still_leader() {
                 return BindOutcome::Retry("leadership lost before the claims were written".into());
             }
@@ -464,26 +468,26 @@ impl ApiWriter {
         // Volumes that wait for their first consumer: every claim is written on its volume
         // (or its node on it) first, then the pod waits for all of them to be bound, as
         // kube-scheduler's volume binding does.
-        for claim in &job.provision {
+        for claim in &write.provision {
             if !still_leader() {
                 return BindOutcome::Retry("leadership lost before the volumes were bound".into());
             }
-            if let Err(why) = self.bind_claim(claim, &job.node).await {
+            if let Err(why) = self.bind_claim(claim, &write.node).await {
                 return BindOutcome::Retry(why);
             }
         }
-        for claim in &job.provision {
-            if let Err(why) = self.await_claim_bound(claim, &job.node).await {
+        for claim in &write.provision {
+            if let Err(why) = self.await_claim_bound(claim, &write.node).await {
                 return BindOutcome::Retry(why);
             }
         }
-        let pods = self.pods(&job.namespace);
+        let pods = self.pods(&write.namespace);
         let patch_first = self.gpu_indices == GpuIndicesWrite::Patch;
-        if let Some(indices) = job.gpu_indices.as_ref().filter(|_| patch_first) {
+        if let Some(indices) = write.gpu_indices.as_ref().filter(|_| patch_first) {
             self.limiter.acquire().await;
             let patch = json!({"metadata": {"annotations": {GPU_INDICES_ANNOTATION: indices}}});
             if let Err(e) = pods
-                .patch(&job.name, &Self::params(), &Patch::Merge(&patch))
+                .patch(&write.name, &Self::params(), &Patch::Merge(&patch))
                 .await
             {
                 return match status_code(&e) {
@@ -497,10 +501,10 @@ impl ApiWriter {
         }
         let binding = Binding {
             metadata: ObjectMeta {
-                name: Some(job.name.clone()),
-                namespace: Some(job.namespace.clone()),
-                uid: Some(job.uid.clone()).filter(|u| !u.is_empty()),
-                annotations: job
+                name: Some(write.name.clone()),
+                namespace: Some(write.namespace.clone()),
+                uid: Some(write.uid.clone()).filter(|u| !u.is_empty()),
+                annotations: write
                     .gpu_indices
                     .as_ref()
                     .filter(|_| !patch_first)
@@ -510,7 +514,7 @@ impl ApiWriter {
             target: ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Node".into()),
-                name: Some(job.node.clone()),
+                name: Some(write.node.clone()),
                 ..Default::default()
             },
         };
@@ -520,7 +524,7 @@ impl ApiWriter {
         };
         self.limiter.acquire().await;
         let result: Result<serde_json::Value, kube::Error> = pods
-            .create_subresource("binding", &job.name, &params, &binding)
+            .create_subresource("binding", &write.name, &params, &binding)
             .await;
         match result {
             Ok(_) => BindOutcome::Bound,
@@ -529,7 +533,7 @@ impl ApiWriter {
                 Some(409) => {
                     // Already bound, or replaced: read what the API has now.
                     self.limiter.acquire().await;
-                    match pods.get_opt(&job.name).await {
+                    match pods.get_opt(&write.name).await {
                         Ok(pod) => BindOutcome::Conflict(pod.map(Box::new)),
                         Err(e) => {
                             BindOutcome::Retry(format!("reading the pod after a conflict: {e}"))
@@ -538,7 +542,7 @@ impl ApiWriter {
                 }
                 // Refused: nothing was written.
                 Some(code) if code < 500 => BindOutcome::Retry(e.to_string()),
-                _ => self.settle_unanswered_bind(job, &e, still_leader).await,
+                _ => self.settle_unanswered_bind(write, &e, still_leader).await,
             },
         }
     }
@@ -549,11 +553,11 @@ impl ApiWriter {
     /// the pod is read back, as often as it takes, and what the API holds decides.
     async fn settle_unanswered_bind(
         &self,
-        job: &BindJob,
+        write: &BindWrite,
         error: &kube::Error,
         still_leader: &impl Fn() -> bool,
     ) -> BindOutcome {
-        let pods = self.pods(&job.namespace);
+        let pods = self.pods(&write.namespace);
         let mut delay = Duration::from_millis(250);
         loop {
             if !still_leader() {
@@ -562,15 +566,15 @@ impl ApiWriter {
                 ));
             }
             self.limiter.acquire().await;
-            match pods.get_opt(&job.name).await {
+            match pods.get_opt(&write.name).await {
                 Ok(None) => return BindOutcome::PodGone,
                 Ok(Some(pod)) => {
-                    let same_pod =
-                        job.uid.is_empty() || pod.metadata.uid.as_deref() == Some(job.uid.as_str());
+                    let same_pod = write.uid.is_empty()
+                        || pod.metadata.uid.as_deref() == Some(write.uid.as_str());
                     let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
                     return match node {
-                        Some(n) if same_pod && n == job.node => {
-                            tracing::info!(pod = %format!("{}/{}", job.namespace, job.name), node = %job.node, error = %error, "the binding's answer was lost; the pod reads back bound");
+                        Some(n) if same_pod && n == write.node => {
+                            tracing::info!(pod = %format!("{}/{}", write.namespace, write.name), node = %write.node, error = %error, "the binding's answer was lost; the pod reads back bound");
                             BindOutcome::Bound
                         }
                         Some(_) => BindOutcome::Conflict(Some(Box::new(pod))),
@@ -596,26 +600,26 @@ impl ApiWriter {
 
     /// The `Scheduled` event of a bound pod, as kube-scheduler records it (what
     /// `kubectl describe pod` users look for).
-    pub async fn report_scheduled(&self, job: &BindJob) -> Result<(), kube::Error> {
-        let note = match &job.gpu_indices {
+    pub async fn report_scheduled(&self, write: &BindWrite) -> Result<(), kube::Error> {
+        let note = match &write.gpu_indices {
             Some(gpus) => format!(
                 "Successfully assigned {}/{} to {} (GPUs {gpus})",
-                job.namespace, job.name, job.node
+                write.namespace, write.name, write.node
             ),
             None => format!(
                 "Successfully assigned {}/{} to {}",
-                job.namespace, job.name, job.node
+                write.namespace, write.name, write.node
             ),
         };
         let event = self.event_of(
             "Normal",
-            pod_reference(&job.namespace, &job.name, &job.uid),
+            pod_reference(&write.namespace, &write.name, &write.uid),
             "Binding",
             "Scheduled",
             &note,
             Timestamp::now(),
         );
-        match self.post_event(&job.namespace, &event).await {
+        match self.post_event(&write.namespace, &event).await {
             Ok(()) => Ok(()),
             // The namespace is going away with the pod: nothing to record.
             Err(e) if matches!(status_code(&e), Some(403 | 404)) => Ok(()),
@@ -625,15 +629,15 @@ impl ApiWriter {
 
     /// Marks the pod `PodScheduled=False` with the explanation (status subresource,
     /// strategic merge on `conditions` by `type`), then records a `FailedScheduling` event.
-    pub async fn report_unschedulable(&self, job: &StatusJob) -> Result<(), kube::Error> {
+    pub async fn report_unschedulable(&self, write: &StatusWrite) -> Result<(), kube::Error> {
         let now = Timestamp::now();
         let patch = json!({
             "status": {
                 "conditions": [{
                     "type": "PodScheduled",
                     "status": "False",
-                    "reason": job.reason,
-                    "message": job.message,
+                    "reason": write.reason,
+                    "message": write.message,
                     "lastProbeTime": null,
                     "lastTransitionTime": Time(now),
                 }]
@@ -641,25 +645,26 @@ impl ApiWriter {
         });
         self.limiter.acquire().await;
         let status = self
-            .pods(&job.namespace)
-            .patch_status(&job.name, &Self::params(), &Patch::Strategic(&patch))
+            .pods(&write.namespace)
+            .patch_status(&write.name, &Self::params(), &Patch::Strategic(&patch))
             .await;
         match status {
             Ok(_) => {}
             Err(e) if status_code(&e) == Some(404) => return Ok(()),
             Err(e) => return Err(e),
         }
-        self.post_event(&job.namespace, &self.event(job, now)).await
+        self.post_event(&write.namespace, &self.event(write, now))
+            .await
     }
 
     /// The `FailedScheduling` event for a pod (events.k8s.io/v1).
-    pub fn event(&self, job: &StatusJob, now: Timestamp) -> Event {
-        let regarding = pod_reference(&job.namespace, &job.name, &job.uid);
+    pub fn event(&self, write: &StatusWrite, now: Timestamp) -> Event {
+        let regarding = pod_reference(&write.namespace, &write.name, &write.uid);
         self.warning(
             regarding,
             "Scheduling",
             "FailedScheduling",
-            &job.message,
+            &write.message,
             now,
         )
     }
@@ -708,18 +713,18 @@ impl ApiWriter {
 
     /// Asks a preemption victim to checkpoint: the `kestrel.dev/checkpoint-request`
     /// annotation (merge patch, guarded by the pod's UID) and a `CheckpointRequested` event.
-    pub async fn request_checkpoint(&self, job: &CheckpointJob) -> Result<(), kube::Error> {
+    pub async fn request_checkpoint(&self, write: &CheckpointWrite) -> Result<(), kube::Error> {
         self.lease_held()?;
         let patch = json!({
             "metadata": {
-                "uid": job.uid,
-                "annotations": {CHECKPOINT_REQUEST_ANNOTATION: job.requested_at},
+                "uid": write.uid,
+                "annotations": {CHECKPOINT_REQUEST_ANNOTATION: write.requested_at},
             }
         });
         self.limiter.acquire().await;
         match self
-            .pods(&job.namespace)
-            .patch(&job.name, &Self::params(), &Patch::Merge(&patch))
+            .pods(&write.namespace)
+            .patch(&write.name, &Self::params(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => {}
@@ -730,28 +735,28 @@ impl ApiWriter {
         }
         let note = format!(
             "checkpoint within {}s, then the pod is evicted: {}",
-            job.grace_seconds, job.message
+            write.grace_seconds, write.message
         );
         let event = self.event_of(
             "Normal",
-            pod_reference(&job.namespace, &job.name, &job.uid),
+            pod_reference(&write.namespace, &write.name, &write.uid),
             "Preempting",
             "CheckpointRequested",
             &note,
             Timestamp::now(),
         );
-        self.post_event(&job.namespace, &event).await
+        self.post_event(&write.namespace, &event).await
     }
 
     /// Writes a preemptor's `status.nominatedNodeName` (status subresource, strategic
     /// merge), as kube-scheduler does.
-    pub async fn nominate(&self, job: &NominationJob) -> Result<(), kube::Error> {
+    pub async fn nominate(&self, write: &NominationWrite) -> Result<(), kube::Error> {
         self.lease_held()?;
-        let patch = json!({"status": {"nominatedNodeName": job.node}});
+        let patch = json!({"status": {"nominatedNodeName": write.node}});
         self.limiter.acquire().await;
         match self
-            .pods(&job.namespace)
-            .patch_status(&job.name, &Self::params(), &Patch::Strategic(&patch))
+            .pods(&write.namespace)
+            .patch_status(&write.name, &Self::params(), &Patch::Strategic(&patch))
             .await
         {
             Ok(_) => Ok(()),
@@ -763,24 +768,24 @@ impl ApiWriter {
     /// Evicts a preemption victim as kube-scheduler does: the `DisruptionTarget`
     /// condition (reason `PreemptionByScheduler`) on its status, then a delete guarded by
     /// its UID (the pod's own termination grace period applies), then a `Preempted` event.
-    pub async fn evict(&self, job: &EvictJob) -> Result<(), kube::Error> {
+    pub async fn evict(&self, write: &EvictWrite) -> Result<(), kube::Error> {
         self.lease_held()?;
         let now = Timestamp::now();
-        let pods = self.pods(&job.namespace);
+        let pods = self.pods(&write.namespace);
         let condition = json!({
             "status": {
                 "conditions": [{
                     "type": "DisruptionTarget",
                     "status": "True",
                     "reason": "PreemptionByScheduler",
-                    "message": truncated(&format!("{}: {}", self.controller, job.message), MAX_CONDITION_MESSAGE),
+                    "message": truncated(&format!("{}: {}", self.controller, write.message), MAX_CONDITION_MESSAGE),
                     "lastTransitionTime": Time(now),
                 }]
             }
         });
         self.limiter.acquire().await;
         match pods
-            .patch_status(&job.name, &Self::params(), &Patch::Strategic(&condition))
+            .patch_status(&write.name, &Self::params(), &Patch::Strategic(&condition))
             .await
         {
             Ok(_) => {}
@@ -789,13 +794,13 @@ impl ApiWriter {
         }
         let params = DeleteParams {
             preconditions: Some(Preconditions {
-                uid: Some(job.uid.clone()).filter(|u| !u.is_empty()),
+                uid: Some(write.uid.clone()).filter(|u| !u.is_empty()),
                 resource_version: None,
             }),
             ..Default::default()
         };
         self.limiter.acquire().await;
-        match pods.delete(&job.name, &params).await {
+        match pods.delete(&write.name, &params).await {
             Ok(_) => {}
             // Gone already, or a new pod of that name (the victim is gone): done.
             Err(e) if matches!(status_code(&e), Some(404 | 409)) => return Ok(()),
@@ -803,30 +808,33 @@ impl ApiWriter {
         }
         let event = self.event_of(
             "Normal",
-            pod_reference(&job.namespace, &job.name, &job.uid),
+            pod_reference(&write.namespace, &write.name, &write.uid),
             "Preempting",
             "Preempted",
-            &job.message,
+            &write.message,
             now,
         );
-        self.post_event(&job.namespace, &event).await
+        self.post_event(&write.namespace, &event).await
     }
 
     /// Writes a PodGroup's status by server-side apply of the status subresource (field
     /// manager `kestrel`, forced: Kestrel owns these fields). Returns the time the
     /// `Scheduled` condition carries.
-    pub async fn apply_pod_group_status(&self, job: &GroupStatusJob) -> Result<Time, kube::Error> {
-        let since = job.since.clone().unwrap_or(Time(Timestamp::now()));
-        let body = pod_group_status_patch(job, &since);
+    pub async fn apply_pod_group_status(
+        &self,
+        write: &GroupStatusWrite,
+    ) -> Result<Time, kube::Error> {
+        let since = write.since.clone().unwrap_or(Time(Timestamp::now()));
+        let body = pod_group_status_patch(write, &since);
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
-            &job.namespace,
+            &write.namespace,
             &ApiResource::erase::<PodGroup>(&()),
         );
         self.limiter.acquire().await;
         let params = PatchParams::apply(FIELD_MANAGER).force();
         match api
-            .patch_status(&job.name, &params, &Patch::Apply(&body))
+            .patch_status(&write.name, &params, &Patch::Apply(&body))
             .await
         {
             Ok(_) => Ok(since),
@@ -838,29 +846,29 @@ impl ApiWriter {
 
     /// Writes a ClusterQueue's or LocalQueue's status by server-side apply of the status
     /// subresource (field manager `kestrel`, forced).
-    pub async fn apply_queue_status(&self, job: &QueueStatusJob) -> Result<(), kube::Error> {
-        let resource = match job.kind {
+    pub async fn apply_queue_status(&self, write: &QueueStatusWrite) -> Result<(), kube::Error> {
+        let resource = match write.kind {
             "ClusterQueue" => ApiResource::erase::<ClusterQueue>(&()),
             _ => ApiResource::erase::<LocalQueue>(&()),
         };
-        let api: Api<DynamicObject> = match &job.namespace {
+        let api: Api<DynamicObject> = match &write.namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
             None => Api::all_with(self.client.clone(), &resource),
         };
-        let mut metadata = json!({"name": job.name});
-        if let Some(ns) = &job.namespace {
+        let mut metadata = json!({"name": write.name});
+        if let Some(ns) = &write.namespace {
             metadata["namespace"] = json!(ns);
         }
         let body = json!({
             "apiVersion": API_VERSION,
-            "kind": job.kind,
+            "kind": write.kind,
             "metadata": metadata,
-            "status": job.status,
+            "status": write.status,
         });
         self.limiter.acquire().await;
         let params = PatchParams::apply(FIELD_MANAGER).force();
         match api
-            .patch_status(&job.name, &params, &Patch::Apply(&body))
+            .patch_status(&write.name, &params, &Patch::Apply(&body))
             .await
         {
             Ok(_) => Ok(()),
@@ -906,23 +914,23 @@ impl ApiWriter {
     }
 
     /// A Warning event on a PodGroup Kestrel cannot use (reason `InvalidSpec`).
-    pub async fn report_pod_group(&self, job: &GroupEventJob) -> Result<(), kube::Error> {
+    pub async fn report_pod_group(&self, write: &GroupEventWrite) -> Result<(), kube::Error> {
         let regarding = ObjectReference {
             api_version: Some(API_VERSION.into()),
             kind: Some("PodGroup".into()),
-            namespace: Some(job.namespace.clone()),
-            name: Some(job.name.clone()),
-            uid: Some(job.uid.clone()).filter(|u| !u.is_empty()),
+            namespace: Some(write.namespace.clone()),
+            name: Some(write.name.clone()),
+            uid: Some(write.uid.clone()).filter(|u| !u.is_empty()),
             ..Default::default()
         };
         let event = self.warning(
             regarding,
             "Validating",
-            job.reason,
-            &job.message,
+            write.reason,
+            &write.message,
             Timestamp::now(),
         );
-        self.post_event(&job.namespace, &event).await
+        self.post_event(&write.namespace, &event).await
     }
 }
 
@@ -954,25 +962,25 @@ fn pod_reference(namespace: &str, name: &str, uid: &str) -> ObjectReference {
 }
 
 /// The server-side apply body of a PodGroup's status: only the fields Kestrel owns.
-pub fn pod_group_status_patch(job: &GroupStatusJob, since: &Time) -> serde_json::Value {
+pub fn pod_group_status_patch(write: &GroupStatusWrite, since: &Time) -> serde_json::Value {
     let mut condition = json!({
         "type": "Scheduled",
-        "status": job.condition,
-        "reason": job.reason,
-        "message": truncated(&job.message, MAX_CONDITION_MESSAGE),
+        "status": write.condition,
+        "reason": write.reason,
+        "message": truncated(&write.message, MAX_CONDITION_MESSAGE),
         "lastTransitionTime": since,
     });
-    if let Some(generation) = job.observed_generation {
+    if let Some(generation) = write.observed_generation {
         condition["observedGeneration"] = json!(generation);
     }
     json!({
         "apiVersion": API_VERSION,
         "kind": "PodGroup",
-        "metadata": {"name": job.name, "namespace": job.namespace},
+        "metadata": {"name": write.name, "namespace": write.namespace},
         "status": {
-            "phase": job.phase.as_str(),
-            "scheduled": job.scheduled,
-            "running": job.running,
+            "phase": write.phase.as_str(),
+            "scheduled": write.scheduled,
+            "running": write.running,
             "conditions": [condition],
         }
     })

@@ -11,7 +11,6 @@ use futures::StreamExt;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use kestrel_view::dashboard::{assets, ApiError};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -101,24 +100,13 @@ pub async fn serve(
     listener: TcpListener,
     source: Arc<dyn Source>,
     updates: watch::Receiver<u64>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => accepted?,
-            _ = shutdown.wait_for(|s| *s) => return Ok(()),
-        };
+    kestrel_http::serve(listener, shutdown, move |req| {
         let (source, updates) = (source.clone(), updates.clone());
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let (source, updates) = (source.clone(), updates.clone());
-                async move { Ok::<_, Infallible>(respond(req, source, updates).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+        respond(req, source, updates)
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Kestrel's live Kubernetes driver.
 //!
-//! Watches feed [`index::ClusterState`] (which wraps the engine), scheduling cycles run on
+//! Watches feed [`index::LiveIndex`] (which wraps the engine), scheduling cycles run on
 //! change, the binder carries the decisions out through the API, and a Lease keeps one
 //! replica in charge. Everything that talks to the API server takes a `kube::Client`, so
 //! tests drive it against a mocked API server.

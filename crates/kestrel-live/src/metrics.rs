@@ -3,7 +3,6 @@
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -191,24 +190,13 @@ impl Metrics {
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => accepted?,
-            _ = shutdown.wait_for(|s| *s) => return Ok(()),
-        };
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let response = metrics.respond(req.uri().path());
-                async move { Ok::<_, std::convert::Infallible>(response) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+    kestrel_http::serve(listener, shutdown, move |req: Request<Incoming>| {
+        let response = metrics.respond(req.uri().path());
+        async move { response }
+    })
+    .await
 }
 
 /// Binds the metrics address.

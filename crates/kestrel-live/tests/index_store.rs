@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kestrel_core::SchedulerConfig;
-use kestrel_live::index::{self, BindOutcome, ClusterState, PodState, VolumeEvent};
+use kestrel_live::index::{self, BindOutcome, LiveIndex, PodState, VolumeEvent};
 use kube::runtime::reflector::store;
 use kube::runtime::watcher::Event;
 use serde_json::json;
@@ -23,7 +23,7 @@ fn pod(name: &str, gpus: u32, node: Option<&str>) -> Pod {
     p.pod()
 }
 
-fn free_gpus(state: &ClusterState, node: &str) -> u64 {
+fn free_gpus(state: &LiveIndex, node: &str) -> u64 {
     let c = state.scheduler().cluster();
     let n = c.node(c.id_of(node).unwrap());
     n.gpus.iter().map(|g| u64::from(g.free_milli)).sum()
@@ -32,7 +32,7 @@ fn free_gpus(state: &ClusterState, node: &str) -> u64 {
 #[test]
 fn a_relist_forgets_what_was_deleted_while_the_watch_was_down() {
     let (nodes, mut node_writer) = store::<Node>();
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     for e in [
         Event::Init,
         Event::InitApply(node("gpu-0", 8)),
@@ -82,7 +82,7 @@ fn a_relist_forgets_what_was_deleted_while_the_watch_was_down() {
 
 #[test]
 fn bind_results_never_leak_or_double_count() {
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     state.apply_node(&node("gpu-0", 8)).unwrap();
     for name in ["p", "q", "r", "s"] {
         state.apply_pod(&pod(name, 2, None));
@@ -136,7 +136,7 @@ fn bind_results_never_leak_or_double_count() {
 
 #[test]
 fn other_schedulers_pods_wait_untouched_and_gated_pods_wait() {
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     state.apply_node(&node("gpu-0", 8)).unwrap();
     let mut theirs = pod("theirs", 1, None);
     theirs.spec.as_mut().unwrap().scheduler_name = Some("default-scheduler".into());
@@ -157,7 +157,7 @@ fn other_schedulers_pods_wait_untouched_and_gated_pods_wait() {
 
 #[test]
 fn an_unreadable_pod_is_reported_and_retried_when_classes_change() {
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     state.apply_node(&node("gpu-0", 8)).unwrap();
     let mut p = pod("kata", 1, None);
     p.spec.as_mut().unwrap().runtime_class_name = Some("kata".into());
@@ -210,7 +210,7 @@ fn prioritized(mut p: Pod, priority: i32, annotations: &[(&str, &str)]) -> Pod {
 
 #[test]
 fn preemption_victims_are_evicted_or_asked_to_checkpoint_first() {
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     // Driver time 0 is 2026-11-30T12:00:00Z.
     state.set_wall_origin(1_796_040_000_000);
     state.apply_node(&node("gpu-0", 8)).unwrap();
@@ -275,7 +275,7 @@ fn preemption_victims_are_evicted_or_asked_to_checkpoint_first() {
 
 #[test]
 fn a_failed_eviction_is_tried_again_and_an_early_checkpoint_does_not_hurry_it() {
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     state.set_wall_origin(1_796_040_000_000);
     state.apply_node(&node("gpu-0", 8)).unwrap();
     // Its last checkpoint is older than any request.
@@ -305,7 +305,7 @@ fn a_failed_eviction_is_tried_again_and_an_early_checkpoint_does_not_hurry_it() 
 
 #[test]
 fn disruption_budgets_steer_victims_and_bad_ones_are_reported() {
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     state.apply_node(&node("gpu-0", 8)).unwrap();
     let labelled = |name: &str, app: &str| {
         let mut p = prioritized(pod(name, 4, Some("gpu-0")), 0, &[]);
@@ -357,7 +357,7 @@ fn disruption_budgets_steer_victims_and_bad_ones_are_reported() {
 /// force; a queue that goes away is forgotten.
 #[test]
 fn queue_warnings_are_said_once_while_they_last() {
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     let queue = |name: &str, uid: &str, spec: serde_json::Value| {
         json!({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
                "metadata": {"name": name, "uid": uid}, "spec": spec})
@@ -443,7 +443,7 @@ fn queue_warnings_are_said_once_while_they_last() {
 /// force, as a leaf does: its capability still bounds its children together.
 #[test]
 fn a_broken_parent_queue_keeps_its_limit_in_force() {
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     state.apply_node(&node("gpu-0", 8)).unwrap();
     let queue = |name: &str, spec: serde_json::Value| {
         json!({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
@@ -485,7 +485,7 @@ fn a_broken_parent_queue_keeps_its_limit_in_force() {
 /// A ResourceQuota's warning is said once while it lasts, naming the quota.
 #[test]
 fn admission_warnings_are_said_once_while_they_last() {
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     let quota = |scope: &str| -> k8s_openapi::api::core::v1::ResourceQuota {
         serde_json::from_value(json!({
             "metadata": {"name": "gpus", "namespace": "ml", "uid": "u-q"},
@@ -553,12 +553,12 @@ fn zoned(mut n: Node, zone: &str) -> Node {
 /// a pod whose claim is settled goes where its volume is.
 #[test]
 fn pods_wait_on_their_claims_and_are_read_again_when_those_change() {
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     state.apply_node(&zoned(node("gpu-a", 8), "a")).unwrap();
     state.apply_node(&zoned(node("gpu-b", 8), "b")).unwrap();
     state.apply_pod(&with_claim(pod("one", 1, None), "one-data"));
     state.apply_pod(&with_claim(pod("two", 1, None), "two-data"));
-    let waiting = |state: &ClusterState, key: &str| {
+    let waiting = |state: &LiveIndex, key: &str| {
         assert!(
             matches!(state.pod_state(key), Some(PodState::Invalid(_))),
             "{key} waits outside the engine: {:?}",
@@ -642,7 +642,7 @@ fn local_claim_event(name: &str, volume: Option<&str>) -> VolumeEvent {
 /// comes; the engine's choice lasts until the API shows the claim bound.
 #[test]
 fn claims_without_a_provisioner_are_bound_to_the_volumes_the_engine_chose() {
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     state.apply_node(&zoned(node("gpu-a", 8), "a")).unwrap();
     state.apply_node(&zoned(node("gpu-b", 8), "b")).unwrap();
     let class = serde_json::from_value(json!({
@@ -707,7 +707,7 @@ fn csi_node_event(node: &str, count: u32) -> VolumeEvent {
 /// allows more lets the waiting pod in.
 #[test]
 fn csinode_limits_hold_pods_until_the_node_may_attach_their_volumes() {
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     state.apply_node(&zoned(node("gpu-b", 8), "b")).unwrap();
     state.apply_volume_event(csi_node_event("gpu-b", 1));
     for name in ["one", "two"] {
@@ -738,7 +738,7 @@ fn csinode_limits_hold_pods_until_the_node_may_attach_their_volumes() {
 
 /// A node without `nvidia.com/gpu` whose four GPUs NVIDIA's DRA driver publishes, and a
 /// DeviceClass that serves `nvidia.com/gpu` from them.
-fn dra_served(state: &mut ClusterState, node_name: &str) {
+fn dra_served(state: &mut LiveIndex, node_name: &str) {
     use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
     state.apply_node(&node(node_name, 0)).unwrap();
     let devices: Vec<serde_json::Value> = (0..4)
@@ -793,7 +793,7 @@ fn extended_claim(
 
 #[test]
 fn nvidia_gpu_pods_on_dra_nodes_get_the_claim_kube_scheduler_writes() {
-    let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+    let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
     dra_served(&mut state, "d-0");
     // Another scheduler's pod, seen bound before its claim: counted on two GPUs the index
     // picks, then on those its claim names (2 and 3) once the claim comes.
@@ -813,21 +813,24 @@ fn nvidia_gpu_pods_on_dra_nodes_get_the_claim_kube_scheduler_writes() {
     state.apply_pod(&pod("ours", 2, None));
     let out = state.cycle(0);
     assert_eq!(out.binds.len(), 1);
-    let job = out.binds[0]
+    let write = out.binds[0]
         .extended_claim
         .as_ref()
         .expect("an extended claim");
     assert_eq!(
-        job.claim["metadata"]["generateName"],
+        write.claim["metadata"]["generateName"],
         "ours-extended-resources-"
     );
-    assert_eq!(job.claim["metadata"]["ownerReferences"][0]["uid"], "u-ours");
     assert_eq!(
-        job.claim["spec"]["devices"]["requests"],
+        write.claim["metadata"]["ownerReferences"][0]["uid"],
+        "u-ours"
+    );
+    assert_eq!(
+        write.claim["spec"]["devices"]["requests"],
         json!([{"name": "container-0-request-1", "exactly": {
             "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}}])
     );
-    let devices: Vec<&str> = job.status["allocation"]["devices"]["results"]
+    let devices: Vec<&str> = write.status["allocation"]["devices"]["results"]
         .as_array()
         .unwrap()
         .iter()
@@ -838,22 +841,22 @@ fn nvidia_gpu_pods_on_dra_nodes_get_the_claim_kube_scheduler_writes() {
         ["gpu-0", "gpu-1"],
         "not the GPUs the other pod's claim holds"
     );
-    assert_eq!(job.status["reservedFor"][0]["uid"], "u-ours");
+    assert_eq!(write.status["reservedFor"][0]["uid"], "u-ours");
     assert_eq!(
-        job.mappings,
+        write.mappings,
         vec![
             json!({"containerName": "c", "resourceName": "nvidia.com/gpu",
                     "requestName": "container-0-request-1"})
         ]
     );
-    assert_eq!(job.stale, None);
+    assert_eq!(write.stale, None);
     // The bind fails after a claim was left behind: the next try deletes it first.
     let id = out.binds[0].id;
     state.apply_resource_claim(&extended_claim("ours-old", "ours", "d-0", &[]));
     state.bind_result(id, BindOutcome::Retry("timeout".into()));
     let again = state.cycle(1);
-    let job = again.binds[0].extended_claim.as_ref().unwrap();
-    assert_eq!(job.stale.as_deref(), Some("ours-old"));
+    let write = again.binds[0].extended_claim.as_ref().unwrap();
+    assert_eq!(write.stale.as_deref(), Some("ours-old"));
     // A pod with GPUs on a plain node gets no claim.
     state.apply_node(&node("plain", 8)).unwrap();
     state.apply_pod(&pod("plain-pod", 8, None));

@@ -27,4 +27,4 @@ pub mod workload;
 pub use kestrel_objects::LoadError;
 pub use metrics::SimReport;
 pub use sim::{simulate, simulate_with_topology_blind, SimConfig, SimError, Simulation};
-pub use workload::{ClusterChange, ClusterEvent, JobKind, PodSet, SimCluster, SimJob, Workload};
+pub use workload::{ClusterChange, ClusterEvent, JobKind, PodSet, SimCluster, Workload};

@@ -47,9 +47,6 @@ pub struct PodSet {
     pub gpu_utilization: f64,
 }
 
-/// The earlier name of [`PodSet`], kept so that callers written against it still build.
-pub type SimJob = PodSet;
-
 impl PodSet {
     /// A single pod (its owner brings it back when preempted) created at `arrival` that
     /// runs `duration` and keeps its GPUs busy.

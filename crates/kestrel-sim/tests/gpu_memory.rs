@@ -14,7 +14,7 @@ fn node(name: &str, memory_mib: u64) -> NodeSpec {
     node
 }
 
-fn memory_pod(name: &str, mib: u64, duration: Millis) -> SimJob {
+fn memory_pod(name: &str, mib: u64, duration: Millis) -> PodSet {
     let template = PodSpec::new(
         "",
         "",
@@ -23,7 +23,7 @@ fn memory_pod(name: &str, mib: u64, duration: Millis) -> SimJob {
             gpu: GpuRequest::Memory { mib },
         },
     );
-    SimJob::pod("team", name, 0, duration, template)
+    PodSet::pod("team", name, 0, duration, template)
 }
 
 #[test]

@@ -11,7 +11,7 @@ use kestrel_view::explain_view::{find_pod, pod_view};
 
 const MIN: Millis = 60_000;
 
-fn job(name: &str, gpus: u32, arrival: Millis, duration: Millis, single_numa: bool) -> SimJob {
+fn job(name: &str, gpus: u32, arrival: Millis, duration: Millis, single_numa: bool) -> PodSet {
     let mut job = whole_gpu_job(name, gpus, arrival, duration);
     job.template.constraints.single_numa_node = single_numa;
     job

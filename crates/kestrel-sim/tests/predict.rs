@@ -17,7 +17,7 @@ use std::path::PathBuf;
 const MIN: Millis = 60_000;
 const HOUR: Millis = 3_600_000;
 
-fn pod_job(name: &str, gpus: u32, arrival: Millis, duration: Millis, priority: i32) -> SimJob {
+fn pod_job(name: &str, gpus: u32, arrival: Millis, duration: Millis, priority: i32) -> PodSet {
     let mut job = whole_gpu_job(name, gpus, arrival, duration);
     job.template.priority = priority;
     job
@@ -34,7 +34,7 @@ fn one_node() -> SimCluster {
 fn estimates_stay_within_twenty_percent_and_declared_ones_win() {
     let mut declared = pod_job("declared", 1, 0, 2 * HOUR, 0);
     declared.template.preemption.runtime_estimate = Some(45 * MIN);
-    let mut jobs: Vec<SimJob> = (0..200)
+    let mut jobs: Vec<PodSet> = (0..200)
         .map(|i| pod_job(&format!("p{i}"), 1, 0, HOUR, 0))
         .collect();
     jobs.push(declared);

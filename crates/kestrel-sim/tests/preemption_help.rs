@@ -11,7 +11,7 @@ use kestrel_view::explain_view::{find_pod, pod_view, render_pod};
 
 const MIN: Millis = 60_000;
 
-fn job(name: &str, gpus: u32, arrival: Millis, priority: i32, never: bool) -> SimJob {
+fn job(name: &str, gpus: u32, arrival: Millis, priority: i32, never: bool) -> PodSet {
     let mut job = whole_gpu_job(name, gpus, arrival, 120 * MIN);
     job.template.priority = priority;
     job.template.preemption.never_preempt = never;

@@ -4,7 +4,7 @@ use kestrel_core::{Demand, GpuRequest, PodSpec, Resources, VictimOrder, GPU_RESO
 use kestrel_sim::metrics::SimReport;
 use kestrel_sim::scenarios::{contended_day, kueue_baseline, preemption_heavy};
 use kestrel_sim::workload::NamespaceQuota;
-use kestrel_sim::{simulate, JobKind, SimCluster, SimConfig, SimJob, Workload};
+use kestrel_sim::{simulate, JobKind, PodSet, SimCluster, SimConfig, Workload};
 
 fn run(cluster: &SimCluster, workload: &Workload, config: SimConfig) -> SimReport {
     simulate(cluster, workload, config, &mut |_, _| {}).unwrap()
@@ -88,7 +88,7 @@ fn namespace_resource_quota_refuses_creations_until_pods_end() {
         },
     );
     let mut workload = Workload::default();
-    workload.jobs.push(SimJob {
+    workload.jobs.push(PodSet {
         kind: JobKind::Job,
         source_kind: "Job".into(),
         namespace: "team".into(),

@@ -15,8 +15,8 @@ fn job(
     duration: Option<Millis>,
     parallelism: u32,
     completions: u32,
-) -> SimJob {
-    SimJob {
+) -> PodSet {
+    PodSet {
         kind,
         source_kind: format!("{kind:?}"),
         namespace: "team".into(),

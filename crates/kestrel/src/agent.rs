@@ -1,7 +1,8 @@
 //! `kestrel agent`: the node agent (discovery, device plugin, health, publication, metrics).
 
+use crate::runtime::Flavour;
 use crate::serve::{client, init_logging, shutdown_signal, LogFormat};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use kestrel_agent::agent::{self, AgentConfig, WithoutNvml};
 use kestrel_agent::cluster::Cluster;
@@ -142,12 +143,10 @@ pub fn run(args: AgentArgs) -> Result<()> {
     if rediscover_every.is_zero() {
         bail!("--rediscover-every must be more than 0; write e.g. 60s");
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(run_async(args, health, rediscover_every))
+    crate::runtime::block_on(
+        Flavour::MultiThread(2),
+        run_async(args, health, rediscover_every),
+    )?
 }
 
 async fn run_async(

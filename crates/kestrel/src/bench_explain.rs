@@ -13,7 +13,7 @@ use kestrel_core::{
 };
 use kestrel_objects::duration::parse_duration;
 use kestrel_sim::predict;
-use kestrel_sim::{JobKind, SimCluster, SimConfig, SimJob, Simulation, Workload};
+use kestrel_sim::{JobKind, PodSet, SimCluster, SimConfig, Simulation, Workload};
 use kestrel_view::explain_view as view;
 use serde_json::json;
 use std::path::PathBuf;
@@ -204,7 +204,7 @@ fn cluster_queue(name: &str, gpus: i64) -> ClusterQueueSpec {
     }
 }
 
-fn job(name: String, namespace: &str, gpus: u32, minutes: u64, priority: i32) -> SimJob {
+fn job(name: String, namespace: &str, gpus: u32, minutes: u64, priority: i32) -> PodSet {
     let mut template = PodSpec::new(
         namespace,
         name.clone(),
@@ -221,7 +221,7 @@ fn job(name: String, namespace: &str, gpus: u32, minutes: u64, priority: i32) ->
         value: String::new(),
         effect: None,
     });
-    SimJob {
+    PodSet {
         kind: JobKind::Pod,
         source_kind: "Pod".to_string(),
         namespace: namespace.to_string(),

@@ -1,8 +1,9 @@
 //! `kestrel sim --serve ADDR`: the dashboard over a finished simulated run, with a time
 //! slider over its stops (see docs/tasks/dashboard.md).
 
+use crate::runtime::Flavour;
 use crate::Inputs;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use kestrel_live::dashboard::{serve, Source};
 use kestrel_sim::dashboard::timeline::Timeline;
 use kestrel_view::dashboard::ApiError;
@@ -51,12 +52,7 @@ pub fn serve_sim(inputs: Inputs, addr: SocketAddr) -> Result<()> {
         Some(PREDICT_BUDGET),
     )?;
     let stops = timeline.times().len();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async move {
+    crate::runtime::block_on(Flavour::MultiThread(2), async move {
         let listener = match tokio::net::TcpListener::bind(addr).await {
             Ok(l) => l,
             Err(e) => {
@@ -82,5 +78,5 @@ pub fn serve_sim(inputs: Inputs, addr: SocketAddr) -> Result<()> {
         )
         .await?;
         Ok(())
-    })
+    })?
 }

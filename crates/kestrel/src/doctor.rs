@@ -6,6 +6,7 @@
 //! server unreachable, unknown signature), 2 findings of severity warning or critical.
 //! `kestrel serve` runs the same live reading and checks every `--doctor-interval`.
 
+use crate::runtime::Flavour;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -127,12 +128,7 @@ fn read_files(paths: &[PathBuf]) -> Result<Snapshot> {
 }
 
 fn live(kubeconfig: Option<PathBuf>) -> Result<Snapshot> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(live_async(kubeconfig))
+    crate::runtime::block_on(Flavour::MultiThread(1), live_async(kubeconfig))?
 }
 
 async fn live_async(kubeconfig: Option<PathBuf>) -> Result<Snapshot> {

@@ -3,6 +3,7 @@
 //! either). The command checks what it can before creating anything, creates the object
 //! and follows its status; `--end` ends the maintenance (the node is uncordoned).
 
+use crate::runtime::Flavour;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use k8s_openapi::api::core::v1::Node;
@@ -43,11 +44,7 @@ pub struct DrainArgs {
 }
 
 pub fn run(args: DrainArgs) -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async {
+    crate::runtime::block_on(Flavour::CurrentThread, async {
         let client = crate::serve::client(args.kubeconfig.clone()).await?;
         let name = args
             .name
@@ -80,7 +77,7 @@ pub fn run(args: DrainArgs) -> Result<()> {
             );
         }
         Ok(())
-    })
+    })?
 }
 
 /// `maintenance-NODE`.

@@ -7,6 +7,7 @@
 //! `--live` they read a live cluster instead: the same listing and index as `kestrel
 //! serve` and one scheduling cycle whose decisions are dropped (nothing is written).
 
+use crate::runtime::Flavour;
 use crate::{load_inputs, Inputs, SimArgs};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -84,11 +85,7 @@ impl StateArgs {
 /// as UTC wall-clock times.
 fn live_state(args: &StateArgs) -> Result<(crate::live_view::LiveState, f64)> {
     let started = Instant::now();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let runtime = crate::runtime::runtime(Flavour::MultiThread(1))?;
     let kubeconfig = args.kubeconfig.clone();
     let config = kestrel_live::driver::DriverConfig::new(&args.scheduler_name);
     let unix_now = std::time::SystemTime::now()

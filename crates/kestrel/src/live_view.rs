@@ -10,15 +10,15 @@
 //! scheduler meets the simulator: `kestrel-live` does not link `kestrel-sim`.
 
 use kestrel_core::{Millis, PodId, PodPhase, Scheduler};
-use kestrel_live::index::ClusterState;
-use kestrel_sim::{SimCluster, SimConfig, SimError, SimJob, Simulation, Workload};
+use kestrel_live::index::LiveIndex;
+use kestrel_sim::{PodSet, SimCluster, SimConfig, SimError, Simulation, Workload};
 use kestrel_view::estimates::Estimates;
 use kestrel_view::explain_view::{end_of_running, ExplainState};
 use kestrel_view::predictions::{Deadline, Predictions};
 
 /// The index after a snapshot's cycle, at the snapshot's moment.
 pub struct LiveState {
-    pub state: ClusterState,
+    pub state: LiveIndex,
     pub now: Millis,
 }
 
@@ -69,7 +69,7 @@ pub fn predict(
         .map(|&p| {
             let record = scheduler.pod(p);
             let spec = &record.spec;
-            let mut job = SimJob::pod(
+            let mut job = PodSet::pod(
                 &spec.namespace,
                 &spec.name,
                 record.submitted_at,
@@ -193,7 +193,7 @@ mod tests {
     /// back, object times), fed these objects directly.
     fn snapshot_of(nodes: &[Value], pods: &[Value], unix_now: i64) -> LiveState {
         let now: Millis = 86_400_000;
-        let mut state = ClusterState::new(kestrel_core::SchedulerConfig::default(), "kestrel");
+        let mut state = LiveIndex::new(kestrel_core::SchedulerConfig::default(), "kestrel");
         state.set_wall_origin(unix_now - now as i64);
         state.set_time(now);
         state.use_object_times();

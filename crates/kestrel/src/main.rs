@@ -11,6 +11,7 @@ mod doctor;
 mod drain;
 mod explain;
 mod live_view;
+mod runtime;
 mod seeds;
 mod serve;
 mod upgrade;

@@ -1,6 +1,7 @@
 //! `kestrel serve`: the live scheduler. `kestrel manifests`: the install manifests.
 //! `kestrel crds`: Kestrel's CustomResourceDefinitions.
 
+use crate::runtime::Flavour;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use kestrel_core::{Policy, SchedulerConfig};
@@ -182,12 +183,7 @@ fn identity() -> String {
 
 pub fn serve(args: ServeArgs) -> Result<()> {
     init_logging(args.log_format);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(serve_async(args))
+    crate::runtime::block_on(Flavour::MultiThread(2), serve_async(args))?
 }
 
 /// The cluster to talk to: `kubeconfig`, else the in-cluster config, else $KUBECONFIG or

@@ -6,6 +6,7 @@
 //! condition says they are done. Nodes already done are left out, so a rerun resumes.
 
 use crate::drain;
+use crate::runtime::Flavour;
 use crate::upgrade::{checked_options, RunArgs};
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::Node;
@@ -72,11 +73,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         (None, Some(t)) => Done::Condition(t.clone()),
         (None, None) => bail!("give --done-label KEY=VALUE or --done-condition TYPE"),
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async {
+    crate::runtime::block_on(Flavour::CurrentThread, async {
         let client = crate::serve::client(args.kubeconfig.clone()).await?;
         let nodes: Vec<Node> = Api::<Node>::all(client.clone())
             .list(&ListParams::default())
@@ -88,7 +85,10 @@ pub fn run(args: RunArgs) -> Result<()> {
             specs.push(live::node_spec(node).map_err(|e| anyhow::anyhow!("{e}"))?);
         }
         if specs.is_empty() {
-            println!("every node already has {}; nothing to upgrade", done.describe());
+            println!(
+                "every node already has {}; nothing to upgrade",
+                done.describe()
+            );
             return Ok(());
         }
         let plan = plan(&specs, &options)?;
@@ -115,8 +115,13 @@ pub fn run(args: RunArgs) -> Result<()> {
                 drain::start(&client, &maintenance_name(node), spec).await?;
             }
             for node in &batch.nodes {
-                drain::follow(&client, &maintenance_name(node), MaintenancePhase::Drained, timeout)
-                    .await?;
+                drain::follow(
+                    &client,
+                    &maintenance_name(node),
+                    MaintenancePhase::Drained,
+                    timeout,
+                )
+                .await?;
             }
             for node in &batch.nodes {
                 hand_over(&client, node, args.command.as_deref(), set_label.as_ref()).await?;
@@ -137,7 +142,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
         println!("upgrade done: {} batches", plan.batches.len());
         Ok(())
-    })
+    })?
 }
 
 /// `upgrade-NODE`: a rerun finds the maintenance it started.

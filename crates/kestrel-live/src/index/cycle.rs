@@ -1,9 +1,9 @@
 //! One scheduling cycle: the engine's decisions as API work (binds, pod status reports,
 //! PodGroup statuses, evictions), and what the API said to each bind.
 
-use super::evictions::{CheckpointJob, EvictJob, NominationJob};
-use super::groups::{GroupEventJob, GroupStatusJob};
-use super::{ClusterState, PodState, QUEUE_WAIT_REASON};
+use super::evictions::{CheckpointWrite, EvictWrite, NominationWrite};
+use super::groups::{GroupEventWrite, GroupStatusWrite};
+use super::{LiveIndex, PodState, QUEUE_WAIT_REASON};
 use k8s_openapi::api::core::v1::Pod;
 use kestrel_core::{GangProblem, Millis, PodId};
 use kestrel_objects::live;
@@ -11,7 +11,7 @@ use std::collections::HashSet;
 
 /// A bind to carry out: annotate (when the pod has GPUs), then POST the binding.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BindJob {
+pub struct BindWrite {
     pub id: PodId,
     pub namespace: String,
     pub name: String,
@@ -23,15 +23,15 @@ pub struct BindJob {
     /// Claim statuses to write before the binding (allocation, reservation), in order.
     pub claims: Vec<super::ClaimWrite>,
     /// The claim to create for its `nvidia.com/gpu` on a node where DRA serves them.
-    pub extended_claim: Option<super::ExtendedClaimJob>,
+    pub extended_claim: Option<super::ExtendedClaimWrite>,
     /// PersistentVolumeClaims to provision on the node first: the node is written on each,
     /// and the pod is bound once they are bound.
-    pub provision: Vec<super::ProvisionJob>,
+    pub provision: Vec<super::ProvisionWrite>,
 }
 
 /// A pod to mark `PodScheduled=False` with an explanation and a `FailedScheduling` event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StatusJob {
+pub struct StatusWrite {
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -41,11 +41,11 @@ pub struct StatusJob {
     pub message: String,
 }
 
-impl StatusJob {
+impl StatusWrite {
     /// The report for the pod `namespace/name` (`key`).
     pub(super) fn of(key: &str, uid: &str, reason: &'static str, message: String) -> Self {
         let (namespace, name) = key.split_once('/').expect("namespace/name");
-        StatusJob {
+        StatusWrite {
             namespace: namespace.to_string(),
             name: name.to_string(),
             uid: uid.to_string(),
@@ -71,21 +71,21 @@ pub enum BindOutcome {
 /// What one cycle decided, as API work.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CycleOutput {
-    pub binds: Vec<BindJob>,
-    pub unschedulable: Vec<StatusJob>,
+    pub binds: Vec<BindWrite>,
+    pub unschedulable: Vec<StatusWrite>,
     /// PodGroup statuses that changed.
-    pub group_status: Vec<GroupStatusJob>,
+    pub group_status: Vec<GroupStatusWrite>,
     /// Warning events on PodGroups Kestrel cannot use.
-    pub group_events: Vec<GroupEventJob>,
+    pub group_events: Vec<GroupEventWrite>,
     /// Victims asked to checkpoint before they are evicted.
-    pub checkpoint_requests: Vec<CheckpointJob>,
+    pub checkpoint_requests: Vec<CheckpointWrite>,
     /// Victims to evict now.
-    pub evictions: Vec<EvictJob>,
+    pub evictions: Vec<EvictWrite>,
     /// Preemptors' nominated nodes to write.
-    pub nominations: Vec<NominationJob>,
+    pub nominations: Vec<NominationWrite>,
 }
 
-impl ClusterState {
+impl LiveIndex {
     /// One scheduling cycle: the binds and status reports to carry out.
     pub fn cycle(&mut self, now: Millis) -> CycleOutput {
         self.set_time(now);
@@ -123,10 +123,10 @@ impl ClusterState {
             let extended_claim = if claimed {
                 None
             } else {
-                self.extended_claim_job(&key, &uid, b.node, &b.gpus)
+                self.extended_claim_write(&key, &uid, b.node, &b.gpus)
             };
-            let provision = self.provision_jobs(b.pod, namespace);
-            out.binds.push(BindJob {
+            let provision = self.provision_writes(b.pod, namespace);
+            out.binds.push(BindWrite {
                 id: b.pod,
                 namespace: namespace.to_string(),
                 name: name.to_string(),
@@ -157,7 +157,7 @@ impl ClusterState {
             };
             explained.insert(id);
             out.unschedulable
-                .push(StatusJob::of(key, &t.uid, reason_kind, message));
+                .push(StatusWrite::of(key, &t.uid, reason_kind, message));
         }
         // Pods of incomplete gangs whose admission note changed say so again (the
         // engine reports a pod only when its own explanation changes).
@@ -181,7 +181,7 @@ impl ClusterState {
                 {
                     continue;
                 }
-                out.unschedulable.push(StatusJob::of(
+                out.unschedulable.push(StatusWrite::of(
                     member,
                     &t.uid,
                     "Unschedulable",
@@ -203,11 +203,11 @@ impl ClusterState {
 
     /// The queued reports still true: the latest per pod, for pods that still wait
     /// outside the engine for that reason.
-    pub(super) fn take_reports(&mut self) -> Vec<StatusJob> {
+    pub(super) fn take_reports(&mut self) -> Vec<StatusWrite> {
         let reports = std::mem::take(&mut self.invalid_reports);
         let mut seen = HashSet::new();
         let pods = &self.pods;
-        let mut out: Vec<StatusJob> = reports
+        let mut out: Vec<StatusWrite> = reports
             .into_iter()
             .rev()
             .filter(|r| {

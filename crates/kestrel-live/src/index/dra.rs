@@ -5,7 +5,7 @@
 //! created, a class missing) waits outside the engine with that reason and is read again
 //! when the DRA objects change.
 
-use super::{ClusterState, PodState};
+use super::{LiveIndex, PodState};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -127,7 +127,7 @@ pub struct ClaimWrite {
 /// serves it (as kube-scheduler writes it for extended resources backed by DRA), with the
 /// pod's `status.extendedResourceClaimStatus` naming it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExtendedClaimJob {
+pub struct ExtendedClaimWrite {
     /// The ResourceClaim to create (`metadata.generateName`, owned by the pod).
     pub claim: serde_json::Value,
     /// Its status then: the allocation and the pod reserved.
@@ -220,7 +220,7 @@ fn object_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta)
     }
 }
 
-impl ClusterState {
+impl LiveIndex {
     /// Applies a DRA watch event; relists drop the objects they no longer list.
     pub fn apply_dra(&mut self, event: DraEvent) {
         let kind = match &event {
@@ -546,13 +546,13 @@ impl ClusterState {
     /// The extended-resource claim a bind of pod `key` (no claims of its own, `gpus` on
     /// `node`) writes first, when a DRA device class serves `nvidia.com/gpu` there: the
     /// devices behind the GPUs the engine chose, over the claim's requests in order.
-    pub(super) fn extended_claim_job(
+    pub(super) fn extended_claim_write(
         &self,
         key: &str,
         uid: &str,
         node: NodeId,
         gpus: &GpuAssignment,
-    ) -> Option<ExtendedClaimJob> {
+    ) -> Option<ExtendedClaimWrite> {
         let spec = &self.scheduler.cluster().node(node).spec;
         let class = spec.gpu_extended_class.as_ref()?;
         let GpuAssignment::Whole(indices) = gpus else {
@@ -614,7 +614,7 @@ impl ClusterState {
                             "requestName": m.request})
             })
             .collect();
-        Some(ExtendedClaimJob {
+        Some(ExtendedClaimWrite {
             claim,
             status,
             mappings,

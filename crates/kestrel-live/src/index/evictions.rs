@@ -3,7 +3,7 @@
 //! decision ([`CheckpointRequest`]), the one the simulator carries out on its clock.
 
 use super::cycle::CycleOutput;
-use super::ClusterState;
+use super::LiveIndex;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kestrel_core::leaving::CheckpointRequest;
@@ -34,20 +34,20 @@ impl Evictions {
 
     /// A failed eviction of `key` (the same pod, by uid) is tried again at `at`.
     fn retry(&mut self, key: &str, uid: &str, at: Millis) {
-        if let Some(l) = self.leaving.get_mut(key).filter(|l| l.job.uid == uid) {
+        if let Some(l) = self.leaving.get_mut(key).filter(|l| l.write.uid == uid) {
             l.sent = false;
             l.due = at;
         }
     }
 
     /// Evictions whose time has come, handed out once.
-    pub(super) fn due(&mut self, now: Millis) -> Vec<EvictJob> {
+    pub(super) fn due(&mut self, now: Millis) -> Vec<EvictWrite> {
         self.leaving
             .values_mut()
             .filter(|l| !l.sent && l.due <= now)
             .map(|l| {
                 l.sent = true;
-                l.job.clone()
+                l.write.clone()
             })
             .collect()
     }
@@ -68,7 +68,7 @@ impl Evictions {
 /// A preemption victim to take off its node: marked `DisruptionTarget` and deleted (its
 /// own termination grace period applies), with a `Preempted` event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EvictJob {
+pub struct EvictWrite {
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -79,7 +79,7 @@ pub struct EvictJob {
 /// A preempting pod's `status.nominatedNodeName`: where the room its victims leave is
 /// held for it, so that other schedulers and autoscalers see the claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NominationJob {
+pub struct NominationWrite {
     pub namespace: String,
     pub name: String,
     pub node: String,
@@ -89,7 +89,7 @@ pub struct NominationJob {
 /// is annotated `kestrel.dev/checkpoint-request` and evicted once it reports a checkpoint
 /// at or after the request (`kestrel.dev/last-checkpoint`) or its grace is over.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckpointJob {
+pub struct CheckpointWrite {
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -108,13 +108,13 @@ pub(super) struct Leaving {
     request: Option<CheckpointRequest>,
     /// The eviction has been handed to the driver.
     sent: bool,
-    job: EvictJob,
+    write: EvictWrite,
 }
 
 /// How long a failed eviction waits before it is tried again.
 const EVICTION_RETRY: Millis = 5_000;
 
-impl ClusterState {
+impl LiveIndex {
     /// The earliest time (driver clock) something is due without any watch event: a
     /// victim's eviction after its checkpoint grace, or the engine's own wake-up (a
     /// minimum runtime or preemption delay ends).
@@ -128,13 +128,13 @@ impl ClusterState {
 
     /// What the API said to an eviction: on failure it is tried again shortly, unless the
     /// pod is gone.
-    pub fn eviction_result(&mut self, job: &EvictJob, result: Result<(), String>) {
-        let key = format!("{}/{}", job.namespace, job.name);
+    pub fn eviction_result(&mut self, write: &EvictWrite, result: Result<(), String>) {
+        let key = format!("{}/{}", write.namespace, write.name);
         if result.is_ok() {
             return;
         }
         self.evictions
-            .retry(&key, &job.uid, self.now + EVICTION_RETRY);
+            .retry(&key, &write.uid, self.now + EVICTION_RETRY);
     }
 
     /// Victims chosen this cycle: asked to checkpoint or evicted at once.
@@ -149,7 +149,7 @@ impl ClusterState {
             let nominated = p.preemptor.and_then(|id| self.scheduler.nominated_node(id));
             if let (Some(key), Some(node)) = (preemptor, nominated) {
                 let (namespace, name) = key.split_once('/').expect("namespace/name");
-                out.nominations.push(NominationJob {
+                out.nominations.push(NominationWrite {
                     namespace: namespace.to_string(),
                     name: name.to_string(),
                     node: self.scheduler.cluster().node(node).spec.name.clone(),
@@ -170,7 +170,7 @@ impl ClusterState {
                     continue;
                 };
                 let (namespace, name) = key.split_once('/').expect("namespace/name");
-                let job = EvictJob {
+                let write = EvictWrite {
                     namespace: namespace.to_string(),
                     name: name.to_string(),
                     uid: t.uid.clone(),
@@ -182,10 +182,10 @@ impl ClusterState {
                 let request = CheckpointRequest::for_victim(v.checkpoint_grace, wall_now);
                 let due = match request {
                     Some(r) => {
-                        out.checkpoint_requests.push(CheckpointJob {
-                            namespace: job.namespace.clone(),
-                            name: job.name.clone(),
-                            uid: job.uid.clone(),
+                        out.checkpoint_requests.push(CheckpointWrite {
+                            namespace: write.namespace.clone(),
+                            name: write.name.clone(),
+                            uid: write.uid.clone(),
                             requested_at: rfc3339(r.asked as i64),
                             grace_seconds: (r.by - r.asked).div_ceil(1000),
                             message: message.clone(),
@@ -200,7 +200,7 @@ impl ClusterState {
                         due,
                         request,
                         sent: false,
-                        job,
+                        write,
                     },
                 );
             }

@@ -1,7 +1,7 @@
 //! Gangs and their PodGroups: declared to the engine, their pods moved in and out of it,
 //! and the PodGroup status and Warning events Kestrel writes.
 
-use super::{ClusterState, GroupKey, PodState, PLUGINS_GROUP, VOLCANO_GROUP};
+use super::{GroupKey, LiveIndex, PodState, PLUGINS_GROUP, VOLCANO_GROUP};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kestrel_core::{GangPhase, GangProblem, GangSpec, GangTopology, PodSpec, Unschedulable};
@@ -20,7 +20,7 @@ pub(super) struct GroupBook {
     pub(super) groups: HashMap<GroupKey, Group>,
     /// Gangs whose status may have changed since the last cycle.
     pub(super) dirty_groups: HashSet<GroupKey>,
-    pub(super) group_events: Vec<GroupEventJob>,
+    pub(super) group_events: Vec<GroupEventWrite>,
     /// Topology levels in use, widest first.
     levels: Vec<String>,
 }
@@ -65,11 +65,11 @@ pub(super) struct Group {
     /// The last failed bind of a member, until the gang is bound.
     pub(super) bind_error: Option<String>,
     /// The status last written (at first sight: the one the object carries).
-    pub(super) last_status: Option<GroupStatusJob>,
+    pub(super) last_status: Option<GroupStatusWrite>,
     /// The invalid-spec message last reported in an event.
     pub(super) warned: Option<String>,
     /// The ResourceQuota or LimitRange that refuses pods like its members, if one does
-    /// ([`ClusterState::apply_admission`]): said when the gang is incomplete.
+    /// ([`LiveIndex::apply_admission`]): said when the gang is incomplete.
     pub(super) admission_note: Option<String>,
 }
 
@@ -114,7 +114,7 @@ impl Group {
 
 /// A PodGroup's status to write (server-side apply of the status subresource).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupStatusJob {
+pub struct GroupStatusWrite {
     pub namespace: String,
     pub name: String,
     pub phase: PodGroupPhase,
@@ -132,13 +132,13 @@ pub struct GroupStatusJob {
     pub since: Option<Time>,
 }
 
-impl GroupStatusJob {
+impl GroupStatusWrite {
     /// Same status, whenever its condition changed.
-    pub(super) fn same(&self, other: &GroupStatusJob) -> bool {
-        GroupStatusJob {
+    pub(super) fn same(&self, other: &GroupStatusWrite) -> bool {
+        GroupStatusWrite {
             since: None,
             ..self.clone()
-        } == GroupStatusJob {
+        } == GroupStatusWrite {
             since: None,
             ..other.clone()
         }
@@ -147,7 +147,7 @@ impl GroupStatusJob {
 
 /// A Warning event on a PodGroup: Kestrel cannot use it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupEventJob {
+pub struct GroupEventWrite {
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -155,7 +155,7 @@ pub struct GroupEventJob {
     pub message: String,
 }
 
-impl ClusterState {
+impl LiveIndex {
     /// Reads a pod's gang into `spec.gang`; returns the gang's key. Declares gangs that
     /// pods imply (Kueue's plain-pod groups) and takes a topology request from the pods'
     /// annotations for a gang that has none.
@@ -378,7 +378,7 @@ impl ClusterState {
             match &problem {
                 Some(why) if group.warned.as_ref() != Some(why) => {
                     group.warned = Some(why.clone());
-                    self.gangs.group_events.push(GroupEventJob {
+                    self.gangs.group_events.push(GroupEventWrite {
                         namespace: key.0.clone(),
                         name: key.1.clone(),
                         uid: group.uid.clone(),
@@ -430,12 +430,12 @@ impl ClusterState {
 
     /// The statuses of the gangs that changed, each only when it differs from the one
     /// last written.
-    pub(super) fn group_statuses(&mut self) -> Vec<GroupStatusJob> {
+    pub(super) fn group_statuses(&mut self) -> Vec<GroupStatusWrite> {
         let mut dirty: Vec<GroupKey> = self.gangs.dirty_groups.drain().collect();
         dirty.sort();
         let mut out = Vec::new();
         for key in dirty {
-            let Some(job) = self.group_status(&key) else {
+            let Some(write) = self.group_status(&key) else {
                 continue;
             };
             let group = self
@@ -443,27 +443,30 @@ impl ClusterState {
                 .groups
                 .get_mut(&key)
                 .expect("group_status found it");
-            if matches!(job.phase, PodGroupPhase::Scheduled | PodGroupPhase::Running) {
+            if matches!(
+                write.phase,
+                PodGroupPhase::Scheduled | PodGroupPhase::Running
+            ) {
                 group.bind_error = None;
             }
-            if group.last_status.as_ref().is_some_and(|l| l.same(&job)) {
+            if group.last_status.as_ref().is_some_and(|l| l.same(&write)) {
                 continue;
             }
             let since = group
                 .last_status
                 .as_ref()
-                .filter(|l| l.condition == job.condition)
+                .filter(|l| l.condition == write.condition)
                 .and_then(|l| l.since.clone());
-            let job = GroupStatusJob { since, ..job };
-            group.last_status = Some(job.clone());
-            out.push(job);
+            let write = GroupStatusWrite { since, ..write };
+            group.last_status = Some(write.clone());
+            out.push(write);
         }
         out
     }
 
     /// What a declared gang's status is now; `None` while its binds are in flight (their
     /// results decide it) or for gangs without a PodGroup.
-    pub(super) fn group_status(&self, key: &GroupKey) -> Option<GroupStatusJob> {
+    pub(super) fn group_status(&self, key: &GroupKey) -> Option<GroupStatusWrite> {
         let g = self.gangs.groups.get(key)?;
         if !g.declared || g.foreign {
             return None;
@@ -599,7 +602,7 @@ impl ClusterState {
                 ),
             },
         };
-        Some(GroupStatusJob {
+        Some(GroupStatusWrite {
             namespace: key.0.clone(),
             name: key.1.clone(),
             phase,
@@ -615,12 +618,12 @@ impl ClusterState {
 
     /// What the API said to a PodGroup status write: the time its condition changed
     /// (stamped by the writer), or an error (it is written again at the next change).
-    pub fn group_status_result(&mut self, job: &GroupStatusJob, result: Result<Time, ()>) {
-        let key: GroupKey = (job.namespace.clone(), job.name.clone());
+    pub fn group_status_result(&mut self, write: &GroupStatusWrite, result: Result<Time, ()>) {
+        let key: GroupKey = (write.namespace.clone(), write.name.clone());
         let Some(g) = self.gangs.groups.get_mut(&key) else {
             return;
         };
-        let Some(last) = g.last_status.as_mut().filter(|l| l.same(job)) else {
+        let Some(last) = g.last_status.as_mut().filter(|l| l.same(write)) else {
             return;
         };
         match result {
@@ -640,11 +643,11 @@ pub(super) fn not_found(key: &GroupKey) -> String {
     .to_string()
 }
 
-/// The status a PodGroup carries, as the job that would have written it.
-pub(super) fn observed_status(key: &GroupKey, status: &Value) -> Option<GroupStatusJob> {
+/// The status a PodGroup carries, as the write that would have written it.
+pub(super) fn observed_status(key: &GroupKey, status: &Value) -> Option<GroupStatusWrite> {
     let status: PodGroupStatus = serde_json::from_value(status.clone()).ok()?;
     let condition = status.conditions.iter().find(|c| c.type_ == "Scheduled")?;
-    Some(GroupStatusJob {
+    Some(GroupStatusWrite {
         namespace: key.0.clone(),
         name: key.1.clone(),
         phase: status.phase?,

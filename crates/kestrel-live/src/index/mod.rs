@@ -1,23 +1,23 @@
 //! The watch-to-engine index: Pod and Node objects in, the engine's nodes and pods out.
 //!
 //! Synchronous and clock-free like the engine it wraps: the driver applies watch events
-//! ([`ClusterState::apply_pod`], [`ClusterState::delete_pod`], ...), runs
-//! [`ClusterState::cycle`], carries out the returned jobs, and reports each bind's result
-//! ([`ClusterState::bind_result`]). Every pod has exactly one [`PodState`], so capacity is
+//! ([`LiveIndex::apply_pod`], [`LiveIndex::delete_pod`], ...), runs
+//! [`LiveIndex::cycle`], carries out the returned writes, and reports each bind's result
+//! ([`LiveIndex::bind_result`]). Every pod has exactly one [`PodState`], so capacity is
 //! counted once: a pod is in the queue, being bound, bound, or waiting for its node.
 //!
-//! Gangs: Kestrel's `PodGroup` objects ([`ClusterState::apply_pod_group`]) and the
-//! cluster's `Topology` ([`ClusterState::set_topologies`]) are read with the simulator's
+//! Gangs: Kestrel's `PodGroup` objects ([`LiveIndex::apply_pod_group`]) and the
+//! cluster's `Topology` ([`LiveIndex::set_topologies`]) are read with the simulator's
 //! parser and declared to the engine, as are scheduler-plugins' and Volcano's PodGroups
 //! (whose status Kestrel leaves alone); pods labelled `scheduling.kestrel.dev/pod-group`
 //! (or the other projects' label or annotation, or Kueue's plain-pod group label) are
 //! its members. A member whose PodGroup is missing
 //! or unusable waits outside the engine ([`PodState::GangWait`]) with that reason. Each
-//! cycle returns the PodGroup statuses that changed ([`GroupStatusJob`]). An incomplete
+//! cycle returns the PodGroup statuses that changed ([`GroupStatusWrite`]). An incomplete
 //! gang whose missing pods a ResourceQuota or LimitRange of its namespace refuses
-//! ([`ClusterState::apply_admission`]) names that object in its status and its pods'.
+//! ([`LiveIndex::apply_admission`]) names that object in its status and its pods'.
 //! A queued Job's, StatefulSet's or ReplicaSet's pods are one gang too
-//! ([`ClusterState::apply_owner`]).
+//! ([`LiveIndex::apply_owner`]).
 
 mod cycle;
 mod dra;
@@ -30,14 +30,14 @@ mod queue_status;
 mod refusals;
 mod volumes;
 
-pub use cycle::{BindJob, BindOutcome, CycleOutput, StatusJob};
+pub use cycle::{BindOutcome, BindWrite, CycleOutput, StatusWrite};
 pub use dra::{
-    ClaimWrite, DraEvent, ExtendedClaimJob, DELETE_PROTECTION, EXTENDED_CLAIM_ANNOTATION,
+    ClaimWrite, DraEvent, ExtendedClaimWrite, DELETE_PROTECTION, EXTENDED_CLAIM_ANNOTATION,
 };
-pub use evictions::{CheckpointJob, EvictJob, NominationJob};
-pub use groups::{GroupEventJob, GroupStatusJob};
-pub use queue_status::QueueStatusJob;
-pub use volumes::{ProvisionJob, VolumeEvent};
+pub use evictions::{CheckpointWrite, EvictWrite, NominationWrite};
+pub use groups::{GroupEventWrite, GroupStatusWrite};
+pub use queue_status::QueueStatusWrite;
+pub use volumes::{ProvisionWrite, VolumeEvent};
 
 use evictions::Evictions;
 use groups::GroupBook;
@@ -113,7 +113,7 @@ pub const REASON_KINDS: [&str; 5] = ["capacity", "constraints", "gang", "invalid
 /// The index: every pod Kestrel tracks and the engine they feed, with the books of the
 /// other jobs it does for the driver (PodGroup status, queue status, admission refusals,
 /// evictions).
-pub struct ClusterState {
+pub struct LiveIndex {
     scheduler: Scheduler,
     scheduler_name: String,
     catalog: Catalog,
@@ -121,17 +121,17 @@ pub struct ClusterState {
     keys: HashMap<PodId, String>,
     /// Explanations for invalid pods and pods waiting for their gang, reported at the next
     /// cycle.
-    invalid_reports: Vec<StatusJob>,
+    invalid_reports: Vec<StatusWrite>,
     catalog_errors: Vec<ConvertError>,
     /// The message last reported per waiting pod (`namespace/name`), so that a pod's own
     /// status update does not report it again.
     reported: HashMap<String, String>,
-    /// The driver's clock ([`ClusterState::set_time`]): when pods arrive, for gang timeouts.
+    /// The driver's clock ([`LiveIndex::set_time`]): when pods arrive, for gang timeouts.
     now: Millis,
     /// Wall time (Unix ms) at driver time 0, to read and write the checkpoint annotations.
     wall_origin: i64,
     /// Pods arrive at their creationTimestamp and bound pods started at
-    /// `status.startTime` ([`ClusterState::use_object_times`]), not when they are seen.
+    /// `status.startTime` ([`LiveIndex::use_object_times`]), not when they are seen.
     object_times: bool,
     /// The pods (`namespace/name`) a pod relist in progress has listed so far: the driver
     /// keeps no store of Pod objects, so the index itself finds those deleted meanwhile.
@@ -147,7 +147,7 @@ pub struct ClusterState {
     /// Preemption victims on their way out.
     evictions: Evictions,
     /// Warnings about other projects' objects not said yet
-    /// ([`ClusterState::take_field_warnings`]).
+    /// ([`LiveIndex::take_field_warnings`]).
     field_warnings: Vec<FieldWarning>,
     /// DeviceClasses, ResourceSlices and ResourceClaims.
     dra: dra::DraBook,
@@ -155,9 +155,9 @@ pub struct ClusterState {
     volumes: volumes::VolumeBook,
 }
 
-impl ClusterState {
+impl LiveIndex {
     pub fn new(config: SchedulerConfig, scheduler_name: impl Into<String>) -> Self {
-        ClusterState {
+        LiveIndex {
             scheduler: Scheduler::new(config),
             scheduler_name: scheduler_name.into(),
             // Pods naming a WorkloadPriorityClass wait for that listing.
@@ -216,7 +216,7 @@ impl ClusterState {
     }
 }
 
-/// The names of a node listing, for [`ClusterState::retain_nodes`].
+/// The names of a node listing, for [`LiveIndex::retain_nodes`].
 pub fn node_names<'a>(nodes: impl IntoIterator<Item = &'a Arc<Node>>) -> HashSet<String> {
     nodes
         .into_iter()

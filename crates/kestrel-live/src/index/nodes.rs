@@ -1,12 +1,12 @@
 //! Nodes in, the engine's nodes out; pods bound to a node the engine does not know wait
 //! for it ([`PodState::Orphan`]).
 
-use super::{ClusterState, PodState};
+use super::{LiveIndex, PodState};
 use k8s_openapi::api::core::v1::Node;
 use kestrel_objects::live::{self, ConvertError};
 use std::collections::HashSet;
 
-impl ClusterState {
+impl LiveIndex {
     /// A Node was added or changed. An unreadable node is left as it was (and returned).
     pub fn apply_node(&mut self, node: &Node) -> Result<(), ConvertError> {
         let spec = live::node_spec(node)?;

@@ -11,7 +11,7 @@
 //! read access to a kind (an older ClusterRole) its pods are read as they are.
 
 use super::groups::Group;
-use super::{ClusterState, GroupKey, PodState};
+use super::{GroupKey, LiveIndex, PodState};
 use k8s_openapi::api::core::v1::Pod;
 use kestrel_core::{GangMembership, PodSpec};
 use kestrel_objects::live::{self, ConvertError};
@@ -38,7 +38,7 @@ pub(super) struct OwnerBook {
     awaited: HashMap<GroupKey, &'static str>,
 }
 
-impl ClusterState {
+impl LiveIndex {
     /// An owner (a Job, StatefulSet, ReplicaSet, PyTorchJob or JobSet) was added or changed.
     pub fn apply_owner(&mut self, owner: &Owner) {
         let kind = owner.kind();

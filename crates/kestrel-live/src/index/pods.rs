@@ -3,7 +3,7 @@
 
 use super::dra::ClaimWait;
 use super::groups::{not_found, Group};
-use super::{ClusterState, PodState, StatusJob, Tracked, REASON_KINDS};
+use super::{LiveIndex, PodState, StatusWrite, Tracked, REASON_KINDS};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-impl ClusterState {
+impl LiveIndex {
     /// Takes pods to have arrived at their `metadata.creationTimestamp` and bound pods to
     /// have started at `status.startTime` (driver clock: since the wall origin, not before
     /// 0 nor after now), instead of when they are seen. For a snapshot that shows how long
@@ -119,7 +119,7 @@ impl ClusterState {
     }
 
     /// The pod watch (re)starts its listing: the pods it lists are applied as usual, and
-    /// [`ClusterState::end_pod_relist`] drops the ones it did not list.
+    /// [`LiveIndex::end_pod_relist`] drops the ones it did not list.
     pub fn begin_pod_relist(&mut self) {
         self.relisted_pods = Some(HashSet::new());
     }
@@ -358,7 +358,7 @@ impl ClusterState {
         };
         self.reported.insert(key.to_string(), message.clone());
         self.invalid_reports
-            .push(StatusJob::of(key, &t.uid, reason, message));
+            .push(StatusWrite::of(key, &t.uid, reason, message));
     }
 
     /// Whether a tracked pod waits to be placed, in the engine's queue or outside it

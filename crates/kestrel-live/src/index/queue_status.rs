@@ -1,7 +1,7 @@
 //! ClusterQueue and LocalQueue objects: declared to the engine, and the statuses
 //! (workload counts, usage, the `Active` condition) Kestrel writes for them.
 
-use super::ClusterState;
+use super::LiveIndex;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kestrel_core::{ClusterError, ClusterQueueSpec, Labels, PodPhase, StopPolicy};
@@ -25,7 +25,7 @@ pub(super) struct QueueStatusBook {
     /// Queue statuses last written (at first sight: the one the object carries), by
     /// (kind, name).
     status: HashMap<(&'static str, String), Value>,
-    /// The ClusterQueues and LocalQueues listed at the last [`ClusterState::set_queues`],
+    /// The ClusterQueues and LocalQueues listed at the last [`LiveIndex::set_queues`],
     /// readable or not, by (kind, name).
     objects: BTreeMap<(&'static str, String), QueueObject>,
     /// The `Active` condition last written per queue (at first sight: the one the object
@@ -69,7 +69,7 @@ impl QueueStatusBook {
 /// A ClusterQueue's or LocalQueue's status to write (server-side apply of the status
 /// subresource): workload counts and, for ClusterQueues, usage per flavor.
 #[derive(Debug, Clone, PartialEq)]
-pub struct QueueStatusJob {
+pub struct QueueStatusWrite {
     /// `ClusterQueue` or `LocalQueue`.
     pub kind: &'static str,
     /// For LocalQueues.
@@ -134,14 +134,14 @@ impl Activity {
     }
 }
 
-impl ClusterState {
+impl LiveIndex {
     /// The statuses of the ClusterQueues and LocalQueues that changed since they were last
     /// written: pending and admitted workloads (a gang counts once), the ClusterQueue's
     /// usage per flavor and resource, and the `Active` condition
-    /// ([`ClusterState::queue_activity`]), whose `lastTransitionTime` changes only with
+    /// ([`LiveIndex::queue_activity`]), whose `lastTransitionTime` changes only with
     /// its `status`. One pass over all pods: the driver calls it on a period, not every
     /// cycle.
-    pub fn queue_statuses(&mut self) -> Vec<QueueStatusJob> {
+    pub fn queue_statuses(&mut self) -> Vec<QueueStatusWrite> {
         let declared: BTreeSet<(&'static str, String)> = self
             .queues
             .docs
@@ -186,7 +186,7 @@ impl ClusterState {
                 add(("LocalQueue", format!("{}/{local}", spec.namespace)));
             }
         }
-        let mut jobs = Vec::new();
+        let mut writes = Vec::new();
         for key in &declared {
             let (pending, admitted) = counts
                 .get(key)
@@ -250,14 +250,14 @@ impl ClusterState {
                 Some((ns, n)) => (Some(ns.to_string()), n.to_string()),
                 None => (None, key.1.clone()),
             };
-            jobs.push(QueueStatusJob {
+            writes.push(QueueStatusWrite {
                 kind: key.0,
                 namespace,
                 name,
                 status,
             });
         }
-        jobs
+        writes
     }
 
     /// Whether each ClusterQueue and LocalQueue can admit workloads, as the engine has
@@ -412,13 +412,13 @@ impl ClusterState {
 
     /// What the API said to a queue status write: a failed one is written again at the
     /// next period.
-    pub fn queue_status_result(&mut self, job: &QueueStatusJob, ok: bool) {
+    pub fn queue_status_result(&mut self, write: &QueueStatusWrite, ok: bool) {
         if !ok {
-            let name = match &job.namespace {
-                Some(ns) => format!("{ns}/{}", job.name),
-                None => job.name.clone(),
+            let name = match &write.namespace {
+                Some(ns) => format!("{ns}/{}", write.name),
+                None => write.name.clone(),
             };
-            self.queues.status.remove(&(job.kind, name));
+            self.queues.status.remove(&(write.kind, name));
         }
     }
 
@@ -428,7 +428,7 @@ impl ClusterState {
     /// removed. An object that cannot be read or that the engine refuses (a cohort cycle,
     /// an invalid quota) is returned with the reason and not applied: its previous version,
     /// if any, stays in force. ClusterQueues and LocalQueues are remembered either way, for
-    /// their statuses ([`ClusterState::queue_statuses`]).
+    /// their statuses ([`LiveIndex::queue_statuses`]).
     fn cluster_capacity(&self) -> BTreeMap<String, i64> {
         cluster_capacity(self.scheduler.cluster().iter().map(|(_, n)| &n.spec))
     }

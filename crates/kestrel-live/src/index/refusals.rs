@@ -1,7 +1,7 @@
 //! Admission refusals: the ResourceQuotas and LimitRanges that refuse an incomplete
 //! gang's missing pods, named in the gang's status and its pods'.
 
-use super::{ClusterState, GroupKey, PodState};
+use super::{GroupKey, LiveIndex, PodState};
 use crate::admission::{AdmissionObject, Policies};
 use k8s_openapi::api::core::v1::Pod;
 use kestrel_core::{GangProblem, Unschedulable};
@@ -36,12 +36,12 @@ impl Refusals {
     }
 }
 
-impl ClusterState {
+impl LiveIndex {
     /// A ResourceQuota or LimitRange was added or changed. They explain incomplete gangs:
     /// pods the API server refuses to create because their namespace's quota is used up or
     /// a LimitRange's bounds exclude them. Returns whether what Kestrel uses of it changed.
     /// The warnings about fields that cannot be read (skipped) are said once while they
-    /// last ([`ClusterState::take_field_warnings`]).
+    /// last ([`LiveIndex::take_field_warnings`]).
     pub fn apply_admission<K: AdmissionObject>(&mut self, object: &K) -> bool {
         let (changed, warnings) = self.refusals.policies.apply(object);
         self.field_warnings.extend(warnings);

@@ -4,7 +4,7 @@
 //! deleted, unbound with `Immediate` binding) waits outside the engine with kube-
 //! scheduler's reason and is read again when the storage objects change.
 
-use super::ClusterState;
+use super::LiveIndex;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kestrel_core::{ClaimTarget, PodId, PodSpec};
@@ -54,7 +54,7 @@ enum Changed {
 /// on the PersistentVolume the engine chose for it, or the node on the claim for its
 /// provisioner, and waits for the claim to be bound before binding the pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProvisionJob {
+pub struct ProvisionWrite {
     pub namespace: String,
     pub claim: String,
     /// The PersistentVolume chosen; `None`: provisioned on the node.
@@ -69,7 +69,7 @@ fn object_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta)
     }
 }
 
-impl ClusterState {
+impl LiveIndex {
     /// Applies a storage watch event; relists drop the objects they no longer list.
     pub fn apply_volume_event(&mut self, event: VolumeEvent) {
         let (kind, event) = match event {
@@ -330,13 +330,13 @@ impl ClusterState {
     }
 
     /// The claims a bind of pod `id` binds first, as the engine bound them.
-    pub(super) fn provision_jobs(&self, id: PodId, namespace: &str) -> Vec<ProvisionJob> {
+    pub(super) fn provision_writes(&self, id: PodId, namespace: &str) -> Vec<ProvisionWrite> {
         let spec = &self.scheduler.pod(id).spec;
         spec.constraints
             .volumes
             .iter()
             .flat_map(|v| v.unbound_claims())
-            .map(|key| ProvisionJob {
+            .map(|key| ProvisionWrite {
                 namespace: namespace.to_string(),
                 claim: key
                     .split_once('/')

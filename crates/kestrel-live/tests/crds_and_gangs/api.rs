@@ -40,7 +40,7 @@ fn query(uri: &str) -> BTreeSet<String> {
 async fn pod_group_status_is_written_by_server_side_apply_of_the_status_subresource() {
     let (client, mut handle) = mock_client();
     let since = Time(Timestamp::from_second(1_700_000_000).unwrap());
-    let job = GroupStatusJob {
+    let write = GroupStatusWrite {
         namespace: "ml".into(),
         name: "pt".into(),
         phase: PodGroupPhase::Pending,
@@ -70,7 +70,7 @@ async fn pod_group_status_is_written_by_server_side_apply_of_the_status_subresou
             }]
         }
     });
-    assert_eq!(pod_group_status_patch(&job, &since), expected);
+    assert_eq!(pod_group_status_patch(&write, &since), expected);
     let server = tokio::spawn(async move {
         let (req, send) = handle.next_request().await.expect("a request");
         assert_eq!(req.method(), "PATCH");
@@ -99,7 +99,7 @@ async fn pod_group_status_is_written_by_server_side_apply_of_the_status_subresou
                 .unwrap(),
         );
     });
-    let written = writer(client).apply_pod_group_status(&job).await.unwrap();
+    let written = writer(client).apply_pod_group_status(&write).await.unwrap();
     assert_eq!(written, since);
     server.await.unwrap();
 }

@@ -11,7 +11,7 @@ pub use kestrel_live::api::{pod_group_status_patch, ApiWriter, GpuIndicesWrite};
 pub use kestrel_live::deploy;
 pub use kestrel_live::driver::{self, Change, DriverConfig, Ended, QueueWatch, Stores};
 pub use kestrel_live::index::{
-    BindOutcome, ClusterState, CycleOutput, GroupStatusJob, PodState, QueueStatusJob,
+    BindOutcome, CycleOutput, GroupStatusWrite, LiveIndex, PodState, QueueStatusWrite,
 };
 pub use kestrel_live::limiter::Limiter;
 pub use kestrel_live::metrics::Metrics;
@@ -53,7 +53,7 @@ pub fn pod_group(name: &str, spec: Value) -> DynamicObject {
 
 /// Stores filled by hand, as the reflectors fill them, and the state they feed.
 pub struct Harness {
-    pub state: ClusterState,
+    pub state: LiveIndex,
     pub stores: Stores,
     pub groups: Writer<DynamicObject>,
     pub topologies: Writer<DynamicObject>,
@@ -126,7 +126,7 @@ impl Harness {
             replica_sets: Writer::default().as_reader(),
             role_owners: Vec::new(),
         };
-        let mut state = ClusterState::new(SchedulerConfig::default(), "kestrel");
+        let mut state = LiveIndex::new(SchedulerConfig::default(), "kestrel");
         for n in nodes {
             state.apply_node(n).unwrap();
         }

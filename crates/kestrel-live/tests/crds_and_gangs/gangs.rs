@@ -5,7 +5,7 @@ use crate::common::*;
 
 // ---- Gangs through the index ------------------------------------------------------------
 
-fn status_of<'a>(out: &'a CycleOutput, name: &str) -> &'a GroupStatusJob {
+fn status_of<'a>(out: &'a CycleOutput, name: &str) -> &'a GroupStatusWrite {
     out.group_status
         .iter()
         .find(|s| s.name == name)

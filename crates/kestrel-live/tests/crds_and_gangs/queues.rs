@@ -436,7 +436,7 @@ fn a_queued_jobs_pods_are_admitted_together_live() {
 }
 
 /// The `Active` condition of a queue's status among those written.
-fn active(statuses: &[QueueStatusJob], kind: &str, name: &str) -> Value {
+fn active(statuses: &[QueueStatusWrite], kind: &str, name: &str) -> Value {
     let job = statuses
         .iter()
         .find(|j| j.kind == kind && j.name == name)

@@ -257,7 +257,7 @@ async fn unschedulable_pods_get_the_condition_and_an_event() {
         assert!(e["eventTime"].is_string());
         reply(send, 201, e.clone());
     });
-    let job = StatusJob {
+    let job = StatusWrite {
         namespace: "ml".into(),
         name: "train-0".into(),
         uid: "uid-1".into(),

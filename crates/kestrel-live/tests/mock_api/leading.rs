@@ -290,7 +290,7 @@ async fn a_victim_gets_disruption_target_then_a_uid_guarded_delete_then_an_event
         assert_eq!(event.body["regarding"]["uid"], "uid-9");
         reply(send, 201, event.body.clone());
     });
-    let job = EvictJob {
+    let job = EvictWrite {
         namespace: "ml".into(),
         name: "sweep-3".into(),
         uid: "uid-9".into(),
@@ -308,7 +308,7 @@ async fn a_victim_that_is_already_gone_is_not_an_error() {
         assert_eq!(patch.method, "PATCH");
         reply(send, 404, status(404, "NotFound"));
     });
-    let job = EvictJob {
+    let job = EvictWrite {
         namespace: "ml".into(),
         name: "sweep-3".into(),
         uid: "uid-9".into(),
@@ -353,7 +353,7 @@ async fn a_checkpointing_victim_is_asked_by_annotation_and_event() {
         assert!(event.body["note"].as_str().unwrap().contains("within 60s"));
         reply(send, 201, event.body.clone());
     });
-    let job = CheckpointJob {
+    let job = CheckpointWrite {
         namespace: "ml".into(),
         name: "train-7".into(),
         uid: "uid-7".into(),
@@ -379,7 +379,7 @@ async fn queue_statuses_are_written_by_server_side_apply() {
         );
         reply(send, 200, patch.body.clone());
     });
-    let job = QueueStatusJob {
+    let job = QueueStatusWrite {
         kind: "LocalQueue",
         namespace: Some("ml".into()),
         name: "team".into(),
@@ -410,7 +410,7 @@ async fn a_preemptor_gets_its_nominated_node_on_its_status() {
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-0"}}),
         );
     });
-    let job = NominationJob {
+    let job = NominationWrite {
         namespace: "ml".into(),
         name: "train-0".into(),
         node: "gpu-3".into(),

@@ -7,7 +7,8 @@ use kestrel_core::PodId;
 use kestrel_live::api::{ApiWriter, GpuIndicesWrite};
 use kestrel_live::driver::{self, DriverConfig, Ended};
 use kestrel_live::index::{
-    BindJob, BindOutcome, CheckpointJob, EvictJob, NominationJob, QueueStatusJob, StatusJob,
+    BindOutcome, BindWrite, CheckpointWrite, EvictWrite, NominationWrite, QueueStatusWrite,
+    StatusWrite,
 };
 use kestrel_live::leader::{LeaderElector, LeaseConfig};
 use kestrel_live::limiter::Limiter;
@@ -107,8 +108,8 @@ fn writer(client: Client) -> ApiWriter {
     .with_gpu_indices_write(GpuIndicesWrite::Patch)
 }
 
-fn job(gpus: Option<&str>) -> BindJob {
-    BindJob {
+fn job(gpus: Option<&str>) -> BindWrite {
+    BindWrite {
         id: PodId(0),
         namespace: "ml".into(),
         name: "train-0".into(),

@@ -1,6 +1,6 @@
 use super::*;
 use crate::sim::Simulation;
-use crate::workload::{JobKind, SimCluster, SimJob, Workload};
+use crate::workload::{JobKind, PodSet, SimCluster, Workload};
 use crate::SimConfig;
 use kestrel_core::{Demand, GangMembership, GangSpec, GpuRequest, PodPhase, PodSpec, Resources};
 use proptest::prelude::{
@@ -199,7 +199,7 @@ fn gang_job(workload: &mut Workload, name: &str, pods: u32, arrival: Millis, tem
         total: Some(pods),
         ..Default::default()
     });
-    workload.jobs.push(SimJob {
+    workload.jobs.push(PodSet {
         kind: JobKind::Job,
         source_kind: "Job".to_string(),
         namespace: "ml".to_string(),
@@ -238,7 +238,7 @@ fn small_day(requests: bool) -> (SimCluster, Workload) {
         .into_iter()
         .enumerate()
     {
-        workload.jobs.push(SimJob::pod(
+        workload.jobs.push(PodSet::pod(
             "ml",
             format!("solo-{i}"),
             (11 + 13 * i as u64) * MIN,
@@ -428,7 +428,7 @@ proptest! {
             if pods > 1 {
                 gang_job(&mut workload, &format!("g-{i}"), pods, arrival * MIN, template);
             } else {
-                workload.jobs.push(SimJob::pod("ml", format!("p-{i}"), arrival * MIN, 20 * HOUR, template));
+                workload.jobs.push(PodSet::pod("ml", format!("p-{i}"), arrival * MIN, 20 * HOUR, template));
             }
         }
         workload.jobs.sort_by_key(|j| j.arrival);

@@ -2,6 +2,7 @@
 //! the pods, each scheduler's run and the report.
 
 use super::LiveArgs;
+use crate::runtime::Flavour;
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -45,12 +46,7 @@ pub fn run_live(args: LiveArgs) -> Result<()> {
             kestrel_testenv::bin_dir().display()
         );
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(bench(&cp, &args))
+    crate::runtime::block_on(Flavour::MultiThread(2), bench(&cp, &args))?
 }
 
 async fn bench(cp: &kestrel_testenv::ControlPlane, args: &LiveArgs) -> Result<()> {
@@ -360,7 +356,7 @@ fn node_name(i: u32) -> String {
 async fn publish_dra_gpus(client: &kube::Client, nodes: u32) -> Result<()> {
     let class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
         "metadata": {"name": "gpu.nvidia.com"},
-        "spec": {"selectors": [{"cel": {"expression": crate::bench::DRA_CLASS}}]}});
+        "spec": {"selectors": [{"cel": {"expression": crate::bench::dra::DRA_CLASS}}]}});
     kestrel_testenv::apply_yaml(client, &class.to_string(), false)
         .await
         .map_err(anyhow::Error::msg)?;
@@ -386,7 +382,7 @@ async fn create_template(client: &kube::Client, ns: &str) -> Result<()> {
         "metadata": {"name": "one-gpu", "namespace": ns},
         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
             "deviceClassName": "gpu.nvidia.com",
-            "selectors": [{"cel": {"expression": crate::bench::DRA_REQUEST}}]}}]}}}});
+            "selectors": [{"cel": {"expression": crate::bench::dra::DRA_REQUEST}}]}}]}}}});
     kestrel_testenv::apply_yaml(client, &template.to_string(), false)
         .await
         .map_err(anyhow::Error::msg)
