@@ -1,6 +1,7 @@
 //! The crate graph in docs/contributing/architecture.md is the one the `Cargo.toml` files
 //! declare: each workspace crate's `[dependencies]` on the others (what `cargo tree -e
-//! normal --depth 1` shows), optional ones with the feature that enables them.
+//! normal --depth 1` shows), optional ones with the feature that enables them; and no
+//! source file runs past 1,000 lines.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -148,4 +149,36 @@ fn the_simulator_and_the_live_scheduler_do_not_depend_on_each_other() {
     );
     // The binary links the test control plane only for `bench live`.
     assert!(deps("crates/kestrel").contains(&"kestrel-testenv (feature bench-live)".into()));
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Files with one job each: no Rust file of the workspace, code or test, runs past 1,000
+/// lines (split it along its seams into a module directory).
+#[test]
+fn no_source_file_is_over_a_thousand_lines() {
+    const MAX_LINES: usize = 1_000;
+    let mut files = Vec::new();
+    for member in members() {
+        rust_files(&repo().join(member), &mut files);
+    }
+    assert!(files.len() > 100, "found only {} files", files.len());
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let lines = read(f).lines().count();
+            (lines > MAX_LINES).then(|| format!("{} ({lines} lines)", f.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "files over {MAX_LINES} lines: {long:?}");
 }
