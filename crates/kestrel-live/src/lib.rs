@@ -5,7 +5,6 @@
 //! replica in charge. Everything that talks to the API server takes a `kube::Client`, so
 //! tests drive it against a mocked API server.
 
-pub mod admission;
 pub mod api;
 pub mod dashboard;
 pub mod deploy;
@@ -17,4 +16,5 @@ pub mod live_dashboard;
 pub mod maintenance;
 pub mod metrics;
 pub mod mlflow;
+pub mod namespace_policies;
 pub mod training;

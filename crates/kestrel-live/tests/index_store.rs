@@ -494,18 +494,18 @@ fn admission_warnings_are_said_once_while_they_last() {
         }))
         .unwrap()
     };
-    state.apply_admission(&quota("Sometimes"));
+    state.apply_namespace_policy(&quota("Sometimes"));
     let said = state.take_field_warnings();
     assert_eq!(said.len(), 1, "{said:?}");
     assert_eq!(said[0].object.kind, "ResourceQuota");
     assert_eq!(said[0].object.namespace.as_deref(), Some("ml"));
     assert_eq!(said[0].object.uid.as_deref(), Some("u-q"));
     assert_eq!(said[0].field.as_deref(), Some("spec.scopes"));
-    state.apply_admission(&quota("Sometimes"));
+    state.apply_namespace_policy(&quota("Sometimes"));
     assert_eq!(state.take_field_warnings(), vec![]);
     // Not used (its scope is unknown), but its warning is forgotten with it.
-    assert!(!state.delete_admission("ResourceQuota", "ml", "gpus"));
-    state.apply_admission(&quota("Sometimes"));
+    assert!(!state.delete_namespace_policy("ResourceQuota", "ml", "gpus"));
+    state.apply_namespace_policy(&quota("Sometimes"));
     assert_eq!(state.take_field_warnings().len(), 1, "deleted and back");
 }
 

@@ -338,7 +338,7 @@ impl Scheduler {
         admission: Option<&Admission>,
         now: Millis,
     ) -> Result<Vec<(PodId, NodeId, GpuAssignment)>, Unschedulable> {
-        self.apply_admission(pods, admission);
+        self.apply_namespace_policy(pods, admission);
         let result = match gang {
             Some((spec, running, needed)) => {
                 let record = self.record_failures;
@@ -356,14 +356,14 @@ impl Scheduler {
             },
         };
         if result.is_err() {
-            self.apply_admission(pods, None);
+            self.apply_namespace_policy(pods, None);
         }
         result
     }
 
     /// Sets the admission pods are charged under when bound, with its flavor's node labels
     /// and tolerations added to their constraints (`None` restores their own).
-    pub(crate) fn apply_admission(&mut self, pods: &[PodId], admission: Option<&Admission>) {
+    pub(crate) fn apply_namespace_policy(&mut self, pods: &[PodId], admission: Option<&Admission>) {
         let extra = admission
             .map(|a| self.queues.flavor_constraints(a))
             .filter(|(labels, tolerations)| !labels.is_empty() || !tolerations.is_empty());

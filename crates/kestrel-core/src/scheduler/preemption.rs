@@ -653,7 +653,7 @@ impl Scheduler {
         let placement = match placed {
             Ok(placed) => {
                 self.rollback(&placed);
-                self.apply_admission(pods, None);
+                self.apply_namespace_policy(pods, None);
                 Some(placed)
             }
             Err(_) => None,

@@ -5,8 +5,8 @@
 use super::listings::{NOT_SERVED, SERVED};
 use super::watches::Stores;
 use super::Change;
-use crate::admission::AdmissionObject;
 use crate::index::{self, GroupKey, LiveIndex};
+use crate::namespace_policies::NamespacePolicyObject;
 use kestrel_objects::kinds;
 use kestrel_objects::pods::WorkloadPriorityListing;
 use kestrel_objects::workloads::Owner;
@@ -88,19 +88,23 @@ pub fn pod_group_keys<'a>(
 
 /// Applies a watch event of ResourceQuotas or LimitRanges (whose listing is `store`).
 /// Returns whether what Kestrel uses of them changed.
-pub(super) fn admission_change<K>(state: &mut LiveIndex, store: &Store<K>, event: Event<K>) -> bool
+pub(super) fn namespace_policy_change<K>(
+    state: &mut LiveIndex,
+    store: &Store<K>,
+    event: Event<K>,
+) -> bool
 where
-    K: AdmissionObject + kube::Resource<DynamicType = ()> + Clone,
+    K: NamespacePolicyObject + kube::Resource<DynamicType = ()> + Clone,
 {
     match event {
-        Event::Apply(o) | Event::InitApply(o) => state.apply_admission(&o),
-        Event::Delete(o) => state.delete_admission(
+        Event::Apply(o) | Event::InitApply(o) => state.apply_namespace_policy(&o),
+        Event::Delete(o) => state.delete_namespace_policy(
             K::KIND,
             o.meta().namespace.as_deref().unwrap_or_default(),
             o.meta().name.as_deref().unwrap_or_default(),
         ),
         Event::Init => false,
-        Event::InitDone => state.retain_admission(K::KIND, &namespaced_keys(store)),
+        Event::InitDone => state.retain_namespace_policies(K::KIND, &namespaced_keys(store)),
     }
 }
 
@@ -229,9 +233,11 @@ pub fn apply_change(state: &mut LiveIndex, stores: &Stores, change: Change) -> b
         Change::Volume(event) => state.apply_volume_event(*event),
         Change::Queues { .. } => refresh_queues(state, stores),
         Change::ResourceQuota(event) => {
-            return admission_change(state, &stores.resource_quotas, *event)
+            return namespace_policy_change(state, &stores.resource_quotas, *event)
         }
-        Change::LimitRange(event) => return admission_change(state, &stores.limit_ranges, *event),
+        Change::LimitRange(event) => {
+            return namespace_policy_change(state, &stores.limit_ranges, *event)
+        }
         Change::Owner { kind, event } => match *event {
             Event::Apply(o) | Event::InitApply(o) => state.apply_owner(&o),
             Event::Delete(o) => {

@@ -90,7 +90,7 @@ impl LiveIndex {
     pub fn cycle(&mut self, now: Millis) -> CycleOutput {
         self.set_time(now);
         let decisions = self.scheduler.schedule(now);
-        let noted = self.refresh_admission_notes();
+        let noted = self.refresh_namespace_policy_notes();
         let mut out = CycleOutput {
             binds: Vec::with_capacity(decisions.bindings.len()),
             unschedulable: self.take_reports(),
@@ -159,7 +159,7 @@ impl LiveIndex {
             out.unschedulable
                 .push(StatusWrite::of(key, &t.uid, reason_kind, message));
         }
-        // Pods of incomplete gangs whose admission note changed say so again (the
+        // Pods of incomplete gangs whose namespace-policy note changed say so again (the
         // engine reports a pod only when its own explanation changes).
         for key in &noted {
             let Some(g) = self.gangs.groups.get(key) else {

@@ -69,7 +69,7 @@ pub(super) struct Group {
     /// The invalid-spec message last reported in an event.
     pub(super) warned: Option<String>,
     /// The ResourceQuota or LimitRange that refuses pods like its members, if one does
-    /// ([`LiveIndex::apply_admission`]): said when the gang is incomplete.
+    /// ([`LiveIndex::apply_namespace_policy`]): said when the gang is incomplete.
     pub(super) admission_note: Option<String>,
 }
 

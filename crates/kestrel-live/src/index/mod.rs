@@ -15,7 +15,7 @@
 //! or unusable waits outside the engine ([`PodState::GangWait`]) with that reason. Each
 //! cycle returns the PodGroup statuses that changed ([`GroupStatusWrite`]). An incomplete
 //! gang whose missing pods a ResourceQuota or LimitRange of its namespace refuses
-//! ([`LiveIndex::apply_admission`]) names that object in its status and its pods'.
+//! ([`LiveIndex::apply_namespace_policy`]) names that object in its status and its pods'.
 //! A queued Job's, StatefulSet's or ReplicaSet's pods are one gang too
 //! ([`LiveIndex::apply_owner`]).
 
@@ -111,7 +111,7 @@ pub const QUEUE_WAIT_REASON: &str = "WaitingForQueue";
 pub const REASON_KINDS: [&str; 5] = ["capacity", "constraints", "gang", "invalid", "untried"];
 
 /// The index: every pod Kestrel tracks and the engine they feed, with the books of the
-/// other jobs it does for the driver (PodGroup status, queue status, admission refusals,
+/// other jobs it does for the driver (PodGroup status, queue status, namespace-policy refusals (ResourceQuota, LimitRange),
 /// evictions).
 pub struct LiveIndex {
     scheduler: Scheduler,

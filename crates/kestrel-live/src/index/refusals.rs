@@ -1,8 +1,8 @@
-//! Admission refusals: the ResourceQuotas and LimitRanges that refuse an incomplete
+//! Namespace-policy refusals: the ResourceQuotas and LimitRanges that refuse an incomplete
 //! gang's missing pods, named in the gang's status and its pods'.
 
 use super::{GroupKey, LiveIndex, PodState};
-use crate::admission::{AdmissionObject, Policies};
+use crate::namespace_policies::{NamespacePolicyObject, Policies};
 use k8s_openapi::api::core::v1::Pod;
 use kestrel_core::{GangProblem, Unschedulable};
 use kestrel_objects::limit_range::PodResources;
@@ -42,19 +42,24 @@ impl LiveIndex {
     /// a LimitRange's bounds exclude them. Returns whether what Kestrel uses of it changed.
     /// The warnings about fields that cannot be read (skipped) are said once while they
     /// last ([`LiveIndex::take_field_warnings`]).
-    pub fn apply_admission<K: AdmissionObject>(&mut self, object: &K) -> bool {
+    pub fn apply_namespace_policy<K: NamespacePolicyObject>(&mut self, object: &K) -> bool {
         let (changed, warnings) = self.refusals.policies.apply(object);
         self.field_warnings.extend(warnings);
         changed
     }
 
     /// A ResourceQuota or LimitRange (`kind`) was deleted. Returns whether Kestrel used it.
-    pub fn delete_admission(&mut self, kind: &'static str, namespace: &str, name: &str) -> bool {
+    pub fn delete_namespace_policy(
+        &mut self,
+        kind: &'static str,
+        namespace: &str,
+        name: &str,
+    ) -> bool {
         self.refusals.policies.delete(kind, namespace, name)
     }
 
     /// After a relist of `kind`: drops its objects not in it, (namespace, name).
-    pub fn retain_admission(
+    pub fn retain_namespace_policies(
         &mut self,
         kind: &'static str,
         present: &HashSet<(String, String)>,
@@ -113,7 +118,7 @@ impl LiveIndex {
     /// Works the admission notes out again for the gangs that changed and those in
     /// namespaces whose policies changed; returns the gangs whose note changed, marked for
     /// a status update. Forgets the members' resources no pod has any more.
-    pub(super) fn refresh_admission_notes(&mut self) -> Vec<GroupKey> {
+    pub(super) fn refresh_namespace_policy_notes(&mut self) -> Vec<GroupKey> {
         let namespaces = self.refusals.policies.take_changed();
         let mut keys: BTreeSet<GroupKey> = self.gangs.dirty_groups.iter().cloned().collect();
         if !namespaces.is_empty() {

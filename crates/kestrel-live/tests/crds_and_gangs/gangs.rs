@@ -1,4 +1,4 @@
-//! Gangs through the index: all-or-nothing binds, PodGroup status, admission refusals,
+//! Gangs through the index: all-or-nothing binds, PodGroup status, namespace-policy refusals (ResourceQuota, LimitRange),
 //! malformed PodGroups, topology, timeouts, and the other projects' PodGroups.
 
 use crate::common::*;

@@ -20,14 +20,14 @@ pub enum Policy {
 }
 
 /// A kind of namespace policy, read from its object.
-pub trait AdmissionObject: Resource {
+pub trait NamespacePolicyObject: Resource {
     const KIND: &'static str;
     /// What Kestrel uses of the object (`None`: nothing), and warnings about the fields
     /// that cannot be read (skipped), each naming the object and the field.
     fn read(&self) -> (Option<Policy>, Vec<FieldWarning>);
 }
 
-impl AdmissionObject for ResourceQuota {
+impl NamespacePolicyObject for ResourceQuota {
     const KIND: &'static str = "ResourceQuota";
     fn read(&self) -> (Option<Policy>, Vec<FieldWarning>) {
         let (read, warnings) = quota::read_quota(self);
@@ -35,7 +35,7 @@ impl AdmissionObject for ResourceQuota {
     }
 }
 
-impl AdmissionObject for LimitRange {
+impl NamespacePolicyObject for LimitRange {
     const KIND: &'static str = "LimitRange";
     fn read(&self) -> (Option<Policy>, Vec<FieldWarning>) {
         let (read, warnings) = limit_range::read_limit_range(self);
@@ -63,7 +63,7 @@ fn warning_key(kind: &str, namespace: &str, name: &str) -> (String, Option<Strin
 impl Policies {
     /// An object was added or changed. Returns whether what Kestrel uses of it changed,
     /// and its warnings not said before.
-    pub fn apply<K: AdmissionObject>(&mut self, object: &K) -> (bool, Vec<FieldWarning>) {
+    pub fn apply<K: NamespacePolicyObject>(&mut self, object: &K) -> (bool, Vec<FieldWarning>) {
         let namespace = object.meta().namespace.clone().unwrap_or_default();
         let name = object.meta().name.clone().unwrap_or_default();
         let (read, warnings) = object.read();
