@@ -352,6 +352,46 @@ fn phase_of(pod: &k8s_openapi::api::core::v1::Pod) -> (&str, &str) {
     )
 }
 
+/// Kestrel's pods in the admission test (the foreign ones are `f-...`).
+fn is_ours(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.metadata
+        .name
+        .as_deref()
+        .is_some_and(|n| n.starts_with('k'))
+}
+
+/// Waits until each node runs the given number of Kestrel's pods, sampling the checker
+/// and failing at once if the kubelet rejected one of them.
+async fn ours_running_as(client: &kube::Client, ns: &str, want: [(&str, usize); 2]) {
+    eventually(
+        Duration::from_secs(30),
+        &format!("Kestrel's pods running as {want:?}"),
+        || async {
+            assert_invariants(client).await;
+            let pods = pods_in(client, ns).await;
+            let ours: Vec<_> = pods.iter().filter(|p| is_ours(p)).collect();
+            let rejected: Vec<String> = ours
+                .iter()
+                .filter(|p| phase_of(p).0 == "Failed")
+                .map(|p| format!("{:?}: {:?}", p.metadata.name, phase_of(p)))
+                .collect();
+            assert!(
+                rejected.is_empty(),
+                "the kubelet rejected Kestrel's pods: {rejected:?}"
+            );
+            let running_on = |node: &str| {
+                ours.iter()
+                    .filter(|p| node_of(p) == Some(node) && phase_of(p).0 == "Running")
+                    .count()
+            };
+            want.iter()
+                .all(|&(node, count)| running_on(node) == count)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 /// The kubelet admits a pod only beside what its node already runs (here, as a real one
 /// does, `OutOfnvidia.com/gpu` otherwise). Pods placed by someone else hold GPUs Kestrel
 /// must count, and a pod the kubelet rejected holds none: Kestrel fills exactly the GPUs
@@ -400,76 +440,20 @@ async fn kestrel_counts_pods_it_did_not_place_and_the_kubelet_rejects_none_of_it
         .map(|i| gpu_pod(ns, &format!("k{i}"), scheduler, 1, &[], &[]))
         .collect();
     create_pods(&client, pods).await;
-    let ours = |pods: &[k8s_openapi::api::core::v1::Pod]| -> Vec<(String, String, String)> {
-        pods.iter()
-            .filter(|p| {
-                p.metadata
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| n.starts_with('k'))
-            })
-            .map(|p| {
-                let (phase, reason) = phase_of(p);
-                (
-                    node_of(p).unwrap_or("").to_string(),
-                    phase.to_string(),
-                    reason.to_string(),
-                )
-            })
-            .collect()
-    };
-    let running_on = |pods: &[(String, String, String)], node: &str| {
-        pods.iter()
-            .filter(|(n, phase, _)| n == node && phase == "Running")
-            .count()
-    };
-    eventually(
-        Duration::from_secs(30),
-        "six of Kestrel's pods running",
-        || async {
-            assert_invariants(&client).await;
-            let pods = ours(&pods_in(&client, ns).await);
-            let rejected: Vec<_> = pods
-                .iter()
-                .filter(|(_, phase, _)| phase == "Failed")
-                .collect();
-            assert!(
-                rejected.is_empty(),
-                "the kubelet rejected Kestrel's pods: {rejected:?}"
-            );
-            (running_on(&pods, n0) == 2 && running_on(&pods, n1) == 4).then_some(())
-        },
-    )
-    .await;
-    let pods = ours(&pods_in(&client, ns).await);
-    assert_eq!(
-        pods.iter().filter(|(n, _, _)| n.is_empty()).count(),
-        2,
-        "two pods wait for GPUs: {pods:?}"
-    );
+    // Node 0 holds 2 of Kestrel's pods and node 1 holds 4, checked while they bind.
+    ours_running_as(&client, ns, [(n0, 2), (n1, 4)]).await;
+    let waiting = pods_in(&client, ns)
+        .await
+        .iter()
+        .filter(|p| is_ours(p) && node_of(p).is_none())
+        .count();
+    assert_eq!(waiting, 2, "two pods wait for GPUs");
 
     // The six-GPU foreign pod goes: the two waiting pods take node 0's GPUs.
     api.delete("f-six", &kube::api::DeleteParams::default().grace_period(0))
         .await
         .expect("deleting f-six");
-    eventually(
-        Duration::from_secs(30),
-        "all eight of Kestrel's pods running",
-        || async {
-            assert_invariants(&client).await;
-            let pods = ours(&pods_in(&client, ns).await);
-            let rejected: Vec<_> = pods
-                .iter()
-                .filter(|(_, phase, _)| phase == "Failed")
-                .collect();
-            assert!(
-                rejected.is_empty(),
-                "the kubelet rejected Kestrel's pods: {rejected:?}"
-            );
-            (running_on(&pods, n0) == 4 && running_on(&pods, n1) == 4).then_some(())
-        },
-    )
-    .await;
+    ours_running_as(&client, ns, [(n0, 4), (n1, 4)]).await;
     cleanup(&client, prefix, &[ns]).await;
 }
 
