@@ -4,7 +4,7 @@
 //! its containers stopped. Status writes are tried again until the API server takes them,
 //! as a kubelet does across an API server restart.
 //!
-//! Like a real kubelet it admits a pod only if the node's allocatable `nvidia.com/gpu`
+//! Started with [`FakeKubelet::start_admitting`], like a real kubelet it admits a pod only if the node's allocatable `nvidia.com/gpu`
 //! holds it beside the pods it already runs: a pod that does not fit ends `Failed` with
 //! reason `OutOfnvidia.com/gpu` (the kubelet's words), so a scheduler that gives a GPU
 //! twice sees its pod rejected, not silently over-committed.
@@ -53,6 +53,8 @@ fn gpus_of(pod: &Pod) -> i64 {
 /// node and their GPUs, and each node's allocatable GPUs.
 #[derive(Default)]
 struct Admitted {
+    /// Whether pods that do not fit are rejected (else every pod is admitted).
+    enforce: bool,
     /// node -> (pod uid -> GPUs)
     running: HashMap<String, HashMap<String, i64>>,
     allocatable: HashMap<String, i64>,
@@ -60,12 +62,13 @@ struct Admitted {
 
 impl Admitted {
     /// Admits `uid` to `node`, or says why not in the kubelet's words. A node not seen
-    /// yet (its watch lags its pods) admits everything.
+    /// yet (its watch lags its pods), or one that publishes no `nvidia.com/gpu` (DRA
+    /// serves it), admits everything.
     fn admit(&mut self, node: &str, uid: &str, gpus: i64) -> Result<(), String> {
         let on_node = self.running.entry(node.to_string()).or_default();
         let used: i64 = on_node.values().sum();
         match self.allocatable.get(node) {
-            Some(&capacity) if gpus > 0 && used + gpus > capacity => Err(format!(
+            Some(&capacity) if self.enforce && gpus > 0 && used + gpus > capacity => Err(format!(
                 "Pod was rejected: Node didn't have enough resource: {GPU}, requested: {gpus}, used: {used}, capacity: {capacity}"
             )),
             _ => {
@@ -110,14 +113,20 @@ async fn watch_nodes(client: kube::Client, prefix: String, admitted: Arc<Mutex<A
         if !name.starts_with(&prefix) {
             continue;
         }
-        let gpus = node
+        let gpus: Option<i64> = node
             .status
             .as_ref()
             .and_then(|s| s.allocatable.as_ref())
             .and_then(|a| a.get(GPU))
             .and_then(|q| q.0.parse().ok())
-            .unwrap_or(0);
-        admitted.lock().unwrap().allocatable.insert(name, gpus);
+            .filter(|&n: &i64| n > 0);
+        // A node publishing no `nvidia.com/gpu` (or none of it) serves it through DRA (an extended
+        // resource a DeviceClass backs): its claim, not the kubelet, holds the devices.
+        let mut admitted = admitted.lock().unwrap();
+        match gpus {
+            Some(gpus) => admitted.allocatable.insert(name, gpus),
+            None => admitted.allocatable.remove(&name),
+        };
     }
 }
 
@@ -168,8 +177,21 @@ async fn write_status(pods: &Api<Pod>, name: &str, status: &serde_json::Value) {
 impl FakeKubelet {
     /// Runs pods bound to nodes whose name starts with `node_prefix`.
     pub fn start(client: kube::Client, node_prefix: &str) -> FakeKubelet {
+        Self::run(client, node_prefix, false)
+    }
+
+    /// [`FakeKubelet::start`], rejecting pods that do not fit beside what the node runs
+    /// (`OutOfnvidia.com/gpu`), as a real kubelet does.
+    pub fn start_admitting(client: kube::Client, node_prefix: &str) -> FakeKubelet {
+        Self::run(client, node_prefix, true)
+    }
+
+    fn run(client: kube::Client, node_prefix: &str, enforce: bool) -> FakeKubelet {
         let prefix = node_prefix.to_string();
-        let admitted: Arc<Mutex<Admitted>> = Arc::default();
+        let admitted: Arc<Mutex<Admitted>> = Arc::new(Mutex::new(Admitted {
+            enforce,
+            ..Admitted::default()
+        }));
         let nodes = tokio::spawn(watch_nodes(
             client.clone(),
             prefix.clone(),
@@ -281,7 +303,10 @@ mod tests {
 
     #[test]
     fn a_pod_is_admitted_only_beside_what_fits_and_frees_its_gpus_when_gone() {
-        let mut a = Admitted::default();
+        let mut a = Admitted {
+            enforce: true,
+            ..Admitted::default()
+        };
         a.allocatable.insert("n".into(), 8);
         assert_eq!(a.admit("n", "big", 6), Ok(()));
         let refused = a.admit("n", "over", 4).unwrap_err();

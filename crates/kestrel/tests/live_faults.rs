@@ -401,7 +401,9 @@ async fn kestrel_counts_pods_it_did_not_place_and_the_kubelet_rejects_none_of_it
     let Some((env, _serial)) = env() else { return };
     let client = env.client().await;
     let (ns, scheduler, prefix) = ("admission", "kestrel-admission", "admission-");
-    let _kubelet = pool_with_kubelet(&client, ns, 2).await;
+    create_namespace(&client, ns).await;
+    create_pool_nodes(&client, ns, 0, 2).await;
+    let _kubelet = FakeKubelet::start_admitting(client.clone(), prefix);
     let (n0, n1) = ("admission-0", "admission-1");
     // Node 0: 6 of 8 GPUs held; a 4-GPU pod then placed beside them does not fit and
     // is rejected by the kubelet. Node 1: 4 of 8 held.
