@@ -314,6 +314,7 @@ pub fn role_workload_with(
         roles,
         mut role_minimums,
         min_member,
+        min_member_field,
     } = kind.roles(&reader, value)?;
     let total: u32 = roles.iter().map(|r| r.pods).sum();
     if total == 0 {
@@ -322,8 +323,11 @@ pub fn role_workload_with(
     let min_member = min_member.unwrap_or(total);
     if min_member == 0 || min_member > total {
         return Err(ctx.err(
-            "spec.minAvailable",
-            format!("{min_member} is not from 1 to the Job's {total} pods; set one in that range"),
+            min_member_field.unwrap_or("spec.minAvailable"),
+            format!(
+                "{min_member} is not from 1 to the {kind_name}'s {total} pods; set one in that \
+                 range"
+            ),
         ));
     }
     role_minimums.retain(|(_, n)| *n > 0);

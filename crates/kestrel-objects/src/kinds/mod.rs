@@ -12,6 +12,7 @@ mod kubernetes;
 mod leader_worker_set;
 mod mpi_job;
 mod pytorch_job;
+mod ray;
 mod train_job;
 mod training_job;
 mod volcano_job;
@@ -26,6 +27,7 @@ use std::path::PathBuf;
 
 pub use jobset::{JOBSET_NAME_LABEL, JOBSET_ROLE_LABEL};
 pub use pytorch_job::KUBEFLOW_ROLE_LABEL;
+pub use ray::{RAY_CLUSTER_LABEL, RAY_GROUP_LABEL, RAY_HEAD_GROUP};
 pub use train_job::{TRAINER_ANCESTOR_LABEL, TRAINER_GROUP, TRAINER_NODE, TRAINING_RUNTIME_KINDS};
 
 /// How the live scheduler reads a kind's objects.
@@ -115,6 +117,8 @@ pub static KINDS: &[&dyn WorkloadKind] = &[
     &leader_worker_set::LeaderWorkerSet,
     &training_job::TrainingJob,
     &train_job::TrainJob,
+    &ray::RayCluster,
+    &ray::RayJob,
 ];
 
 /// `group/version`, or `version` for the core group.
@@ -241,6 +245,8 @@ pub struct RoleSet {
     pub role_minimums: Vec<(String, u32)>,
     /// The gang's minimum over all roles (default: all its pods).
     pub min_member: Option<u32>,
+    /// The field that sets `min_member`, for errors (default `spec.minAvailable`).
+    pub min_member_field: Option<&'static str>,
 }
 
 /// Objects an object refers to by name (a TrainJob's runtime), by (kind, namespace, name)
@@ -350,7 +356,14 @@ mod tests {
         let owners: Vec<_> = live_owners().map(|k| k.kind()).collect();
         assert_eq!(
             owners,
-            ["Job", "StatefulSet", "ReplicaSet", "PyTorchJob", "JobSet"]
+            [
+                "Job",
+                "StatefulSet",
+                "ReplicaSet",
+                "PyTorchJob",
+                "JobSet",
+                "RayCluster"
+            ]
         );
         let rules = rbac_rules();
         let plurals: Vec<_> = rules.iter().map(|(g, p, _)| (*g, p.clone())).collect();
@@ -361,6 +374,7 @@ mod tests {
                 ("apps", vec!["statefulsets", "replicasets"]),
                 ("kubeflow.org", vec!["pytorchjobs"]),
                 ("jobset.x-k8s.io", vec!["jobsets"]),
+                ("ray.io", vec!["rayclusters"]),
             ]
         );
         assert!(rules.iter().all(|(_, _, v)| *v == ["list", "watch"]));

@@ -252,6 +252,13 @@ impl Builder {
             self.jobs.extend(jobs);
             return Ok(());
         }
+        if kestrel_objects::kinds::of_object(&doc.value)
+            .is_some_and(|k| k.gang() == kestrel_objects::kinds::GangScope::PerObject)
+        {
+            // Read, with no pods to run (every role at 0 replicas, a RayJob on a cluster
+            // that exists already).
+            return Ok(());
+        }
         let job = match doc.kind() {
             "PriorityClass" | "RuntimeClass" | "WorkloadPriorityClass" => return Ok(()),
             "Pod" => {

@@ -595,11 +595,11 @@ fn object_errors_name_file_object_and_field() {
     );
     let e = err("apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: c}\n");
     assert_names(&e, &["CronJob default/c", "field spec", "spec.schedule"]);
-    let e = err("apiVersion: batch/v2\nkind: RayJob\nmetadata: {name: c}\n");
+    let e = err("apiVersion: batch/v2\nkind: SparkApplication\nmetadata: {name: c}\n");
     assert_names(
         &e,
         &[
-            "RayJob default/c",
+            "SparkApplication default/c",
             "field kind",
             "Pod, Job, CronJob, Deployment, StatefulSet",
         ],

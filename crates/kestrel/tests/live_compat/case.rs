@@ -68,8 +68,10 @@ pub(crate) fn pod_from_template(
 
 /// The kinds the compatibility set creates (its cases' objects and what the controllers
 /// played here make), with their resource names.
-pub(crate) const PLURALS: [(&str, &str); 26] = [
+pub(crate) const PLURALS: [(&str, &str); 28] = [
     ("Pod", "pods"),
+    ("RayCluster", "rayclusters"),
+    ("RayJob", "rayjobs"),
     ("MPIJob", "mpijobs"),
     ("TrainJob", "trainjobs"),
     ("TrainingRuntime", "trainingruntimes"),
@@ -391,6 +393,46 @@ impl Case {
                             )
                         },
                     )
+                    .await;
+                }
+            }
+            ("ray.io", "RayJob") => {
+                // KubeRay: the RayJob's cluster, with its labels and annotations, owned by
+                // it (the submitter Job comes once the cluster is ready; it asks no GPU).
+                let cluster = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                    "metadata": {"name": format!("{name}-raycluster"), "namespace": namespace,
+                        "labels": object["metadata"]["labels"],
+                        "annotations": object["metadata"]["annotations"],
+                        "ownerReferences": [owner_ref(&created)]},
+                    "spec": object["spec"]["rayClusterSpec"]});
+                Box::pin(self.workload(&cluster)).await;
+            }
+            ("ray.io", "RayCluster") => {
+                // KubeRay: the head, then each worker group's replicas times its hosts,
+                // with the labels it writes.
+                let spec = &object["spec"];
+                let head = json!([{"groupName": "headgroup", "replicas": 1,
+                    "template": spec["headGroupSpec"]["template"]}]);
+                let groups = head
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .chain(spec["workerGroupSpecs"].as_array().into_iter().flatten());
+                for group in groups.cloned().collect::<Vec<_>>() {
+                    let group_name = group["groupName"].as_str().unwrap().to_string();
+                    let count = group["replicas"].as_u64().unwrap_or(1)
+                        * group["numOfHosts"].as_u64().unwrap_or(1);
+                    let node_type = if group_name == "headgroup" {
+                        "head"
+                    } else {
+                        "worker"
+                    };
+                    let (template, duration) = (&group["template"], duration.as_deref());
+                    self.pods_from_template(template, count, &namespace, duration, &created, |i| {
+                        let labels = json!({"ray.io/cluster": name, "ray.io/group": group_name,
+                            "ray.io/node-type": node_type});
+                        (format!("{name}-{group_name}-{i}"), labels, json!({}))
+                    })
                     .await;
                 }
             }

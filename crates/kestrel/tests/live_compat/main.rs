@@ -16,7 +16,8 @@
 //!   LeaderWorkerSet each group's leader and workers (its controller's labels and size); a
 //!   TrainJob its runtime's JobSet, sized by its trainer (Trainer's controller); an MPIJob
 //!   a scheduler-plugins PodGroup and its launcher's and workers' pods (the MPI Operator
-//!   with gang scheduling).
+//!   with gang scheduling); a RayJob its RayCluster, with the RayJob's labels, and a
+//!   RayCluster its head and workers with KubeRay's labels (KubeRay).
 //!   kube-controller-manager's resourceclaim controller runs for real: it makes the
 //!   claims of pods from templates and releases those of ended pods.
 //! - Pools that publish their GPUs through DRA get ResourceSlices as NVIDIA's driver
@@ -208,6 +209,8 @@ fn other_projects_crds() -> String {
             "Namespaced",
             &["v1alpha1"],
         ),
+        crd("RayCluster", "rayclusters", "ray.io", "Namespaced", &["v1"]),
+        crd("RayJob", "rayjobs", "ray.io", "Namespaced", &["v1"]),
         crd(
             "ClusterTrainingRuntime",
             "clustertrainingruntimes",
@@ -316,6 +319,8 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
                         | "StatefulSet"
                         | "TrainJob"
                         | "MPIJob"
+                        | "RayCluster"
+                        | "RayJob"
                 )
             )
         };
