@@ -2,7 +2,8 @@
 //! kube-apiserver killed and restarted (watches then expire: 410 Gone), etcd compacted,
 //! the API server frozen for 10 s, connections cut mid-request (answers lost), the leader
 //! paused past its lease and resumed, SIGTERM, pods placed by someone else beside a
-//! kubelet that rejects what does not fit.
+//! kubelet that rejects what does not fit, a verb RBAC forbids, an API server slow to
+//! answer.
 //! After each: every pod bound, no GPU given twice, no node over its allocatable, nothing
 //! stranded (the invariant checker on what the API server holds), and the log tells what
 //! happened once.
@@ -214,6 +215,43 @@ async fn apiserver_unreachable_for_ten_seconds() {
         kestrel.ready(),
         "not ready after the freeze:\n{}",
         kestrel.log_text()
+    );
+    cleanup(&client, prefix, &[ns]).await;
+}
+
+/// The API server slow to answer: every byte between Kestrel and it delayed 200 ms each
+/// way (a 400 ms round trip, as to a far region), from before Kestrel starts. Watches,
+/// binds and lease renewals all pay it: every pod still runs, nothing is over-committed
+/// (checked while it runs), the lease is never lost, and slowness opens no more
+/// connections than the writes in flight and the watches hold (a retry loop would).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_api_server_binds_every_pod_and_keeps_the_lease() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler, prefix) = ("slow", "kestrel-slow", "slow-");
+    let _kubelet = pool_with_kubelet(&client, ns, 5).await;
+    let link = CuttableLink::start(&env.cp.server).await;
+    link.set_latency(Duration::from_millis(200));
+    let kestrel = env.kestrel_through(link.server(), scheduler, &["--scheduler-name", scheduler]);
+    eventually(Duration::from_secs(60), "leading", || async {
+        (kestrel.log_count("leading: rebuilding state") == 1).then_some(())
+    })
+    .await;
+    let at_start = link.connections();
+    // 120 pods of 3 s on 40 GPUs: three rounds, each bound over the slow link.
+    one_gpu_pods(&client, ns, scheduler, 120, "3s").await;
+    check_until_done(&client, ns, 120, Duration::from_secs(150)).await;
+    let opened = link.connections() - at_start;
+    let log = kestrel.log_text();
+    eprintln!("{at_start} connections to lead, {opened} more while binding 120 pods");
+    assert_eq!(kestrel.log_count("lease lost"), 0, "{log}");
+    // Each write in flight may hold a connection of its own (HTTP/1.1), and the watches
+    // theirs: more than both would be connections opened again and again.
+    let most = kestrel_live::driver::DEFAULT_MAX_IN_FLIGHT + at_start;
+    assert!(
+        opened <= most,
+        "{opened} connections opened while binding (after {at_start} to lead; at most \
+         {most} expected):\n{log}"
     );
     cleanup(&client, prefix, &[ns]).await;
 }

@@ -649,8 +649,10 @@ impl Case {
     }
 
     /// Pods of the case's namespaces: (bound and not finished, succeeded, pending).
-    pub(crate) async fn counts(&self) -> (u64, u64, u64) {
+    pub(crate) async fn counts(&self, runs: &mut Runs) -> (u64, u64, u64) {
         let (mut running, mut succeeded, mut pending) = (0, 0, 0);
+        let now = Instant::now();
+        runs.samples.push(now);
         for namespace in &self.namespaces {
             for pod in pods_in(&self.client, namespace).await {
                 let phase = pod
@@ -658,7 +660,18 @@ impl Case {
                     .as_ref()
                     .and_then(|s| s.phase.clone())
                     .unwrap_or_default();
-                match (phase.as_str(), node_of(&pod).is_some()) {
+                let key = (
+                    namespace.clone(),
+                    pod.metadata.name.clone().unwrap_or_default(),
+                );
+                let bound = node_of(&pod).is_some();
+                if bound || matches!(phase.as_str(), "Succeeded" | "Failed") {
+                    let run = runs.pods.entry(key).or_insert((now, None));
+                    if matches!(phase.as_str(), "Succeeded" | "Failed") {
+                        run.1.get_or_insert(now);
+                    }
+                }
+                match (phase.as_str(), bound) {
                     ("Succeeded", _) => succeeded += 1,
                     ("Failed", _) => {}
                     (_, true) => running += 1,
@@ -709,4 +722,41 @@ impl Case {
 /// The label the StatefulSet controller puts on its pod `i`.
 pub(crate) fn stateful_pod_labels(i: u64) -> Value {
     json!({"apps.kubernetes.io/pod-index": i.to_string()})
+}
+
+/// When each pod was first seen bound and first seen ended, and when the pods were
+/// sampled: the most pods running at once, as the simulator counts it.
+#[derive(Default)]
+pub(crate) struct Runs {
+    pub(crate) samples: Vec<Instant>,
+    pub(crate) pods: BTreeMap<(String, String), (Instant, Option<Instant>)>,
+}
+
+impl Runs {
+    /// The most pods running at any sample. A pod counts until shortly before it ended:
+    /// the fake kubelet starts (and so ends) a gang's pods a few milliseconds apart, where
+    /// the simulator ends them at one instant, so a gang that waits for most of another's
+    /// GPUs may bind while that one's last pod is ending. What is over-committed meanwhile
+    /// the invariant checker sees on its own.
+    pub(crate) fn most_at_once(&self) -> usize {
+        let counted_until = |bound: Instant, ended: Option<Instant>| match ended {
+            None => None,
+            Some(ended) => {
+                let slack = ((ended - bound) / 10).min(Duration::from_millis(500));
+                Some(ended - slack)
+            }
+        };
+        self.samples
+            .iter()
+            .map(|&t| {
+                self.pods
+                    .values()
+                    .filter(|&&(bound, ended)| {
+                        bound <= t && counted_until(bound, ended).is_none_or(|until| t < until)
+                    })
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
+    }
 }
