@@ -382,7 +382,7 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
             case.run_ordered_sets().await;
             let (running, succeeded, pending) = case.counts(&mut runs).await;
             samples += 1;
-            if samples % 10 == 0 {
+            if samples.is_multiple_of(10) {
                 // The checker while pods run, not only once they have ended.
                 assert_invariants(&client).await;
             }
