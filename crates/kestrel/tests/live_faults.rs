@@ -3,7 +3,7 @@
 //! the API server frozen for 10 s, connections cut mid-request (answers lost), the leader
 //! paused past its lease and resumed, SIGTERM, pods placed by someone else beside a
 //! kubelet that rejects what does not fit, a verb RBAC forbids, an API server slow to
-//! answer.
+//! answer, pods deleted while they are bound.
 //! After each: every pod bound, no GPU given twice, no node over its allocatable, nothing
 //! stranded (the invariant checker on what the API server holds), and the log tells what
 //! happened once.
@@ -253,6 +253,81 @@ async fn a_slow_api_server_binds_every_pod_and_keeps_the_lease() {
         "{opened} connections opened while binding (after {at_start} to lead; at most \
          {most} expected):\n{log}"
     );
+    cleanup(&client, prefix, &[ns]).await;
+}
+
+/// Pods deleted while they are being bound, by a client nearer the API server than
+/// Kestrel: a bind then meets a pod that is gone (404) or terminating. Kestrel must give back what it reserved for them: once the rest have run,
+/// a full cluster's worth of new pods all run at once, so no GPU stayed held for a pod
+/// that is gone. The checker runs throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_deleted_mid_bind_hold_no_gpus() {
+    let Some((env, _serial)) = env() else { return };
+    let client = env.client().await;
+    let (ns, scheduler, prefix) = ("gone", "kestrel-gone", "gone-");
+    let _kubelet = pool_with_kubelet(&client, ns, 4).await;
+    // Kestrel 300 ms (a round trip) from the API server, the deletions not: Kestrel binds
+    // pods that were deleted after its watch last told it of them.
+    let link = CuttableLink::start(&env.cp.server).await;
+    link.set_latency(Duration::from_millis(150));
+    let kestrel = env.kestrel_through(link.server(), scheduler, &["--scheduler-name", scheduler]);
+    eventually(Duration::from_secs(60), "leading", || async {
+        (kestrel.log_count("leading: rebuilding state") == 1).then_some(())
+    })
+    .await;
+    // 160 pods of 2 s on 32 GPUs; every fourth deleted as the first are being bound.
+    one_gpu_pods(&client, ns, scheduler, 160, "2s").await;
+    eventually(Duration::from_secs(60), "first binds", || async {
+        (bound_count(&client, ns).await >= 1).then_some(())
+    })
+    .await;
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client.clone(), ns);
+    let mut deleted = 0;
+    for i in (0..160).step_by(4) {
+        let params = kube::api::DeleteParams::default().grace_period(0);
+        if pods.delete(&format!("p{i:04}"), &params).await.is_ok() {
+            deleted += 1;
+        }
+    }
+    assert_eq!(deleted, 40);
+    check_until_done(&client, ns, 120, Duration::from_secs(120)).await;
+    let binds = |result: &str| {
+        let (_, metrics) = kestrel.get("/metrics").expect("Kestrel's metrics");
+        let line = format!("kestrel_binds_total{{result=\"{result}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .map_or(0, |n| n.trim().parse::<u64>().unwrap_or(0))
+    };
+    let gone = binds("pod_gone") + binds("conflict");
+    eprintln!("binds: {} bound, {gone} met a pod gone", binds("bound"));
+    assert!(gone > 0, "no bind met a deleted pod: this proved nothing");
+    // The cluster is free again: 32 one-GPU pods that never end all run at once.
+    let full = (0..32)
+        .map(|i| gpu_pod(ns, &format!("full{i:02}"), scheduler, 1, &[], &[]))
+        .collect();
+    create_pods(&client, full).await;
+    eventually(
+        Duration::from_secs(30),
+        "the full cluster's pods bound",
+        || async {
+            let bound = pods_in(&client, ns)
+                .await
+                .iter()
+                .filter(|p| {
+                    p.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("full"))
+                })
+                .filter(|p| node_of(p).is_some())
+                .count();
+            (bound == 32).then_some(())
+        },
+    )
+    .await;
+    assert_invariants(&client).await;
     cleanup(&client, prefix, &[ns]).await;
 }
 
