@@ -27,6 +27,7 @@ pub mod nodes;
 pub mod pods;
 pub mod queues;
 pub mod quota;
+pub mod shared_volumes;
 pub mod training;
 pub mod volumes;
 pub mod warning;

@@ -1,6 +1,6 @@
 //! Warnings about other projects' objects: a field Kestrel does not honour (a Volcano or
 //! KAI `Queue` field it does not read, a ResourceQuota scope or a LimitRange bound it
-//! cannot use). The simulator prints them; the live scheduler posts each as a Warning
+//! cannot use), or a gang whose roles see a shared volume differently. The simulator prints them; the live scheduler posts each as a Warning
 //! Event on its object, once while it lasts ([`WarningBook`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -8,8 +8,11 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-/// The Event reason of a [`FieldWarning`].
+/// The Event reason of a [`FieldWarning`] about a field Kestrel does not honour.
 pub const FIELD_NOT_HONOURED: &str = "FieldNotHonoured";
+/// The Event reason of a [`FieldWarning`] about a gang's roles that mount a shared volume
+/// differently ([`crate::shared_volumes`]).
+pub const INCONSISTENT_VOLUMES: &str = "InconsistentVolumes";
 
 /// The object a warning is about: what an Event's `regarding` needs.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -47,6 +50,7 @@ impl WarnedObject {
             object: self.clone(),
             field: Some(field.into()),
             message: message.into(),
+            reason: FIELD_NOT_HONOURED,
         }
     }
 
@@ -76,6 +80,8 @@ pub struct FieldWarning {
     /// The field (`spec.weight`); `None` when the warning is about the object as a whole.
     pub field: Option<String>,
     pub message: String,
+    /// Its Event's reason ([`FIELD_NOT_HONOURED`], [`INCONSISTENT_VOLUMES`]).
+    pub reason: &'static str,
 }
 
 impl Serialize for FieldWarning {
@@ -167,6 +173,7 @@ mod tests {
             },
             field: Some(field.into()),
             message: "is not read by Kestrel and has no effect".into(),
+            reason: FIELD_NOT_HONOURED,
         }
     }
 

@@ -405,6 +405,35 @@ impl Owner {
         )
     }
 
+    /// Warnings about it as a gang: roles that see a shared volume differently
+    /// ([`crate::shared_volumes`]). Only multi-role kinds have roles to compare.
+    pub fn volume_warnings(&self, path: &Path) -> Vec<crate::warning::FieldWarning> {
+        let Owner::Roles { kind, meta, object } = self else {
+            return Vec::new();
+        };
+        let (namespace, name) = self.key();
+        let ctx = Ctx {
+            path,
+            object: format!("{kind} {namespace}/{name}"),
+        };
+        let Ok(Some(workload)) = role_workload(&ctx, object, &namespace, &name) else {
+            return Vec::new();
+        };
+        let roles: Vec<_> = workload
+            .roles
+            .iter()
+            .map(|r| (r.name.as_str(), &r.template))
+            .collect();
+        let warned = crate::warning::WarnedObject {
+            kind: kind.to_string(),
+            api_version: object["apiVersion"].as_str().map(str::to_string),
+            namespace: Some(namespace.clone()),
+            name: name.clone(),
+            uid: meta.uid.clone(),
+        };
+        crate::shared_volumes::gang_warnings(&warned, &roles)
+    }
+
     /// The queue and the gang its pods form; `Ok(None)`: its pods are workloads of their
     /// own (a Job, StatefulSet or ReplicaSet that names no queue, or that a Deployment or
     /// JobSet controls).

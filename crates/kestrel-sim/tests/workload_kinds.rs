@@ -832,3 +832,53 @@ spec:
         "{e}"
     );
 }
+
+/// The roles of one gang that see a shared volume differently are warned of, whatever the
+/// kind; the gang still runs (the warning does not hold it).
+#[test]
+fn a_gang_whose_roles_mount_a_shared_volume_differently_is_warned_of() {
+    let jobset = |worker_mount: &str| {
+        format!(
+            "apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {{name: llm, namespace: ml, annotations: {{kestrel.dev/sim-duration: 1h}}}}
+spec:
+  replicatedJobs:
+  - name: leader
+    template:
+      spec:
+        template:
+          spec:
+            volumes: [{{name: ckpt, nfs: {{server: nas, path: /exports/ckpt}}}}]
+            containers:
+            - {{name: c, image: x, volumeMounts: [{{name: ckpt, mountPath: /ckpt}}],
+                resources: {{limits: {{nvidia.com/gpu: 1}}}}}}
+  - name: workers
+    replicas: 2
+    template:
+      spec:
+        template:
+          spec:
+            volumes: [{{name: ckpt, nfs: {{server: nas, path: /exports/ckpt}}}}]
+            containers:
+            - {{name: c, image: x, volumeMounts: [{worker_mount}],
+                resources: {{limits: {{nvidia.com/gpu: 1}}}}}}
+"
+        )
+    };
+    let alike = read(&jobset("{name: ckpt, mountPath: /ckpt}")).unwrap();
+    assert!(warnings_of(&alike).is_empty(), "{:?}", warnings_of(&alike));
+    let differs = read(&jobset("{name: ckpt, mountPath: /ckpt, readOnly: true}")).unwrap();
+    let warnings = warnings_of(&differs);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("JobSet ml/llm")
+            && warnings[0].contains("inconsistent volumes")
+            && warnings[0]
+                .contains("role workers mounts NFS nas:/exports/ckpt at \"/ckpt\" read-only")
+            && warnings[0].contains("role leader at \"/ckpt\" read-write"),
+        "{warnings:?}"
+    );
+    let r = run(8, &jobset("{name: ckpt, mountPath: /ckpt, readOnly: true}"));
+    assert_eq!(r.pods.completed, 3);
+}

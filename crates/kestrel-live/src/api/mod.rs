@@ -19,7 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kestrel_objects::crds::{ClusterQueue, LocalQueue, PodGroup, API_VERSION};
 use kestrel_objects::live::{CHECKPOINT_REQUEST_ANNOTATION, GPU_INDICES_ANNOTATION};
 use kestrel_objects::volumes::{BOUND_BY_CONTROLLER_ANNOTATION, SELECTED_NODE_ANNOTATION};
-use kestrel_objects::warning::{FieldWarning, FIELD_NOT_HONOURED};
+use kestrel_objects::warning::FieldWarning;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
 };

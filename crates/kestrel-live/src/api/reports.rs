@@ -306,7 +306,8 @@ impl ApiWriter {
         self.post_event(namespace, &event).await
     }
 
-    /// A Warning event (reason `FieldNotHonoured`, the warning as its note) on the object
+    /// A Warning event (the warning's reason, `FieldNotHonoured` or `InconsistentVolumes`,
+    /// and the warning as its note) on the object
     /// a warning is about; a cluster-scoped object's goes to `default`, as Kubernetes
     /// puts them. Nothing to post without an object to regard ([`warned_reference`]).
     pub async fn report_field_warning(&self, warning: &FieldWarning) -> Result<(), kube::Error> {
@@ -320,7 +321,7 @@ impl ApiWriter {
         let mut event = self.warning(
             regarding,
             "Reading",
-            FIELD_NOT_HONOURED,
+            warning.reason,
             &warning.to_string(),
             Timestamp::now(),
         );

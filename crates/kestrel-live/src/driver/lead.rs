@@ -151,7 +151,7 @@ pub async fn lead(
         }
         // Warnings about other projects' objects: logged, and posted on the object.
         for warning in state.take_field_warnings() {
-            tracing::warn!(warning = %warning, "a field of another project's object is not honoured (a Warning event on the object says so)");
+            tracing::warn!(warning = %warning, reason = warning.reason, "another project's object is not read as written (a Warning event on the object says so)");
             writes.push_field_warning(warning);
         }
         writes.send(&writer, config.max_in_flight, &leader);

@@ -15,6 +15,7 @@ use super::{GroupKey, LiveIndex, PodState};
 use k8s_openapi::api::core::v1::Pod;
 use kestrel_core::{GangMembership, PodSpec};
 use kestrel_objects::live::{self, ConvertError};
+use kestrel_objects::warning::WarningBook;
 use kestrel_objects::workloads::{
     controlling_owner, owner_role, workload_gang_name, Owner, OwnerWorkload,
 };
@@ -34,6 +35,8 @@ pub(super) struct OwnerBook {
     owners: HashMap<OwnerKey, OwnerReading>,
     /// Kinds the API does not let Kestrel read.
     unserved: BTreeSet<&'static str>,
+    /// The volume warnings said of each owner, so each is posted once while it lasts.
+    warned: WarningBook,
     /// The gangs of owners not seen yet, whose pods wait for them, with the owner's kind.
     awaited: HashMap<GroupKey, &'static str>,
 }
@@ -52,6 +55,10 @@ impl LiveIndex {
             )
         });
         let key: GroupKey = (namespace.clone(), workload_gang_name(kind, &name));
+        let warned = (kind.to_string(), Some(namespace.clone()), name.clone());
+        let warnings = owner.volume_warnings(Path::new(live::API_SOURCE));
+        let new = self.owners.warned.read(warned, warnings);
+        self.field_warnings.extend(new);
         self.owners.awaited.remove(&key);
         self.owners
             .owners
@@ -91,6 +98,12 @@ impl LiveIndex {
         self.owners
             .owners
             .remove(&(kind, namespace.to_string(), name.to_string()));
+        let warned = (
+            kind.to_string(),
+            Some(namespace.to_string()),
+            name.to_string(),
+        );
+        self.owners.warned.retain(|object| *object != warned);
         let key: GroupKey = (namespace.to_string(), workload_gang_name(kind, name));
         if let Some(g) = self.gangs.groups.get_mut(&key) {
             g.declared = false;

@@ -102,6 +102,7 @@ impl DeviceClasses {
                      and they do not: remove the field from the classes that should not",
                     kestrel_core::GPU_RESOURCE
                 ),
+                reason: crate::warning::FIELD_NOT_HONOURED,
             }
         });
         let backing = GpuBacking {

@@ -466,6 +466,7 @@ fn parent_queue_warning(parent: &str, field: Option<String>, message: &str) -> F
         },
         field,
         message: message.to_string(),
+        reason: crate::warning::FIELD_NOT_HONOURED,
     }
 }
 

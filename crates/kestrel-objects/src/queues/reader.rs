@@ -171,6 +171,7 @@ impl Reader<'_> {
             object: self.object.clone(),
             field: Some(field.into()),
             message: message.into(),
+            reason: crate::warning::FIELD_NOT_HONOURED,
         });
     }
 

@@ -6,12 +6,11 @@ use crate::error::LoadError;
 use crate::fields::Ctx;
 use crate::gangs::{KESTREL_POD_GROUP_LABEL, KESTREL_ROLE_LABEL, RANK_ANNOTATION};
 use crate::queues::KESTREL_QUEUE_LABEL;
-use k8s_openapi::api::core::v1::{
-    Container, EnvVar, Pod, PodTemplateSpec, Service, Volume, VolumeMount,
-};
+use crate::shared_volumes::{shared_mounts, SharedMount};
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodTemplateSpec, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kestrel_core::{parse_quantity, GPU_RESOURCE};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -46,57 +45,6 @@ pub struct Plan {
     pub active_deadline_seconds: Option<i64>,
     pub clean_pod_policy: CleanPodPolicy,
     pub ttl_seconds_after_finished: Option<i64>,
-}
-
-/// Volumes whose contents every pod must see alike (datasets, checkpoints); the others
-/// (emptyDir, configMap, secret, projected, downwardAPI, ephemeral) are each pod's own.
-pub(super) fn shared_volume(volume: &Volume) -> Option<Value> {
-    let mut source = serde_json::to_value(volume).ok()?;
-    let map = source.as_object_mut()?;
-    map.remove("name");
-    let own = [
-        "emptyDir",
-        "configMap",
-        "secret",
-        "projected",
-        "downwardAPI",
-        "ephemeral",
-    ];
-    (!own.iter().any(|k| map.contains_key(*k))).then_some(source)
-}
-
-/// A role's shared-volume mounts: mount path -> (volume name, source, read-only).
-pub(super) fn shared_mounts(template: &PodTemplateSpec) -> BTreeMap<String, (String, Value, bool)> {
-    let Some(spec) = template.spec.as_ref() else {
-        return BTreeMap::new();
-    };
-    let volumes: BTreeMap<&str, Value> = spec
-        .volumes
-        .iter()
-        .flatten()
-        .filter_map(|v| Some((v.name.as_str(), shared_volume(v)?)))
-        .collect();
-    let containers = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .chain(&spec.containers);
-    let mut out = BTreeMap::new();
-    for mount in containers.flat_map(|c| c.volume_mounts.iter().flatten()) {
-        let VolumeMount {
-            name,
-            mount_path,
-            read_only,
-            ..
-        } = mount;
-        if let Some(source) = volumes.get(name.as_str()) {
-            out.insert(
-                mount_path.clone(),
-                (name.clone(), source.clone(), read_only.unwrap_or(false)),
-            );
-        }
-    }
-    out
 }
 
 /// GPUs one pod of the template requests (its containers' `nvidia.com/gpu` limits, else
@@ -243,8 +191,12 @@ pub fn plan(path: &Path, job: &TrainingJob) -> Result<Plan, LoadError> {
     for role in &roles[1..] {
         let mounts = shared_mounts(&role.template);
         let here = format!("spec.replicaSpecs.{}.template.spec", role.name);
-        for (path, (volume, source, read_only)) in &master_mounts {
-            match mounts.get(path) {
+        for (path, master) in &master_mounts {
+            let (volume, source, read_only) = (&master.volume, &master.source, &master.read_only);
+            match mounts
+                .get(path)
+                .map(|m| (&m.volume, &m.source, &m.read_only))
+            {
                 None => {
                     return Err(ctx.err(
                         format!("{here}.containers[].volumeMounts"),
@@ -282,7 +234,7 @@ pub fn plan(path: &Path, job: &TrainingJob) -> Result<Plan, LoadError> {
                 Some(_) => {}
             }
         }
-        if let Some((path, (volume, _, _))) =
+        if let Some((path, SharedMount { volume, .. })) =
             mounts.iter().find(|(p, _)| !master_mounts.contains_key(*p))
         {
             return Err(ctx.err(

@@ -12,7 +12,7 @@
 //! - Kueue's queue kinds (`kueue.x-k8s.io`) are applied in Kestrel's group, which
 //!   `kestrel serve` reads (where Kueue is installed it admits them itself), without the
 //!   fields the header expects warnings for: Kestrel's own kinds refuse those. Warnings
-//!   about other projects' queue objects must be in Kestrel's log.
+//!   about other projects' objects must be in Kestrel's log and in a Warning Event.
 //! - The controllers: batch Jobs keep `min(parallelism, completions left)` pods and write
 //!   `status.succeeded`; a JobSet gets one Job per replica; a PyTorchJob one pod per
 //!   replica (the training operator's labels); a Volcano Job a PodGroup and its pods; a
@@ -423,6 +423,28 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
                     log.contains(part.as_str()),
                     "{name}: no warning {part:?} in Kestrel's log"
                 );
+                // And a Warning Event on the object says it.
+                let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+                eventually(
+                    Duration::from_secs(30),
+                    &format!("{name}: a Warning event {part:?}"),
+                    || {
+                        let events = events.clone();
+                        async move {
+                            let list = events.list(&ListParams::default()).await.ok()?;
+                            list.items
+                                .iter()
+                                .any(|e| {
+                                    e.type_.as_deref() == Some("Warning")
+                                        && e.note
+                                            .as_deref()
+                                            .is_some_and(|n| n.contains(part.as_str()))
+                                })
+                                .then_some(())
+                        }
+                    },
+                )
+                .await;
             }
         }
         assert_invariants(&client).await;
