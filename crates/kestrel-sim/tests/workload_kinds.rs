@@ -837,33 +837,31 @@ spec:
 /// kind; the gang still runs (the warning does not hold it).
 #[test]
 fn a_gang_whose_roles_mount_a_shared_volume_differently_is_warned_of() {
+    let role = |name: &str, replicas: u32, mount: &str| {
+        format!(
+            "
+  - name: {name}
+    replicas: {replicas}
+    template:
+      spec:
+        template:
+          spec:
+            volumes: [{{name: ckpt, nfs: {{server: nas, path: /exports/ckpt}}}}]
+            containers:
+            - {{name: c, image: x, volumeMounts: [{mount}],
+                resources: {{limits: {{nvidia.com/gpu: 1}}}}}}"
+        )
+    };
     let jobset = |worker_mount: &str| {
         format!(
             "apiVersion: jobset.x-k8s.io/v1alpha2
 kind: JobSet
 metadata: {{name: llm, namespace: ml, annotations: {{kestrel.dev/sim-duration: 1h}}}}
 spec:
-  replicatedJobs:
-  - name: leader
-    template:
-      spec:
-        template:
-          spec:
-            volumes: [{{name: ckpt, nfs: {{server: nas, path: /exports/ckpt}}}}]
-            containers:
-            - {{name: c, image: x, volumeMounts: [{{name: ckpt, mountPath: /ckpt}}],
-                resources: {{limits: {{nvidia.com/gpu: 1}}}}}}
-  - name: workers
-    replicas: 2
-    template:
-      spec:
-        template:
-          spec:
-            volumes: [{{name: ckpt, nfs: {{server: nas, path: /exports/ckpt}}}}]
-            containers:
-            - {{name: c, image: x, volumeMounts: [{worker_mount}],
-                resources: {{limits: {{nvidia.com/gpu: 1}}}}}}
-"
+  replicatedJobs:{}{}
+",
+            role("leader", 1, "{name: ckpt, mountPath: /ckpt}"),
+            role("workers", 2, worker_mount)
         )
     };
     let alike = read(&jobset("{name: ckpt, mountPath: /ckpt}")).unwrap();

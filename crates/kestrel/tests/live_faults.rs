@@ -37,6 +37,18 @@ async fn two_replicas(env: &Env, scheduler: &str) -> (Kestrel, Kestrel) {
     (first, second)
 }
 
+/// `scheduler` leading through a link that delays every byte by `latency` each way.
+async fn leading_behind(env: &Env, scheduler: &str, latency: Duration) -> (CuttableLink, Kestrel) {
+    let link = CuttableLink::start(&env.cp.server).await;
+    link.set_latency(latency);
+    let kestrel = env.kestrel_through(link.server(), scheduler, &["--scheduler-name", scheduler]);
+    eventually(Duration::from_secs(60), "leading", || async {
+        (kestrel.log_count("leading: rebuilding state") == 1).then_some(())
+    })
+    .await;
+    (link, kestrel)
+}
+
 /// Waits for `standby` to lead after the leader stopped renewing at `since`, and asserts
 /// it did within the lease duration (15 s) + 5 s.
 async fn standby_takes_over(standby: &Kestrel, since: Instant) {
@@ -230,13 +242,7 @@ async fn a_slow_api_server_binds_every_pod_and_keeps_the_lease() {
     let client = env.client().await;
     let (ns, scheduler, prefix) = ("slow", "kestrel-slow", "slow-");
     let _kubelet = pool_with_kubelet(&client, ns, 5).await;
-    let link = CuttableLink::start(&env.cp.server).await;
-    link.set_latency(Duration::from_millis(200));
-    let kestrel = env.kestrel_through(link.server(), scheduler, &["--scheduler-name", scheduler]);
-    eventually(Duration::from_secs(60), "leading", || async {
-        (kestrel.log_count("leading: rebuilding state") == 1).then_some(())
-    })
-    .await;
+    let (link, kestrel) = leading_behind(env, scheduler, Duration::from_millis(200)).await;
     let at_start = link.connections();
     // 120 pods of 3 s on 40 GPUs: three rounds, each bound over the slow link.
     one_gpu_pods(&client, ns, scheduler, 120, "3s").await;
@@ -257,9 +263,10 @@ async fn a_slow_api_server_binds_every_pod_and_keeps_the_lease() {
 }
 
 /// Pods deleted while they are being bound, by a client nearer the API server than
-/// Kestrel: a bind then meets a pod that is gone (404) or terminating. Kestrel must give back what it reserved for them: once the rest have run,
-/// a full cluster's worth of new pods all run at once, so no GPU stayed held for a pod
-/// that is gone. The checker runs throughout.
+/// Kestrel: a bind then meets a pod that is gone (404) or terminating. Kestrel must give
+/// back what it reserved for them: once the rest have run, a full cluster's worth of new
+/// pods all run at once, so no GPU stayed held for a pod that is gone. The checker runs
+/// throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_deleted_mid_bind_hold_no_gpus() {
     let Some((env, _serial)) = env() else { return };
@@ -268,13 +275,7 @@ async fn pods_deleted_mid_bind_hold_no_gpus() {
     let _kubelet = pool_with_kubelet(&client, ns, 4).await;
     // Kestrel 300 ms (a round trip) from the API server, the deletions not: Kestrel binds
     // pods that were deleted after its watch last told it of them.
-    let link = CuttableLink::start(&env.cp.server).await;
-    link.set_latency(Duration::from_millis(150));
-    let kestrel = env.kestrel_through(link.server(), scheduler, &["--scheduler-name", scheduler]);
-    eventually(Duration::from_secs(60), "leading", || async {
-        (kestrel.log_count("leading: rebuilding state") == 1).then_some(())
-    })
-    .await;
+    let (_link, kestrel) = leading_behind(env, scheduler, Duration::from_millis(150)).await;
     // 160 pods of 2 s on 32 GPUs; every fourth deleted as the first are being bound.
     one_gpu_pods(&client, ns, scheduler, 160, "2s").await;
     eventually(Duration::from_secs(60), "first binds", || async {
