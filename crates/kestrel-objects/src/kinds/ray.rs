@@ -74,15 +74,21 @@ impl WorkloadKind for RayJob {
         GangScope::PerObject
     }
     /// Its cluster, from `spec.rayClusterSpec`. A RayJob that selects an existing cluster
-    /// (`spec.clusterSelector`) adds no pods of its own but its submitter.
+    /// (`spec.clusterSelector`, which KubeRay follows before a cluster spec) adds no pods
+    /// of its own but its submitter.
     fn roles(&self, r: &RoleReader<'_>, _value: &Value) -> Result<RoleSet, LoadError> {
+        let selects = r
+            .spec
+            .get("clusterSelector")
+            .and_then(Value::as_object)
+            .is_some_and(|s| !s.is_empty());
         match r.spec.get("rayClusterSpec") {
+            _ if selects => Ok(RoleSet::default()),
             Some(Value::Object(cluster)) => cluster_roles(r, cluster, "spec.rayClusterSpec"),
             Some(_) => Err(r.err(
                 "spec.rayClusterSpec",
                 "not an object; write the cluster's headGroupSpec and workerGroupSpecs",
             )),
-            None if r.spec.get("clusterSelector").is_some() => Ok(RoleSet::default()),
             None => Err(r.err(
                 "spec.rayClusterSpec",
                 "missing; a RayJob needs the cluster it runs on (rayClusterSpec) or an \
@@ -278,6 +284,11 @@ mod tests {
             "metadata": {"name": "r"},
             "spec": {"entrypoint": "python x.py", "clusterSelector": {"ray.io/cluster": "shared"}}});
         assert!(read(selected).unwrap().is_none());
+        // A selector wins over a cluster spec, as in KubeRay.
+        let both = json!({"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "r"},
+            "spec": {"clusterSelector": {"ray.io/cluster": "shared"},
+                "rayClusterSpec": cluster(json!([]))["spec"].clone()}});
+        assert!(read(both).unwrap().is_none());
     }
 
     #[test]
