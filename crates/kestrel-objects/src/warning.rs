@@ -44,6 +44,18 @@ impl WarnedObject {
     }
 
     /// A warning about `field` of this object.
+    /// An object read untyped (a workload kind of another project), in `namespace`.
+    pub fn of_value(value: &serde_json::Value, namespace: &str, name: &str) -> WarnedObject {
+        let text = |pointer: &str| value.pointer(pointer).and_then(|v| v.as_str());
+        WarnedObject {
+            kind: text("/kind").unwrap_or_default().to_string(),
+            api_version: text("/apiVersion").map(str::to_string),
+            namespace: Some(namespace.to_string()),
+            name: name.to_string(),
+            uid: text("/metadata/uid").map(str::to_string),
+        }
+    }
+
     pub fn warning(&self, field: impl Into<String>, message: impl Into<String>) -> FieldWarning {
         FieldWarning {
             source: None,

@@ -188,6 +188,22 @@ pub struct RoleWorkload {
     pub gang: GangSpec,
 }
 
+impl RoleWorkload {
+    /// Warnings about `object`, this workload, where its roles see a shared volume
+    /// differently ([`crate::shared_volumes`]).
+    pub fn volume_warnings(
+        &self,
+        object: &crate::warning::WarnedObject,
+    ) -> Vec<crate::warning::FieldWarning> {
+        let roles: Vec<_> = self
+            .roles
+            .iter()
+            .map(|r| (r.name.as_str(), &r.template))
+            .collect();
+        crate::shared_volumes::gang_warnings(object, &roles)
+    }
+}
+
 /// The JobSet annotation that gives each child Job a topology domain of its own.
 pub const JOBSET_EXCLUSIVE_ANNOTATION: &str = "alpha.jobset.sigs.k8s.io/exclusive-topology";
 /// The label JobSet puts on a child Job's pods, unique to the Job.
@@ -419,19 +435,10 @@ impl Owner {
         let Ok(Some(workload)) = role_workload(&ctx, object, &namespace, &name) else {
             return Vec::new();
         };
-        let roles: Vec<_> = workload
-            .roles
-            .iter()
-            .map(|r| (r.name.as_str(), &r.template))
-            .collect();
-        let warned = crate::warning::WarnedObject {
-            kind: kind.to_string(),
-            api_version: object["apiVersion"].as_str().map(str::to_string),
-            namespace: Some(namespace.clone()),
-            name: name.clone(),
-            uid: meta.uid.clone(),
-        };
-        crate::shared_volumes::gang_warnings(&warned, &roles)
+        let mut warned = crate::warning::WarnedObject::of_value(object, &namespace, &name);
+        warned.kind = kind.to_string();
+        warned.uid.clone_from(&meta.uid);
+        workload.volume_warnings(&warned)
     }
 
     /// The queue and the gang its pods form; `Ok(None)`: its pods are workloads of their

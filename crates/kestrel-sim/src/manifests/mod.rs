@@ -684,23 +684,12 @@ impl Builder {
         else {
             return Ok(None);
         };
-        let roles: Vec<_> = workload
-            .roles
-            .iter()
-            .map(|r| (r.name.as_str(), &r.template))
-            .collect();
-        let object = WarnedObject {
-            kind: doc.kind().to_string(),
-            api_version: doc.value["apiVersion"].as_str().map(str::to_string),
-            namespace: Some(namespace.to_string()),
-            name: name.to_string(),
-            uid: None,
-        };
-        for warning in kestrel_objects::shared_volumes::gang_warnings(&object, &roles) {
-            self.queues.warnings.push(FieldWarning {
-                source: Some(ctx.path.display().to_string()),
-                ..warning
-            });
+        let object = WarnedObject::of_value(&doc.value, namespace, name);
+        for warning in workload.volume_warnings(&object) {
+            let source = Some(ctx.path.display().to_string());
+            self.queues
+                .warnings
+                .push(FieldWarning { source, ..warning });
         }
         let training = match doc.kind() {
             "TrainingJob" => Some(self.training(ctx, &doc.value, &meta)?),
