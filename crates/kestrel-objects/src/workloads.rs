@@ -370,7 +370,8 @@ pub enum Owner {
     Job(Job),
     StatefulSet(StatefulSet),
     ReplicaSet(ReplicaSet),
-    /// A kind the live scheduler watches untyped ([`crate::kinds::Live::Untyped`]).
+    /// A kind the live scheduler watches untyped ([`crate::kinds::Live::Untyped`], or
+    /// [`crate::kinds::Live::Parent`], read for its queue alone).
     Roles {
         kind: &'static str,
         meta: ObjectMeta,
@@ -407,6 +408,17 @@ impl Owner {
             Owner::ReplicaSet(r) => &r.metadata,
             Owner::Roles { meta, .. } => meta,
         }
+    }
+
+    /// The parent that controls it ([`crate::kinds::Live::Parent`]: a TrainJob for its
+    /// JobSet), as kind and name.
+    pub fn parent(&self) -> Option<(&'static str, &str)> {
+        crate::kinds::controlling_parent(self.meta().owner_references.as_deref()?)
+    }
+
+    /// The queue its own labels name (what a parent passes to the object it controls).
+    pub fn queue_label(&self) -> Option<String> {
+        queue_name(&[Some(self.meta())]).map(str::to_string)
     }
 
     /// Its namespace (`default` when unset) and name.

@@ -9,11 +9,17 @@
 //! that order: a pod whose owner has not been seen yet waits outside the engine
 //! ([`PodState::GangWait`]), so that it is never placed alone, bypassing the quota. Without
 //! read access to a kind (an older ClusterRole) its pods are read as they are.
+//!
+//! A parent ([`kestrel_objects::kinds::Live::Parent`]: a TrainJob) creates no pods but
+//! controls an owner (its JobSet) and gives it its queue: Kueue labels the TrainJob, and
+//! Trainer does not copy that label down. An owner with a parent is read once its parent
+//! has been seen, so its pods never start outside the parent's queue.
 
 use super::groups::Group;
 use super::{GroupKey, LiveIndex, PodState};
 use k8s_openapi::api::core::v1::Pod;
 use kestrel_core::{GangMembership, PodSpec};
+use kestrel_objects::kinds;
 use kestrel_objects::live::{self, ConvertError};
 use kestrel_objects::warning::WarningBook;
 use kestrel_objects::workloads::{
@@ -39,6 +45,11 @@ pub(super) struct OwnerBook {
     warned: WarningBook,
     /// The gangs of owners not seen yet, whose pods wait for them, with the owner's kind.
     awaited: HashMap<GroupKey, &'static str>,
+    /// Parents seen, with the queue they name.
+    parents: HashMap<OwnerKey, Option<String>>,
+    /// Owners that have a parent, as last seen, so that a parent seen (or changed) later
+    /// is passed on to them.
+    children: HashMap<OwnerKey, Owner>,
 }
 
 impl LiveIndex {
@@ -47,14 +58,46 @@ impl LiveIndex {
         let kind = owner.kind();
         // Listed again: its CRD was installed, or Kestrel's ClusterRole now lets it read.
         self.owners.unserved.remove(kind);
+        if kinds::is_live_parent(kind) {
+            return self.apply_parent(owner);
+        }
         let (namespace, name) = owner.key();
-        let reading = owner.workload(Path::new(live::API_SOURCE)).map_err(|e| {
-            format!(
-                "{kind} {namespace}/{name} is invalid: {}",
-                ConvertError::from(e).message
-            )
-        });
         let key: GroupKey = (namespace.clone(), workload_gang_name(kind, &name));
+        let mut parent_queue = None;
+        if let Some((parent_kind, parent)) = owner.parent() {
+            let parent_key = (parent_kind, namespace.clone(), parent.to_string());
+            self.owners
+                .children
+                .insert((kind, namespace.clone(), name.clone()), owner.clone());
+            match self.owners.parents.get(&parent_key) {
+                Some(queue) => parent_queue.clone_from(queue),
+                None if self.owners.unserved.contains(parent_kind) => {}
+                None => {
+                    // Its pods wait, as for an owner not seen, until the parent is.
+                    let why = format!(
+                        "waiting to see its {parent_kind} {namespace}/{parent}, whose queue \
+                         its {kind}'s pods are admitted in"
+                    );
+                    let group = self.gangs.groups.entry(key);
+                    group
+                        .or_insert_with(|| Group::new(false, Err(String::new())))
+                        .spec = Err(why);
+                    return;
+                }
+            }
+        }
+        let reading = owner
+            .workload(Path::new(live::API_SOURCE))
+            .map(|reading| {
+                // The parent's queue is the one Kueue admits the whole in.
+                reading.map(|(queue, gang)| (parent_queue.or(queue), gang))
+            })
+            .map_err(|e| {
+                format!(
+                    "{kind} {namespace}/{name} is invalid: {}",
+                    ConvertError::from(e).message
+                )
+            });
         let warned = (kind.to_string(), Some(namespace.clone()), name.clone());
         let warnings = owner.volume_warnings(Path::new(live::API_SOURCE));
         let new = self.owners.warned.read(warned, warnings);
@@ -93,11 +136,39 @@ impl LiveIndex {
         self.settle_group(&key);
     }
 
+    /// A parent was added or changed: the owners it controls take its queue.
+    fn apply_parent(&mut self, parent: &Owner) {
+        let kind = parent.kind();
+        let (namespace, name) = parent.key();
+        let queue = parent.queue_label();
+        let key = (kind, namespace.clone(), name.clone());
+        if self.owners.parents.insert(key, queue.clone()) == Some(queue) {
+            return;
+        }
+        for child in self.children_of(kind, &namespace, &name) {
+            self.apply_owner(&child);
+        }
+    }
+
+    /// The owners that a parent controls, as last seen.
+    fn children_of(&self, kind: &str, namespace: &str, name: &str) -> Vec<Owner> {
+        self.owners
+            .children
+            .iter()
+            .filter(|((_, ns, _), child)| ns == namespace && child.parent() == Some((kind, name)))
+            .map(|(_, child)| child.clone())
+            .collect()
+    }
+
     /// An owner was deleted: its pods go with it (the garbage collector deletes them).
     pub fn delete_owner(&mut self, kind: &'static str, namespace: &str, name: &str) {
-        self.owners
-            .owners
-            .remove(&(kind, namespace.to_string(), name.to_string()));
+        let key = (kind, namespace.to_string(), name.to_string());
+        if self.owners.parents.remove(&key).is_some() {
+            // The garbage collector deletes what it controls.
+            return;
+        }
+        self.owners.children.remove(&key);
+        self.owners.owners.remove(&key);
         let warned = (
             kind.to_string(),
             Some(namespace.to_string()),
@@ -121,6 +192,7 @@ impl LiveIndex {
             .owners
             .owners
             .keys()
+            .chain(self.owners.parents.keys())
             .filter(|(k, ns, name)| *k == kind && !present.contains(&(ns.clone(), name.clone())))
             .map(|(_, ns, name)| (ns.clone(), name.clone()))
             .collect();
@@ -132,6 +204,20 @@ impl LiveIndex {
     /// The API does not let Kestrel read `kind`: its pods are read as they are.
     pub fn set_owner_kind_unserved(&mut self, kind: &'static str) {
         self.owners.unserved.insert(kind);
+        if kinds::is_live_parent(kind) {
+            // Owners that waited for a parent that cannot be seen go on without its queue.
+            let waiting: Vec<Owner> = self
+                .owners
+                .children
+                .values()
+                .filter(|child| child.parent().is_some_and(|(k, _)| k == kind))
+                .cloned()
+                .collect();
+            for child in waiting {
+                self.apply_owner(&child);
+            }
+            return;
+        }
         let waiting: Vec<GroupKey> = self
             .owners
             .awaited

@@ -879,3 +879,88 @@ fn a_pytorchjobs_and_a_jobsets_pods_are_one_gang_live() {
         ["run-driver-0-0", "run-workers-0-0", "run-workers-0-1"]
     );
 }
+
+/// A JobSet that Trainer made for a TrainJob: controlled by it, with the TrainJob's
+/// `spec.labels` only (no queue label), two 1-GPU workers.
+fn trainer_jobset(name: &str, workers: u32) -> Owner {
+    let workers = json!({"spec": {"parallelism": workers, "completions": workers,
+        "template": {"spec": {"containers": [{"name": "node", "image": "train"}]}}}});
+    Owner::roles(
+        "JobSet",
+        json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "namespace": "ml",
+                "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1",
+                    "kind": "TrainJob", "name": name, "uid": format!("uid-{name}"),
+                    "controller": true}]},
+            "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": workers}]}}),
+    )
+}
+
+fn train_job(name: &str, queue: Option<&str>) -> Owner {
+    let labels = queue.map_or(json!({}), |q| json!({"kueue.x-k8s.io/queue-name": q}));
+    Owner::roles(
+        "TrainJob",
+        json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": "ml", "labels": labels},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}}}),
+    )
+}
+
+fn trainer_pod(jobset: &str, i: u32) -> Pod {
+    role_pod(
+        &format!("{jobset}-node-0-{i}"),
+        ("batch/v1", "Job", &format!("{jobset}-node-0")),
+        json!({"jobset.sigs.k8s.io/jobset-name": jobset,
+            "jobset.sigs.k8s.io/replicatedjob-name": "node"}),
+        1,
+    )
+}
+
+#[test]
+fn a_trainjobs_jobset_waits_for_the_trainjob_and_takes_its_queue() {
+    let mut h = two_gpu_queue();
+    // Three workers under a quota of 2, the JobSet and its pods seen before the TrainJob:
+    // they wait for it, as its queue label is Kueue's on the TrainJob alone.
+    h.owner(trainer_jobset("llm", 3), false);
+    for i in 0..3 {
+        h.pod(trainer_pod("llm", i));
+    }
+    assert!(h.state.cycle(0).binds.is_empty());
+    assert!(
+        matches!(h.state.pod_state("ml/llm-node-0-0"), Some(PodState::GangWait { reason, .. }) if reason.contains("waiting to see its TrainJob ml/llm")),
+        "{:?}",
+        h.state.pod_state("ml/llm-node-0-0")
+    );
+    // The TrainJob seen: the gang is in the queue, and waits whole for its quota though
+    // the node has 8 GPUs free.
+    h.owner(train_job("llm", Some("team")), false);
+    let out = h.state.cycle(1);
+    assert!(out.binds.is_empty(), "{out:?}");
+    assert_eq!(out.unschedulable[0].reason, "WaitingForQueue", "{out:?}");
+    // A TrainJob seen first, its JobSet after: its two pods fit the quota and start.
+    h.owner(train_job("small", Some("team")), false);
+    h.owner(trainer_jobset("small", 2), false);
+    h.pod(trainer_pod("small", 0));
+    h.pod(trainer_pod("small", 1));
+    let mut bound: Vec<String> = h.state.cycle(2).binds.into_iter().map(|b| b.name).collect();
+    bound.sort();
+    assert_eq!(bound, ["small-node-0-0", "small-node-0-1"]);
+}
+
+#[test]
+fn without_the_trainjob_kind_a_jobsets_pods_go_on_without_its_queue() {
+    let mut h = two_gpu_queue();
+    h.owner(trainer_jobset("llm", 3), false);
+    for i in 0..3 {
+        h.pod(trainer_pod("llm", i));
+    }
+    assert!(h.state.cycle(0).binds.is_empty());
+    // Trainer's CRD is not installed (or Kestrel may not read it): the JobSet is read
+    // alone, a gang in no queue, and its three pods start together.
+    driver::apply_change(
+        &mut h.state,
+        &h.stores,
+        Change::Unserved { kind: "TrainJob" },
+    );
+    assert_eq!(h.state.cycle(1).binds.len(), 3);
+}

@@ -76,7 +76,8 @@ pub(super) fn replicated_jobs(
     for (i, job) in jobs.iter().enumerate() {
         let here = format!("{at}.replicatedJobs[{i}]");
         let role = r.role_name(&here, job, "name it")?;
-        r.unique_role(&set.roles, role, &format!("{at}.replicatedJobs"), &here)?;
+        let list = format!("{at}.replicatedJobs");
+        r.unique_role((&set.roles, 0), role, &list, format!("{here}.name"))?;
         let replicas = r.count(&format!("{here}.replicas"), job.get("replicas"), 1)?;
         let job_spec = job.pointer("/template/spec");
         let field = format!("{here}.template.spec");

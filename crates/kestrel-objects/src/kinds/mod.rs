@@ -40,6 +40,10 @@ pub enum Live {
     Typed,
     /// Listed and watched untyped, when its CRD is installed (other projects' kinds).
     Untyped,
+    /// Listed and watched untyped for its queue alone: it creates no pods, but an object
+    /// of a watched kind that it controls (a TrainJob's JobSet), whose pods take its queue.
+    /// Kueue labels the object it admits, and the controller below does not copy the label.
+    Parent,
 }
 
 /// Which of a kind's pods start together.
@@ -79,7 +83,7 @@ pub trait WorkloadKind: Sync {
     fn rbac_verbs(&self) -> &'static [&'static str] {
         match self.live() {
             Live::NotWatched => &[],
-            Live::Typed | Live::Untyped => &["list", "watch"],
+            Live::Typed | Live::Untyped | Live::Parent => &["list", "watch"],
         }
     }
     /// A label its controller puts on its pods that names the object, for pods whose
@@ -157,7 +161,8 @@ pub fn versions_of(kind: &str) -> Vec<String> {
         .collect()
 }
 
-/// The kinds the live scheduler watches as owners of pods, in registry order.
+/// The kinds the live scheduler watches as owners, of pods or of a watched kind
+/// ([`Live::Parent`]), in registry order.
 pub fn live_owners() -> impl Iterator<Item = &'static dyn WorkloadKind> {
     KINDS
         .iter()
@@ -170,9 +175,33 @@ pub fn is_live_owner(kind: &str) -> bool {
     live_owners().any(|k| k.kind() == kind)
 }
 
-/// The owner kinds watched untyped (other projects' multi-role kinds).
+/// The owner kinds watched untyped (other projects' multi-role kinds and parents).
 pub fn live_untyped_owners() -> impl Iterator<Item = &'static dyn WorkloadKind> {
-    live_owners().filter(|k| k.live() == Live::Untyped)
+    live_owners().filter(|k| matches!(k.live(), Live::Untyped | Live::Parent))
+}
+
+/// The kinds that pass their queue to a watched object they control ([`Live::Parent`]).
+pub fn live_parents() -> impl Iterator<Item = &'static dyn WorkloadKind> {
+    live_owners().filter(|k| k.live() == Live::Parent)
+}
+
+/// Whether the live scheduler watches `kind` as a parent ([`Live::Parent`]).
+pub fn is_live_parent(kind: &str) -> bool {
+    live_parents().any(|k| k.kind() == kind)
+}
+
+/// The parent (its kind and name) that controls an object, by its controller owner
+/// reference, if that is of a [`Live::Parent`] kind.
+pub fn controlling_parent(
+    owner_references: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+) -> Option<(&'static str, &str)> {
+    let owner = owner_references
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    let group = owner.api_version.split_once('/').map_or("", |(g, _)| g);
+    live_parents()
+        .find(|k| k.kind() == owner.kind && k.group() == group)
+        .map(|k| (k.kind(), owner.name.as_str()))
 }
 
 /// Whether a queued object of `kind` is one workload, admitted whole.
@@ -213,7 +242,8 @@ pub fn referenced_kinds() -> impl Iterator<Item = (&'static str, bool, &'static 
 /// carries (a JobSet's pods' controller is one of its Jobs).
 pub fn pod_owner(pod: &Pod) -> Option<(&'static str, &str)> {
     let labels = pod.metadata.labels.as_ref();
-    let by_label = live_owners().find_map(|k| {
+    let pod_owners = || live_owners().filter(|k| k.live() != Live::Parent);
+    let by_label = pod_owners().find_map(|k| {
         let name = labels?.get(k.owner_label()?)?;
         Some((k.kind(), name.as_str()))
     });
@@ -227,7 +257,7 @@ pub fn pod_owner(pod: &Pod) -> Option<(&'static str, &str)> {
         .iter()
         .find(|o| o.controller == Some(true))?;
     let group = owner.api_version.split_once('/').map_or("", |(g, _)| g);
-    live_owners()
+    pod_owners()
         .find(|k| k.kind() == owner.kind && k.group() == group && k.owner_label().is_none())
         .map(|k| (k.kind(), owner.name.as_str()))
 }
@@ -289,17 +319,20 @@ impl<'a> RoleReader<'a> {
         Ok(n)
     }
 
-    /// A role's name must differ from those before it: its pods are named after it.
+    /// A role's name (at `field`) must differ from those of the roles read before it
+    /// from `list`, which are `roles[skip..]` (a RayCluster's head, read first, is not
+    /// in its list of worker groups): its pods are named after it.
     pub fn unique_role(
         &self,
-        roles: &[Role],
+        (roles, skip): (&[Role], usize),
         role: &str,
         list: &str,
-        here: &str,
+        field: String,
     ) -> Result<(), LoadError> {
-        match roles.iter().position(|r| r.name == role) {
+        let listed = roles.get(skip..).unwrap_or_default();
+        match listed.iter().position(|r| r.name == role) {
             Some(first) => Err(self.err(
-                format!("{here}.name"),
+                field,
                 format!(
                     "{role:?} is also the name of {list}[{first}]; names must differ within \
                      the {}",
@@ -362,6 +395,7 @@ mod tests {
                 "ReplicaSet",
                 "PyTorchJob",
                 "JobSet",
+                "TrainJob",
                 "RayCluster"
             ]
         );
@@ -374,6 +408,7 @@ mod tests {
                 ("apps", vec!["statefulsets", "replicasets"]),
                 ("kubeflow.org", vec!["pytorchjobs"]),
                 ("jobset.x-k8s.io", vec!["jobsets"]),
+                ("trainer.kubeflow.org", vec!["trainjobs"]),
                 ("ray.io", vec!["rayclusters"]),
             ]
         );

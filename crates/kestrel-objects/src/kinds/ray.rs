@@ -149,15 +149,8 @@ fn cluster_roles(
                 format!("{RAY_HEAD_GROUP:?} is the head's group; name the worker group otherwise"),
             ));
         }
-        if let Some(first) = set.roles.iter().position(|role| role.name == name) {
-            return Err(r.err(
-                format!("{here}.groupName"),
-                format!(
-                    "{name:?} is also the name of {list}[{}]; group names must differ",
-                    first - 1
-                ),
-            ));
-        }
+        // The head, read first, is not one of the listed worker groups.
+        r.unique_role((&set.roles, 1), name, &list, format!("{here}.groupName"))?;
         let min = r.count(&format!("{here}.minReplicas"), group.get("minReplicas"), 0)?;
         let max = match group.get("maxReplicas") {
             None | Some(Value::Null) => u32::MAX,

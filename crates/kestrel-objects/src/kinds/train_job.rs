@@ -7,7 +7,9 @@
 //! The whole TrainJob is one gang; its queue label counts.
 //!
 //! Live, Trainer's controller creates that JobSet (owned by the TrainJob), whose pods
-//! Kestrel groups as any JobSet's: the TrainJob itself is not watched.
+//! Kestrel groups as any JobSet's. The TrainJob is watched for its queue alone
+//! ([`Live::Parent`]): Kueue's queue label is on the TrainJob, and Trainer copies only
+//! `spec.labels` onto the JobSet, so the JobSet's pods wait until its TrainJob is seen.
 
 use super::jobset::replicated_jobs;
 use super::{GangScope, Live, RoleReader, RoleSet, WorkloadKind};
@@ -43,7 +45,7 @@ impl WorkloadKind for TrainJob {
         "trainjobs"
     }
     fn live(&self) -> Live {
-        Live::NotWatched
+        Live::Parent
     }
     fn gang(&self) -> GangScope {
         GangScope::PerObject

@@ -39,7 +39,7 @@ impl WorkloadKind for VolcanoJob {
         for (i, task) in tasks.iter().enumerate() {
             let here = format!("spec.tasks[{i}]");
             let role = r.role_name(&here, task, "name the task")?;
-            r.unique_role(&set.roles, role, "spec.tasks", &here)?;
+            r.unique_role((&set.roles, 0), role, "spec.tasks", format!("{here}.name"))?;
             let pods = r.count(&format!("{here}.replicas"), task.get("replicas"), 1)?;
             if let Some(min) = task.get("minAvailable") {
                 let min = r.count(&format!("{here}.minAvailable"), Some(min), 0)?;

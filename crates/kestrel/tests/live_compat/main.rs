@@ -397,7 +397,10 @@ async fn the_compatibility_set_has_its_stated_outcomes_on_a_real_control_plane()
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         let most_running = runs.most_at_once() as u64;
-        let state = format!("{name}: running {running}, succeeded {succeeded}, pending {pending}, most running at once {most_running}");
+        let state = format!(
+            "{name}: running {running}, succeeded {succeeded}, pending {pending}, most running at once {most_running}, after {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
         if let Some(n) = count("completed") {
             assert_eq!(succeeded, n, "{state}");
         }
