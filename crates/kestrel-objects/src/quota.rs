@@ -1,4 +1,6 @@
-//! ResourceQuotas, read to explain gangs whose pods cannot be created.
+//! ResourceQuotas: one model of what the API server refuses pods by, for the simulator
+//! (which counts its pods against it) and the live scheduler (which explains gangs whose
+//! pods cannot be created).
 //!
 //! The API server enforces a namespace's ResourceQuotas when a pod is created: a Job whose
 //! namespace has used up its quota cannot create the rest of its gang, and the gang waits
@@ -10,11 +12,12 @@
 use crate::warning::{FieldWarning, WarnedObject};
 use k8s_openapi::api::core::v1::ResourceQuota;
 use kestrel_core::{parse_quantity, request_scale, Bytes, GpuRequest, PodSpec, GPU_RESOURCE};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
 
 /// What a quota limit counts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Counted {
     /// Pods (`pods`, `count/pods`): every pod counts 1.
     Pods,
@@ -23,7 +26,7 @@ pub enum Counted {
 }
 
 /// One resource a quota limits, as the quota controller last counted it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 struct Limit {
     /// The quota's resource name as written (`requests.nvidia.com/gpu`).
     key: String,
@@ -35,7 +38,7 @@ struct Limit {
 }
 
 /// A scope a quota restricts itself to, among those Kestrel can tell from a pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 enum Scope {
     /// `BestEffort` (true) or `NotBestEffort` (false).
     BestEffort(bool),
@@ -64,7 +67,7 @@ impl Scope {
 }
 
 /// A ResourceQuota as Kestrel uses it: the pod resources it limits and what is used.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Quota {
     pub namespace: String,
     pub name: String,
@@ -204,18 +207,62 @@ pub(crate) fn amount_text(resource: &str, amount: i64) -> String {
     }
 }
 
-/// Reads a ResourceQuota. What cannot be read is skipped, each with a warning naming the
-/// object and the field; `None` when the quota limits no pod resource, or restricts itself
-/// to a scope Kestrel cannot tell from a pod (`Terminating`, `NotTerminating`,
-/// `CrossNamespacePodAffinity`).
-pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<FieldWarning>) {
-    let namespace = quota.metadata.namespace.clone().unwrap_or_default();
-    let name = quota.metadata.name.clone().unwrap_or_default();
-    let object = WarnedObject::of(quota);
-    let mut warnings = Vec::new();
+/// Where a quota's amounts come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaSource {
+    /// A live object: what the quota controller enforces (`status.hard`, or `spec.hard`
+    /// before it has copied it there) and has counted (`status.used`); a resource it has
+    /// not counted yet is left out.
+    Live,
+    /// The simulator's files: `spec.hard`, nothing used yet (the simulator counts its
+    /// pods as it creates them, [`Quota::count`]).
+    File,
+}
+
+/// What a ResourceQuota says about pods, read once for the simulator and the live
+/// scheduler alike ([`read_quota_from`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaReading {
+    /// `None`: its scope is one Kestrel cannot tell from a pod ([`Self::untold_scope`]),
+    /// or a scope could not be read ([`Self::problems`]). A quota that counts no pod (of
+    /// other objects only) has no limits.
+    pub quota: Option<Quota>,
+    /// A scope that counts pods Kestrel cannot tell apart (`Terminating`,
+    /// `NotTerminating`, `CrossNamespacePodAffinity`): (field, scope).
+    pub untold_scope: Option<(String, String)>,
+    /// What could not be read: (field, why). A resource with a problem is left out; a
+    /// scope with one leaves the quota out.
+    pub problems: Vec<(String, String)>,
+}
+
+impl QuotaReading {
+    /// The quota read as limiting no pod resource.
+    fn counting_no_pods(mut self, quota: &ResourceQuota) -> Self {
+        self.quota = Some(Quota {
+            namespace: quota.metadata.namespace.clone().unwrap_or_default(),
+            name: quota.metadata.name.clone().unwrap_or_default(),
+            scopes: Vec::new(),
+            limits: Vec::new(),
+        });
+        self
+    }
+}
+
+/// Reads a ResourceQuota's scopes and the limits it sets on pods, from `source`.
+pub fn read_quota_from(quota: &ResourceQuota, source: QuotaSource) -> QuotaReading {
+    let mut reading = QuotaReading {
+        quota: None,
+        untold_scope: None,
+        problems: Vec::new(),
+    };
     let spec = quota.spec.as_ref();
     let mut scopes = Vec::new();
-    for scope in spec.and_then(|s| s.scopes.as_ref()).into_iter().flatten() {
+    for (i, scope) in spec
+        .and_then(|s| s.scopes.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
         match scope.as_str() {
             "BestEffort" => scopes.push(Scope::BestEffort(true)),
             "NotBestEffort" => scopes.push(Scope::BestEffort(false)),
@@ -224,16 +271,16 @@ pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<FieldWarning>) {
                 values: Vec::new(),
             }),
             "Terminating" | "NotTerminating" | "CrossNamespacePodAffinity" => {
-                return (None, warnings)
+                reading.untold_scope = Some((format!("spec.scopes[{i}]"), scope.clone()));
+                return reading;
             }
             // Scopes of other objects (VolumeAttributesClass): the quota counts no pods.
-            "VolumeAttributesClass" => return (None, warnings),
+            "VolumeAttributesClass" => return reading.counting_no_pods(quota),
             other => {
-                warnings.push(object.warning(
-                    "spec.scopes",
-                    format!("unknown scope {other:?}; the quota is not used to explain waiting gangs until it is fixed"),
-                ));
-                return (None, warnings);
+                reading
+                    .problems
+                    .push(("spec.scopes".into(), format!("unknown scope {other:?}")));
+                return reading;
             }
         }
     }
@@ -249,12 +296,14 @@ pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<FieldWarning>) {
                     term.operator.as_str(),
                     "In" | "NotIn" | "Exists" | "DoesNotExist"
                 ) {
-                    warnings.push(object.warning(
+                    reading.problems.push((
                         format!("{field}.operator"),
-                        format!("unknown operator {:?} (In, NotIn, Exists or DoesNotExist); the quota is not used to explain waiting gangs until it is fixed",
-                        term.operator),
+                        format!(
+                            "unknown operator {:?} (In, NotIn, Exists or DoesNotExist)",
+                            term.operator
+                        ),
                     ));
-                    return (None, warnings);
+                    return reading;
                 }
                 scopes.push(Scope::PriorityClass {
                     operator: term.operator.clone(),
@@ -264,34 +313,30 @@ pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<FieldWarning>) {
             "BestEffort" | "NotBestEffort" => {
                 scopes.push(Scope::BestEffort(term.scope_name == "BestEffort"))
             }
-            "Terminating"
-            | "NotTerminating"
-            | "CrossNamespacePodAffinity"
-            | "VolumeAttributesClass" => return (None, warnings),
+            "Terminating" | "NotTerminating" | "CrossNamespacePodAffinity" => {
+                reading.untold_scope =
+                    Some((format!("{field}.scopeName"), term.scope_name.clone()));
+                return reading;
+            }
+            "VolumeAttributesClass" => return reading.counting_no_pods(quota),
             other => {
-                warnings.push(object.warning(
+                reading.problems.push((
                     format!("{field}.scopeName"),
-                    format!("unknown scope {other:?}; the quota is not used to explain waiting gangs until it is fixed"),
+                    format!("unknown scope {other:?}"),
                 ));
-                return (None, warnings);
+                return reading;
             }
         }
     }
-    // What the quota controller enforces is status.hard; before it has copied spec.hard
-    // there, spec.hard.
     let status = quota.status.as_ref();
-    let (hard, hard_field) = match status.and_then(|s| s.hard.as_ref()) {
-        Some(h) => (Some(h), "status.hard"),
-        None => (spec.and_then(|s| s.hard.as_ref()), "spec.hard"),
+    let (hard, hard_field) = match (source, status.and_then(|s| s.hard.as_ref())) {
+        (QuotaSource::Live, Some(h)) => (Some(h), "status.hard"),
+        _ => (spec.and_then(|s| s.hard.as_ref()), "spec.hard"),
     };
     let used = status.and_then(|s| s.used.as_ref());
     let mut limits = Vec::new();
     for (key, hard_q) in hard.into_iter().flatten() {
         let Some(counts) = counted(key) else {
-            continue;
-        };
-        // Not counted yet by the quota controller: nothing to say about it.
-        let Some(used_q) = used.and_then(|u| u.get(key)) else {
             continue;
         };
         let scale = match &counts {
@@ -300,17 +345,18 @@ pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<FieldWarning>) {
         };
         let mut read = |field: &str, text: &str| {
             read_amount(text, scale)
-                .map_err(|why| {
-                    warnings.push(object.warning(
-                        format!("{field}[{key}]"),
-                        format!("{why}; that resource of the quota is not used to explain waiting gangs until it is fixed"),
-                    ))
-                })
+                .map_err(|why| reading.problems.push((format!("{field}[{key}]"), why)))
                 .ok()
         };
-        let (Some(hard), Some(used)) =
-            (read(hard_field, &hard_q.0), read("status.used", &used_q.0))
-        else {
+        let used = match source {
+            // Not counted yet by the quota controller: nothing to say about it.
+            QuotaSource::Live => match used.and_then(|u| u.get(key)) {
+                Some(used_q) => read("status.used", &used_q.0).map(|u| (u, used_q.0.clone())),
+                None => continue,
+            },
+            QuotaSource::File => Some((0, "0".to_string())),
+        };
+        let (Some(hard), Some((used, used_text))) = (read(hard_field, &hard_q.0), used) else {
             continue;
         };
         limits.push(Limit {
@@ -319,21 +365,63 @@ pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<FieldWarning>) {
             hard,
             used,
             hard_text: hard_q.0.clone(),
-            used_text: used_q.0.clone(),
+            used_text,
         });
     }
-    if limits.is_empty() {
-        return (None, warnings);
+    let mut reading = reading.counting_no_pods(quota);
+    if let Some(q) = &mut reading.quota {
+        (q.scopes, q.limits) = (scopes, limits);
     }
-    (
-        Some(Quota {
-            namespace,
-            name,
-            scopes,
-            limits,
-        }),
-        warnings,
-    )
+    reading
+}
+
+/// Reads a live ResourceQuota. What cannot be read is skipped, each with a warning naming
+/// the object and the field; `None` when the quota limits no pod resource, or restricts
+/// itself to a scope Kestrel cannot tell from a pod (`Terminating`, `NotTerminating`,
+/// `CrossNamespacePodAffinity`).
+pub fn read_quota(quota: &ResourceQuota) -> (Option<Quota>, Vec<FieldWarning>) {
+    let object = WarnedObject::of(quota);
+    let reading = read_quota_from(quota, QuotaSource::Live);
+    let skipped = match reading.quota {
+        None => "the quota is",
+        Some(_) => "that resource of the quota is",
+    };
+    let warnings = reading
+        .problems
+        .into_iter()
+        .map(|(field, why)| {
+            object.warning(
+                field,
+                format!("{why}; {skipped} not used to explain waiting gangs until it is fixed"),
+            )
+        })
+        .collect();
+    (reading.quota.filter(|q| !q.limits.is_empty()), warnings)
+}
+
+impl Quota {
+    /// Counts a pod created (`by` 1) or gone (`by` -1) against the quota, as the quota
+    /// controller does, when its scopes take the pod.
+    pub fn count(&mut self, pod: &PodUsage, by: i64) {
+        if !self.scopes.iter().all(|s| s.matches(pod)) {
+            return;
+        }
+        for limit in &mut self.limits {
+            let (resource, amount) = match &limit.counts {
+                Counted::Pods => ("pods", 1),
+                Counted::Request(r) => (r.as_str(), pod.requests.get(r).copied().unwrap_or(0)),
+            };
+            if amount != 0 {
+                limit.used += by * amount;
+                limit.used_text = amount_text(resource, limit.used);
+            }
+        }
+    }
+
+    /// The limits it sets, in its units: (resource name as written, hard, used).
+    pub fn limits(&self) -> impl Iterator<Item = (&str, i64, i64)> {
+        self.limits.iter().map(|l| (l.key.as_str(), l.hard, l.used))
+    }
 }
 
 /// The first of a namespace's quotas (in order, each in its resource names' order) that

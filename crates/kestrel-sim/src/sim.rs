@@ -183,11 +183,12 @@ pub struct Simulation<'a> {
     event_log: events::EventLog,
 }
 
-/// ResourceQuota accounting per namespace, as the API server keeps it: what pods that
-/// exist (pending or running) request, against each quota's `hard` amounts.
+/// ResourceQuota accounting per namespace, as the API server keeps it: each quota (in
+/// the model the live scheduler reads quotas into) counts the pods that exist, pending
+/// or running.
 #[derive(Debug, Default, Clone)]
 struct NamespaceQuotas {
-    used: HashMap<String, BTreeMap<String, i64>>,
+    quotas: HashMap<String, Vec<kestrel_objects::quota::Quota>>,
     /// Jobs whose pod creation was refused, per namespace, in order: retried when quota
     /// frees up.
     refused: HashMap<String, Vec<usize>>,
@@ -384,7 +385,7 @@ impl<'a> Simulation<'a> {
             start_latencies: Vec::new(),
             reclaim_latencies: Vec::new(),
             queue_integrals: Vec::new(),
-            namespace_quota: NamespaceQuotas::default(),
+            namespace_quota: NamespaceQuotas::of(&workload.queues.resource_quotas),
             decide_time: std::time::Duration::ZERO,
             estimates: None,
             bind_log: None,

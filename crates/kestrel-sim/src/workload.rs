@@ -1,7 +1,7 @@
 //! What the simulator runs: pod sets (one per workload object) and timed cluster events.
 
 use kestrel_core::{GangSpec, GangTopology, Millis, NodeSpec, PodSpec};
-pub use kestrel_objects::queues::{NamespaceQuota, QueueSetup};
+pub use kestrel_objects::queues::QueueSetup;
 use kestrel_objects::training::Plan;
 use serde::Serialize;
 

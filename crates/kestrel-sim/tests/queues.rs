@@ -1,9 +1,9 @@
 //! Team queues in the simulator: the built-in scenarios and namespace ResourceQuotas.
 
-use kestrel_core::{Demand, GpuRequest, PodSpec, Resources, VictimOrder, GPU_RESOURCE};
+use kestrel_core::{Demand, GpuRequest, PodSpec, Resources, VictimOrder};
+use kestrel_objects::quota::{read_quota_from, Quota, QuotaSource};
 use kestrel_sim::metrics::SimReport;
 use kestrel_sim::scenarios::{contended_day, kueue_baseline, preemption_heavy};
-use kestrel_sim::workload::NamespaceQuota;
 use kestrel_sim::{simulate, JobKind, PodSet, SimCluster, SimConfig, Workload};
 
 fn run(cluster: &SimCluster, workload: &Workload, config: SimConfig) -> SimReport {
@@ -100,11 +100,10 @@ fn namespace_resource_quota_refuses_creations_until_pods_end() {
         template,
         gpu_utilization: 1.0,
     });
-    workload.queues.resource_quotas.push(NamespaceQuota {
-        namespace: "team".into(),
-        name: "gpus".into(),
-        hard: vec![(GPU_RESOURCE.into(), 2_000)],
-    });
+    workload.queues.resource_quotas.push(file_quota(
+        "team",
+        serde_json::json!({"hard": {"requests.nvidia.com/gpu": "2"}}),
+    ));
     let r = run(&cluster, &workload, SimConfig::default());
     assert_eq!(r.pods.completed, 4, "refused creations are retried");
     assert_eq!(r.pods.rejected_by_quota, 0, "none left refused at the end");
@@ -118,6 +117,28 @@ fn namespace_resource_quota_refuses_creations_until_pods_end() {
     let r = run(&cluster, &workload, SimConfig::default());
     assert_eq!(r.pods.completed, 4);
     assert_eq!(r.span, 60_000, "all four at once");
+
+    // A quota scoped to a priority class counts only the pods of that class, as the
+    // live scheduler reads it.
+    let scoped = serde_json::json!({"hard": {"requests.nvidia.com/gpu": "2"},
+        "scopeSelector": {"matchExpressions": [
+            {"scopeName": "PriorityClass", "operator": "In", "values": ["urgent"]}]}});
+    workload.queues.resource_quotas = vec![file_quota("team", scoped)];
+    workload.jobs[0].template.demand.gpu = GpuRequest::Whole(1);
+    let r = run(&cluster, &workload, SimConfig::default());
+    assert_eq!(r.span, 60_000, "pods of no class are not counted");
+    workload.jobs[0].template.priority_class = Some("urgent".into());
+    let r = run(&cluster, &workload, SimConfig::default());
+    assert_eq!(r.pods.completed, 4);
+    assert_eq!(r.span, 120_000, "urgent pods two at a time");
+}
+
+/// A ResourceQuota `gpus` in `namespace` with this spec, read as the files' are.
+fn file_quota(namespace: &str, spec: serde_json::Value) -> Quota {
+    let quota = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "gpus", "namespace": namespace}, "spec": spec}))
+    .unwrap();
+    read_quota_from(&quota, QuotaSource::File).quota.unwrap()
 }
 
 /// A Kueue setup (one flavor, a ClusterQueue of `gpus` GPUs) and `jobs`, read as files are.

@@ -7,7 +7,7 @@
 //! | `Cohort` | `kueue.x-k8s.io/v1alpha1`, `v1beta1`, `v1beta2`, `scheduling.kestrel.dev/v1alpha1` | [`CohortSpec`] |
 //! | `ResourceFlavor` | as `ClusterQueue` | [`ResourceFlavor`] |
 //! | `Namespace` | `v1` | its labels, for ClusterQueue `namespaceSelector`s |
-//! | `ResourceQuota` | `v1` | [`NamespaceQuota`] |
+//! | `ResourceQuota` | `v1` | [`crate::quota::Quota`] |
 //! | `LimitRange` | `v1` | default container requests per namespace ([`LimitRangeDefaults`]) |
 //! | `PodDisruptionBudget` | `policy/v1` | [`DisruptionBudget`]: preemption takes victims that keep it first |
 //! | `Queue` | `scheduling.volcano.sh/v1beta1`, `scheduling.run.ai/v2` | a cluster-wide [`ClusterQueueSpec`] (see [`cluster_wide`]) |
@@ -32,8 +32,10 @@
 //! `requests.hugepages-2Mi` ...) to the resource, and `pods` and `count/pods` to `pods`;
 //! when two keys name one resource the smaller amount holds. Limits (`limits.*`) are not
 //! tracked: the scheduler counts requests. Other keys (object counts, storage) are
-//! skipped. Scoped quotas (`spec.scopes`, `spec.scopeSelector`) are refused: the simulator
-//! cannot tell which pods they count.
+//! skipped. A quota is read into the model the live scheduler uses ([`crate::quota`]):
+//! GPUs in devices, the scopes `BestEffort`, `NotBestEffort` and `PriorityClass` matched
+//! against pods; a quota scoped to what the simulator does not model (`Terminating`,
+//! `NotTerminating`, `CrossNamespacePodAffinity`) is refused.
 //!
 //! A LimitRange item of `type: Container` gives containers of its namespace the requests
 //! they do not set, as the API server does: the container's own limit, else the item's
@@ -64,9 +66,10 @@ pub use self::cluster_wide::{
 };
 use self::kueue::{cluster_queue, flavor, limits_need_a_parent};
 pub use self::kueue::{CLUSTER_QUEUE_FIELDS, COHORT_FIELDS, FLAVOR_FIELDS, LOCAL_QUEUE_FIELDS};
+pub use self::namespace::LimitRangeDefaults;
 use self::namespace::{disruption_budget, limit_range, resource_quota};
-pub use self::namespace::{quota_resource, LimitRangeDefaults, NamespaceQuota};
 use self::reader::{namespace_of, namespaced, reader, Reader};
+use crate::quota::Quota;
 
 pub mod cluster_wide;
 mod kueue;
@@ -83,7 +86,8 @@ pub struct QueueSetup {
     pub flavors: Vec<ResourceFlavor>,
     /// Namespace labels (for ClusterQueue namespaceSelectors).
     pub namespaces: Vec<(String, Labels)>,
-    pub resource_quotas: Vec<NamespaceQuota>,
+    /// In the model the live scheduler reads quotas into, nothing used yet.
+    pub resource_quotas: Vec<Quota>,
     pub disruption_budgets: Vec<DisruptionBudget>,
     /// Fields of other projects' objects that Kestrel does not honour.
     pub warnings: Vec<FieldWarning>,
@@ -147,7 +151,7 @@ pub enum QueueDocument {
     Cohort(CohortSpec),
     Flavor(ResourceFlavor),
     Namespace(String, Labels),
-    Quota(NamespaceQuota),
+    Quota(Quota),
     LimitRange(LimitRangeDefaults),
     DisruptionBudget(DisruptionBudget),
 }
@@ -284,7 +288,7 @@ fn read_queue_document(r: &Reader, doc: &Value) -> Result<QueueDocument, LoadErr
             name,
             r.labels(meta.and_then(|m| m.get("labels")), "metadata.labels")?,
         ),
-        "ResourceQuota" => QueueDocument::Quota(resource_quota(r, doc, namespace, name)?),
+        "ResourceQuota" => QueueDocument::Quota(resource_quota(r, doc)?),
         "LimitRange" => QueueDocument::LimitRange(limit_range(r, doc, namespace, name)?),
         "PodDisruptionBudget" => {
             QueueDocument::DisruptionBudget(disruption_budget(r, s, namespace, name)?)

@@ -4,26 +4,11 @@
 use super::reader::{typed, Reader};
 use crate::error::LoadError;
 use crate::limit_range::container_defaults;
-use crate::quota::{counted, Counted};
+use crate::quota::{read_quota_from, Quota, QuotaSource};
 use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kestrel_core::{
-    parse_quantity, quota_scale, DisruptionBudget, DisruptionLimit, IntOrPercent, PODS_RESOURCE,
-};
-use serde::Serialize;
+use kestrel_core::{DisruptionBudget, DisruptionLimit, IntOrPercent};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
-
-/// A namespace's ResourceQuota: the API server refuses pod creations beyond `hard`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct NamespaceQuota {
-    pub namespace: String,
-    pub name: String,
-    /// (resource, amount) in the engine's units: `cpu` in millicores, `memory` in bytes,
-    /// `nvidia.com/gpu` in thousandths, `pods` a count (from `requests.cpu`, `cpu`,
-    /// `requests.nvidia.com/gpu`, `pods`, `count/pods` ...).
-    pub hard: Vec<(String, i64)>,
-}
 
 /// What a LimitRange fills in for containers without requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,55 +20,27 @@ pub struct LimitRangeDefaults {
     pub container_requests: BTreeMap<String, i64>,
 }
 
-/// The engine's resource for a ResourceQuota `spec.hard` key by the rule the live
-/// scheduler reads quotas with ([`counted`]), or `None` for keys that are not tracked
-/// (limits, object counts, storage).
-pub fn quota_resource(key: &str) -> Option<&str> {
-    match counted(key)? {
-        Counted::Pods => Some(PODS_RESOURCE),
-        Counted::Request(_) => Some(key.strip_prefix("requests.").unwrap_or(key)),
-    }
-}
-
-pub(super) fn resource_quota(
-    r: &Reader,
-    doc: &Value,
-    namespace: String,
-    name: String,
-) -> Result<NamespaceQuota, LoadError> {
+/// A ResourceQuota of the files: the model the live scheduler reads quotas into
+/// ([`crate::quota`]), its amounts from `spec.hard`, refused whole where it cannot be
+/// read (the live scheduler skips that part with a warning instead).
+pub(super) fn resource_quota(r: &Reader, doc: &Value) -> Result<Quota, LoadError> {
     let q: core::ResourceQuota = typed(r, doc)?;
-    let spec = q.spec.unwrap_or_default();
-    if spec.scopes.as_ref().is_some_and(|s| !s.is_empty()) || spec.scope_selector.is_some() {
-        let field = if spec.scope_selector.is_some() {
-            "spec.scopeSelector"
-        } else {
-            "spec.scopes"
-        };
+    let reading = read_quota_from(&q, QuotaSource::File);
+    if let Some((field, scope)) = reading.untold_scope {
         return Err(r.err(
             field,
-            "scoped quotas are not simulated (Kestrel cannot tell which pods they count); remove the scope, or the quota",
+            format!(
+                "scope {scope:?} counts pods by what the simulator does not model; remove the \
+                 scope (BestEffort, NotBestEffort and PriorityClass are simulated), or the quota"
+            ),
         ));
     }
-    let mut hard: BTreeMap<String, i64> = BTreeMap::new();
-    for (key, Quantity(text)) in spec.hard.iter().flatten() {
-        let Some(resource) = quota_resource(key) else {
-            continue;
-        };
-        let field = format!("spec.hard[{key:?}]");
-        let amount = parse_quantity(text, quota_scale(resource))
-            .map_err(|e| r.err(&field, e.to_string()))?;
-        if amount < 0 {
-            return Err(r.err(field, format!("{text:?} is negative; write 0 or more")));
-        }
-        hard.entry(resource.to_string())
-            .and_modify(|a| *a = (*a).min(amount))
-            .or_insert(amount);
+    if let Some((field, why)) = reading.problems.into_iter().next() {
+        return Err(r.err(field, format!("{why}; write a quantity of 0 or more")));
     }
-    Ok(NamespaceQuota {
-        namespace,
-        name,
-        hard: hard.into_iter().collect(),
-    })
+    reading
+        .quota
+        .ok_or_else(|| r.err("spec", "cannot be read; check its scopes"))
 }
 
 /// A PodDisruptionBudget: `spec.selector` and one of `spec.minAvailable` and

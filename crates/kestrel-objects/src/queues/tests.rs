@@ -456,27 +456,46 @@ spec:
         (q.namespace.as_str(), q.name.as_str()),
         ("research", "compute")
     );
+    // Each limit on pods as written, in the units of pod requests (GPUs in devices),
+    // nothing used yet; limits, storage and object counts are not read.
+    let limits: Vec<_> = q.limits().collect();
     assert_eq!(
-        q.hard,
-        vec![
-            ("cpu".to_string(), 64_000),
-            ("memory".to_string(), 256 << 30),
-            ("nvidia.com/gpu".to_string(), 8_000),
-            ("pods".to_string(), 50),
-            ("rdma/ib".to_string(), 4),
+        limits,
+        [
+            ("count/pods", 50, 0),
+            ("cpu", 100_000, 0),
+            ("requests.cpu", 64_000, 0),
+            ("requests.memory", 256 << 30, 0),
+            ("requests.nvidia.com/gpu", 8, 0),
+            ("requests.rdma/ib", 4, 0),
         ]
     );
     let e = err("apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q, namespace: ml}\nspec: {hard: {requests.cpu: lots}}\n");
     assert_names(
         &e,
+        &["ResourceQuota ml/q", "spec.hard[requests.cpu]", "\"lots\""],
+    );
+    // Scopes the simulator can tell from a pod are read; others are refused.
+    let e = err("apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q, namespace: ml}\nspec: {hard: {pods: \"5\"}, scopes: [BestEffort, Terminating]}\n");
+    assert_names(
+        &e,
         &[
             "ResourceQuota ml/q",
-            "spec.hard[\"requests.cpu\"]",
-            "\"lots\"",
+            "spec.scopes[1]",
+            "\"Terminating\"",
+            "remove the scope",
         ],
     );
-    let e = err("apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q, namespace: ml}\nspec: {hard: {pods: \"5\"}, scopes: [BestEffort]}\n");
-    assert_names(&e, &["spec.scopes", "not simulated"]);
+    let e = err("apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q, namespace: ml}\nspec: {hard: {pods: \"5\"}, scopeSelector: {matchExpressions: [{scopeName: PriorityClass, operator: Near}]}}\n");
+    assert_names(
+        &e,
+        &[
+            "spec.scopeSelector.matchExpressions[0].operator",
+            "\"Near\"",
+        ],
+    );
+    let e = err("apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q, namespace: ml}\nspec: {hard: {requests.nvidia.com/gpu: \"-1\"}}\n");
+    assert_names(&e, &["spec.hard[requests.nvidia.com/gpu]", "negative"]);
     let e = err("apiVersion: v2\nkind: ResourceQuota\nmetadata: {name: q}\n");
     assert_names(&e, &["field apiVersion", "use v1"]);
 }

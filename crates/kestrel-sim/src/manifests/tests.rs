@@ -873,10 +873,8 @@ items:
                 .collect()
         )]
     );
-    assert_eq!(
-        q.resource_quotas[0].hard,
-        vec![("nvidia.com/gpu".to_string(), 2000)]
-    );
+    let limits: Vec<_> = q.resource_quotas[0].limits().collect();
+    assert_eq!(limits, [("requests.nvidia.com/gpu", 2, 0)]);
     let e = err("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {name: team}\nspec: {queueingStrategy: FIFO}\n");
     assert_names(
         &e,
