@@ -109,8 +109,8 @@ pub(super) fn dra_claim_unallocated(
         }
         let classes: BTreeSet<&str> = claim
             .spec
-            .devices
             .iter()
+            .flat_map(|s| s.devices.iter())
             .flat_map(|d| d.requests.iter().flatten())
             .filter_map(|r| r.exactly.as_ref().map(|e| e.device_class_name.as_str()))
             .collect();

@@ -10,7 +10,7 @@ use std::path::Path;
 /// The kinds a workload file may hold besides the workload kinds of the registry
 /// ([`crate::kinds::KINDS`]), which come after `Pod` in [`supported_kinds`].
 const OTHER_SUPPORTED_KINDS: [&str; 17] = [
-    "PodGroup (Kestrel, scheduler-plugins, Volcano)",
+    "PodGroup (Kestrel, scheduler-plugins, Volcano, Kubernetes)",
     "Topology (Kestrel, Kueue)",
     "PriorityClass",
     "WorkloadPriorityClass (kueue.x-k8s.io)",
@@ -52,6 +52,8 @@ const OTHER_KIND_VERSIONS: [(&str, &[&str]); 2] = [
             "scheduling.kestrel.dev/v1alpha1",
             "scheduling.x-k8s.io/v1alpha1",
             "scheduling.volcano.sh/v1beta1",
+            "scheduling.k8s.io/v1beta1",
+            "scheduling.k8s.io/v1alpha3",
         ],
     ),
     (

@@ -5,6 +5,7 @@
 //! | Kestrel | `scheduling.kestrel.dev/v1alpha1` `PodGroup` | label `scheduling.kestrel.dev/pod-group` |
 //! | scheduler-plugins | `scheduling.x-k8s.io/v1alpha1` `PodGroup` | label `scheduling.x-k8s.io/pod-group` |
 //! | Volcano | `scheduling.volcano.sh/v1beta1` `PodGroup` | annotation `scheduling.k8s.io/group-name` |
+//! | Kubernetes (Workload API) | `scheduling.k8s.io/v1beta1` (or `v1alpha3`) `PodGroup` | `spec.schedulingGroup.podGroupName` |
 //! | Kueue plain pods | none | label `kueue.x-k8s.io/pod-group-name` + annotation `kueue.x-k8s.io/pod-group-total-count` |
 //!
 //! Topology levels come from a `Topology` object (`spec.levels[].nodeLabel`, Kestrel's or
@@ -21,6 +22,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub const KESTREL_GROUP: &str = "scheduling.kestrel.dev";
+/// Kubernetes' own scheduling group: the Workload API's PodGroup (behind the
+/// `GenericWorkload` feature gate), which pods name in `spec.schedulingGroup`.
+pub const KUBE_SCHEDULING_GROUP: &str = "scheduling.k8s.io";
+/// The version of it the live scheduler watches (beta from Kubernetes 1.37; files may
+/// also hold 1.35's and 1.36's `v1alpha3`, whose PodGroup has the same fields).
+pub const KUBE_POD_GROUP_VERSION: &str = "v1beta1";
 pub const KESTREL_POD_GROUP_LABEL: &str = "scheduling.kestrel.dev/pod-group";
 pub const KESTREL_ROLE_LABEL: &str = "scheduling.kestrel.dev/role";
 pub const PLUGINS_POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
@@ -85,7 +92,11 @@ pub fn is_gang_document(kind: &str, api_version: &str) -> bool {
     matches!(kind, "PodGroup" | "Topology")
         && matches!(
             group_of(api_version),
-            KESTREL_GROUP | "scheduling.x-k8s.io" | "scheduling.volcano.sh" | "kueue.x-k8s.io"
+            KESTREL_GROUP
+                | "scheduling.x-k8s.io"
+                | "scheduling.volcano.sh"
+                | "kueue.x-k8s.io"
+                | KUBE_SCHEDULING_GROUP
         )
 }
 
@@ -239,6 +250,12 @@ pub fn parse_gang_document(path: &Path, doc: &Value) -> Result<GangDocument, Loa
                 slice: t.slice_level.zip(slice_size),
             };
         }
+    } else if group_of(api_version) == KUBE_SCHEDULING_GROUP {
+        let ctx = Ctx {
+            path,
+            object: object.clone(),
+        };
+        kube_pod_group(&ctx, &spec, &mut gang)?;
     } else {
         let s: ForeignPodGroupSpec =
             serde_json::from_value(spec).map_err(|e| err(path, &object, "spec", format!("{e}")))?;
@@ -260,6 +277,46 @@ pub fn parse_gang_document(path: &Path, doc: &Value) -> Result<GangDocument, Loa
     Ok(GangDocument::PodGroup(gang))
 }
 
+/// Kubernetes' PodGroup (`scheduling.k8s.io`): `spec.schedulingPolicy` is `gang` (its
+/// `minCount` pods start together) or `basic` (its pods start as they fit, a gang of at
+/// least 1); the first `spec.schedulingConstraints.topology` key is the node label whose
+/// one domain holds the whole group. Its other fields (claims, disruption mode,
+/// priority, a parent composite group) are its controllers' and kube-scheduler's.
+fn kube_pod_group(ctx: &Ctx, spec: &Value, gang: &mut GangSpec) -> Result<(), LoadError> {
+    let at = "spec.schedulingPolicy";
+    let policy = spec.get("schedulingPolicy").and_then(Value::as_object);
+    let fix = "set gang: {minCount: N} (N pods start together) or basic: {}";
+    let policy = policy.ok_or_else(|| ctx.err(at, format!("missing; {fix}")))?;
+    gang.min_member = match (policy.get("gang"), policy.get("basic")) {
+        (Some(g), None) => {
+            let field = format!("{at}.gang.minCount");
+            match g.get("minCount") {
+                Some(Value::Number(n)) => n
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| ctx.err(&field, format!("{n} is not a count of 1 or more")))?,
+                _ => return Err(ctx.err(field, "missing; the pods that must start together")),
+            }
+        }
+        (None, Some(_)) => 1,
+        _ => return Err(ctx.err(at, format!("needs exactly one policy; {fix}"))),
+    };
+    let topology = spec
+        .pointer("/schedulingConstraints/topology")
+        .and_then(Value::as_array);
+    if let Some(first) = topology.and_then(|t| t.first()) {
+        let key = first.get("key").and_then(Value::as_str).ok_or_else(|| {
+            ctx.err(
+                "spec.schedulingConstraints.topology[0].key",
+                "missing; name the node label whose one domain holds the group",
+            )
+        })?;
+        gang.topology.required = Some(key.to_string());
+    }
+    Ok(())
+}
+
 /// What a pod's labels and annotations say about its gang.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodGang {
@@ -270,15 +327,22 @@ pub struct PodGang {
     pub topology: GangTopology,
 }
 
-/// Reads a pod's gang membership, if any. `object` names the pod's owner for errors.
+/// Reads a pod's gang membership, if any. `object` names the pod's owner for errors;
+/// `scheduling_group` is the PodGroup its `spec.schedulingGroup` names.
 pub fn pod_gang(
     path: &Path,
     object: &str,
     namespace: &str,
-    labels: &BTreeMap<String, String>,
-    annotations: &BTreeMap<String, String>,
+    (labels, annotations): (&BTreeMap<String, String>, &BTreeMap<String, String>),
+    scheduling_group: Option<&str>,
 ) -> Result<Option<PodGang>, LoadError> {
+    let scheduling_group = scheduling_group.map(str::to_string);
     let markers = [
+        (
+            scheduling_group.as_ref(),
+            "spec.schedulingGroup",
+            "spec.schedulingGroup.podGroupName",
+        ),
         (
             labels.get(KESTREL_POD_GROUP_LABEL),
             "metadata.labels",
@@ -533,6 +597,16 @@ impl GangCollector {
 mod tests {
     use super::*;
 
+    fn gang_of(
+        path: &Path,
+        object: &str,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<Option<PodGang>, LoadError> {
+        pod_gang(path, object, namespace, (labels, annotations), None)
+    }
+
     fn yaml(s: &str) -> Value {
         serde_saphyr::from_str(s).unwrap()
     }
@@ -585,6 +659,79 @@ mod tests {
         assert!(!is_gang_document("PodGroup", "example.com/v1"));
     }
 
+    /// Kubernetes' Workload API: a PodGroup's gang policy, its topology key, and pods that
+    /// name it in `spec.schedulingGroup`.
+    #[test]
+    fn kubernetes_pod_groups_and_the_pods_that_name_them() {
+        let p = Path::new("g.yaml");
+        let group = |spec: &str| {
+            parse_gang_document(p, &yaml(&format!("apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {{name: train, namespace: ml}}\nspec: {spec}\n")))
+        };
+        let GangDocument::PodGroup(g) = group("{workloadRef: {workloadName: job, templateName: workers}, schedulingPolicy: {gang: {minCount: 4}}, schedulingConstraints: {topology: [{key: topology.kubernetes.io/rack}]}}").unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (g.namespace.as_str(), g.name.as_str(), g.min_member),
+            ("ml", "train", 4)
+        );
+        assert_eq!(
+            g.topology.required.as_deref(),
+            Some("topology.kubernetes.io/rack")
+        );
+        let GangDocument::PodGroup(g) = group("{schedulingPolicy: {basic: {}}}").unwrap() else {
+            panic!()
+        };
+        assert_eq!(g.min_member, 1, "basic: its pods start as they fit");
+        for (spec, field, says) in [
+            ("{}", "spec.schedulingPolicy", "missing"),
+            (
+                "{schedulingPolicy: {gang: {minCount: 2}, basic: {}}}",
+                "spec.schedulingPolicy",
+                "exactly one",
+            ),
+            (
+                "{schedulingPolicy: {gang: {minCount: 0}}}",
+                "spec.schedulingPolicy.gang.minCount",
+                "1 or more",
+            ),
+            (
+                "{schedulingPolicy: {gang: {}}}",
+                "spec.schedulingPolicy.gang.minCount",
+                "missing",
+            ),
+        ] {
+            let e = group(spec).unwrap_err().to_string();
+            assert!(
+                e.contains("PodGroup ml/train") && e.contains(field) && e.contains(says),
+                "{e}"
+            );
+        }
+        let alpha = yaml("apiVersion: scheduling.k8s.io/v1alpha3\nkind: PodGroup\nmetadata: {name: a}\nspec: {schedulingPolicy: {gang: {minCount: 2}}}\n");
+        assert!(
+            parse_gang_document(p, &alpha).is_ok(),
+            "1.35's version reads the same"
+        );
+        let v1 = yaml(
+            "apiVersion: scheduling.k8s.io/v1\nkind: PodGroup\nmetadata: {name: a}\nspec: {}\n",
+        );
+        let e = parse_gang_document(p, &v1).unwrap_err().to_string();
+        assert!(e.contains("scheduling.k8s.io/v1beta1"), "{e}");
+        // A pod names its group in its spec; a label naming another is refused.
+        let empty = map(&[]);
+        let pod = pod_gang(p, "Pod ml/w-0", "ml", (&empty, &empty), Some("train"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(pod.membership.gang, "train");
+        let labels = map(&[(PLUGINS_POD_GROUP_LABEL, "other")]);
+        let e = pod_gang(p, "Pod ml/w-0", "ml", (&labels, &empty), Some("train"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(PLUGINS_POD_GROUP_LABEL) && e.contains("\"train\""),
+            "{e}"
+        );
+    }
+
     #[test]
     fn bad_pod_groups_name_the_field() {
         let p = Path::new("g.yaml");
@@ -613,7 +760,7 @@ mod tests {
     #[test]
     fn pods_name_their_gang_role_rank_and_topology() {
         let p = Path::new("w.yaml");
-        let kueue = pod_gang(
+        let kueue = gang_of(
             p,
             "Pod ml/a",
             "ml",
@@ -635,7 +782,7 @@ mod tests {
             kueue.topology.required.as_deref(),
             Some("topology.kestrel.dev/rack")
         );
-        let volcano = pod_gang(
+        let volcano = gang_of(
             p,
             "Pod x/b",
             "x",
@@ -650,7 +797,7 @@ mod tests {
         assert_eq!(volcano.membership.role.as_deref(), Some("worker"));
         assert!(volcano.implied.is_none());
         // Volcano's controller writes the task name as a label too.
-        let labelled = pod_gang(
+        let labelled = gang_of(
             p,
             "Pod x/b2",
             "x",
@@ -661,10 +808,10 @@ mod tests {
         .unwrap();
         assert_eq!(labelled.membership.role.as_deref(), Some("ps"));
         assert_eq!(
-            pod_gang(p, "Pod x/c", "x", &map(&[]), &map(&[])).unwrap(),
+            gang_of(p, "Pod x/c", "x", &map(&[]), &map(&[])).unwrap(),
             None
         );
-        let e = pod_gang(
+        let e = gang_of(
             p,
             "Pod x/d",
             "x",
@@ -674,7 +821,7 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("pod-group-total-count"), "{e}");
-        let e = pod_gang(
+        let e = gang_of(
             p,
             "Pod x/e",
             "x",
@@ -687,7 +834,7 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("one gang"), "{e}");
-        let e = pod_gang(
+        let e = gang_of(
             p,
             "Pod x/f",
             "x",
@@ -708,7 +855,7 @@ mod tests {
             .add_document(p, &yaml("apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\nmetadata: {name: a, namespace: ml}\nspec: {minMember: 3}\n"))
             .unwrap_err();
         assert!(e.to_string().contains("defined twice"));
-        let pod = pod_gang(
+        let pod = gang_of(
             p,
             "Pod ml/x",
             "ml",
@@ -740,14 +887,14 @@ mod tests {
             ])
         };
         let size = map(&[(LWS_SIZE_ANNOTATION, "4")]);
-        let leader = pod_gang(p, "Pod s/llm-1", "s", &labels("0"), &size)
+        let leader = gang_of(p, "Pod s/llm-1", "s", &labels("0"), &size)
             .unwrap()
             .unwrap();
         assert_eq!(leader.membership.gang, "lws-llm-1");
         assert_eq!(leader.membership.role.as_deref(), Some("leader"));
         let spec = leader.implied.unwrap();
         assert_eq!((spec.min_member, spec.total), (4, Some(4)));
-        let worker = pod_gang(p, "Pod s/llm-1-3", "s", &labels("3"), &size)
+        let worker = gang_of(p, "Pod s/llm-1-3", "s", &labels("3"), &size)
             .unwrap()
             .unwrap();
         assert_eq!(worker.membership.role.as_deref(), Some("worker"));
@@ -758,11 +905,11 @@ mod tests {
         kueue.insert(KUEUE_GROUP_LABEL.to_string(), "k".to_string());
         let mut counted = size.clone();
         counted.insert(KUEUE_TOTAL_ANNOTATION.to_string(), "4".to_string());
-        let named = pod_gang(p, "Pod s/llm-1", "s", &kueue, &counted)
+        let named = gang_of(p, "Pod s/llm-1", "s", &kueue, &counted)
             .unwrap()
             .unwrap();
         assert_eq!(named.membership.gang, "k");
-        let e = pod_gang(p, "Pod s/llm-1", "s", &labels("0"), &map(&[]))
+        let e = gang_of(p, "Pod s/llm-1", "s", &labels("0"), &map(&[]))
             .unwrap_err()
             .to_string();
         assert!(

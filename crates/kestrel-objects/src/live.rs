@@ -103,8 +103,14 @@ pub fn pod_gang(pod: &Pod) -> Result<Option<PodGang>, ConvertError> {
         Path::new(API_SOURCE),
         &format!("Pod {}", pod_key(pod)),
         namespace,
-        pod.metadata.labels.as_ref().unwrap_or(&empty),
-        pod.metadata.annotations.as_ref().unwrap_or(&empty),
+        (
+            pod.metadata.labels.as_ref().unwrap_or(&empty),
+            pod.metadata.annotations.as_ref().unwrap_or(&empty),
+        ),
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.scheduling_group.as_ref())
+            .and_then(|g| g.pod_group_name.as_deref()),
     )
     .map_err(Into::into)
 }
@@ -174,13 +180,11 @@ pub fn trim_watched<K: std::any::Any>(object: &mut K) {
     } else if let Some(set) = object.downcast_mut::<StatefulSet>() {
         // Only the metadata, replicas and template metadata say what its pods are.
         set.metadata.managed_fields = None;
-        if let Some(spec) = set.spec.as_mut() {
-            spec.template.spec = None;
-            spec.volume_claim_templates = None;
-        }
+        set.spec.template.spec = None;
+        set.spec.volume_claim_templates = None;
     } else if let Some(set) = object.downcast_mut::<ReplicaSet>() {
         set.metadata.managed_fields = None;
-        if let Some(template) = set.spec.as_mut().and_then(|s| s.template.as_mut()) {
+        if let Some(template) = set.spec.template.as_mut() {
             template.spec = None;
         }
     }

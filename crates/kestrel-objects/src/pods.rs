@@ -191,6 +191,12 @@ impl Catalog {
     ) -> Result<(), LoadError> {
         let never_preempt =
             preemption_policy_never(ctx, "preemptionPolicy", pc.preemption_policy.as_deref())?;
+        let value = pc.value.ok_or_else(|| {
+            ctx.err(
+                "value",
+                "missing; a PriorityClass needs its priority value (an integer)",
+            )
+        })?;
         if pc.global_default == Some(true) {
             if let Some(other) = self.global_default.as_ref().filter(|o| **o != name) {
                 return Err(ctx.err(
@@ -206,7 +212,7 @@ impl Catalog {
         self.priority.insert(
             name,
             PriorityInfo {
-                value: pc.value,
+                value,
                 never_preempt,
                 origin,
             },

@@ -534,7 +534,8 @@ mod tests {
                 {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]}}))
             .unwrap();
         let mut claim =
-            crate::dra::read_claim_spec(&ctx, "spec", "ml/c".into(), &spec, &classes).unwrap();
+            crate::dra::read_claim_spec(&ctx, "spec", "ml/c".into(), Some(&spec), &classes)
+                .unwrap();
         claim.per_pod = Some("gpu".into());
         let mut pod = PodSpec::new(
             "ml",

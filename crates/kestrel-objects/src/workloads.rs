@@ -367,14 +367,15 @@ pub fn role_workload_with(
 /// simulator).
 #[derive(Debug, Clone)]
 pub enum Owner {
-    Job(Job),
-    StatefulSet(StatefulSet),
-    ReplicaSet(ReplicaSet),
+    // Boxed, as the metadata below: an owner is a whole object, and owners are kept.
+    Job(Box<Job>),
+    StatefulSet(Box<StatefulSet>),
+    ReplicaSet(Box<ReplicaSet>),
     /// A kind the live scheduler watches untyped ([`crate::kinds::Live::Untyped`], or
     /// [`crate::kinds::Live::Parent`], read for its queue alone).
     Roles {
         kind: &'static str,
-        meta: ObjectMeta,
+        meta: Box<ObjectMeta>,
         object: Value,
     },
 }
@@ -480,21 +481,18 @@ impl Owner {
                 )));
             }
             Owner::StatefulSet(s) => {
-                let spec = s.spec.as_ref();
-                pod_management_policy = spec.and_then(|s| s.pod_management_policy.as_deref());
-                (
-                    spec.and_then(|s| s.replicas),
-                    spec.and_then(|s| s.template.metadata.as_ref()),
-                )
+                let spec = &s.spec;
+                pod_management_policy = spec.pod_management_policy.as_deref();
+                (spec.replicas, spec.template.metadata.as_ref())
             }
             Owner::ReplicaSet(r) => {
                 if controller_kind(&r.metadata).is_some() {
                     return Ok(None);
                 }
-                let spec = r.spec.as_ref();
+                let spec = &r.spec;
                 (
-                    spec.and_then(|s| s.replicas),
-                    spec.and_then(|s| s.template.as_ref()?.metadata.as_ref()),
+                    spec.replicas,
+                    spec.template.as_ref().and_then(|t| t.metadata.as_ref()),
                 )
             }
         };

@@ -77,7 +77,7 @@ fn pod(classes: &DeviceClasses, name: &str, ask: &str) -> PodSpec {
         &ctx(),
         "spec.spec",
         format!("mig/{name}-gpu"),
-        &spec,
+        Some(&spec),
         classes,
     )
     .unwrap();

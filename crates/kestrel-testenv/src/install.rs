@@ -112,7 +112,10 @@ pub async fn service_account_token(client: &kube::Client, namespace: &str, name:
         .unwrap_or_else(|e| {
             panic!("requesting a token for ServiceAccount {namespace}/{name}: {e}")
         });
-    answer.status.expect("TokenRequest status").token
+    answer
+        .status
+        .and_then(|s| s.token)
+        .expect("TokenRequest status.token")
 }
 
 /// A kubeconfig for `server` with a bearer token.

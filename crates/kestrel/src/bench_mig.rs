@@ -96,7 +96,7 @@ fn profile_claims() -> Result<Vec<DeviceClaims>> {
                 &ctx,
                 "spec",
                 format!("bench/{profile}"),
-                &spec,
+                Some(&spec),
                 &classes,
             )?;
             Ok(DeviceClaims {

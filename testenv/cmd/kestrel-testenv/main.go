@@ -297,6 +297,10 @@ func (cp *controlPlane) startAPIServer() error {
 		"--service-account-signing-key-file=" + filepath.Join(cp.dir, "sa.key"),
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--allow-privileged=true",
+		// Kubernetes' Workload API (PodGroups pods name in spec.schedulingGroup), beta
+		// and off by default in 1.37.
+		"--feature-gates=GenericWorkload=true",
+		"--runtime-config=scheduling.k8s.io/v1beta1=true",
 		"--v=1",
 	}
 	cmd, done, err := cp.spawn("kube-apiserver", args...)

@@ -72,8 +72,9 @@ pub(super) fn scheduler_rbac(v: &InstallValues) -> Vec<Value> {
             rule(&["scheduling.k8s.io"], &["priorityclasses"], &["list", "watch"]),
             rule(&["node.k8s.io"], &["runtimeclasses"], &["list", "watch"]),
             rule(&[crds::GROUP], &KESTREL_KINDS, &["get", "list", "watch"]),
+            // Other projects' PodGroups, and Kubernetes' own (the Workload API).
             rule(
-                &["scheduling.x-k8s.io", "scheduling.volcano.sh"],
+                &["scheduling.x-k8s.io", "scheduling.volcano.sh", "scheduling.k8s.io"],
                 &["podgroups"],
                 &["get", "list", "watch"],
             ),

@@ -2,7 +2,7 @@
 //! [`LiveIndex`] method that reads it, re-reading from the stores what is read whole
 //! (classes, queues, Topologies).
 
-use super::listings::{NOT_SERVED, SERVED};
+use super::listings::{FOREIGN_POD_GROUPS, NOT_SERVED, SERVED};
 use super::watches::Stores;
 use super::Change;
 use crate::index::{self, GroupKey, LiveIndex};
@@ -199,17 +199,17 @@ pub fn apply_change(state: &mut LiveIndex, stores: &Stores, change: Change) -> b
             Event::Init => return false,
             Event::InitDone => state.retain_pod_groups(&pod_group_keys(&stores.pod_groups.state())),
         },
-        Change::ForeignPodGroup { event, .. } => match *event {
+        Change::ForeignPodGroup { kind, event } => match *event {
             Event::Apply(o) | Event::InitApply(o) => {
-                let mut json = to_json(&o);
-                if json.get("apiVersion").is_none() {
-                    // Listed items may come without their type.
-                    json["apiVersion"] = serde_json::json!(o
-                        .types
-                        .as_ref()
-                        .map(|t| t.api_version.clone())
-                        .unwrap_or_default());
-                }
+                // Listed items come without their type (those of Kubernetes' own kinds
+                // always): the watch says which it is.
+                let watched = FOREIGN_POD_GROUPS.iter().find(|(k, _, _)| *k == kind);
+                let json = match watched {
+                    Some((_, group, version)) => {
+                        typed(to_json(&o), &kinds::api_version(group, version), "PodGroup")
+                    }
+                    None => to_json(&o),
+                };
                 state.apply_pod_group(&json)
             }
             Event::Delete(o) => {

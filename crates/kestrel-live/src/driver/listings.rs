@@ -4,20 +4,26 @@
 
 use super::Change;
 use crate::index::{self, DraEvent, VolumeEvent};
-use kestrel_objects::kinds;
+use kestrel_objects::{gangs, kinds};
 use kube::api::DynamicObject;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher::Event;
 use std::sync::Arc;
 
-/// Other projects' PodGroups the live scheduler reads: (name, group, version).
-pub(super) const FOREIGN_POD_GROUPS: [(&str, &str, &str); 2] = [
+/// Other projects' PodGroups, and Kubernetes' own (served with the `GenericWorkload`
+/// feature gate), the live scheduler reads: (name, group, version).
+pub(super) const FOREIGN_POD_GROUPS: [(&str, &str, &str); 3] = [
     (
         "scheduler-plugins PodGroup",
         index::PLUGINS_GROUP,
         "v1alpha1",
     ),
     ("Volcano PodGroup", index::VOLCANO_GROUP, "v1beta1"),
+    (
+        "Kubernetes PodGroup",
+        gangs::KUBE_SCHEDULING_GROUP,
+        gangs::KUBE_POD_GROUP_VERSION,
+    ),
 ];
 
 /// The queue kinds the live scheduler reads (Kestrel's group), with the Namespaces their

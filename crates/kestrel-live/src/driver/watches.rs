@@ -70,17 +70,17 @@ impl Stores {
             .jobs
             .state()
             .into_iter()
-            .map(|j| ("Job", Owner::Job((*j).clone())));
+            .map(|j| ("Job", Owner::Job(Box::new((*j).clone()))));
         let sets = self
             .stateful_sets
             .state()
             .into_iter()
-            .map(|s| ("StatefulSet", Owner::StatefulSet((*s).clone())));
+            .map(|s| ("StatefulSet", Owner::StatefulSet(Box::new((*s).clone()))));
         let replicas = self
             .replica_sets
             .state()
             .into_iter()
-            .map(|r| ("ReplicaSet", Owner::ReplicaSet((*r).clone())));
+            .map(|r| ("ReplicaSet", Owner::ReplicaSet(Box::new((*r).clone()))));
         let roles = self.role_owners.iter().flat_map(|(kind, store)| {
             store
                 .state()
@@ -493,7 +493,7 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         Api::<Job>::all(client.clone()),
         (),
         tx.clone(),
-        |e| owner_change("Job", e, Owner::Job),
+        |e| owner_change("Job", e, |j| Owner::Job(Box::new(j))),
         Some(Change::Unserved { kind: "Job" }),
     );
     let stateful_sets = spawn_watch(
@@ -501,7 +501,7 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         Api::<StatefulSet>::all(client.clone()),
         (),
         tx.clone(),
-        |e| owner_change("StatefulSet", e, Owner::StatefulSet),
+        |e| owner_change("StatefulSet", e, |s| Owner::StatefulSet(Box::new(s))),
         Some(Change::Unserved {
             kind: "StatefulSet",
         }),
@@ -511,7 +511,7 @@ pub fn start_watches(client: &Client, tasks: &mut JoinSet<()>) -> (Stores, mpsc:
         Api::<ReplicaSet>::all(client.clone()),
         (),
         tx.clone(),
-        |e| owner_change("ReplicaSet", e, Owner::ReplicaSet),
+        |e| owner_change("ReplicaSet", e, |r| Owner::ReplicaSet(Box::new(r))),
         Some(Change::Unserved { kind: "ReplicaSet" }),
     );
     // Other projects' multi-role kinds, read untyped (their CRDs may be missing).

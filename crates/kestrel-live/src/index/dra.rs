@@ -688,9 +688,14 @@ impl LiveIndex {
                 path: src(),
                 object: format!("ResourceClaim {claim_key}"),
             };
-            let mut read =
-                dra::read_claim_spec(&cctx, "spec", claim_key, &claim.spec, &self.dra.classes)
-                    .map_err(|e| e.to_string())?;
+            let mut read = dra::read_claim_spec(
+                &cctx,
+                "spec",
+                claim_key,
+                claim.spec.as_ref(),
+                &self.dra.classes,
+            )
+            .map_err(|e| e.to_string())?;
             read.allocation = dra::claim_allocation(&cctx, claim).map_err(|e| e.to_string())?;
             out.push(read);
         }

@@ -204,7 +204,7 @@ impl LiveIndex {
             .and_then(|v| v.split('/').next());
         let foreign = match group {
             Some(KESTREL_GROUP) => false,
-            Some(PLUGINS_GROUP | VOLCANO_GROUP) => true,
+            Some(PLUGINS_GROUP | VOLCANO_GROUP | gangs::KUBE_SCHEDULING_GROUP) => true,
             _ => return,
         };
         let meta = object.get("metadata");

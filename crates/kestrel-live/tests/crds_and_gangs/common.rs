@@ -248,7 +248,10 @@ impl Harness {
 
     /// A Job (as JSON) applied or deleted.
     pub fn job(&mut self, object: Value, delete: bool) {
-        self.owner(Owner::Job(serde_json::from_value(object).unwrap()), delete);
+        self.owner(
+            Owner::Job(Box::new(serde_json::from_value(object).unwrap())),
+            delete,
+        );
     }
 
     /// A Job, StatefulSet or ReplicaSet applied or deleted.

@@ -551,8 +551,12 @@ fn kueue_plain_pod_groups_need_no_pod_group_and_others_wait_for_theirs() {
 }
 
 #[test]
-fn scheduler_plugins_and_volcano_pod_groups_make_gangs_without_status_writes() {
-    let mut h = Harness::new(&[node("gpu-0", 8, "r1"), node("gpu-1", 8, "r1")]);
+fn scheduler_plugins_volcano_and_kubernetes_pod_groups_make_gangs_without_status_writes() {
+    let mut h = Harness::new(&[
+        node("gpu-0", 8, "r1"),
+        node("gpu-1", 8, "r1"),
+        node("gpu-2", 8, "r1"),
+    ]);
     let plugins = json!({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
         "metadata": {"name": "sp", "namespace": "ml", "uid": "pg-sp"}, "spec": {"minMember": 2}});
     driver::apply_change(
@@ -599,4 +603,34 @@ fn scheduler_plugins_and_volcano_pod_groups_make_gangs_without_status_writes() {
     }
     let out = h.state.cycle(2);
     assert_eq!(out.binds.len(), 2, "{out:?}");
+
+    // Kubernetes' Workload API: pods name their PodGroup in spec.schedulingGroup. Listed,
+    // a built-in kind's items come without apiVersion and kind: the watch says which.
+    let kube = json!({
+        "metadata": {"name": "wl", "namespace": "ml", "uid": "pg-wl"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}});
+    driver::apply_change(
+        &mut h.state,
+        &h.stores,
+        Change::ForeignPodGroup {
+            kind: "Kubernetes PodGroup",
+            event: Box::new(Event::Apply(serde_json::from_value(kube).unwrap())),
+        },
+    );
+    let wl_pod = |i: u32| {
+        let mut p: Value = serde_json::to_value(member(&format!("wl-{i}"), "x", 4)).unwrap();
+        p["metadata"]["labels"] = json!({});
+        p["spec"]["schedulingGroup"] = json!({"podGroupName": "wl"});
+        serde_json::from_value::<Pod>(p).unwrap()
+    };
+    h.pod(wl_pod(0));
+    let out = h.state.cycle(3);
+    assert!(out.binds.is_empty(), "1 of 2: {out:?}");
+    h.pod(wl_pod(1));
+    let out = h.state.cycle(4);
+    assert_eq!(out.binds.len(), 2, "{out:?}");
+    assert!(
+        out.group_status.is_empty(),
+        "its status is kube-scheduler's"
+    );
 }

@@ -19,10 +19,10 @@ pub fn read_claim_spec(
     ctx: &Ctx,
     field: &str,
     key: String,
-    spec: &ResourceClaimSpec,
+    spec: Option<&ResourceClaimSpec>,
     classes: &DeviceClasses,
 ) -> Result<DeviceClaim, LoadError> {
-    let devices = spec.devices.as_ref();
+    let devices = spec.and_then(|s| s.devices.as_ref());
     let mut requests = Vec::new();
     for (i, r) in devices
         .and_then(|d| d.requests.as_ref())

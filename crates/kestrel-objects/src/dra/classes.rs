@@ -42,7 +42,9 @@ impl DeviceClasses {
     /// claims naming it report.
     pub fn insert(&mut self, ctx: &Ctx, class: &DeviceClass) -> Result<(), LoadError> {
         let name = class.metadata.name.clone().unwrap_or_default();
-        let read = read_selectors(ctx, "spec.selectors", class.spec.selectors.as_ref(), self)
+        let spec = class.spec.as_ref();
+        let selectors = spec.and_then(|s| s.selectors.as_ref());
+        let read = read_selectors(ctx, "spec.selectors", selectors, self)
             .and_then(|selectors| Ok((selectors, quota_resource(ctx, class)?)));
         match read {
             Ok((selectors, quota_resource)) => {
@@ -50,7 +52,7 @@ impl DeviceClasses {
                     name: name.clone(),
                     selectors,
                     quota_resource,
-                    extended_resource: class.spec.extended_resource_name.clone(),
+                    extended_resource: spec.and_then(|s| s.extended_resource_name.clone()),
                     created: class.metadata.creation_timestamp.as_ref().map(|t| t.0),
                 };
                 self.classes.insert(name, Ok(Arc::new(class)));
@@ -152,7 +154,11 @@ pub(super) fn quota_resource(ctx: &Ctx, class: &DeviceClass) -> Result<String, L
         .annotations
         .as_ref()
         .and_then(|a| a.get(QUOTA_RESOURCE_ANNOTATION));
-    let (field, name) = match (annotation, &class.spec.extended_resource_name) {
+    let extended = class
+        .spec
+        .as_ref()
+        .and_then(|s| s.extended_resource_name.as_ref());
+    let (field, name) = match (annotation, extended) {
         (Some(name), _) => (
             format!("metadata.annotations[{QUOTA_RESOURCE_ANNOTATION:?}]"),
             name,

@@ -25,7 +25,7 @@ fn filter(class: &str, request: &str) -> Filter {
         {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com",
          "selectors": [{"cel": {"expression": request}}]}}]}}))
     .unwrap();
-    let claim = read_claim_spec(&ctx, "spec", "ml/c".into(), &spec, &classes).unwrap();
+    let claim = read_claim_spec(&ctx, "spec", "ml/c".into(), Some(&spec), &classes).unwrap();
     claim.requests[0].alternatives[0].filter.clone()
 }
 

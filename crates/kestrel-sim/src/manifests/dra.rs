@@ -116,7 +116,7 @@ impl DraObjects {
                         &cctx,
                         "spec",
                         format!("{namespace}/{claim_name}"),
-                        &claim.spec,
+                        claim.spec.as_ref(),
                         &self.classes,
                     )?;
                     read.allocation = dra::claim_allocation(&cctx, claim)?;
@@ -141,7 +141,7 @@ impl DraObjects {
                         &tctx,
                         "spec.spec",
                         format!("{namespace}/{}-{name}", pod.name),
-                        &template.spec.spec,
+                        template.spec.as_ref().and_then(|s| s.spec.as_ref()),
                         &self.classes,
                     )?;
                     read.per_pod = Some(name);

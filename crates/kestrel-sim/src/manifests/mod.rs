@@ -297,28 +297,19 @@ impl Builder {
             "Deployment" => {
                 let d: Deployment = doc.typed(path)?;
                 self.warn_unknown_fields(path, doc, &d);
-                let spec = d
-                    .spec
-                    .as_ref()
-                    .ok_or_else(|| ctx.err("spec", "a Deployment needs spec.template"))?;
+                let spec = &d.spec;
                 self.service(&ctx, doc, &d.metadata, spec.replicas, &spec.template)?
             }
             "StatefulSet" => {
                 let s: StatefulSet = doc.typed(path)?;
                 self.warn_unknown_fields(path, doc, &s);
-                let spec = s
-                    .spec
-                    .as_ref()
-                    .ok_or_else(|| ctx.err("spec", "a StatefulSet needs spec.template"))?;
+                let spec = &s.spec;
                 self.service(&ctx, doc, &s.metadata, spec.replicas, &spec.template)?
             }
             "ReplicaSet" => {
                 let r: ReplicaSet = doc.typed(path)?;
                 self.warn_unknown_fields(path, doc, &r);
-                let spec = r
-                    .spec
-                    .as_ref()
-                    .ok_or_else(|| ctx.err("spec", "a ReplicaSet needs spec.template"))?;
+                let spec = &r.spec;
                 let template = spec
                     .template
                     .as_ref()
@@ -553,10 +544,7 @@ impl Builder {
         path: &Path,
         cron_job: &CronJob,
     ) -> Result<Vec<Job>, LoadError> {
-        let spec = cron_job
-            .spec
-            .as_ref()
-            .ok_or_else(|| ctx.err("spec", "a CronJob needs spec.schedule and spec.jobTemplate"))?;
+        let spec = &cron_job.spec;
         let schedule = cron::parse(&spec.schedule).map_err(|why| ctx.err("spec.schedule", why))?;
         let mut warn = |field: &str, message: &str| self.warn(path, cron_job, field, message);
         if spec.suspend == Some(true) {
@@ -877,12 +865,16 @@ impl Builder {
         {
             all_annotations.extend(meta.annotations.clone().unwrap_or_default());
         }
+        let scheduling_group = spec
+            .scheduling_group
+            .as_ref()
+            .and_then(|g| g.pod_group_name.as_deref());
         if let Some(gang) = pod_gang(
             ctx.path,
             &ctx.object,
             &namespace,
-            &template.labels,
-            &all_annotations,
+            (&template.labels, &all_annotations),
+            scheduling_group,
         )? {
             self.gangs.add_pod(&namespace, &gang);
             template.gang = Some(gang.membership);

@@ -61,7 +61,7 @@ pub(super) fn dra_pods(count: u32, selectors: bool) -> Result<Vec<PodSpec>> {
                 &ctx,
                 "spec.spec",
                 format!("bench/{name}-gpu"),
-                &template,
+                Some(&template),
                 &classes,
             )?;
             claim.per_pod = Some("gpu".to_string());

@@ -286,7 +286,7 @@ fn extended_claim_shape(claim: &ResourceClaim, pod: &Pod) -> serde_json::Value {
         "owner": owner.iter().map(|o| (o.kind.clone(), o.name == name_of(pod), o.controller,
                                       o.block_owner_deletion)).collect::<Vec<_>>(),
         "finalizers": claim.metadata.finalizers,
-        "requests": claim.spec.devices.as_ref().and_then(|d| d.requests.clone()),
+        "requests": claim.spec.as_ref().and_then(|s| s.devices.as_ref()).and_then(|d| d.requests.clone()),
         "generateName": claim.metadata.generate_name.as_deref()
             .map(|g| g == format!("{}-extended-resources-", name_of(pod))),
         "mappings": status.request_mappings,
