@@ -37,6 +37,17 @@ struct Limit {
     used_text: String,
 }
 
+impl Limit {
+    /// What `pod` asks of this limit, as (resource, amount): every pod counts 1 against
+    /// `pods`; `None` when it requests none of the resource.
+    fn asked_by(&self, pod: &PodUsage) -> Option<(&str, i64)> {
+        match &self.counts {
+            Counted::Pods => Some(("pods", 1)),
+            Counted::Request(r) => pod.requests.get(r).map(|&v| (r.as_str(), v)),
+        }
+    }
+}
+
 /// A scope a quota restricts itself to, among those Kestrel can tell from a pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 enum Scope {
@@ -407,13 +418,10 @@ impl Quota {
             return;
         }
         for limit in &mut self.limits {
-            let (resource, amount) = match &limit.counts {
-                Counted::Pods => ("pods", 1),
-                Counted::Request(r) => (r.as_str(), pod.requests.get(r).copied().unwrap_or(0)),
-            };
-            if amount != 0 {
-                limit.used += by * amount;
-                limit.used_text = amount_text(resource, limit.used);
+            if let Some((resource, amount)) = limit.asked_by(pod) {
+                let used = limit.used + by * amount;
+                limit.used_text = amount_text(resource, used);
+                limit.used = used;
             }
         }
     }
@@ -434,12 +442,8 @@ pub fn refusal<'a>(quotas: impl IntoIterator<Item = &'a Quota>, pod: &PodUsage) 
             continue;
         }
         for limit in &quota.limits {
-            let (resource, asks) = match &limit.counts {
-                Counted::Pods => ("pods", 1),
-                Counted::Request(r) => match pod.requests.get(r) {
-                    Some(&v) => (r.as_str(), v),
-                    None => continue,
-                },
+            let Some((resource, asks)) = limit.asked_by(pod) else {
+                continue;
             };
             if limit.used.saturating_add(asks) <= limit.hard {
                 continue;
